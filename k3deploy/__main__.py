@@ -1,0 +1,3 @@
+from k3deploy.cli import main
+
+main()

@@ -1,0 +1,152 @@
+"""k3deploy's command line. Expected failures become a few lines and an exit code:
+0 done, 1 a step failed, 2 bad input, 3 partial (some nodes unreachable)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+try:  # typer >= 0.20 vendors click; its exceptions are the ones raised
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer uses the click package
+    from click import exceptions as click_exc
+
+from k3deploy import log as klog
+from k3deploy.errors import EXIT_BAD_INPUT, K3Error
+from k3deploy.redact import redact
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Bring Kimi K3 up on multi-node GPU clusters over SSH, verify it, tear it down.")
+
+Inv = Annotated[str, typer.Option("-i", "--inventory", help="inventory YAML file")]
+Check = Annotated[bool, typer.Option("--check", help="plan and print; change nothing")]
+AcceptNew = Annotated[bool, typer.Option("--accept-new-host-keys",
+                                         help="trust and record unknown host keys (changed keys are still refused)")]
+StateDir = Annotated[Optional[str], typer.Option("--state-dir", help="where per-node state files live")]
+Json = Annotated[bool, typer.Option("--json", help="one JSON document on stdout")]
+
+
+@app.callback()
+def _global(log_json: Annotated[bool, typer.Option("--log-json", help="log as JSON lines")] = False,
+            verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False):
+    klog.configure(json_lines=log_json, verbose=verbose)
+
+
+def _run(inventory, steps, **kw) -> int:
+    from k3deploy.commands import run_steps
+    return run_steps(inventory, steps, **kw).exit_code()
+
+
+@app.command()
+def plan(gpu: Annotated[Optional[str], typer.Option(help="h100 h200 b200 b300 gb200")] = None,
+         nodes: Optional[int] = None,
+         gpus_per_node: Annotated[Optional[int], typer.Option("--gpus-per-node")] = None,
+         precision: Annotated[Optional[str], typer.Option(help="mxfp4 mxfp8 bf16")] = None,
+         engine: Annotated[Optional[str], typer.Option(help="sglang or vllm")] = None,
+         max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
+         mem_fraction_static: Annotated[Optional[float], typer.Option("--mem-fraction-static")] = None,
+         price: Annotated[Optional[float], typer.Option("--price-per-gpu-hour")] = None,
+         emit_inventory: Annotated[Optional[str], typer.Option("--emit-inventory")] = None,
+         json_out: Json = False) -> int:
+    """Sizing arithmetic: which GPU configs fit. No arguments: every reference config."""
+    from k3deploy.plan_cmd import run_plan
+    return run_plan(gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node, precision=precision,
+                    engine=engine, max_model_len=max_model_len,
+                    mem_fraction_static=mem_fraction_static, price=price,
+                    emit_inventory=emit_inventory, json_out=json_out)
+
+
+@app.command()
+def check(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Read-only preflight on every node; prints every problem found."""
+    from k3deploy.commands import single
+    return _run(inventory, single("preflight"), accept_new_host_keys=accept_new_host_keys,
+                state_dir=state_dir)
+
+
+@app.command()
+def up(inventory: Inv, check: Check = False,
+       replace: Annotated[bool, typer.Option("--replace", help="replace a running container "
+                                             "whose configuration differs")] = False,
+       accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Run playbooks/bringup.yaml to a verified endpoint."""
+    from k3deploy.commands import playbook_steps
+    return _run(inventory, playbook_steps("bringup"), check=check, options={"replace": replace},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+@app.command("run")
+def run_playbook(playbook: str, inventory: Inv, check: Check = False,
+                 replace: Annotated[bool, typer.Option("--replace")] = False,
+                 accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Run any playbook by name (bringup, resume-download, teardown) or path."""
+    from k3deploy.commands import playbook_steps
+    return _run(inventory, playbook_steps(playbook), check=check, options={"replace": replace},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+@app.command()
+def status(inventory: Inv, json_out: Json = False, accept_new_host_keys: AcceptNew = False,
+           state_dir: StateDir = None) -> int:
+    """Per node and step: the state file plus live facts."""
+    from k3deploy.status_cmd import run_status
+    return run_status(inventory, json_out=json_out, accept_new_host_keys=accept_new_host_keys,
+                      state_dir=state_dir)
+
+
+@app.command()
+def verify(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Endpoint and memory checks on a running cluster."""
+    from k3deploy.commands import single
+    return _run(inventory, single("verify"), accept_new_host_keys=accept_new_host_keys,
+                state_dir=state_dir)
+
+
+@app.command()
+def logs(inventory: Inv, out: Annotated[Optional[str], typer.Option("--out")] = None,
+         accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Collect each node's engine log, named by node and rank."""
+    from k3deploy.commands import single
+    return _run(inventory, single("collect-logs"), options={"out_dir": out},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+@app.command()
+def down(inventory: Inv,
+         wipe_weights: Annotated[bool, typer.Option("--wipe-weights", help="also delete the "
+                                                    "downloaded weights")] = False,
+         out: Annotated[Optional[str], typer.Option("--out", help="where logs go")] = None,
+         check: Check = False, accept_new_host_keys: AcceptNew = False,
+         state_dir: StateDir = None) -> int:
+    """Capture logs, remove containers, report unreachable nodes (exit 3)."""
+    from k3deploy.commands import playbook_steps, single
+    steps = playbook_steps("teardown") + (single("wipe-weights") if wipe_weights else [])
+    return _run(inventory, steps, check=check, options={"out_dir": out},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+def _print_error(err: K3Error) -> None:
+    for line in err.lines():
+        print(redact(line), file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="k3deploy", standalone_mode=False)
+    except click_exc.NoArgsIsHelpError as err:
+        print(err.ctx.get_help() if err.ctx else str(err))
+        code = 0
+    except click_exc.ClickException as err:
+        err.show()
+        code = EXIT_BAD_INPUT
+    except click_exc.Exit as err:
+        code = err.exit_code
+    except click_exc.Abort:
+        code = 130
+    except K3Error as err:
+        _print_error(err)
+        code = err.exit_code
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,61 @@
+"""Node side (head): probe the OpenAI-compatible endpoint on loopback. Stdlib only.
+
+Reads {"base", "key", "model", "checks": [...]} as JSON on stdin (the key never in argv),
+prints one JSON object with a result per check.
+"""
+
+import json
+import sys
+import urllib.error
+import urllib.request
+
+TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+
+
+def call(cfg, path, body=None, timeout=60):
+    req = urllib.request.Request(cfg["base"] + path, method="POST" if body else "GET",
+                                 data=json.dumps(body).encode() if body else None)
+    req.add_header("Content-Type", "application/json")
+    if cfg.get("key"):
+        req.add_header("Authorization", "Bearer " + cfg["key"])
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            text = resp.read().decode(errors="replace")
+            return {"status": resp.status, "body": _json(text)}
+    except urllib.error.HTTPError as err:
+        return {"status": err.code, "body": _json(err.read().decode(errors="replace"))}
+    except (urllib.error.URLError, OSError) as err:
+        return {"status": None, "error": str(getattr(err, "reason", err))}
+
+
+def _json(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text[:500]
+
+
+def chat(cfg, tools=False):
+    body = {"model": cfg["model"], "max_tokens": 256, "reasoning_effort": "low",
+            "messages": [{"role": "user", "content": "Explain expert parallelism in two sentences."
+                          if not tools else "What is the weather in Paris? Use the tool."}]}
+    if tools:
+        body["tools"] = [TOOL]
+    return call(cfg, "/v1/chat/completions", body, timeout=300)
+
+
+CHECKS = {
+    "health": lambda cfg: call(cfg, "/health", timeout=5),
+    "health_generate": lambda cfg: call(cfg, "/health_generate", timeout=120),
+    "models": lambda cfg: call(cfg, "/v1/models", timeout=30),
+    "chat": lambda cfg: chat(cfg),
+    "tools": lambda cfg: chat(cfg, tools=True),
+}
+
+
+if __name__ == "__main__":
+    config = json.load(sys.stdin)
+    print(json.dumps({name: CHECKS[name](config) for name in config["checks"]}))

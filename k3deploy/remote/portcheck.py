@@ -1,0 +1,51 @@
+"""Node side of the TCP reachability check (stdlib only; shipped inline with python3 -c).
+
+listen PORT...  : accept and close connections on each port for SECONDS, then exit
+probe HOST:PORT...: try each, print one JSON object {"host:port": true|false}
+NCCL and Gloo hang on a partially open TCP range instead of failing, so this runs before launch.
+"""
+
+import json
+import socket
+import sys
+import threading
+import time
+
+
+def listen(ports, seconds):
+    socks = []
+    for port in ports:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port))
+        s.listen(64)
+        socks.append(s)
+    for s in socks:
+        threading.Thread(target=_accept, args=(s,), daemon=True).start()
+    print("listening", flush=True)
+    time.sleep(seconds)
+
+
+def _accept(sock):
+    while True:
+        conn, _ = sock.accept()
+        conn.close()
+
+
+def probe(targets, timeout=3.0):
+    results = {}
+    for target in targets:
+        host, port = target.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+            results[target] = True
+        except OSError:
+            results[target] = False
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "listen":
+        listen([int(p) for p in sys.argv[3:]], float(sys.argv[2]))
+    else:
+        probe(sys.argv[2:])

@@ -1,0 +1,191 @@
+"""Runs a playbook: for each step, on every node at once (or head first), facts -> plan ->
+apply -> re-check. A failing node fails its own steps; the others finish what they can."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from k3deploy.context import NodeContext, RunContext
+from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, PreflightFailed,
+                             StepFailed, UnreachableError)
+from k3deploy.identity import check_identities
+from k3deploy.redact import redact
+from k3deploy.steps.base import Step
+
+DONE = ("ok", "changed", "would-change")
+
+
+@dataclass
+class StepResult:
+    status: str
+    actions: list[str] = field(default_factory=list)
+    error: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class RunReport:
+    steps: list[str] = field(default_factory=list)
+    results: dict[str, dict[str, StepResult]] = field(default_factory=dict)
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def set(self, node: str, step: str, result: StepResult) -> None:
+        self.results.setdefault(node, {})[step] = result
+
+    def statuses(self) -> set[str]:
+        return {r.status for per in self.results.values() for r in per.values()}
+
+    def exit_code(self) -> int:
+        seen = self.statuses()
+        if self.problems or seen & {"failed", "blocked"}:
+            return EXIT_STEP_FAILED
+        if "unreachable" in seen:
+            return EXIT_PARTIAL
+        return EXIT_OK
+
+    def failed_nodes(self) -> set[str]:
+        return {n for n, per in self.results.items()
+                if any(r.status in ("failed", "unreachable", "blocked") for r in per.values())}
+
+
+class Runner:
+    def __init__(self, run: RunContext, steps: list[Step]):
+        self.run = run
+        self.steps = steps
+        self.report = RunReport(steps=[s.name for s in steps])
+        self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
+
+    def execute(self) -> RunReport:
+        self._connect_all()
+        for step in self.steps:
+            if not self._run_step(step):
+                break
+        return self.report
+
+    # -- connection and identity ---------------------------------------------------------
+    def _connect_all(self) -> None:
+        for name, err in check_identities(self.contexts).items():
+            status = "unreachable" if isinstance(err, UnreachableError) else "failed"
+            for step in self.steps:
+                self.report.set(name, step.name, StepResult(status, error=err.lines()))
+            self._say(name, None, status, err.lines())
+
+    # -- one step ------------------------------------------------------------------------
+    def _targets(self, step: Step) -> list[NodeContext]:
+        if step.runs_after_failures:
+            gone = {n for n, per in self.report.results.items()
+                    if any(r.status == "unreachable" for r in per.values())}
+        else:
+            gone = self.report.failed_nodes()
+        return [c for c in self.contexts if c.name not in gone]
+
+    def _run_step(self, step: Step) -> bool:
+        """Returns False when the playbook must stop here."""
+        targets = self._targets(step)
+        if step.needs_all_nodes and len(targets) < len(self.contexts):
+            self._block(step, targets)
+            return False
+        if not targets:
+            return False
+        try:
+            step.prepare(self.run)
+        except K3Error as err:
+            for ctx in targets:
+                self._record(ctx, step, StepResult("failed", error=err.lines()))
+            return False
+        all_facts = self._fan_out(step, targets)
+        return self._after_step(step, all_facts)
+
+    def _block(self, step: Step, targets: list[NodeContext]) -> None:
+        bad = sorted(self.report.failed_nodes())
+        msg = [f"not run on any node: {', '.join(bad)} failed earlier and {step.name} needs "
+               "every node"]
+        for ctx in targets:
+            self._record(ctx, step, StepResult("blocked", error=msg))
+
+    def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, dict]:
+        all_facts: dict[str, dict] = {}
+        groups = [targets[:1], targets[1:]] if step.head_first else [targets]
+        for group in groups:
+            if not group:
+                continue
+            with ThreadPoolExecutor(max_workers=min(32, len(group))) as pool:
+                for ctx, facts in zip(group, pool.map(lambda c: self._on_node(step, c), group)):
+                    all_facts[ctx.name] = facts
+            if step.head_first and self.report.results.get(group[0].name, {}).get(
+                    step.name, StepResult("ok")).status not in DONE:
+                break
+        return all_facts
+
+    def _after_step(self, step: Step, all_facts: dict[str, dict]) -> bool:
+        usable = {n: f for n, f in all_facts.items() if f is not None}
+        problems = step.cluster_problems(usable, self.run) if usable else []
+        for node, check, message in problems:
+            self.report.problems.append((node, check, message))
+        if step.read_only and self.report.problems:
+            return False
+        if self.run.ui and not self.run.check and not self.report.failed_nodes():
+            for line in step.closing_lines(self.run):
+                self.run.ui.say(line)
+        return not (step.needs_all_nodes and self.report.failed_nodes())
+
+    # -- one node ------------------------------------------------------------------------
+    def _on_node(self, step: Step, ctx: NodeContext) -> dict | None:
+        started = time.monotonic()
+        if not self.run.check:
+            ctx.state.begin(step.name, step.inputs_digest(ctx))
+        try:
+            facts, result = self._contract(step, ctx)
+        except UnreachableError as err:
+            facts, result = None, StepResult("unreachable", error=err.lines())
+        except K3Error as err:
+            facts, result = None, StepResult("failed", error=_lines(err, step.name))
+        result.seconds = time.monotonic() - started
+        self._record(ctx, step, result, facts)
+        return facts
+
+    def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
+        facts = step.facts(ctx)
+        found = step.problems(facts, ctx)
+        for check, message in found:
+            self.report.problems.append((ctx.name, check, message))
+        if found:
+            return facts, StepResult("failed", error=[f"{c}: {m}" for c, m in found])
+        actions = step.plan(facts, ctx)
+        shown = [a.shown() for a in actions]
+        if not actions:
+            return facts, StepResult("ok")
+        if self.run.check:
+            return facts, StepResult("would-change", actions=shown)
+        step.apply(ctx, actions)
+        facts = step.facts(ctx)
+        left = step.plan(facts, ctx)
+        if left:
+            raise StepFailed(ctx.name, "applied, but the node is still not as the step promises; "
+                             f"still needed: {'; '.join(a.shown() for a in left)}", step=step.name)
+        return facts, StepResult("changed", actions=shown)
+
+    def _record(self, ctx: NodeContext, step: Step, result: StepResult, facts=None) -> None:
+        self.report.set(ctx.name, step.name, result)
+        if not self.run.check and result.status != "blocked":
+            detail = step.detail(facts, ctx) if facts is not None and result.status in DONE else None
+            ctx.state.finish(step.name, result.status,
+                             error=redact("\n".join(result.error)) or None, detail=detail)
+        self._say(ctx.name, step.name, result.status, result.error, result.actions)
+
+    def _say(self, node, step, status, error=(), actions=()):
+        if self.run.ui:
+            self.run.ui.step_result(node, step, status, list(error), list(actions))
+
+
+def _lines(err: K3Error, step: str) -> list[str]:
+    if getattr(err, "step", "x") is None:
+        err.step = step
+    return err.lines()
+
+
+def raise_for_problems(report: RunReport) -> None:
+    if report.problems:
+        raise PreflightFailed(report.problems)

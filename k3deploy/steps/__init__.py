@@ -1,0 +1,30 @@
+"""Step registry: playbooks name steps by these keys."""
+
+from __future__ import annotations
+
+import importlib
+
+from k3deploy.errors import PlaybookError
+
+# name -> "module:Class"; imported lazily so `k3deploy plan` does not pay for SSH imports.
+REGISTRY = {
+    "preflight": "k3deploy.steps.preflight:Preflight",
+    "nvme": "k3deploy.steps.nvme:MoveToNvme",
+    "download": "k3deploy.steps.download:DownloadWeights",
+    "image": "k3deploy.steps.image:PullImage",
+    "launch": "k3deploy.steps.launch:LaunchEngine",
+    "wait": "k3deploy.steps.wait:WaitHealthy",
+    "verify": "k3deploy.steps.verify:VerifyEndpoint",
+    "collect-logs": "k3deploy.steps.teardown:CollectLogs",
+    "teardown": "k3deploy.steps.teardown:RemoveContainers",
+    "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
+    "file": "k3deploy.steps.files:EnsureFile",
+}
+
+
+def step_class(name: str):
+    try:
+        module_name, cls = REGISTRY[name].split(":")
+    except KeyError:
+        raise PlaybookError(f"unknown step {name!r}; known steps: {', '.join(sorted(REGISTRY))}") from None
+    return getattr(importlib.import_module(module_name), cls)

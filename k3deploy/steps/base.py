@@ -1,0 +1,114 @@
+"""The step contract: look at a node (facts), yield what is still missing (plan), do it
+(apply), then look again: the plan must now be empty, or the step failed.
+
+`plan` is a pure function of the facts and the context's settled values, so it is unit-tested
+with fact fixtures: facts in, actions out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from k3deploy.errors import StepFailed
+from k3deploy.transport import quote
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing to do on a node. `content` (for uploads) and `stdin` may hold secrets: they
+    are never printed; only `description` and `argv` are."""
+
+    description: str
+    argv: tuple[str, ...] | None = None
+    sudo: bool = False
+    stdin: str | None = field(default=None, repr=False)
+    retry: bool = False
+    upload_to: str | None = None
+    content: str | None = field(default=None, repr=False)
+    mode: int = 0o600
+    wait: str | None = None   # a named wait the step implements in apply()
+    timeout: float | None = None
+
+    def shown(self) -> str:
+        if self.upload_to:
+            return f"{self.description}: write {self.upload_to} (mode {self.mode:o})"
+        if self.argv:
+            return f"{self.description}: {'sudo ' if self.sudo else ''}{quote(list(self.argv))}"
+        return self.description
+
+
+def cmd(description: str, *argv: str, sudo: bool = False, retry: bool = False,
+        stdin: str | None = None, timeout: float | None = None) -> Action:
+    return Action(description, tuple(str(a) for a in argv), sudo=sudo, retry=retry, stdin=stdin,
+                  timeout=timeout)
+
+
+def upload(description: str, path: str, content: str, mode: int = 0o600,
+           sudo: bool = False) -> Action:
+    return Action(description, upload_to=path, content=content, mode=mode, sudo=sudo)
+
+
+class Step:
+    name: ClassVar[str] = "step"
+    summary: ClassVar[str] = ""
+    read_only: ClassVar[bool] = False
+    head_first: ClassVar[bool] = False      # launch: head, then the others
+    needs_all_nodes: ClassVar[bool] = False  # refuses to run if any node failed earlier
+    runs_after_failures: ClassVar[bool] = False  # teardown: still runs where earlier steps failed
+    Params: ClassVar[type | None] = None          # pydantic model of the playbook's `with:`
+
+    def __init__(self, params: dict[str, Any] | None = None):
+        self.params = params or {}
+        # Validated here so a typo in a playbook fails before any node is touched.
+        self.p = self.Params.model_validate(self.params) if self.Params else None
+
+    # -- hooks -----------------------------------------------------------------------
+    def prepare(self, run) -> None:
+        """Once on the laptop before any node (resolve a revision, make a key)."""
+
+    def facts(self, node) -> dict[str, Any]:
+        return {}
+
+    def plan(self, facts: dict[str, Any], node) -> list[Action]:
+        return []
+
+    def problems(self, facts: dict[str, Any], node) -> list[tuple[str, str]]:
+        """(check, message) pairs found on this node; a read-only step reports these."""
+        return []
+
+    def cluster_problems(self, all_facts: dict[str, dict], run) -> list[tuple[str, str, str]]:
+        """(node, check, message) found only by comparing nodes."""
+        return []
+
+    def apply(self, node, actions: list[Action]) -> None:
+        for action in actions:
+            self.run_action(node, action)
+
+    def closing_lines(self, run) -> list[str]:
+        """Printed once after the step succeeded on every node (e.g. the endpoint URL)."""
+        return []
+
+    def detail(self, facts: dict[str, Any], node) -> dict | None:
+        """What to keep in the state file after success."""
+        return None
+
+    def inputs(self, node) -> dict:
+        return {"params": self.params}
+
+    # -- helpers ---------------------------------------------------------------------
+    def inputs_digest(self, node) -> str:
+        blob = json.dumps(self.inputs(node), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def run_action(self, node, action: Action):
+        if action.upload_to:
+            return node.conn.put_text(action.content or "", action.upload_to, mode=action.mode,
+                                      sudo=action.sudo, step=self.name)
+        if action.wait:
+            raise StepFailed(node.name, f"step does not implement wait {action.wait!r}",
+                             step=self.name)
+        return node.conn.run(list(action.argv), sudo=action.sudo, stdin=action.stdin,
+                             retry=action.retry, timeout=action.timeout, step=self.name)

@@ -1,0 +1,140 @@
+"""download: the pinned revision on every node at once, verified file by file.
+
+The node-side downloader (remote/fetch_weights.py) runs detached, so it survives the laptop
+sleeping; re-running this step re-attaches to it or restarts it where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from k3deploy.errors import StepFailed
+from k3deploy.hubmeta import manifest_for, token_from_env
+from k3deploy.log import get as get_log
+from k3deploy.steps.base import Action, Step, upload
+
+REMOTE = Path(__file__).parent.parent / "remote"
+FETCHER = (REMOTE / "fetch_weights.py").read_text()
+STATUS = (REMOTE / "weights_status.py").read_text()
+NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
+
+
+class DownloadParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    wait: bool = True                 # False: start (or leave running) and move on
+    max_workers: int = Field(default=16, ge=1, le=64)
+    poll_seconds: float = Field(default=1.0, gt=0)
+    stall_seconds: float = Field(default=600, gt=0)   # no new byte for this long: fail
+
+
+class Paths:
+    def __init__(self, node):
+        self.work = node.inv.paths.work
+        self.fetcher = f"{self.work}/fetch_weights.py"
+        self.manifest = f"{self.work}/manifest.json"
+        self.progress = f"{self.work}/download-progress.json"
+        self.log = f"{self.work}/download.log"
+        self.env = f"{self.work}/hf.env"
+
+
+class DownloadWeights(Step):
+    name = "download"
+    summary = "verified, resumable model download on every node"
+    Params = DownloadParams
+
+    def prepare(self, run) -> None:
+        manifest = manifest_for(run)
+        run.shared["token"] = token_from_env(run.inv.hf_token_env)
+        for var in NO_OP_VARS:
+            if os.environ.get(var) or var in run.inv.engine.env:
+                get_log(step=self.name).warning(
+                    "hf_transfer.ignored", var=var, msg="a no-op in huggingface_hub >= 1.0; "
+                    "k3deploy downloads with ranged HTTP through huggingface_hub's client and "
+                    "resumes partial shards itself")
+        run.shared.setdefault("manifest_json", json.dumps(manifest.to_json(self.p.max_workers)))
+
+    def inputs(self, node):
+        m = node.run.shared.get("manifest")
+        return {"params": self.params, "sha": m.sha if m else None}
+
+    def facts(self, node):
+        paths = Paths(node)
+        res = node.conn.run(["python3", "-c", STATUS, node.inv.paths.hf, paths.progress],
+                            stdin=node.run.shared["manifest_json"], retry=True, step=self.name)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    def plan(self, facts, node):
+        if facts["missing_count"] == 0:
+            return []
+        waiting = [Action("wait until every file is verified", wait="download")] if self.p.wait else []
+        if facts["running"]:
+            return waiting
+        return self._start_actions(node) + waiting
+
+    def _start_actions(self, node) -> list[Action]:
+        paths, run = Paths(node), node.run
+        actions = [Action("create k3deploy work dir", ("mkdir", "-p", paths.work), retry=True),
+                   upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
+                   upload("upload the pinned manifest", paths.manifest, run.shared["manifest_json"],
+                          mode=0o644)]
+        if run.shared.get("token"):
+            actions.append(upload("upload the HF token (0600)", paths.env,
+                                  f"HF_TOKEN={run.shared['token']}\n"))
+        argv = ["python3", paths.fetcher, "--manifest", paths.manifest, "--hf-home",
+                node.inv.paths.hf, "--progress", paths.progress]
+        if run.shared.get("token"):
+            argv += ["--env-file", paths.env]
+        detached = (f"setsid nohup {shlex.join(argv)} >> {shlex.quote(paths.log)} 2>&1 "
+                    "< /dev/null &")
+        return actions + [Action("start the downloader, detached", ("sh", "-c", detached))]
+
+    def apply(self, node, actions):
+        for action in actions:
+            if action.wait == "download":
+                self._wait(node)
+            else:
+                self.run_action(node, action)
+        if not self.p.wait:
+            time.sleep(0.5)  # let the downloader write its first progress before we re-check
+
+    def _wait(self, node) -> None:
+        paths, ui = Paths(node), node.run.ui
+        last_bytes, last_change = -1, time.monotonic()
+        while True:
+            facts = self.facts(node)
+            progress = facts.get("progress") or {}
+            if ui:
+                ui.download(node.name, progress)
+            if facts["missing_count"] == 0:
+                break
+            done = progress.get("bytes_done", 0)
+            if done != last_bytes:
+                last_bytes, last_change = done, time.monotonic()
+            if not facts["running"]:
+                self._failed(node, paths, facts)
+            if time.monotonic() - last_change > self.p.stall_seconds:
+                raise StepFailed(node.name, f"download stalled: no new byte for "
+                                 f"{self.p.stall_seconds:.0f}s", step=self.name,
+                                 hint=f"see {paths.log} on the node; re-run to resume")
+            time.sleep(self.p.poll_seconds)
+        node.conn.run(["rm", "-f", paths.env], check=False)
+
+    def _failed(self, node, paths, facts) -> None:
+        tail = node.conn.run(["tail", "-n", "5", paths.log], check=False).stdout
+        error = (facts.get("progress") or {}).get("error") or "the downloader exited"
+        raise StepFailed(node.name, f"download failed: {error} ({facts['missing_count']} of "
+                         f"{facts['total']} files not verified)\n" + tail.rstrip(), step=self.name,
+                         hint="re-run `k3deploy run resume-download -i INV`: verified files and "
+                         "partial bytes are kept")
+
+    def detail(self, facts, node):
+        m = node.run.shared.get("manifest")
+        return {"sha": m.sha if m else None, "files": facts["total"],
+                "verified": facts["total"] - facts["missing_count"],
+                "verified_bytes": facts["verified_bytes"]}

@@ -1,0 +1,44 @@
+"""file: a file on every node with the given content and mode (like Ansible's copy)."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from k3deploy import facts as F
+from k3deploy.steps.base import Step, cmd, upload
+
+
+class FileParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(pattern=r"^/[A-Za-z0-9._/-]+$")
+    content: str
+    mode: str = Field(default="644", pattern=r"^0?[0-7]{3}$")
+    sudo: bool = True
+
+
+class EnsureFile(Step):
+    name = "file"
+    summary = "a file with the given content and mode"
+    Params = FileParams
+
+    def facts(self, node):
+        path = shlex.quote(self.p.path)
+        probe = [
+            F.Fact("sha256", f"sha256sum {path} | cut -d' ' -f1", F.text, sudo=self.p.sudo),
+            F.Fact("mode", f"stat -c %a {path}", F.text, sudo=self.p.sudo),
+        ]
+        return F.gather(node.conn, probe, step=self.name)
+
+    def plan(self, facts, node):
+        want = hashlib.sha256(self.p.content.encode()).hexdigest()
+        mode = self.p.mode.lstrip("0") or "0"
+        if facts.get("sha256") != want:
+            return [upload(f"write {self.p.path}", self.p.path, self.p.content,
+                           mode=int(mode, 8), sudo=self.p.sudo)]
+        if facts.get("mode") != mode:
+            return [cmd(f"set mode of {self.p.path}", "chmod", mode, self.p.path,
+                        sudo=self.p.sudo, retry=True)]
+        return []

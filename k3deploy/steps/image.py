@@ -1,0 +1,40 @@
+"""image: the engine image on every node (tag matched to the driver's CUDA); skipped when
+already present under the current data-root."""
+
+from __future__ import annotations
+
+from k3deploy import facts as F
+from k3deploy.engines import ImageChoiceError
+from k3deploy.errors import StepFailed
+from k3deploy.steps import probes
+from k3deploy.steps.base import Step, cmd
+from k3deploy.steps.preflight import image_for
+
+
+def chosen_image(facts, node) -> str:
+    try:
+        return image_for(node.inv, facts.get("cuda"))
+    except ImageChoiceError as err:
+        raise StepFailed(node.name, str(err), step="image") from None
+
+
+class PullImage(Step):
+    name = "image"
+    summary = "docker pull of the engine image"
+
+    def facts(self, node):
+        found = F.gather(node.conn, [probes.cuda()], step=self.name)
+        image = chosen_image(found, node)
+        present = F.gather(node.conn, [F.command("present", ["docker", "image", "inspect", image],
+                                                 F.exit_ok, sudo=True)], step=self.name)
+        return {**found, **present, "image": image}
+
+    def plan(self, facts, node):
+        if facts["present"]:
+            return []
+        # A pull is safe to repeat: docker resumes layers it already has.
+        return [cmd(f"pull {facts['image']}", "docker", "pull", facts["image"], sudo=True,
+                    retry=True, timeout=3600)]
+
+    def detail(self, facts, node):
+        return {"image": facts["image"]}

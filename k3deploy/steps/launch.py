@@ -1,0 +1,107 @@
+"""launch: the engine container on every node with its rank, head first.
+
+A running container whose configuration digest matches is left alone; a different one is only
+replaced with --replace, because replacing means re-loading 1.5 TB of weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from k3deploy import apikey, engines
+from k3deploy import facts as F
+from k3deploy import launchspec
+from k3deploy.errors import StepFailed
+from k3deploy.hubmeta import manifest_for
+from k3deploy.steps import probes
+from k3deploy.steps.base import Step, cmd, upload
+from k3deploy.steps.image import chosen_image
+
+
+def secret_file(spec) -> tuple[str, str, callable]:
+    if spec.engine == "sglang":
+        return engines.sglang_secret_host_path(spec), engines.sglang_secret_config
+    return engines.vllm_env_host_path(spec), engines.vllm_secret_env
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class LaunchEngine(Step):
+    name = "launch"
+    summary = "start the engine container with the node's rank"
+    head_first = True
+    needs_all_nodes = True
+
+    def prepare(self, run) -> None:
+        run.shared["api_key"] = apikey.load_or_create(run.inv, run.session.state_dir,
+                                                      create=not run.check)
+        manifest_for(run)
+
+    def spec(self, facts, node):
+        run = node.run
+        spec = launchspec.build(node.inv, node.node, node.rank, chosen_image(facts, node),
+                                run.shared["manifest"].sha, with_key=bool(run.shared["api_key"]))
+        return engines.with_config_label(spec, run.shared["api_key"])
+
+    def facts(self, node):
+        probe = [probes.cuda(), probes.container(node.inv.engine.container)]
+        found = F.gather(node.conn, probe, step=self.name)
+        spec = self.spec(found, node)
+        key_file = None
+        if spec.secrets_host_dir:
+            path = secret_file(spec)[0]
+            key_file = F.gather(node.conn, [F.Fact("key", f"sha256sum {path} | cut -d' ' -f1",
+                                                   F.text, sudo=True)])["key"]
+        return {**found, "spec": spec, "container": probes.container_summary(found["container"]),
+                "key_file_sha": key_file}
+
+    def plan(self, facts, node):
+        spec, current = facts["spec"], facts["container"]
+        want = spec.labels[engines.CONFIG_LABEL]
+        if current and current["running"] and current["labels"].get(engines.CONFIG_LABEL) == want:
+            return []
+        actions = self._secret_actions(facts, node)
+        if current and current["running"] and not node.run.option("replace"):
+            raise StepFailed(node.name, f"container {spec.container_name} runs another "
+                             f"configuration ({current['labels'].get(engines.CONFIG_LABEL)} != "
+                             f"{want})", step=self.name,
+                             hint="re-run with --replace to restart it (weights are reloaded)")
+        if current:
+            actions.append(cmd(f"remove old container {spec.container_name}",
+                               *engines.docker_rm_argv(spec.container_name), sudo=True, retry=True))
+        return actions + [cmd(f"start rank {spec.node_rank}", *engines.node_launch_argvs(spec)[0],
+                              sudo=True)]
+
+    def _secret_actions(self, facts, node):
+        spec, key = facts["spec"], node.run.shared["api_key"]
+        if not spec.secrets_host_dir:
+            return []
+        path, render = secret_file(spec)
+        content = render(key)
+        if facts["key_file_sha"] == _sha(content):
+            return []
+        return [cmd("create secrets dir (0700)", "install", "-d", "-m", "700",
+                    spec.secrets_host_dir, sudo=True, retry=True),
+                upload("write the endpoint key (0600)", path, content, sudo=True)]
+
+    def apply(self, node, actions):
+        super().apply(node, actions)
+        time.sleep(1.0)  # an engine that dies on bad flags or CUDA mismatch does so at once
+        state = probes.container_summary(F.gather(node.conn, [probes.container(
+            node.inv.engine.container)])["container"])
+        if not state or not state["running"]:
+            tail = node.conn.run(engines.docker_logs_argv(node.inv.engine.container, tail=15),
+                                 sudo=True, check=False).output
+            raise StepFailed(node.name, f"rank {node.rank} container exited "
+                             f"({(state or {}).get('exit_code')}) right after start:\n{tail}",
+                             step=self.name)
+
+    def inputs(self, node):
+        return {"engine": node.inv.engine.model_dump(), "ports": node.inv.ports.model_dump()}
+
+    def detail(self, facts, node):
+        return {"image": facts["spec"].image, "rank": node.rank,
+                "config": facts["spec"].labels[engines.CONFIG_LABEL]}

@@ -1,0 +1,80 @@
+"""nvme: the Hugging Face cache and Docker's data-root on the NVMe mount.
+
+daemon.json is merged, not overwritten (other keys such as runtimes or log options stay),
+and docker is restarted only when the daemon does not already run with the NVMe data-root.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from k3deploy import facts as F
+from k3deploy.errors import StepFailed
+from k3deploy.steps import probes
+from k3deploy.steps.base import Step, cmd, upload
+
+DAEMON_JSON = "/etc/docker/daemon.json"
+
+
+def _daemon_json(out: str, code: int):
+    if code != 0:
+        return {}          # no file yet: docker runs on defaults
+    try:
+        data = json.loads(out) if out.strip() else {}
+    except json.JSONDecodeError:
+        return None        # present but unreadable: never clobber what we cannot parse
+    return data if isinstance(data, dict) else None
+
+
+class MoveToNvme(Step):
+    name = "nvme"
+    summary = "HF cache and docker data-root on NVMe"
+
+    def facts(self, node):
+        p = node.inv.paths
+        hf = shlex.quote(p.hf)
+        probe = [
+            F.Fact("hf_owner", f"stat -c %U {hf}", F.text),
+            F.Fact("hf_writable", f"test -w {hf} && test -w {shlex.quote(p.work)}", F.exit_ok),
+            F.Fact("login_user", "id -un", F.text),
+            F.Fact("docker_dir", f"test -d {shlex.quote(p.docker)}", F.exit_ok, sudo=True),
+            F.Fact("daemon_json", f"cat {DAEMON_JSON}", _daemon_json, sudo=True),
+            probes.docker_root(),
+        ]
+        return F.gather(node.conn, probe, step=self.name)
+
+    def plan(self, facts, node):
+        p = node.inv.paths
+        actions = self._dirs(facts, node)
+        current = facts.get("daemon_json")
+        if current is None:
+            raise StepFailed(node.name, f"{DAEMON_JSON} is not valid JSON; k3deploy will not "
+                             "overwrite it", step=self.name, hint="fix or remove the file by hand")
+        if current.get("data-root") != p.docker:
+            merged = json.dumps({**current, "data-root": p.docker}, indent=2, sort_keys=True)
+            actions.append(upload(f"set data-root {p.docker} in {DAEMON_JSON}", DAEMON_JSON,
+                                  merged + "\n", mode=0o644, sudo=True))
+        if facts.get("docker_root") != p.docker:
+            actions += [cmd("stop docker", "systemctl", "stop", "docker", "docker.socket",
+                            sudo=True, retry=True),
+                        cmd("start docker", "systemctl", "start", "docker", sudo=True, retry=True)]
+        return actions
+
+    def _dirs(self, facts, node):
+        p = node.inv.paths
+        user = facts.get("login_user") or "root"
+        actions = []
+        if not facts.get("docker_dir"):
+            actions.append(cmd("create docker data-root", "mkdir", "-p", p.docker, sudo=True,
+                               retry=True))
+        if facts.get("hf_owner") != user or not facts.get("hf_writable"):
+            # The downloader runs as the login user, so it must own the cache and work dir.
+            actions += [cmd("create HF cache and k3deploy work dirs", "mkdir", "-p",
+                            f"{p.hf}/hub", p.work, sudo=True, retry=True),
+                        cmd("give them to the login user", "chown", f"{user}:", p.hf,
+                            f"{p.hf}/hub", p.work, sudo=True, retry=True)]
+        return actions
+
+    def detail(self, facts, node):
+        return {"docker_root": facts.get("docker_root"), "hf_home": node.inv.paths.hf}

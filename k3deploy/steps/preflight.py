@@ -1,0 +1,152 @@
+"""preflight: read-only checks on every node; every problem on every node in one table,
+before anything is changed."""
+
+from __future__ import annotations
+
+import shlex
+
+from k3deploy import facts as F
+from k3deploy import gpus as gpu_table
+from k3deploy import sizing
+from k3deploy.engines import ImageChoiceError, choose_image
+from k3deploy.hubmeta import manifest_for
+from k3deploy.steps import probes
+from k3deploy.steps.base import Step
+from k3deploy.steps.portcheck import reachability_problems
+
+GB = 1e9
+
+
+def model_cache_dir(inv) -> str:
+    org, name = inv.model.repo.split("/")
+    return f"{inv.paths.hf}/hub/models--{org}--{name}"
+
+
+def image_for(inv, cuda: str | None) -> str:
+    return choose_image(inv.engine.kind, cuda, inv.engine.image)
+
+
+def _facts(node) -> list[F.Fact]:
+    inv, n = node.inv, node.node
+    nvme = shlex.quote(inv.paths.nvme)
+    return [
+        probes.gpus(), probes.cuda(),
+        F.Fact("docker", "command -v docker >/dev/null && docker info --format '{{.ServerVersion}}'",
+               F.text, sudo=True),
+        F.Fact("runtimes", "docker info --format '{{json .Runtimes}}'", F.text, sudo=True),
+        F.Fact("hub_client", "python3 -c 'import huggingface_hub as h; print(h.__version__)'", F.text),
+        F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
+        F.Fact("free_bytes", f"df -B1 --output=avail {nvme} | tail -n 1", F.integer),
+        F.Fact("have_bytes", f"du -sbL {shlex.quote(model_cache_dir(inv))}/blobs 2>/dev/null "
+               "|| echo 0", F.integer),
+        F.Fact("sudo", 'test "$(id -u)" = 0 || sudo -n true', F.exit_ok),
+    ]
+
+
+class Preflight(Step):
+    name = "preflight"
+    summary = "read-only checks: GPUs, CUDA, docker, python, NIC, disk, ports, sizing"
+    read_only = True
+
+    def prepare(self, run) -> None:
+        manifest_for(run)
+
+    def facts(self, node):
+        return F.gather(node.conn, _facts(node), step=self.name)
+
+    def problems(self, facts, node):
+        out = []
+        for check in (_gpu_problems, _software_problems, _network_problems, _disk_problems):
+            out += check(facts, node)
+        return out
+
+    def cluster_problems(self, all_facts, run):
+        out = _identical(all_facts) + _sizing(run)
+        return out + reachability_problems(run, all_facts)
+
+    def detail(self, facts, node):
+        return {"gpus": len(facts.get("gpus") or []), "cuda": facts.get("cuda"),
+                "free_gb": round((facts.get("free_bytes") or 0) / GB, 1)}
+
+
+def _gpu_problems(facts, node) -> list[tuple[str, str]]:
+    inv, gpus = node.inv, facts.get("gpus")
+    if gpus is None:
+        return [("gpus", "nvidia-smi failed or is missing; install the NVIDIA driver")]
+    out = []
+    if len(gpus) != inv.gpu.count:
+        out.append(("gpus", f"{len(gpus)} GPUs, the inventory expects {inv.gpu.count}: every "
+                    "rank loads the same shard layout, a mismatched node fails the group"))
+    models = {(gpu_table.match_smi_name(g["name"]) or gpu_table.GpuModel(
+        "?", g["name"], 0, False, (), "")).key for g in gpus}
+    if gpus and models != {inv.gpu.model}:
+        names = sorted({g["name"] for g in gpus})
+        out.append(("gpus", f"GPU model {', '.join(names)}; the inventory expects {inv.gpu.model}"))
+    try:
+        image_for(inv, facts.get("cuda"))
+    except ImageChoiceError as err:
+        out.append(("cuda", str(err)))
+    return out
+
+
+def _software_problems(facts, node) -> list[tuple[str, str]]:
+    out = []
+    if not facts.get("sudo"):
+        out.append(("sudo", f"user {node.conn.ep.user} cannot sudo without a password; "
+                    "k3deploy needs root or passwordless sudo"))
+    if facts.get("docker") is None:
+        out.append(("docker", "docker is missing or its daemon does not answer "
+                    "(sudo systemctl start docker)"))
+    elif "nvidia" not in (facts.get("runtimes") or ""):
+        out.append(("docker", "docker has no nvidia runtime: `--gpus all` will fail; install "
+                    "the NVIDIA container toolkit (nvidia-ctk runtime configure)"))
+    if facts.get("hub_client") is None:
+        out.append(("python", "python3 with huggingface_hub is missing on the node "
+                    "(python3 -m pip install --user 'huggingface_hub>=1.0')"))
+    return out
+
+
+def _network_problems(facts, node) -> list[tuple[str, str]]:
+    n, text = node.node, facts.get("nic")
+    if not text:
+        return [("nic", f"interface {n.nic} does not exist or has no IPv4 address; set nodes[].nic "
+                 "to the interface that carries the private address (ip -br addr)")]
+    if f" {n.self_ip}/" not in text:
+        return [("nic", f"{n.nic} does not carry {n.self_ip}: NCCL/GLOO would bind the wrong "
+                 "interface; fix nodes[].nic or nodes[].private_address")]
+    return []
+
+
+def _disk_problems(facts, node) -> list[tuple[str, str]]:
+    free = facts.get("free_bytes")
+    if free is None:
+        return [("disk", f"{node.inv.paths.nvme} does not exist on this node; mount the NVMe "
+                 "there or set paths.nvme")]
+    manifest = node.run.shared["manifest"]
+    need = manifest.total_bytes * 1.02 + node.inv.paths.reserve_gb * GB
+    have = facts.get("have_bytes") or 0
+    if free + have < need:
+        return [("disk", f"{free / GB:,.2f} GB free on {node.inv.paths.nvme} + {have / GB:,.2f} GB "
+                 f"already downloaded < {need / GB:,.2f} GB needed (checkpoint "
+                 f"{manifest.total_bytes / GB:,.2f} GB + 2% + {node.inv.paths.reserve_gb} GB "
+                 "for the image)")]
+    return []
+
+
+def _identical(all_facts) -> list[tuple[str, str, str]]:
+    shapes = {}
+    for name, facts in all_facts.items():
+        gpus = facts.get("gpus") or []
+        shapes[name] = (len(gpus), gpus[0]["name"] if gpus else None, facts.get("cuda"))
+    if len(set(shapes.values())) <= 1:
+        return []
+    common = max(set(shapes.values()), key=list(shapes.values()).count)
+    return [(n, "identical", f"{s[0]}x {s[1]} CUDA {s[2]} differs from the others' "
+             f"{common[0]}x {common[1]} CUDA {common[2]}") for n, s in shapes.items() if s != common]
+
+
+def _sizing(run) -> list[tuple[str, str, str]]:
+    inv = run.inv
+    ok, message = sizing.fits_inventory(inv.gpu.model, len(inv.nodes), inv.gpu.count,
+                                        inv.model.precision)
+    return [] if ok else [("cluster", "sizing", message)]

@@ -1,0 +1,207 @@
+"""SSH to the nodes. The only module that knows about Fabric and Paramiko.
+
+One persistent connection per node per run: opened once, reused by every step, reopened only
+after a transport failure. Host keys are verified against known_hosts; unknown keys are
+refused unless the user asked for accept-new (as OpenSSH's StrictHostKeyChecking=accept-new).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import fabric
+import invoke
+import paramiko
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from k3deploy.errors import CommandError, HostKeyError, UnreachableError
+from k3deploy.redact import redact
+
+KEEPALIVE_SECONDS = 15
+# Transport-level failures: the command's fate is unknown, the connection is not usable.
+TRANSPORT_ERRORS = (paramiko.SSHException, socket.error, EOFError, OSError)
+
+
+@dataclass(frozen=True)
+class Result:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def output(self) -> str:
+        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to reach one node; built from the inventory by `endpoint_for`."""
+
+    name: str
+    host: str
+    user: str | None
+    port: int | None
+    key: str | None
+    known_hosts: str
+    connect_timeout: float
+    command_timeout: float
+    use_ssh_config: bool = True
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Trust a first-seen key and record it; a changed key still fails (BadHostKeyException
+    is raised by Paramiko before any policy is consulted)."""
+
+    def __init__(self, known_hosts: str, lock: threading.Lock):
+        self.known_hosts = known_hosts
+        self.lock = lock
+
+    def missing_host_key(self, client, hostname, key):
+        with self.lock:
+            Path(self.known_hosts).parent.mkdir(parents=True, exist_ok=True)
+            with open(self.known_hosts, "a", encoding="ascii") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def quote(argv: list[str] | str) -> str:
+    return argv if isinstance(argv, str) else shlex.join([str(a) for a in argv])
+
+
+class NodeConnection:
+    def __init__(self, ep: Endpoint, *, accept_new_host_keys: bool = False,
+                 connect_attempts: int = 3):
+        self.ep = ep
+        self.accept_new = accept_new_host_keys
+        self.connect_attempts = connect_attempts
+        self._conn: fabric.Connection | None = None
+        self._lock = threading.Lock()
+        self.opened = 0  # how many TCP connections this run opened to the node
+
+    # -- connection -------------------------------------------------------------------
+    def _new_connection(self) -> fabric.Connection:
+        config = fabric.Config(runtime_ssh_path=os.devnull) if not self.ep.use_ssh_config \
+            else fabric.Config()
+        kwargs = {"key_filename": [self.ep.key]} if self.ep.key else {}
+        kwargs.update(banner_timeout=self.ep.connect_timeout, auth_timeout=self.ep.connect_timeout)
+        conn = fabric.Connection(self.ep.host, user=self.ep.user, port=self.ep.port, config=config,
+                                 connect_timeout=max(1, int(self.ep.connect_timeout)),
+                                 connect_kwargs=kwargs)
+        client = conn.client
+        if os.path.exists(self.ep.known_hosts):
+            client.load_host_keys(self.ep.known_hosts)
+        client.set_missing_host_key_policy(
+            _AcceptNewPolicy(self.ep.known_hosts, _KNOWN_HOSTS_LOCK) if self.accept_new
+            else paramiko.RejectPolicy())
+        return conn
+
+    def _open_once(self) -> None:
+        conn = self._new_connection()
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as err:
+            raise HostKeyError(self.ep.name, f"host key of {self.ep.host} CHANGED "
+                               f"(got {err.key.get_name()}); refusing to connect",
+                               hint=f"if the node was really rebuilt, remove its line from "
+                               f"{self.ep.known_hosts} (ssh-keygen -R {self.ep.host})") from None
+        except paramiko.SSHException as err:
+            if "not found in known_hosts" in str(err):
+                raise HostKeyError(self.ep.name, f"host key of {self.ep.host} is unknown",
+                                   hint="add it to known_hosts (ssh-keyscan) or pass "
+                                   "--accept-new-host-keys to trust it on first use") from None
+            raise
+        conn.transport.set_keepalive(KEEPALIVE_SECONDS)
+        self._conn = conn
+        self.opened += 1
+
+    def open(self) -> None:
+        if self._conn is not None and self._conn.is_connected:
+            return
+        self.close()
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self.connect_attempts),
+                                    wait=wait_exponential(multiplier=0.5, max=5),
+                                    retry=retry_if_exception_type(TRANSPORT_ERRORS), reraise=True):
+                with attempt:
+                    self._open_once()
+        except paramiko.AuthenticationException as err:
+            raise UnreachableError(self.ep.name, f"SSH authentication to {self._target()} failed: "
+                                   f"{err}", hint="check ssh.user / ssh.key in the inventory") from None
+        except TRANSPORT_ERRORS as err:
+            raise UnreachableError(self.ep.name, f"cannot reach {self._target()} after "
+                                   f"{self.connect_attempts} attempts: {err or type(err).__name__}",
+                                   hint="is the node up (spot reclaim?) and port open?") from None
+
+    def _target(self) -> str:
+        return f"{self.ep.user or ''}{'@' if self.ep.user else ''}{self.ep.host}:{self.ep.port or 22}"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # closing a dead connection may raise anything; it is gone either way
+                pass
+            self._conn = None
+
+    # -- commands ---------------------------------------------------------------------
+    def _wrap(self, command: str, sudo: bool) -> str:
+        if sudo and (self._conn.user or "root") != "root":
+            return "sudo -n -- sh -c " + shlex.quote(command)
+        return command
+
+    def _run_once(self, command: str, stdin: str | None, timeout: float | None) -> Result:
+        self.open()
+        try:
+            res = self._conn.run(command, hide=True, warn=True, pty=False,
+                                 in_stream=io.StringIO(stdin) if stdin is not None else False,
+                                 timeout=timeout)
+        except invoke.exceptions.CommandTimedOut as err:
+            return Result(command, 124, err.result.stdout, err.result.stderr + "\n(timed out)")
+        except TRANSPORT_ERRORS:
+            self.close()
+            raise
+        return Result(command, res.exited, res.stdout, res.stderr)
+
+    def run(self, argv: list[str] | str, *, sudo: bool = False, stdin: str | None = None,
+            timeout: float | None = None, check: bool = True, retry: bool = False,
+            step: str | None = None) -> Result:
+        """Run a command. `retry=True` marks it safe to repeat after a transport failure."""
+        command = self._wrap(quote(argv), sudo)
+        attempts = 3 if retry else 1
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(attempts),
+                                    wait=wait_exponential(multiplier=0.5, max=5),
+                                    retry=retry_if_exception_type(TRANSPORT_ERRORS), reraise=True):
+                with attempt, self._lock:
+                    result = self._run_once(command, stdin, timeout or self.ep.command_timeout)
+        except TRANSPORT_ERRORS as err:
+            raise UnreachableError(self.ep.name, f"connection lost while running "
+                                   f"{redact(quote(argv))}: {err or type(err).__name__}",
+                                   step=step) from None
+        if check and not result.ok:
+            raise CommandError(self.ep.name, redact(quote(argv)), result.exit_code,
+                               redact(result.output), step=step)
+        return result
+
+    def put_text(self, content: str, path: str, *, mode: int = 0o600, sudo: bool = False,
+                 step: str | None = None) -> None:
+        """Write a file atomically through stdin, so its content (a token, a key) never
+        appears in argv and a reader never sees half a file."""
+        tmp = f"{path}.k3tmp"
+        script = (f"umask 077 && cat > {shlex.quote(tmp)} && chmod {mode:o} {shlex.quote(tmp)}"
+                  f" && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+        self.run(["sh", "-c", script], sudo=sudo, stdin=content, retry=True, step=step)

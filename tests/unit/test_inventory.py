@@ -1,0 +1,136 @@
+"""Inventory validation: every rule, with the message a user sees."""
+
+import copy
+
+import pytest
+import yaml
+
+from k3deploy import inventory
+from k3deploy.errors import InventoryError
+from tests.unit.invdata import four_nodes
+
+
+def problems(doc) -> list[str]:
+    with pytest.raises(InventoryError) as err:
+        inventory.parse(doc, source="inv.yaml")
+    assert err.value.exit_code == 2
+    assert str(err.value).startswith("inv.yaml:")
+    return err.value.problems
+
+
+def test_valid_four_nodes_defaults():
+    inv = inventory.parse(four_nodes(), source="/x/inv.yaml")
+    assert inv.head.name == "node0"
+    assert [r for r, _ in inv.ranked()] == [0, 1, 2, 3]
+    assert inv.total_gpus == 32
+    assert inv.ports.dist_init == 20000 and inv.ports.serve == 8000
+    assert inv.paths.hf == "/mnt/nvme/hf" and inv.paths.docker == "/mnt/nvme/docker"
+    assert inv.resolve_path("id_ed25519") == "/x/id_ed25519"
+
+
+def test_explicit_ranks_pick_the_head():
+    doc = four_nodes()
+    for node, rank in zip(doc["nodes"], [2, 0, 3, 1]):
+        node["rank"] = rank
+    inv = inventory.parse(doc)
+    assert inv.head.name == "node1"
+    assert inv.rank_of("node2") == 3
+
+
+def test_duplicate_names_and_addresses():
+    doc = four_nodes()
+    doc["nodes"][1]["name"] = "node0"
+    doc["nodes"][2]["address"] = "10.0.0.10"
+    found = problems(doc)
+    assert any("nodes[].name: 'node0' is used by node0, node0" in p for p in found)
+    assert any("nodes[].address: '10.0.0.10'" in p for p in found)
+    assert any("SGLANG_HOST_IP must be unique" in p for p in found)
+
+
+def test_duplicate_rank_zero_is_named():
+    doc = four_nodes()
+    for node, rank in zip(doc["nodes"], [0, 0, 2, 3]):
+        node["rank"] = rank
+    found = problems(doc)
+    assert any("rank 0 is claimed by node0, node1" in p and "never form" in p for p in found)
+
+
+def test_ranks_must_be_complete_and_on_every_node():
+    doc = four_nodes()
+    for node, rank in zip(doc["nodes"], [0, 1, 2, 5]):
+        node["rank"] = rank
+    assert any("exactly 0..3" in p for p in problems(doc))
+    doc = four_nodes()
+    doc["nodes"][0]["rank"] = 0
+    assert any("on every node or on none" in p for p in problems(doc))
+
+
+def test_ipv6_dist_init_address_rejected():
+    doc = four_nodes()
+    doc["nodes"][0]["private_address"] = "fd00::10"
+    assert any("IPv6" in p and "nodes[0].private_address" in p for p in problems(doc))
+
+
+def test_tp_ep_must_equal_total_gpus():
+    doc = four_nodes(engine={"args": {"tp-size": 16, "ep-size": 32}})
+    found = problems(doc)
+    assert any(p.startswith("engine.args.tp-size: 16") and "must equal 32" in p for p in found)
+    assert not any("ep-size" in p for p in found)
+
+
+def test_shell_reaching_values_are_constrained():
+    doc = four_nodes()
+    doc["nodes"][0]["nic"] = "eth0; rm -rf /"
+    doc["nodes"][1]["name"] = "Node$(id)"
+    doc["paths"] = {"nvme": "/mnt/nvme dir"}
+    doc["engine"] = {"env": {"BAD-NAME": "x", "OK": "a\nb"}, "image": "Image With Spaces"}
+    found = problems(doc)
+    for field in ("nodes[0].nic", "nodes[1].name", "paths.nvme", "engine.image",
+                  "engine.env.OK"):
+        assert any(p.startswith(field) for p in found), (field, found)
+    assert any("engine.env.BAD-NAME" in p for p in found)
+
+
+def test_secrets_are_not_accepted_as_env_or_args():
+    doc = four_nodes(engine={"env": {"HF_TOKEN": "hf_x"}, "args": {"api-key": "k"}})
+    found = problems(doc)
+    assert any(p.startswith("engine.env.HF_TOKEN: secrets must not") for p in found)
+    assert any(p.startswith("engine.args.api-key: secrets must not") for p in found)
+
+
+def test_unknown_field_and_all_errors_at_once():
+    doc = four_nodes(cluser="typo")
+    doc["nodes"][0]["adress"] = "x"
+    found = problems(doc)
+    assert "cluser: unknown field (check the spelling; see inventories/ for examples)" in found
+    assert any(p.startswith("nodes[0].adress: unknown field") for p in found)
+
+
+def test_port_collision():
+    doc = four_nodes(ports={"dist_init": 8000, "serve": 8000})
+    assert any("8000 is used for more than one purpose" in p for p in problems(doc))
+
+
+def test_load_reports_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(InventoryError) as err:
+        inventory.load(tmp_path / "nope.yaml")
+    assert err.value.problems == ["file not found"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: [unclosed\n")
+    with pytest.raises(InventoryError) as err:
+        inventory.load(bad)
+    assert "not valid YAML" in err.value.problems[0]
+
+
+def test_load_round_trip(tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump(four_nodes(ssh={"key": "id_ed25519"})))
+    inv = inventory.load(path)
+    assert inv.source == str(path)
+    assert inv.resolve_path(inv.ssh.key) == str(tmp_path / "id_ed25519")
+
+
+def test_frozen_models():
+    inv = inventory.parse(copy.deepcopy(four_nodes()))
+    with pytest.raises(Exception):
+        inv.cluster = "other"

@@ -1,0 +1,129 @@
+"""The step contract as the runner enforces it, against in-memory nodes."""
+
+from k3deploy import inventory
+from k3deploy.context import RunContext
+from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, StepFailed
+from k3deploy.runner import Runner
+from k3deploy.steps.base import Step, cmd
+from tests.unit.fakes import FakeConn, FakeSession
+from tests.unit.invdata import four_nodes
+
+WORLD: dict = {}
+
+
+class Touch(Step):
+    """A step over an in-memory world: a node needs 'x' set; applying sets it."""
+
+    name = "touch"
+    order: list = []
+
+    def facts(self, node):
+        return {"x": WORLD.get(node.name)}
+
+    def plan(self, facts, node):
+        return [] if facts["x"] else [cmd("set x", "touch", "/x")]
+
+    def apply(self, node, actions):
+        Touch.order.append(node.name)
+        if node.name != WORLD.get("broken"):
+            WORLD[node.name] = True
+
+
+class HeadFirst(Touch):
+    name = "headfirst"
+    head_first = True
+
+
+class NeedsAll(Touch):
+    name = "needsall"
+    needs_all_nodes = True
+
+
+def make(tmp_path, check=False, conns=None):
+    inv = inventory.parse(four_nodes())
+    session = FakeSession(inv, tmp_path, conns)
+    return RunContext(inv=inv, session=session, check=check), session
+
+
+def setup_function():
+    WORLD.clear()
+    Touch.order = []
+
+
+def test_check_mode_reports_and_touches_nothing(tmp_path):
+    run, session = make(tmp_path, check=True)
+    report = Runner(run, [Touch()]).execute()
+    assert {r["touch"].status for r in report.results.values()} == {"would-change"}
+    assert report.results["node0"]["touch"].actions == ["set x: touch /x"]
+    assert WORLD == {} and Touch.order == []
+    assert report.exit_code() == EXIT_OK
+    assert not session.states["node0"].path.exists()
+
+
+def test_apply_then_apply_again_changes_nothing(tmp_path):
+    run, session = make(tmp_path)
+    first = Runner(run, [Touch()]).execute()
+    assert {r["touch"].status for r in first.results.values()} == {"changed"}
+    again = Runner(run, [Touch()]).execute()
+    assert {r["touch"].status for r in again.results.values()} == {"ok"}
+    rec = session.states["node2"].step("touch")
+    assert rec["status"] == "ok" and rec["attempts"] == 2 and rec["inputs_digest"]
+
+
+def test_apply_that_does_not_converge_fails_that_node_only(tmp_path):
+    WORLD["broken"] = "node1"
+    run, session = make(tmp_path)
+    report = Runner(run, [Touch()]).execute()
+    assert report.results["node1"]["touch"].status == "failed"
+    assert "still needed: set x: touch /x" in report.results["node1"]["touch"].error[0]
+    assert report.results["node0"]["touch"].status == "changed"
+    assert report.exit_code() == EXIT_STEP_FAILED
+    assert "still needed" in session.states["node1"].step("touch")["last_error"]
+
+
+def test_needs_all_nodes_blocks_after_a_failure(tmp_path):
+    WORLD["broken"] = "node3"
+    run, _ = make(tmp_path)
+    report = Runner(run, [Touch(), NeedsAll()]).execute()
+    blocked = report.results["node0"]["needsall"]
+    assert blocked.status == "blocked" and "node3 failed earlier" in blocked.error[0]
+
+
+def test_head_first_runs_rank_zero_alone_first(tmp_path):
+    run, _ = make(tmp_path)
+    Runner(run, [HeadFirst()]).execute()
+    assert Touch.order[0] == "node0" and sorted(Touch.order[1:]) == ["node1", "node2", "node3"]
+
+
+def test_unreachable_node_is_reported_and_others_finish(tmp_path):
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: FakeConn(n.name, unreachable=n.name == "node2") for n in inv.nodes}
+    run, _ = make(tmp_path, conns=conns)
+    report = Runner(run, [Touch()]).execute()
+    assert report.results["node2"]["touch"].status == "unreachable"
+    assert "cannot reach it" in report.results["node2"]["touch"].error[0]
+    assert report.results["node1"]["touch"].status == "changed"
+    assert report.exit_code() == EXIT_PARTIAL
+
+
+def test_replaced_machine_discards_stale_state(tmp_path):
+    run, session = make(tmp_path)
+    Runner(run, [Touch()]).execute()
+    assert session.states["node1"].step("touch")["status"] == "changed"
+    session.connections["node1"].boot_id = "boot-2"
+    WORLD.pop("node1")
+    Runner(run, [Touch()]).execute()
+    rec = session.states["node1"].step("touch")
+    assert rec["attempts"] == 1 and session.states["node1"].data.get("discarded_at")
+
+
+def test_step_failed_error_names_node_and_step(tmp_path):
+    class Boom(Touch):
+        name = "boom"
+
+        def plan(self, facts, node):
+            raise StepFailed(node.name, "no good", hint="do better")
+
+    run, _ = make(tmp_path)
+    report = Runner(run, [Boom()]).execute()
+    assert report.results["node0"]["boom"].error == ["[node0/boom] no good", "  fix: do better"]

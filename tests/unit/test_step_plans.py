@@ -1,0 +1,181 @@
+"""Step plans from fact fixtures: facts in, commands out. No I/O."""
+
+import json
+
+import pytest
+
+from k3deploy import engines, inventory
+from k3deploy.context import NodeContext, RunContext
+from k3deploy.errors import StepFailed
+from k3deploy.hubmeta import Manifest, RepoFile
+from k3deploy.steps.download import DownloadWeights
+from k3deploy.steps.files import EnsureFile
+from k3deploy.steps.image import PullImage
+from k3deploy.steps.launch import LaunchEngine
+from k3deploy.steps.nvme import MoveToNvme
+from k3deploy.steps.teardown import RemoveContainers, WipeWeights
+from tests.unit.fakes import FakeSession
+from tests.unit.invdata import four_nodes
+
+SHA = "a" * 40
+
+
+def node_ctx(tmp_path, rank=0, options=None, doc=None, **shared):
+    inv = inventory.parse(doc or four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=options or {})
+    run.shared.update(shared)
+    return NodeContext(run, inv.ranked()[rank][1], rank)
+
+
+def shown(actions):
+    return [a.shown() for a in actions]
+
+
+# -- nvme ---------------------------------------------------------------------------------
+NVME_DONE = {"hf_owner": "root", "hf_writable": True, "login_user": "root", "docker_dir": True,
+             "daemon_json": {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"},
+             "docker_root": "/mnt/nvme/docker"}
+
+
+def test_nvme_done_plans_nothing(tmp_path):
+    assert MoveToNvme().plan(NVME_DONE, node_ctx(tmp_path)) == []
+
+
+def test_nvme_merges_daemon_json_and_restarts(tmp_path):
+    facts = {**NVME_DONE, "daemon_json": {"log-driver": "json-file", "data-root": "/var/lib/docker"},
+             "docker_root": "/var/lib/docker"}
+    actions = MoveToNvme().plan(facts, node_ctx(tmp_path))
+    write = actions[0]
+    assert write.upload_to == "/etc/docker/daemon.json" and write.sudo
+    assert json.loads(write.content) == {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"}
+    assert shown(actions[1:]) == ["stop docker: sudo systemctl stop docker docker.socket",
+                                  "start docker: sudo systemctl start docker"]
+
+
+def test_nvme_file_right_but_daemon_not_restarted(tmp_path):
+    facts = {**NVME_DONE, "docker_root": "/var/lib/docker"}
+    assert [a.description for a in MoveToNvme().plan(facts, node_ctx(tmp_path))] == \
+        ["stop docker", "start docker"]
+
+
+def test_nvme_refuses_unparseable_daemon_json(tmp_path):
+    with pytest.raises(StepFailed, match="not valid JSON"):
+        MoveToNvme().plan({**NVME_DONE, "daemon_json": None}, node_ctx(tmp_path))
+
+
+def test_nvme_gives_cache_to_login_user(tmp_path):
+    facts = {**NVME_DONE, "hf_owner": "root", "login_user": "ubuntu", "docker_dir": False}
+    out = shown(MoveToNvme().plan(facts, node_ctx(tmp_path)))
+    assert out == ["create docker data-root: sudo mkdir -p /mnt/nvme/docker",
+                   "create HF cache and k3deploy work dirs: sudo mkdir -p /mnt/nvme/hf/hub "
+                   "/mnt/nvme/.k3deploy",
+                   "give them to the login user: sudo chown ubuntu: /mnt/nvme/hf /mnt/nvme/hf/hub "
+                   "/mnt/nvme/.k3deploy"]
+
+
+# -- image --------------------------------------------------------------------------------
+def test_image_pull_only_when_missing(tmp_path):
+    step, ctx = PullImage(), node_ctx(tmp_path)
+    assert step.plan({"present": True, "image": "lmsysorg/sglang:kimi-k3"}, ctx) == []
+    (pull,) = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3-cu12"}, ctx)
+    assert pull.argv == ("docker", "pull", "lmsysorg/sglang:kimi-k3-cu12") and pull.retry
+
+
+# -- download -----------------------------------------------------------------------------
+def manifest():
+    return Manifest("moonshotai/Kimi-K3", "main", SHA, None,
+                    (RepoFile("model-00001-of-00096.safetensors", 10, "b" * 64, "c" * 40),))
+
+
+def test_download_complete_plans_nothing(tmp_path):
+    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json="{}", token=None)
+    assert DownloadWeights().plan({"missing_count": 0, "running": False}, ctx) == []
+
+
+def test_download_start_uploads_token_file_and_detaches(tmp_path):
+    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
+    actions = DownloadWeights().plan({"missing_count": 3, "running": False}, ctx)
+    env = next(a for a in actions if a.upload_to == "/mnt/nvme/.k3deploy/hf.env")
+    assert env.content == "HF_TOKEN=hf_tok\n" and env.mode == 0o600
+    start = actions[-2]
+    assert start.argv[:2] == ("sh", "-c") and "setsid nohup python3" in start.argv[2]
+    assert "--env-file /mnt/nvme/.k3deploy/hf.env" in start.argv[2]
+    assert "hf_tok" not in " ".join(shown(actions))
+    assert actions[-1].wait == "download"
+
+
+def test_download_running_is_reattached_not_restarted(tmp_path):
+    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json="{}", token=None)
+    assert shown(DownloadWeights().plan({"missing_count": 3, "running": True}, ctx)) == \
+        ["wait until every file is verified"]
+    assert DownloadWeights({"wait": False}).plan({"missing_count": 3, "running": True}, ctx) == []
+
+
+# -- launch -------------------------------------------------------------------------------
+def launch_facts(tmp_path, rank=0, container=None, key="k3-testkey-0123456789", options=None):
+    ctx = node_ctx(tmp_path, rank=rank, options=options, manifest=manifest(), api_key=key)
+    step = LaunchEngine()
+    spec = step.spec({"cuda": "13.0"}, ctx)
+    return step, ctx, {"spec": spec, "container": container, "key_file_sha": None}
+
+
+def test_launch_fresh_node_writes_key_file_then_runs_its_rank(tmp_path):
+    step, ctx, facts = launch_facts(tmp_path, rank=2)
+    actions = step.plan(facts, ctx)
+    assert [a.description for a in actions] == ["create secrets dir (0700)",
+                                                 "write the endpoint key (0600)", "start rank 2"]
+    run = list(actions[-1].argv)
+    assert run[:3] == ["docker", "run", "-d"] and run[run.index("--node-rank") + 1] == "2"
+    assert run[run.index("--dist-init-addr") + 1] == "10.0.0.10:20000"
+    assert "k3-testkey-0123456789" not in " ".join(run)
+    assert "k3-testkey-0123456789" in actions[1].content
+
+
+def test_launch_same_config_running_is_left_alone(tmp_path):
+    step, ctx, facts = launch_facts(tmp_path)
+    label = facts["spec"].labels[engines.CONFIG_LABEL]
+    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: label}}
+    assert step.plan(facts, ctx) == []
+
+
+def test_launch_other_config_needs_replace(tmp_path):
+    step, ctx, facts = launch_facts(tmp_path)
+    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
+    with pytest.raises(StepFailed, match="runs another configuration") as err:
+        step.plan(facts, ctx)
+    assert "--replace" in err.value.hint
+    step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
+    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
+    assert [a.description for a in step.plan(facts, ctx)][-2:] == ["remove old container k3",
+                                                                     "start rank 0"]
+
+
+def test_launch_picks_cu12_image_from_driver(tmp_path):
+    ctx = node_ctx(tmp_path, manifest=manifest(), api_key=None)
+    spec = LaunchEngine().spec({"cuda": "12.8"}, ctx)
+    assert spec.image == "lmsysorg/sglang:kimi-k3-cu12" and spec.secrets_host_dir is None
+
+
+# -- teardown and files -------------------------------------------------------------------
+def test_teardown_removes_only_existing_container(tmp_path):
+    ctx = node_ctx(tmp_path)
+    assert RemoveContainers().plan({"container": None}, ctx) == []
+    assert shown(RemoveContainers().plan({"container": {"status": "exited"}}, ctx)) == \
+        ["remove container k3: sudo docker rm -f k3"]
+
+
+def test_wipe_weights_targets(tmp_path):
+    ctx = node_ctx(tmp_path)
+    assert shown(WipeWeights().plan({"exists0": True, "exists1": False}, ctx)) == \
+        ["delete weights and k3deploy files: sudo rm -rf -- "
+         "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3"]
+
+
+def test_file_step_plans_content_then_mode(tmp_path):
+    step, ctx = EnsureFile({"path": "/etc/k3", "content": "hi\n", "mode": "0640"}), node_ctx(tmp_path)
+    import hashlib
+    digest = hashlib.sha256(b"hi\n").hexdigest()
+    assert step.plan({"sha256": None, "mode": None}, ctx)[0].upload_to == "/etc/k3"
+    assert shown(step.plan({"sha256": digest, "mode": "644"}, ctx)) == \
+        ["set mode of /etc/k3: sudo chmod 640 /etc/k3"]
+    assert step.plan({"sha256": digest, "mode": "640"}, ctx) == []

@@ -1,0 +1,49 @@
+"""Retry bounds of the transport, without a network: the connection opener is replaced."""
+
+import socket
+
+import pytest
+
+from k3deploy.errors import UnreachableError
+from k3deploy.transport import Endpoint, NodeConnection
+
+
+def endpoint():
+    return Endpoint(name="node0", host="192.0.2.1", user="root", port=22, key=None,
+                    known_hosts="/nonexistent", connect_timeout=1, command_timeout=5)
+
+
+def test_connect_gives_up_after_bounded_attempts(monkeypatch):
+    conn = NodeConnection(endpoint(), connect_attempts=3)
+    calls = []
+
+    def refuse():
+        calls.append(1)
+        raise socket.timeout("timed out")
+
+    monkeypatch.setattr(conn, "_open_once", refuse)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    with pytest.raises(UnreachableError) as err:
+        conn.open()
+    assert len(calls) == 3
+    assert "after 3 attempts" in str(err.value) and err.value.node == "node0"
+    assert "spot reclaim" in err.value.hint
+
+
+def test_command_retried_only_when_marked_safe(monkeypatch):
+    conn = NodeConnection(endpoint())
+    calls = []
+
+    def drop(command, stdin, timeout):
+        calls.append(command)
+        raise EOFError()
+
+    monkeypatch.setattr(conn, "_run_once", drop)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    with pytest.raises(UnreachableError):
+        conn.run(["docker", "run", "x"])
+    assert len(calls) == 1
+    calls.clear()
+    with pytest.raises(UnreachableError) as err:
+        conn.run(["cat", "/etc/hostname"], retry=True, step="probe")
+    assert len(calls) == 3 and err.value.step == "probe"
