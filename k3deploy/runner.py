@@ -34,6 +34,10 @@ class RunReport:
     def set(self, node: str, step: str, result: StepResult) -> None:
         self.results.setdefault(node, {})[step] = result
 
+    def ordered(self, names: list[str]) -> None:
+        """Keep rows in rank order, not in the order threads happened to finish."""
+        self.results = {n: self.results.get(n, {}) for n in names} | self.results
+
     def statuses(self) -> set[str]:
         return {r.status for per in self.results.values() for r in per.values()}
 
@@ -54,10 +58,11 @@ class Runner:
     def __init__(self, run: RunContext, steps: list[Step]):
         self.run = run
         self.steps = steps
-        self.report = RunReport(steps=[s.name for s in steps])
+        self.report = RunReport(steps=[s.label for s in steps])
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
 
     def execute(self) -> RunReport:
+        self.report.ordered([c.name for c in self.contexts])
         self._connect_all()
         for step in self.steps:
             if not self._run_step(step):
@@ -69,7 +74,7 @@ class Runner:
         for name, err in check_identities(self.contexts).items():
             status = "unreachable" if isinstance(err, UnreachableError) else "failed"
             for step in self.steps:
-                self.report.set(name, step.name, StepResult(status, error=err.lines()))
+                self.report.set(name, step.label, StepResult(status, error=err.lines()))
             self._say(name, None, status, err.lines())
 
     # -- one step ------------------------------------------------------------------------
@@ -115,7 +120,7 @@ class Runner:
                 for ctx, facts in zip(group, pool.map(lambda c: self._on_node(step, c), group)):
                     all_facts[ctx.name] = facts
             if step.head_first and self.report.results.get(group[0].name, {}).get(
-                    step.name, StepResult("ok")).status not in DONE:
+                    step.label, StepResult("ok")).status not in DONE:
                 break
         return all_facts
 
@@ -135,7 +140,7 @@ class Runner:
     def _on_node(self, step: Step, ctx: NodeContext) -> dict | None:
         started = time.monotonic()
         if not self.run.check:
-            ctx.state.begin(step.name, step.inputs_digest(ctx))
+            ctx.state.begin(step.label, step.inputs_digest(ctx))
         try:
             facts, result = self._contract(step, ctx)
         except UnreachableError as err:
@@ -151,8 +156,9 @@ class Runner:
         found = step.problems(facts, ctx)
         for check, message in found:
             self.report.problems.append((ctx.name, check, message))
-        if found:
-            return facts, StepResult("failed", error=[f"{c}: {m}" for c, m in found])
+        if found:  # the details go into the problems table printed at the end
+            return facts, StepResult("failed", error=[f"{len(found)} problem(s): "
+                                                      + ", ".join(sorted({c for c, _ in found}))])
         actions = step.plan(facts, ctx)
         shown = [a.shown() for a in actions]
         if not actions:
@@ -168,12 +174,12 @@ class Runner:
         return facts, StepResult("changed", actions=shown)
 
     def _record(self, ctx: NodeContext, step: Step, result: StepResult, facts=None) -> None:
-        self.report.set(ctx.name, step.name, result)
+        self.report.set(ctx.name, step.label, result)
         if not self.run.check and result.status != "blocked":
             detail = step.detail(facts, ctx) if facts is not None and result.status in DONE else None
-            ctx.state.finish(step.name, result.status,
+            ctx.state.finish(step.label, result.status,
                              error=redact("\n".join(result.error)) or None, detail=detail)
-        self._say(ctx.name, step.name, result.status, result.error, result.actions)
+        self._say(ctx.name, step.label, result.status, result.error, result.actions)
 
     def _say(self, node, step, status, error=(), actions=()):
         if self.run.ui:

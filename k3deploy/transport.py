@@ -12,11 +12,11 @@ import os
 import shlex
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import fabric
-import invoke
 import paramiko
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
@@ -76,6 +76,34 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
 
 _KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def _drain(chan, deadline: float) -> tuple[str, str]:
+    """Read stdout and stderr until the remote side closes both, without deadlocking on
+    either buffer filling up; TimeoutError (carrying stdout so far) past the deadline."""
+    out, err = bytearray(), bytearray()
+    while not (chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()
+               and chan.eof_received):
+        if time.monotonic() > deadline:
+            raise TimeoutError(out.decode(errors="replace"))
+        got = False
+        while chan.recv_ready():
+            out += chan.recv(65536)
+            got = True
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)
+            got = True
+        if not got:
+            if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            _wait_readable(chan)
+    return out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _wait_readable(chan) -> None:
+    # Paramiko channels are selectable; a short select avoids a busy loop.
+    import select
+    select.select([chan], [], [], 0.02)
 
 
 def quote(argv: list[str] | str) -> str:
@@ -164,17 +192,25 @@ class NodeConnection:
         return command
 
     def _run_once(self, command: str, stdin: str | None, timeout: float | None) -> Result:
+        """One command on a fresh channel of the persistent connection. Invoke's runner is
+        not used: it feeds stdin one byte per 10 ms and polls with threads per command."""
         self.open()
         try:
-            res = self._conn.run(command, hide=True, warn=True, pty=False,
-                                 in_stream=io.StringIO(stdin) if stdin is not None else False,
-                                 timeout=timeout)
-        except invoke.exceptions.CommandTimedOut as err:
-            return Result(command, 124, err.result.stdout, err.result.stderr + "\n(timed out)")
+            chan = self._conn.transport.open_session(timeout=self.ep.connect_timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(command)
+            if stdin is not None:
+                chan.sendall(stdin.encode())
+            chan.shutdown_write()
+            out, err = _drain(chan, time.monotonic() + (timeout or 1e9))
+            code = chan.recv_exit_status()
+        except TimeoutError as late:
+            chan.close()
+            return Result(command, 124, str(late), f"(timed out after {timeout:.0f}s)")
         except TRANSPORT_ERRORS:
             self.close()
             raise
-        return Result(command, res.exited, res.stdout, res.stderr)
+        return Result(command, code, out, err)
 
     def run(self, argv: list[str] | str, *, sudo: bool = False, stdin: str | None = None,
             timeout: float | None = None, check: bool = True, retry: bool = False,

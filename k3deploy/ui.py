@@ -13,9 +13,16 @@ STYLE = {"ok": "green", "changed": "yellow", "would-change": "cyan", "failed": "
          "unreachable": "magenta", "blocked": "red", "skipped": "dim"}
 
 
+def _console() -> Console:
+    # Not a terminal (CI, a pipe): rich would assume 80 columns and squash the tables.
+    probe = Console(stderr=True)
+    return Console(stderr=True, highlight=False,
+                   width=None if probe.is_terminal else max(probe.width, 140))
+
+
 class Ui:
     def __init__(self, console: Console | None = None, quiet: bool = False):
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or _console()
         self.quiet = quiet
         self._lock = threading.Lock()
 

@@ -13,16 +13,21 @@ import time
 
 
 def listen(ports, seconds):
-    socks = []
+    """A port already in use is reported as busy: something listens there (a running engine's
+    rendezvous), so probing it still tests reachability."""
+    status = {}
     for port in ports:
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", port))
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            status[port] = "busy"
+            continue
         s.listen(64)
-        socks.append(s)
-    for s in socks:
+        status[port] = "listening"
         threading.Thread(target=_accept, args=(s,), daemon=True).start()
-    print("listening", flush=True)
+    print(json.dumps(status), flush=True)
     time.sleep(seconds)
 
 

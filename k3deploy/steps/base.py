@@ -65,6 +65,11 @@ class Step:
         # Validated here so a typo in a playbook fails before any node is touched.
         self.p = self.Params.model_validate(self.params) if self.Params else None
 
+    @property
+    def label(self) -> str:
+        """Unique within a playbook: the column in reports and the key in state files."""
+        return self.name
+
     # -- hooks -----------------------------------------------------------------------
     def prepare(self, run) -> None:
         """Once on the laptop before any node (resolve a revision, make a key)."""

@@ -48,6 +48,10 @@ class DownloadWeights(Step):
     summary = "verified, resumable model download on every node"
     Params = DownloadParams
 
+    @property
+    def label(self) -> str:
+        return self.name if self.p.wait else "download-start"
+
     def prepare(self, run) -> None:
         manifest = manifest_for(run)
         run.shared["token"] = token_from_env(run.inv.hf_token_env)

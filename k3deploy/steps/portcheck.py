@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,10 +21,24 @@ def _ports_for(run, name: str, head: str, rng: random.Random) -> list[int]:
     return ports + [run.inv.ports.dist_init] if name == head else ports
 
 
-def _start(run, name: str, ports: list[int]) -> bool:
+def _start(run, name: str, ports: list[int]) -> tuple[str | None, dict]:
+    """Start the node's listeners; returns their pid (None when they did not start) and
+    {port: "listening" | "busy"}."""
     argv = ["python3", "-c", SCRIPT, "listen", str(LISTEN_SECONDS), *map(str, ports)]
-    cmd = f"( {' '.join(_q(a) for a in argv)} ) > /dev/null 2>&1 & sleep 0.3; kill -0 $! 2>/dev/null"
-    return run.session.conn(name).run(["sh", "-c", cmd], check=False).ok
+    out = "/tmp/k3deploy-portcheck.json"
+    cmd = (f"{shlex.join(argv)} > {out} 2>/dev/null & pid=$!; sleep 0.3; "
+           f"kill -0 $pid 2>/dev/null && echo $pid && cat {out}")
+    res = run.session.conn(name).run(["sh", "-c", cmd], check=False)
+    lines = res.stdout.split()
+    try:
+        return lines[0], {int(k): v for k, v in json.loads(" ".join(lines[1:])).items()}
+    except (IndexError, ValueError):
+        return None, {}
+
+
+def _stop(run, name: str, pid: str | None) -> None:
+    if pid:
+        run.session.conn(name).run(["kill", pid], check=False)
 
 
 def _probe(run, name: str, targets: list[str]) -> dict:
@@ -32,11 +47,6 @@ def _probe(run, name: str, targets: list[str]) -> dict:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {}
-
-
-def _q(arg: str) -> str:
-    import shlex
-    return shlex.quote(arg)
 
 
 def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
@@ -49,17 +59,20 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
     try:
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
             started = dict(zip(names, pool.map(lambda n: _start(run, n, plan[n]), names)))
+            # A busy port has an owner (a running engine's rendezvous): nothing to learn there.
             probes = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n
-                          for p in plan[m] if started[m]] for n in names}
+                          for p, how in started[m][1].items() if how == "listening"]
+                      for n in names}
             results = dict(zip(names, pool.map(lambda n: _probe(run, n, probes[n]), names)))
+            list(pool.map(lambda n: _stop(run, n, started[n][0]), names))
     except K3Error as err:
         return [(getattr(err, "node", "cluster"), "ports", str(err))]
     return _report(run, results, started)
 
 
 def _report(run, results: dict, started: dict) -> list[tuple[str, str, str]]:
-    out = [(n, "ports", "could not open a test listener (port in use?)")
-           for n, ok in started.items() if not ok]
+    out = [(n, "ports", "could not start a test listener (python3 missing?)")
+           for n, (pid, _) in started.items() if not pid]
     for name, res in results.items():
         blocked = sorted(t for t, ok in res.items() if not ok)
         if blocked:

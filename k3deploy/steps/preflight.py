@@ -146,7 +146,5 @@ def _identical(all_facts) -> list[tuple[str, str, str]]:
 
 
 def _sizing(run) -> list[tuple[str, str, str]]:
-    inv = run.inv
-    ok, message = sizing.fits_inventory(inv.gpu.model, len(inv.nodes), inv.gpu.count,
-                                        inv.model.precision)
+    ok, message = sizing.fits_inventory_of(run.inv)
     return [] if ok else [("cluster", "sizing", message)]

@@ -1,0 +1,75 @@
+"""Engine command lines: pure functions from a LaunchSpec to the argv a node runs.
+
+Nothing here touches the network or the filesystem, and no secret value ever appears in a
+returned argv (see spec.py for where the API key lives instead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+from k3deploy.engines.docker import (docker_exec_argv, docker_logs_argv, docker_rm_argv,
+                                     docker_run_argv, engine_env, vllm_env_host_path)
+from k3deploy.engines.images import (SGLANG_CU12, SGLANG_CU13, VLLM_DEFAULT, ImageChoiceError,
+                                     choose_image, parse_cuda_version)
+from k3deploy.engines.ray import (ray_container_argv, ray_head_container_argv, ray_status_argv,
+                                  ray_stop_argv, ray_worker_container_argv)
+from k3deploy.engines.sglang import (check_api_key, sglang_launch_argv, sglang_secret_config,
+                                     sglang_secret_container_path, sglang_secret_host_path,
+                                     sglang_serve_args)
+from k3deploy.engines.spec import (CONFIG_LABEL, HF_CACHE_MOUNT, LAYOUTS, SECRETS_MOUNT,
+                                   LaunchSpec, SpecError)
+from k3deploy.engines.vllm import (vllm_exec_serve_argv, vllm_launch_argv, vllm_secret_env,
+                                   vllm_serve_args)
+
+__all__ = [
+    "CONFIG_LABEL", "HF_CACHE_MOUNT", "LAYOUTS", "SECRETS_MOUNT", "SGLANG_CU12", "SGLANG_CU13",
+    "VLLM_DEFAULT", "ImageChoiceError", "LaunchSpec", "SpecError", "check_api_key",
+    "choose_image", "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv",
+    "docker_run_argv", "engine_env", "node_launch_argvs", "parse_cuda_version",
+    "ray_container_argv", "ray_head_container_argv", "ray_status_argv", "ray_stop_argv",
+    "ray_worker_container_argv", "sglang_launch_argv", "sglang_secret_config",
+    "sglang_secret_container_path", "sglang_secret_host_path", "sglang_serve_args",
+    "uses_ray", "vllm_env_host_path", "vllm_exec_serve_argv", "vllm_launch_argv",
+    "vllm_secret_env", "vllm_serve_args", "with_config_label",
+]
+
+
+def uses_ray(spec: LaunchSpec) -> bool:
+    return spec.engine == "vllm" and spec.nnodes > 1
+
+
+def node_launch_argvs(spec: LaunchSpec) -> list[list[str]]:
+    """Every command that starts this node's part of the engine, in order. With Ray the
+    head's second command (vllm serve) must wait until every node has joined."""
+    if spec.engine == "sglang":
+        return [sglang_launch_argv(spec)]
+    if not uses_ray(spec):
+        return [vllm_launch_argv(spec)]
+    if spec.is_head:
+        return [ray_head_container_argv(spec), vllm_exec_serve_argv(spec)]
+    return [ray_worker_container_argv(spec)]
+
+
+def config_digest(spec: LaunchSpec, api_key: str | None = None) -> str:
+    """16 hex chars of sha256 over what defines this node's running engine: the spec
+    (labels aside: the digest goes there), the argvs it produces, and a sha256 of the API
+    key (the key itself never enters), so a new key or image or flag changes the digest."""
+    bare = dataclasses.replace(spec, labels={})
+    fields = {f.name: getattr(bare, f.name) for f in dataclasses.fields(bare)}
+    doc = {
+        "spec": {k: dict(v) if isinstance(v, dict) else v for k, v in fields.items()},
+        "argvs": node_launch_argvs(bare),
+        "api_key_sha256": hashlib.sha256(api_key.encode()).hexdigest() if api_key else None,
+    }
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=dict)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def with_config_label(spec: LaunchSpec, api_key: str | None = None) -> LaunchSpec:
+    """The spec with `k3deploy.config=<digest>` among its labels, ready to launch; compare
+    a running container's label with config_digest() to decide leave-alone vs --replace."""
+    labels = {**spec.labels, CONFIG_LABEL: config_digest(spec, api_key)}
+    return dataclasses.replace(spec, labels=labels)

@@ -1,0 +1,76 @@
+"""vLLM command lines: DP+EP on one node (the guide's B300 cell), or across nodes over Ray
+(the guide's 2x8 B200 cell) with the Ray data-parallel backend.
+
+The API key reaches vLLM as VLLM_API_KEY from a 0600 `--env-file` (read by the docker
+CLI on the node, not passed in argv); `docker exec` processes inherit the container's env.
+"""
+
+from __future__ import annotations
+
+from k3deploy.engines.docker import docker_exec_argv, docker_run_argv
+from k3deploy.engines.sglang import check_api_key
+from k3deploy.engines.spec import FlagValue, LaunchSpec, SpecError, render_flags
+
+# Output of a detached `docker exec` goes nowhere; this sends it to the container's main
+# process stdout/stderr, which is what `docker logs` shows.
+_TO_CONTAINER_LOG = 'exec "$@" >>/proc/1/fd/1 2>>/proc/1/fd/2'
+
+
+def vllm_serve_args(spec: LaunchSpec) -> list[str]:
+    """The arguments after `vllm serve`: the model, then the flags."""
+    if spec.engine != "vllm":
+        raise SpecError(f"not a vLLM spec: engine {spec.engine}")
+    flags = [("revision", spec.revision_sha),
+             ("data-parallel-size", spec.world_size), ("enable-expert-parallel", True),
+             *_ray_dp_flags(spec), *_optional_flags(spec),
+             ("host", "0.0.0.0"), ("port", spec.serve_port),
+             ("tool-call-parser", "kimi_k3"), ("reasoning-parser", "kimi_k3"),
+             ("max-model-len", spec.context_length), ("trust-remote-code", True),
+             ("served-model-name", spec.model_name)]
+    return [spec.model_repo, *render_flags(flags, spec.extra_args)]
+
+
+def _ray_dp_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
+    if spec.nnodes == 1:
+        return []
+    # With --data-parallel-backend ray one `vllm serve` on the head starts every DP rank
+    # through the Ray cluster; without --data-parallel-size-local vLLM would try to place
+    # all of them on the head node (docs/serving/data_parallel_deployment.md, arg_utils).
+    return [("data-parallel-size-local", spec.gpus_per_node),
+            ("data-parallel-backend", "ray")]
+
+
+def _optional_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
+    chunked = spec.chunked_prefill_tokens
+    return [("enable-chunked-prefill", True if chunked else None),
+            ("max-num-batched-tokens", chunked),
+            ("mm-encoder-tp-mode", spec.mm_encoder_tp_mode)]
+
+
+def vllm_launch_argv(spec: LaunchSpec) -> list[str]:
+    """Single node: `docker run ... --entrypoint vllm IMAGE serve MODEL ...`.
+    The vllm/vllm-openai image has its own entrypoint, which is replaced here."""
+    if spec.nnodes != 1:
+        raise SpecError("multi-node vLLM runs over Ray: use ray_head_container_argv, "
+                        "ray_worker_container_argv and vllm_exec_serve_argv")
+    return docker_run_argv(spec, ["serve", *vllm_serve_args(spec)], entrypoint="vllm",
+                           env_file=spec.secrets_host_dir is not None)
+
+
+def vllm_exec_serve_argv(spec: LaunchSpec, *, capture_logs: bool = False) -> list[str]:
+    """Multi-node: `docker exec -d NAME vllm serve ...` in the Ray head container.
+
+    capture_logs: wrap in `sh -c` so the server's output lands in `docker logs NAME`
+    (a plain detached exec's output is discarded by docker)."""
+    if not spec.is_head:
+        raise SpecError(f"vllm serve runs on the head only, not rank {spec.node_rank}")
+    serve = ["vllm", "serve", *vllm_serve_args(spec)]
+    if capture_logs:
+        serve = ["sh", "-c", _TO_CONTAINER_LOG, "k3deploy-vllm", *serve]
+    return docker_exec_argv(spec.container_name, serve, detach=True)
+
+
+def vllm_secret_env(api_key: str) -> str:
+    """Text of the 0600 env file given to `docker run --env-file`."""
+    check_api_key(api_key)
+    return f"VLLM_API_KEY={api_key}\n"

@@ -1,0 +1,112 @@
+"""scripts/testbed up|down|fault|stats (surface: ../shared/design.md, "The testbed")."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tb import faults, stats, testbed
+from tb.inventory import ENGINES
+from tb.nodespec import DRIVERS, GPUS, SpecError, build_specs
+
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
+
+def _up_parser(sub) -> None:
+    up = sub.add_parser("up", help="start the nodes and the mock Hub; returns when SSH works")
+    up.add_argument("--dir", required=True, type=Path)
+    up.add_argument("--nodes", type=int, default=4)
+    up.add_argument("--gpu", choices=tuple(GPUS), default="h100")
+    up.add_argument("--gpus-per-node", type=int, default=8)
+    up.add_argument("--cuda", choices=tuple(DRIVERS), default="13.0", help="driver CUDA version")
+    up.add_argument("--node", action="append", default=[], metavar="NAME:KEY=VALUE",
+                    help="per-node override; keys: gpus gpu cuda disk daemon_json user "
+                         "load_seconds pull_seconds nvidia_toolkit")
+    up.add_argument("--disk", default="4G", help="NVMe (tmpfs) size per node")
+    up.add_argument("--load-seconds", type=float, default=2.0, help="stand-in engine load time")
+    up.add_argument("--pull-seconds", type=float, default=0.5, help="stand-in docker pull time")
+    up.add_argument("--engine", choices=ENGINES, default="sglang", help="inventory engine.kind")
+    up.add_argument("--shard-bytes", type=int, help="size of each of the 96 mock shards")
+    up.add_argument("--hub-rate", type=int, default=8 * 1024 * 1024,
+                    help="mock Hub bytes/s per connection (0: unthrottled)")
+    up.add_argument("--hub-token-file", help="mock Hub requires this bearer token")
+    up.add_argument("--no-hub", action="store_true",
+                    help="no mock Hub (the inventory endpoint then has no server behind it)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="testbed", description="a simulated GPU cluster on this machine")
+    sub = top.add_subparsers(dest="command", required=True)
+    _up_parser(sub)
+    down = sub.add_parser("down", help="stop everything the testbed started (safe to repeat)")
+    down.add_argument("--dir", required=True, type=Path)
+    fault = sub.add_parser("fault", help=f"inject a fault: {', '.join(faults.ACTIONS)}")
+    fault.add_argument("--dir", required=True, type=Path)
+    fault.add_argument("action", choices=faults.ACTIONS)
+    fault.add_argument("args", nargs="*")
+    stat = sub.add_parser("stats", help="what the Hub served and the stand-ins were asked")
+    stat.add_argument("--dir", required=True, type=Path)
+    stat.add_argument("--json", action="store_true", help="one JSON document")
+    return top
+
+
+def _up(args) -> int:
+    defaults = {"gpu": args.gpu, "gpus": args.gpus_per_node, "cuda": args.cuda, "disk": args.disk,
+                "load_seconds": args.load_seconds, "pull_seconds": args.pull_seconds}
+    specs = build_specs(args.nodes, defaults, args.node)
+    if args.hub_token_file and not Path(args.hub_token_file).is_file():
+        raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")
+    opts = testbed.UpOptions(nodes=specs, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+                             engine=args.engine, shard_bytes=args.shard_bytes, hub_rate=args.hub_rate,
+                             hub_token_file=args.hub_token_file, hub=not args.no_hub)
+    testbed.up(args.dir, opts)
+    return 0
+
+
+def _down(args) -> int:
+    if not testbed.down(args.dir):
+        print(f"nothing is up in {args.dir}")
+    return 0
+
+
+def _fault(args) -> int:
+    print(faults.apply(args.dir, args.action, args.args))
+    return 0
+
+
+def _stats(args) -> int:
+    doc = stats.collect(args.dir)
+    if args.json:
+        print(json.dumps(doc, indent=1, sort_keys=True))
+        return 0
+    for name, data in doc["hub"].get("by_node", {}).items():
+        print(f"hub -> {name}: {data.get('bytes', 0)} bytes, {data.get('requests', 0)} requests")
+    for name, data in doc["nodes"].items():
+        tools = sorted({c.get("tool", "?") for c in data["calls"]})
+        print(f"{name}: {len(data['calls'])} stand-in calls ({', '.join(tools) or 'none'})")
+    return 0
+
+
+COMMANDS = {"up": _up, "down": _down, "fault": _fault, "stats": _stats}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command != "stats" and os.geteuid() != 0:
+        print("testbed: must run as root (namespaces, mounts, iptables)", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        return COMMANDS[args.command](args)
+    except (SpecError, KeyError, faults.FaultError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"testbed {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+        print(f"testbed {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:  # `up` has already taken down what it started
+        print(f"testbed {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,116 @@
+"""`testbed fault`: spot reclaims, partitions, full disks and a misbehaving Hub."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tb import hubctl, net, node, nodefs
+from tb.nodespec import spec_from_dict
+from tb.sshcmd import KEY_FILE
+from tb.state import TestbedState
+from tb.testbed import start_nodes
+
+FILL_FILE = ".k3tb-fill"
+FILL_LEAVE_FREE = 512 * 1024
+
+
+class FaultError(RuntimeError):
+    pass
+
+
+def _active_state(tb_dir: Path) -> TestbedState:
+    state = TestbedState.load(Path(tb_dir).resolve())
+    if state is None or not state.data.get("active"):
+        raise FaultError(f"no testbed is up in {tb_dir}")
+    return state
+
+
+def _running_node(state: TestbedState, name: str) -> dict:
+    record = state.node(name)
+    if record.get("status") != "up" or not node.init_alive(record):
+        raise FaultError(f"{name} is not running (status {record.get('status')}); revive-node it first")
+    return record
+
+
+def kill_node(state: TestbedState, name: str) -> str:
+    """A spot reclaim: every process gone, the address unreachable (ARP fails, EHOSTUNREACH)."""
+    record = state.node(name)
+    state.update_node(name, status="killed")
+    node.kill_processes([record])
+    net.delete_netns([record["netns"]])
+    net.delete_link(record["veth"])
+    net.forget_neighbor(state.idx, record["address"])
+    return f"{name} killed"
+
+
+def revive_node(state: TestbedState, name: str) -> str:
+    """The node comes back as a fresh machine (same name, address and host key)."""
+    if state.node(name).get("status") != "killed":
+        kill_node(state, name)
+    record = state.node(name)
+    client_key = (state.dir / f"{KEY_FILE}.pub").read_text()
+    nodefs.prepare(state.dir, spec_from_dict(record["spec"]), record["address"], client_key)
+    state.update_node(name, status="starting", partitioned=False)
+    start_nodes(state, [record])
+    return f"{name} revived"
+
+
+def partition(state: TestbedState, name: str) -> str:
+    record = _running_node(state, name)
+    net.partition(record["netns"])
+    state.update_node(name, partitioned=True)
+    return f"{name} partitioned"
+
+
+def heal(state: TestbedState, name: str) -> str:
+    record = _running_node(state, name)
+    net.heal(record["netns"])
+    state.update_node(name, partitioned=False)
+    return f"{name} healed"
+
+
+def fill_disk(state: TestbedState, name: str) -> str:
+    """Leave less than 1 MiB free on the node's /mnt/nvme (a real tmpfs: this uses memory)."""
+    record = _running_node(state, name)
+    nvme = Path(f"/proc/{record['init_pid']}/root/mnt/nvme")  # the node's view of its mounts
+    stat = os.statvfs(nvme)
+    free = stat.f_bavail * stat.f_frsize
+    if free > FILL_LEAVE_FREE:
+        with open(nvme / FILL_FILE, "ab") as filler:
+            offset = filler.seek(0, os.SEEK_END)
+            os.posix_fallocate(filler.fileno(), offset, free - FILL_LEAVE_FREE)
+    stat = os.statvfs(nvme)
+    left = stat.f_bavail * stat.f_frsize
+    if left >= 1024 * 1024:
+        raise FaultError(f"{name}: /mnt/nvme still has {left} bytes free after filling")
+    return f"{name}: /mnt/nvme filled ({left} bytes free)"
+
+
+def hub_fault(state: TestbedState, action: str, arg: str | None) -> str:
+    if action == "drop-after":
+        if arg is None or not arg.isdigit():
+            raise FaultError("hub-drop-after wants a byte count")
+    elif action == "corrupt" and not arg:
+        raise FaultError("hub-corrupt wants a file name (path inside the repo)")
+    faults = hubctl.set_fault(state.dir, action, arg)
+    return f"hub faults now {faults}"
+
+
+NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition": partition,
+                "heal": heal, "fill-disk": fill_disk}
+HUB_ACTIONS = {"hub-drop-after": "drop-after", "hub-corrupt": "corrupt", "hub-heal": "heal"}
+ACTIONS = (*NODE_ACTIONS, *HUB_ACTIONS)
+
+
+def apply(tb_dir: Path, action: str, args: list[str]) -> str:
+    state = _active_state(tb_dir)
+    if action in NODE_ACTIONS:
+        if len(args) != 1:
+            raise FaultError(f"{action} wants exactly one node name")
+        return NODE_ACTIONS[action](state, args[0])
+    if action in HUB_ACTIONS:
+        want = 0 if action == "hub-heal" else 1
+        if len(args) != want:
+            raise FaultError(f"{action} wants {want} argument(s)")
+        return hub_fault(state, HUB_ACTIONS[action], args[0] if args else None)
+    raise FaultError(f"unknown fault {action!r}; one of {', '.join(ACTIONS)}")

@@ -1,0 +1,77 @@
+"""DIR/inventory.yaml: a k3deploy inventory for exactly this testbed (docs/architecture.md).
+
+Written without PyYAML so the testbed runs on any python3; JSON scalars are valid YAML.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tb.nodespec import NodeSpec
+from tb.sshcmd import KEY_FILE, KNOWN_HOSTS_FILE
+
+INVENTORY_FILE = "inventory.yaml"
+ENGINES = ("sglang", "vllm")
+
+
+def _flow(mapping: dict) -> str:
+    return "{" + ", ".join(f"{key}: {_scalar(value)}" for key, value in mapping.items()) + "}"
+
+
+def _scalar(value) -> str:
+    if isinstance(value, str) and value.replace("-", "").replace("_", "").replace(".", "") \
+            .replace("/", "").isalnum() and not _looks_special(value):
+        return value
+    return json.dumps(value)
+
+
+def _looks_special(text: str) -> bool:
+    # Words YAML would read as something other than a string, and numbers.
+    if text.lower() in ("null", "true", "false", "yes", "no", "on", "off", "~"):
+        return True
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: str,
+           nodes: list[tuple[NodeSpec, str]]) -> str:
+    """nodes: (spec, address) in rank order."""
+    lines = [
+        f"cluster: {cluster}",
+        "model: " + _flow({"repo": "moonshotai/Kimi-K3", "revision": "main",
+                           "endpoint": endpoint, "precision": "mxfp4"}),
+        "engine:",
+        f"  kind: {engine}",
+        "  image: null",
+        "  container: k3",
+        "  args: {}",
+        "  env: {}",
+        "  context_length: 131072",
+        "gpu: " + _flow({"model": gpu, "count": gpus_per_node}),
+        "ports: {dist_init: 20000, serve: 8000, ray: 6379}",
+        # The stand-in image weighs nothing, so no room is kept for a 13 GB one.
+        "paths: {nvme: /mnt/nvme, hf_home: /mnt/nvme/hf, docker_root: /mnt/nvme/docker, "
+        "reserve_gb: 0.05}",
+        "ssh: " + _flow({"user": "root", "port": 22, "key": KEY_FILE, "known_hosts": KNOWN_HOSTS_FILE,
+                         "connect_timeout": 5}),
+        "hf_token_env: HF_TOKEN",
+        "nodes:",
+    ]
+    for spec, address in nodes:
+        entry = {"name": spec.name, "address": address, "private_address": address, "nic": "eth0"}
+        if spec.user != "root":
+            entry["user"] = spec.user
+        lines.append("  - " + _flow(entry))
+    return "\n".join(lines) + "\n"
+
+
+def write(tb_dir: Path, text: str) -> Path:
+    path = Path(tb_dir) / INVENTORY_FILE
+    tmp = path.with_name(f".{INVENTORY_FILE}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,176 @@
+"""Bridge, network namespaces, veths and the few iptables rules of a testbed.
+
+Layout (docs/architecture.md): bridge `k3tb<idx>` = 10.213.<idx>.1/24 in the root namespace;
+node i lives in netns `k3tb<idx>-<name>` behind a veth whose host end is `k3tb<idx>v<i>` and
+whose node end is `eth0` = 10.213.<idx>.<10+i>/24. No NAT, no default route in the nodes.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+MAX_IDX = 250
+NETNS_DIR = Path("/run/netns")
+
+
+class NetError(RuntimeError):
+    pass
+
+
+def bridge_name(idx: int) -> str:
+    return f"k3tb{idx}"
+
+
+def bridge_address(idx: int) -> str:
+    return f"10.213.{idx}.1"
+
+
+def node_address(idx: int, index: int) -> str:
+    return f"10.213.{idx}.{10 + index}"
+
+
+def netns_name(idx: int, node: str) -> str:
+    return f"k3tb{idx}-{node}"
+
+
+def host_veth(idx: int, index: int) -> str:
+    return f"k3tb{idx}v{index}"
+
+
+def run(argv: list[str], check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise NetError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def claim_bridge(before_create) -> int:
+    """Create the bridge of the first free idx and return idx.
+
+    `ip link add` fails if the name exists, so two testbeds starting at once never share an idx.
+    before_create(idx) runs first so the bridge is recorded before it exists."""
+    for idx in range(MAX_IDX + 1):
+        if link_exists(bridge_name(idx)) or _subnet_in_use(idx):
+            continue
+        before_create(idx)
+        if run(["ip", "link", "add", bridge_name(idx), "type", "bridge"], check=False).returncode == 0:
+            _configure_bridge(idx)
+            return idx
+    raise NetError("no free testbed index: bridges k3tb0..k3tb250 all exist")
+
+
+def _subnet_in_use(idx: int) -> bool:
+    routes = run(["ip", "-4", "route", "show", "root", f"10.213.{idx}.0/24"], check=False).stdout
+    return bool(routes.strip())
+
+
+def _configure_bridge(idx: int) -> None:
+    br = bridge_name(idx)
+    # No IPv6 on the bridge: nodes talk IPv4 only, and nothing should autoconfigure here.
+    Path(f"/proc/sys/net/ipv6/conf/{br}/disable_ipv6").write_text("1\n")
+    run(["ip", "addr", "add", f"{bridge_address(idx)}/24", "dev", br])
+    run(["ip", "link", "set", br, "up"])
+
+
+def delete_link(name: str) -> None:
+    if link_exists(name):
+        run(["ip", "link", "del", name], check=False)
+
+
+def netns_exists(name: str) -> bool:
+    return (NETNS_DIR / name).exists()
+
+
+def create_node_links(idx: int, nodes: list[tuple[str, int]]) -> None:
+    """Namespaces and veths for (name, index) pairs, in one `ip -batch` (fast for 32 nodes)."""
+    lines = []
+    for name, index in nodes:
+        ns, veth = netns_name(idx, name), host_veth(idx, index)
+        lines += [f"netns add {ns}",
+                  f"link add {veth} type veth peer name eth0 netns {ns}",
+                  f"link set {veth} master {bridge_name(idx)} up"]
+    run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n")
+
+
+def delete_netns(names: list[str]) -> None:
+    present = [n for n in names if netns_exists(n)]
+    if present:
+        run(["ip", "-force", "-batch", "-"], check=False,
+            stdin="".join(f"netns del {n}\n" for n in present))
+
+
+def forget_neighbor(idx: int, address: str) -> None:
+    """Drop the bridge's ARP entry so a dead node fails fast (EHOSTUNREACH) instead of
+    sending to a stale MAC until the entry ages out."""
+    run(["ip", "neigh", "flush", "to", address, "dev", bridge_name(idx)], check=False)
+
+
+def netns_inode(name: str) -> int | None:
+    try:
+        return os.stat(NETNS_DIR / name).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def pids_in_namespaces(net_inodes: set[int], mnt_inodes: set[int]) -> set[int]:
+    """Every pid whose network or mount namespace is one of the given ones (one /proc scan)."""
+    found = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        if _ns_inode(entry.name, "net") in net_inodes or _ns_inode(entry.name, "mnt") in mnt_inodes:
+            found.add(int(entry.name))
+    found.discard(os.getpid())
+    return found
+
+
+def _ns_inode(pid: str, kind: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+
+
+def ns_inode_of(pid: int, kind: str) -> int | None:
+    return _ns_inode(str(pid), kind)
+
+
+# --- iptables: accept the testbed's own traffic whatever the host's policies are -------------
+
+def accept_rules(idx: int) -> list[list[str]]:
+    br = bridge_name(idx)
+    tag = ["-m", "comment", "--comment", f"k3tb{idx}"]
+    return [["INPUT", "-i", br, *tag, "-j", "ACCEPT"],
+            ["OUTPUT", "-o", br, *tag, "-j", "ACCEPT"],
+            ["FORWARD", "-i", br, "-o", br, *tag, "-j", "ACCEPT"]]
+
+
+def add_rule(rule: list[str]) -> None:
+    run(["iptables", "-w", "-I", *rule])
+
+
+def delete_rule(rule: list[str]) -> None:
+    # -D removes one copy; loop in case a crashed `up` was retried and inserted it twice.
+    for _ in range(10):
+        if run(["iptables", "-w", "-D", *rule], check=False).returncode != 0:
+            return
+
+
+# --- partition inside the node's own netns: host rules stay untouched ------------------------
+
+def partition(ns: str) -> None:
+    heal(ns)
+    ipt = ["ip", "netns", "exec", ns, "iptables", "-w"]
+    run([*ipt, "-I", "INPUT", "!", "-i", "lo", "-j", "DROP"])
+    run([*ipt, "-I", "OUTPUT", "!", "-o", "lo", "-j", "DROP"])
+
+
+def heal(ns: str) -> None:
+    ipt = ["ip", "netns", "exec", ns, "iptables", "-w"]
+    run([*ipt, "-F", "INPUT"])
+    run([*ipt, "-F", "OUTPUT"])

@@ -1,0 +1,139 @@
+"""Start, stop and probe simulated nodes.
+
+A node's init is `ip netns exec k3tb<idx>-<name> unshare --mount --propagation private --uts
+--pid --fork --mount-proc sh -c SCRIPT`: the script configures eth0, bind-mounts the node's host
+directories over the real paths (private propagation: the host never sees them) and execs
+sshd as the node's PID 1. Its own PID namespace means `ps`/`pkill` on a node see only that
+node, and when sshd dies the kernel kills everything else in the node. Its own UTS namespace
+gives it its name as hostname (resolvable through its own /etc/hosts). The recorded init pid
+is the `unshare` parent (host PID namespace), which lives as long as the node.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tb import net
+from tb.nodefs import node_dir
+from tb.nodespec import NodeSpec
+from tb.sshcmd import ssh_argv
+from tb.state import process_start_time, same_process
+
+BINDS = (  # (host path relative to the node dir, path inside the node)
+    ("etc-docker", "/etc/docker"), ("var-lib-docker", "/var/lib/docker"), ("run", "/run/k3tb"),
+    ("root-home", "/root"), ("home", "/home"), ("etc-ssh", "/etc/ssh"),
+    ("etc/passwd", "/etc/passwd"), ("etc/group", "/etc/group"), ("etc/shadow", "/etc/shadow"),
+    ("etc/sudoers.d", "/etc/sudoers.d"), ("etc/machine-id", "/etc/machine-id"),
+    ("etc/hosts", "/etc/hosts"), ("etc/hostname", "/etc/hostname"),
+    ("boot_id", "/proc/sys/kernel/random/boot_id"),
+)
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str:
+    q = shlex.quote
+    lines = ["set -e",
+             "ip link set lo up",
+             "echo 1 > /proc/sys/net/ipv6/conf/eth0/disable_ipv6",
+             f"echo {q(spec.name)} > /proc/sys/kernel/hostname",
+             f"ip addr add {address}/24 dev eth0",
+             "ip link set eth0 up",
+             f"mount -t tmpfs -o size={q(spec.disk)},mode=0755 nvme /mnt/nvme",
+             f"mount --bind {q(str(standins))} /usr/local/bin",
+             "mount -o remount,bind,ro /usr/local/bin"]
+    lines += [f"mount --bind {q(str(ndir / src))} {dst}" for src, dst in BINDS]
+    # /tmp last: the testbed dir itself may live under /tmp and is needed until here.
+    lines += [f"mount --bind {q(str(ndir / 'tmp'))} /tmp",
+              "cd /",
+              "exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"]
+    return "\n".join(lines) + "\n"
+
+
+def start_init(tb_dir: Path, spec: NodeSpec, ns: str, address: str) -> tuple[int, int]:
+    """Start the node's init; returns (pid, start time) for the record."""
+    ndir = node_dir(tb_dir, spec.name)
+    script = init_script(ndir, Path(tb_dir) / "standins", spec, address)
+    with open(ndir / "init.log", "ab") as log:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
+             "--uts", "--pid", "--fork", "--mount-proc", "sh", "-c", script],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", start_new_session=True)
+    return proc.pid, process_start_time(proc.pid)
+
+
+def init_alive(record: dict) -> bool:
+    return same_process(record.get("init_pid"), record.get("init_start"))
+
+
+def log_tail(tb_dir: Path, name: str, lines: int = 15) -> str:
+    path = node_dir(tb_dir, name) / "init.log"
+    text = path.read_text(errors="replace") if path.exists() else "(no init.log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def kill_processes(records: list[dict]) -> None:
+    """SIGKILL every process in these nodes' network or mount namespaces, until none is left."""
+    for _ in range(100):
+        pids = _node_pids(records)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    raise NodeError(f"processes survive SIGKILL: {sorted(_node_pids(records))}")
+
+
+def _node_pids(records: list[dict]) -> set[int]:
+    net_inodes, mnt_inodes, pids = set(), set(), set()
+    for record in records:
+        inode = net.netns_inode(record["netns"])
+        if inode is not None:
+            net_inodes.add(inode)
+        if init_alive(record):  # a stored pid is trusted only while its start time matches
+            pids.add(record["init_pid"])
+            mnt = net.ns_inode_of(record["init_pid"], "mnt")
+            if mnt is not None:
+                mnt_inodes.add(mnt)
+    return pids | net.pids_in_namespaces(net_inodes, mnt_inodes)
+
+
+def wait_for_ssh(tb_dir: Path, records: list[dict], timeout: float) -> None:
+    """Return when every node accepts an SSH login with the testbed key; raise naming the
+    nodes that did not, with the tail of their init log."""
+    deadline = time.monotonic() + timeout
+    with ThreadPoolExecutor(max_workers=min(16, len(records) or 1)) as pool:
+        results = list(pool.map(lambda r: _wait_one(tb_dir, r, deadline), records))
+    failed = [(record, err) for record, err in zip(records, results) if err]
+    if failed:
+        raise NodeError("nodes not accepting SSH:\n" + "\n".join(
+            f"--- {r['name']} ({r['address']}): {err}\n{log_tail(tb_dir, r['name'])}"
+            for r, err in failed))
+
+
+def _wait_one(tb_dir: Path, record: dict, deadline: float) -> str | None:
+    argv = ssh_argv(tb_dir, record["user"], record["address"], "true", connect_timeout=3)
+    error = "timed out"
+    while time.monotonic() < deadline:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            error = "ssh timed out"
+            continue
+        if proc.returncode == 0:
+            return None
+        error = proc.stderr.strip() or f"ssh exit {proc.returncode}"
+        if not init_alive(record):
+            return f"init exited ({error})"
+        time.sleep(0.2)
+    return error

@@ -1,0 +1,128 @@
+"""What each simulated node is: GPU model and count, driver, disk, user, pre-seeded config.
+
+`--node NAME:KEY=VALUE` overrides one field of one node; the result is a NodeSpec per node and
+the `node.json` the stand-ins read (docs/architecture.md, "Node runtime state").
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+GPUS = {  # model -> (nvidia-smi name, memory MiB)
+    "h100": ("NVIDIA H100 80GB HBM3", 81559),
+    "h200": ("NVIDIA H200", 143771),
+    "b200": ("NVIDIA B200", 183359),
+    "b300": ("NVIDIA B300 SXM6 AC", 275040),
+}
+DRIVERS = {  # driver CUDA version -> a driver release that reports it
+    "13.0": "580.65.06",
+    "12.9": "575.57.08",
+    "12.8": "570.133.20",
+    "12.4": "550.54.15",
+}
+USERS = ("root", "ubuntu")
+_SIZE = re.compile(r"^[1-9][0-9]*[KMGkmg]?$")
+
+
+class SpecError(ValueError):
+    """Bad testbed arguments (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    index: int
+    gpu: str = "h100"
+    gpus: int = 8
+    cuda: str = "13.0"
+    disk: str = "4G"
+    daemon_json: str | None = None
+    user: str = "root"
+    load_seconds: float = 2.0
+    pull_seconds: float = 0.5
+    nvidia_toolkit: bool = True
+
+    def node_json(self) -> dict:
+        gpu_name, mem_mib = GPUS[self.gpu]
+        return {"name": self.name, "gpu": self.gpu, "gpu_name": gpu_name, "gpu_count": self.gpus,
+                "gpu_mem_mib": mem_mib, "cuda": self.cuda, "driver": DRIVERS[self.cuda],
+                "engine_load_seconds": self.load_seconds, "pull_seconds": self.pull_seconds,
+                "nvidia_toolkit": self.nvidia_toolkit}
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SpecError(f"not a boolean: {text!r}")
+
+
+def _parse_count(text: str) -> int:
+    count = int(text)
+    if not 0 <= count <= 16:
+        raise SpecError(f"GPU count must be 0..16, got {count}")
+    return count
+
+
+def _parse_choice(choices):
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise SpecError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _parse_size(text: str) -> str:
+    if not _SIZE.match(text):
+        raise SpecError(f"disk size must look like 4G, 512M or 65536K, got {text!r}")
+    return text
+
+
+def _parse_seconds(text: str) -> float:
+    seconds = float(text)
+    if seconds < 0:
+        raise SpecError(f"seconds must be >= 0, got {text}")
+    return seconds
+
+
+PARSERS = {
+    "gpus": _parse_count, "gpu": _parse_choice(tuple(GPUS)), "cuda": _parse_choice(tuple(DRIVERS)),
+    "disk": _parse_size, "daemon_json": str, "user": _parse_choice(USERS),
+    "load_seconds": _parse_seconds, "pull_seconds": _parse_seconds,
+    "nvidia_toolkit": _parse_bool,
+}
+
+
+def parse_override(text: str) -> tuple[str, str, object]:
+    """'node1:user=ubuntu' -> ('node1', 'user', 'ubuntu'). The value may contain ':' and '='."""
+    name, sep, rest = text.partition(":")
+    key, eq, value = rest.partition("=")
+    if not sep or not eq or not name:
+        raise SpecError(f"--node wants NAME:KEY=VALUE, got {text!r}")
+    if key not in PARSERS:
+        raise SpecError(f"--node key {key!r} unknown; known: {', '.join(PARSERS)}")
+    try:
+        return name, key, PARSERS[key](value)
+    except ValueError as err:
+        raise SpecError(f"--node {name}:{key}: {err}") from None
+
+
+def build_specs(count: int, defaults: dict, overrides: list[str]) -> list[NodeSpec]:
+    if not 1 <= count <= 200:
+        raise SpecError(f"--nodes must be 1..200, got {count}")
+    for key, value in defaults.items():
+        PARSERS[key](str(value).lower() if isinstance(value, bool) else str(value))
+    specs = {f"node{i}": NodeSpec(name=f"node{i}", index=i, **defaults) for i in range(count)}
+    for text in overrides:
+        name, key, value = parse_override(text)
+        if name not in specs:
+            raise SpecError(f"--node {text!r}: no node named {name!r} (nodes are node0..node{count - 1})")
+        specs[name] = dataclasses.replace(specs[name], **{key: value})
+    return list(specs.values())
+
+
+def spec_from_dict(data: dict) -> NodeSpec:
+    return NodeSpec(**data)

@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""The process a stand-in container runs: SGLang, vLLM or Ray, chosen by the container's command.
+
+Started by the docker stand-in as `/usr/bin/python3 .../engine/entry.py` with the container's
+env plus K3TB_RUN and K3TB_CONTAINER (config.json with "cmd", "image", "mounts", "gpus", ...);
+`docker exec` adds K3TB_EXEC=1 and K3TB_EXEC_ARGV (a JSON list). A command given on this
+script's own command line wins over the config's "cmd" (handy by hand).
+
+Exit codes: what the engine exits with; 2 for bad flags; 127 when the image has no such command.
+"""
+import json
+import os
+import shlex
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+
+from common import Context, EngineExit, say  # noqa: E402
+
+MISMATCH = ("RuntimeError: The NVIDIA driver on your system is too old (found version {found}). "
+            "Please update your GPU driver by downloading and installing a new version from the "
+            "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
+            "https://pytorch.org to install a PyTorch version that has been compiled with your "
+            "version of the CUDA driver.\nCUDA version mismatch: the image {image} is built for "
+            "CUDA {need}, the driver supports CUDA {have}.")
+
+
+def command_argv(ctx):
+    if ctx.exec_mode:
+        return json.loads(os.environ.get("K3TB_EXEC_ARGV") or "[]")
+    if len(sys.argv) > 1:
+        return sys.argv[1:]
+    return list(ctx.container.config.get("cmd") or [])
+
+
+def unwrap_shell(argv):
+    """`sh -c "ray status"`: a single simple command is run as if given directly."""
+    if len(argv) == 3 and os.path.basename(argv[0]) in ("sh", "bash") and argv[1] == "-c":
+        if not any(ch in argv[2] for ch in ";|&<>`$()"):
+            return shlex.split(argv[2])
+    return argv
+
+
+def image_repo(image):
+    """('lmsysorg/sglang', 'kimi-k3') from 'lmsysorg/sglang:kimi-k3' (a registry port kept)."""
+    image = image.split("@", 1)[0]
+    if ":" in image.rsplit("/", 1)[-1]:
+        repo, tag = image.rsplit(":", 1)
+        return repo, tag
+    return image, "latest"
+
+
+def required_cuda(image):
+    repo, tag = image_repo(image)
+    if "cu12" in tag:
+        return (12, 0)
+    if repo.endswith("sglang") or "vllm" in repo:
+        return (13, 0)
+    return None
+
+
+def check_cuda(ctx):
+    image = ctx.container.image
+    need = required_cuda(image) if image else None
+    have = tuple(int(x) for x in str(ctx.node.get("cuda", "13.0")).split(".")[:2])
+    if need and have < need:
+        raise EngineExit(MISMATCH.format(found=have[0] * 1000 + have[1] * 10, image=image,
+                                         need=f"{need[0]}.{need[1]}", have=f"{have[0]}.{have[1]}"))
+
+
+def image_has(ctx, program):
+    """Which programs an image ships: SGLang images sglang, vLLM images vllm and ray."""
+    if not ctx.container.image:
+        return True
+    repo, _ = image_repo(ctx.container.image)
+    provided = {"sglang": "sglang" in repo, "vllm": "vllm" in repo,
+                "ray": "vllm" in repo or repo.endswith("ray")}
+    return provided.get(program, False)
+
+
+def not_found(ctx, program):
+    where = "exec failed" if ctx.exec_mode else "runc create failed"
+    say(f"OCI runtime {'exec' if ctx.exec_mode else 'create'} failed: {where}: unable to start "
+        f"container process: exec: \"{program}\": executable file not found in $PATH: unknown",
+        sys.stderr)
+    return 127
+
+
+def dispatch(ctx, argv):
+    program = os.path.basename(argv[0]) if argv else ""
+    rest = argv[1:]
+    if program in ("python", "python3") and rest[:2] == ["-m", "sglang.launch_server"] \
+            and image_has(ctx, "sglang"):
+        return run_engine(ctx, "sglang", rest[2:], "launch_server.py")
+    if program in ("python", "python3"):
+        module = rest[1] if rest[:1] == ["-m"] and len(rest) > 1 else " ".join(rest)
+        say(f"/usr/bin/python3: No module named {module}", sys.stderr)
+        return 1
+    if not program or not image_has(ctx, program):
+        return not_found(ctx, program or '""')
+    if program == "ray":
+        import ray_cli
+        return ray_cli.main(ctx, rest)
+    if rest[:1] != ["serve"]:
+        say(f"usage: {program} serve ...\n{program}: error: argument subcommand: invalid choice: "
+            f"{(rest[:1] or [''])[0]!r} (choose from 'serve')", sys.stderr)
+        return 2
+    return run_engine(ctx, program, rest[1:], f"{program} serve")
+
+
+def run_engine(ctx, program, argv, prog):
+    check_cuda(ctx)
+    if program == "sglang":
+        import sglang
+        sglang.main(ctx, argv, prog)
+    else:
+        import vllm
+        vllm.main(ctx, argv)
+    return 0
+
+
+def main():
+    try:
+        ctx = Context()
+        return dispatch(ctx, unwrap_shell(command_argv(ctx)))
+    except EngineExit as e:
+        say(e.message, sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

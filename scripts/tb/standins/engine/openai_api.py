@@ -1,0 +1,204 @@
+"""The HTTP side of an engine: health, /v1/models and /v1/chat/completions in the shapes
+SGLang and vLLM answer with. Stdlib ThreadingHTTPServer; access lines in uvicorn's format.
+
+SGLang: /health and /health_generate answer 503 until the weights are loaded, then 200.
+vLLM starts its API server only once loaded (the port refuses connections before).
+Both require `Authorization: Bearer KEY` on /v1/* when an api key is set.
+"""
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import chat
+from common import EngineExit, say
+
+
+class Serving:
+    """What the server needs to know about the engine behind it."""
+
+    def __init__(self, flavor, served_names, model_root, max_len, api_key=None,
+                 reasoning_parser=None, tool_parser=None, auto_tool_choice=True):
+        self.flavor, self.served_names, self.model_root = flavor, served_names, model_root
+        self.max_len, self.api_key = max_len, api_key
+        self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
+        self.auto_tool_choice = auto_tool_choice
+        self.ready = threading.Event()
+        self.created = int(time.time())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def start(serving, host, port):
+    class Handler(_Handler):
+        state = serving
+    try:
+        server = _Server((host, port), Handler)
+    except OSError as e:
+        raise EngineExit(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address "
+                         f"('{host}', {port}): {e.strerror.lower()}")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state = None
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # replaced by uvicorn-style access lines
+        pass
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _reply(self, status, payload=None, content_type="application/json"):
+        body = b"" if payload is None else (
+            payload if isinstance(payload, bytes) else json.dumps(payload).encode())
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.command} '
+            f'{self.path} HTTP/1.1" {status}')
+
+    def _error(self, status, message, kind="BadRequestError", param=None):
+        if self.state.flavor == "vllm":
+            payload = {"error": {"message": message, "type": kind, "param": param,
+                                 "code": status}}
+        else:
+            payload = {"object": "error", "message": message, "type": kind, "param": param,
+                       "code": status}
+        self._reply(status, payload)
+
+    def _authorized(self):
+        key = self.state.api_key
+        if not key or not self.path.startswith("/v1"):
+            return True
+        if self.headers.get("Authorization", "") == f"Bearer {key}":
+            return True
+        self._reply(401, {"error": "Unauthorized"})
+        return False
+
+    def _path(self):
+        return self.path.split("?", 1)[0]
+
+    # ---- routes ---------------------------------------------------------------------------
+    def do_GET(self):
+        path, sglang = self._path(), self.state.flavor == "sglang"
+        if not self._authorized():
+            return
+        if path == "/health" or (path == "/health_generate" and sglang):
+            return self._reply(200 if self.state.ready.is_set() else 503)
+        if path == "/v1/models":
+            return self._reply(200, self._models())
+        if path == "/version" and not sglang:
+            return self._reply(200, {"version": "0.0.0+k3tb.standin"})
+        if path == "/get_model_info" and sglang:
+            return self._reply(200, {"model_path": self.state.model_root,
+                                     "tokenizer_path": self.state.model_root,
+                                     "is_generation": True})
+        self._reply(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self._path() != "/v1/chat/completions":
+            return self._reply(404, {"detail": "Not Found"})
+        if not self._authorized():
+            return
+        if not self.state.ready.is_set():
+            return self._error(503, "The server is not ready yet (loading weights)",
+                               "ServiceUnavailableError")
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("the request body must be a JSON object")
+        except ValueError as e:
+            return self._error(400, f"JSON decode error: {e}")
+        try:
+            self._check_request(body)
+            gen = chat.Generation(body, self.state.reasoning_parser, self.state.tool_parser,
+                                  self.state.max_len)
+        except chat.BadRequest as e:
+            return self._error(e.status, e.message, e.kind, e.param)
+        completion = self._completion(body, gen)
+        if body.get("stream"):
+            return self._stream(body, completion)
+        self._reply(200, completion)
+
+    def _check_request(self, body):
+        state = self.state
+        if state.flavor != "vllm":
+            return
+        model = body.get("model")
+        if model is not None and model not in state.served_names:
+            raise chat.BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError",
+                                  "model")
+        if body.get("tools") and body.get("tool_choice", "auto") == "auto" and not (
+                state.auto_tool_choice and state.tool_parser):
+            raise chat.BadRequest('"auto" tool choice requires --enable-auto-tool-choice and '
+                                  '--tool-call-parser to be set')
+
+    # ---- response shapes ------------------------------------------------------------------
+    def _models(self):
+        state, vllm = self.state, self.state.flavor == "vllm"
+        data = []
+        for name in state.served_names:
+            item = {"id": name, "object": "model", "created": state.created,
+                    "owned_by": "vllm" if vllm else "sglang", "root": state.model_root,
+                    "max_model_len": state.max_len}
+            if vllm:
+                item.update(parent=None, permission=[])
+            data.append(item)
+        return {"object": "list", "data": data}
+
+    def _message(self, gen):
+        message = {"role": "assistant", "content": gen.content,
+                   "reasoning_content": gen.reasoning, "tool_calls": gen.tool_calls}
+        if self.state.flavor == "vllm":
+            # vLLM renamed the field to `reasoning` and kept `reasoning_content` alongside.
+            message.update(reasoning=gen.reasoning, tool_calls=gen.tool_calls or [],
+                           refusal=None, annotations=None, audio=None, function_call=None)
+        return message
+
+    def _completion(self, body, gen):
+        vllm = self.state.flavor == "vllm"
+        choice = {"index": 0, "message": self._message(gen), "logprobs": None,
+                  "finish_reason": gen.finish}
+        choice.update({"stop_reason": None} if vllm else {"matched_stop": None})
+        return {"id": ("chatcmpl-" if vllm else "") + uuid.uuid4().hex,
+                "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model") or self.state.served_names[0],
+                "choices": [choice], "usage": gen.usage()}
+
+    def _stream(self, body, completion):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        message, choice = completion["choices"][0]["message"], completion["choices"][0]
+        base = {k: completion[k] for k in ("id", "created", "model")}
+        deltas = [{"role": "assistant", "content": ""}]
+        if message.get("reasoning_content"):
+            deltas.append({"reasoning_content": message["reasoning_content"]})
+        if message.get("content"):
+            deltas.append({"content": message["content"]})
+        if message.get("tool_calls"):
+            deltas.append({"tool_calls": message["tool_calls"]})
+        for i, delta in enumerate(deltas):
+            finish = choice["finish_reason"] if i == len(deltas) - 1 else None
+            self._event(dict(base, object="chat.completion.chunk", choices=[
+                {"index": 0, "delta": delta, "finish_reason": finish}]))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._event(dict(base, object="chat.completion.chunk", choices=[],
+                             usage=completion["usage"]))
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.close_connection = True
+        say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "POST {self.path} '
+            'HTTP/1.1" 200')
+
+    def _event(self, obj):
+        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")

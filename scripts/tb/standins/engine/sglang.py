@@ -1,0 +1,231 @@
+"""Stand-in for `sglang serve` / `python3 -m sglang.launch_server`.
+
+Parses exactly the flags the guide uses (unknown flag: argparse usage + error, exit 2), checks
+the launch shape against the node, finds the snapshot, forms the process group over TCP, emulates
+the weight load, reports GPU memory, and on node rank 0 serves the OpenAI API.
+"""
+import argparse
+
+import configfile
+import openai_api
+import rendezvous
+import weights
+from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
+
+REASONING_PARSERS = ["deepseek-r1", "deepseek-v3", "glm45", "gpt-oss", "kimi", "kimi_k2",
+                     "kimi_k3", "minimax", "minimax-append-think", "qwen3", "qwen3-thinking",
+                     "step3", "nano_v3", "interns1"]
+TOOL_PARSERS = ["deepseekv3", "deepseekv31", "deepseekv32", "glm", "glm45", "gpt-oss", "kimi_k2",
+                "kimi_k3", "llama3", "mistral", "pythonic", "qwen", "qwen25", "qwen3_coder",
+                "step3", "minimax-m2"]
+MOE_RUNNER_BACKENDS = ["auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm",
+                       "flashinfer_cutlass", "flashinfer_mxfp4", "flashinfer_cutedsl", "cutlass",
+                       "aiter", "marlin"]
+ATTENTION_BACKENDS = ["triton", "torch_native", "flex_attention", "cutlass_mla", "fa3", "fa4",
+                      "flashinfer", "flashmla", "trtllm_mla", "trtllm_mha", "aiter", "ascend"]
+DEFAULT_MEM_FRACTION = 0.9
+DEFAULT_DIST_TIMEOUT = 600   # torch's process-group default
+CUDA_CONTEXT_MIB = 1638      # CUDA context + NCCL buffers outside the static pool
+K3_MAX_CONTEXT = 1048576
+
+
+def build_parser(prog):
+    p = argparse.ArgumentParser(prog=prog, allow_abbrev=False)
+    add = p.add_argument
+    add("--model-path", "--model", dest="model_path", required=True)
+    add("--revision")
+    add("--trust-remote-code", action="store_true")
+    add("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int, default=1)
+    add("--dp-size", "--data-parallel-size", "--dp", dest="dp_size", type=int, default=1)
+    add("--ep-size", "--expert-parallel-size", "--ep", dest="ep_size", type=int, default=1)
+    add("--enable-dp-attention", action="store_true")
+    add("--context-length", type=int)
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=30000)
+    add("--mem-fraction-static", type=float)
+    add("--dist-timeout", type=int)
+    add("--reasoning-parser", choices=REASONING_PARSERS)
+    add("--tool-call-parser", choices=TOOL_PARSERS)
+    add("--moe-runner-backend", choices=MOE_RUNNER_BACKENDS, default="auto")
+    add("--decode-attention-backend", choices=ATTENTION_BACKENDS)
+    add("--nnodes", type=int, default=1)
+    add("--node-rank", type=int, default=0)
+    add("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr")
+    add("--api-key")
+    add("--served-model-name")
+    add("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
+    add("--config", help="YAML or JSON file of flags (expanded before parsing)")
+    return p
+
+
+def gpus_needed(args):
+    return args.tp_size * (1 if args.enable_dp_attention else args.dp_size)
+
+
+def validate(args, ctx):
+    if ctx.gpus == 0:
+        raise EngineExit("RuntimeError: Found no NVIDIA driver on your system. Please check that "
+                         "you have an NVIDIA GPU and installed a driver from "
+                         "http://www.nvidia.com/Download/index.aspx")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise EngineExit(f"ValueError: --node-rank {args.node_rank} is out of range for "
+                         f"--nnodes {args.nnodes}")
+    need, have = gpus_needed(args), args.nnodes * ctx.gpus
+    if need != have:
+        shape = (f"--tp-size {args.tp_size}" if args.enable_dp_attention or args.dp_size == 1
+                 else f"--tp-size {args.tp_size} x --dp-size {args.dp_size}")
+        raise EngineExit(f"ValueError: {shape} needs {need} GPUs, but --nnodes {args.nnodes} x "
+                         f"{ctx.gpus} GPUs per node gives {have}. Each GPU runs one rank: the "
+                         f"parallel sizes must use exactly the GPUs of all nodes.")
+    if args.enable_dp_attention and args.tp_size % args.dp_size:
+        raise EngineExit("AssertionError: tp_size must be divisible by dp_size when "
+                         "--enable-dp-attention is set")
+    if args.ep_size not in (1, args.tp_size):
+        raise EngineExit(f"AssertionError: --ep-size ({args.ep_size}) must be 1 or equal to "
+                         f"--tp-size ({args.tp_size})")
+    validate_distributed(args)
+
+
+def validate_distributed(args):
+    frac = args.mem_fraction_static
+    if frac is not None and not 0 < frac < 1:
+        raise EngineExit(f"ValueError: --mem-fraction-static must be in (0, 1), got {frac}")
+    if args.nnodes > 1 and not args.dist_init_addr:
+        raise EngineExit("ValueError: --dist-init-addr is required when --nnodes > 1")
+    if args.dist_init_addr:
+        try:
+            rendezvous.parse_addr(args.dist_init_addr)
+        except ValueError:
+            raise EngineExit(f"ValueError: invalid --dist-init-addr {args.dist_init_addr!r}, "
+                             "expected HOST:PORT")
+
+
+class Rank:
+    """One node's share of the SGLang server."""
+
+    def __init__(self, args, ctx):
+        self.args, self.ctx = args, ctx
+        first = args.node_rank * ctx.gpus
+        self.tag = f"TP{first}" + (f" EP{first}" if args.ep_size > 1 else "")
+        self.frac = args.mem_fraction_static or DEFAULT_MEM_FRACTION
+
+    def log(self, text):
+        say(f"[{now_stamp()} {self.tag}] {text}")
+
+    def run(self):
+        args, ctx = self.args, self.ctx
+        say(f"[{now_stamp()}] server_args=ServerArgs(model_path={args.model_path!r}, "
+            f"tp_size={args.tp_size}, dp_size={args.dp_size}, ep_size={args.ep_size}, "
+            f"nnodes={args.nnodes}, node_rank={args.node_rank}, "
+            f"dist_init_addr={args.dist_init_addr!r}, mem_fraction_static={self.frac}, "
+            f"reasoning_parser={args.reasoning_parser!r}, "
+            f"tool_call_parser={args.tool_call_parser!r}, host={args.host!r}, port={args.port})")
+        snap = weights.resolve(ctx, args.model_path, args.revision)
+        max_len = self.context_length(snap)
+        arm_crash_fault(ctx, self.crash_text)
+        serving = self.start_http(snap, max_len) if args.node_rank == 0 else None
+        group = self.form_group()
+        self.load(snap)
+        group.report_loaded()
+        if args.node_rank == 0:
+            group.wait_all_loaded()
+        self.finish_startup(serving)
+        block_forever()
+
+    def context_length(self, snap):
+        derived = snap.max_context() or K3_MAX_CONTEXT
+        wanted = self.args.context_length or derived
+        if wanted > derived:
+            raise EngineExit(f"ValueError: User-specified context_length ({wanted}) is greater "
+                             f"than the derived context_length ({derived}). This may lead to "
+                             "incorrect model outputs or CUDA errors.")
+        return wanted
+
+    def start_http(self, snap, max_len):
+        args = self.args
+        serving = openai_api.Serving(
+            "sglang", [args.served_model_name or args.model_path], args.model_path, max_len,
+            api_key=args.api_key, reasoning_parser=args.reasoning_parser,
+            tool_parser=args.tool_call_parser)
+        openai_api.start(serving, args.host, args.port)
+        return serving
+
+    def form_group(self):
+        args = self.args
+        self.log("Init torch distributed begin.")
+        self.log("Init nccl begin.")
+        group = None
+        if args.nnodes > 1:
+            group = rendezvous.Group(self.log, args.node_rank, args.nnodes, args.dist_init_addr,
+                                     args.dist_timeout or DEFAULT_DIST_TIMEOUT,
+                                     self.ctx.env.get("SGLANG_HOST_IP"), self.ctx.gpus)
+            group.form()
+            group.watch()
+        self.log("Init torch distributed ends. mem usage=0.55 GB")
+        return group or _SingleNode()
+
+    def load(self, snap):
+        ctx = self.ctx
+        need_gb, phys_gb, oom_at = weights.memory_fit(snap, gpus_needed(self.args),
+                                                      ctx.gpu_mem_mib)
+        self.log(f"Load weight begin. avail mem={phys_gb * 0.96:.2f} GB")
+        try:
+            weights.load(snap, ctx.load_seconds,
+                         lambda d, t, e: self.log(weights.progress_line(d, t, e)), oom_at)
+        except weights.LoadError as e:
+            detail = weights.oom_text(ctx.gpu_mem_mib, need_gb, phys_gb) if str(e) == "oom" \
+                else f"Traceback (most recent call last):\n{e}"
+            raise EngineExit(f"[{now_stamp()} {self.tag}] Scheduler hit an exception: {detail}")
+        if need_gb > self.frac * phys_gb:
+            raise EngineExit(f"RuntimeError: Not enough memory. Please try to increase "
+                             f"--mem-fraction-static. Current value: {self.frac}")
+        self.log(f"Load weight end. type=KimiK3ForConditionalGeneration, dtype=torch.bfloat16, "
+                 f"avail mem={phys_gb - need_gb:.2f} GB, mem usage={need_gb:.2f} GB.")
+
+    def memory_per_gpu(self):
+        mem = self.ctx.gpu_mem_mib
+        used = min(mem, int(self.frac * mem) + CUDA_CONTEXT_MIB)
+        if self.ctx.faults().get("load_short"):
+            used = int(used * 0.4)
+            self.log("WARNING: Loaded 38/96 checkpoint shards' expert weights for this rank; "
+                     "the remaining experts were left uninitialized (short read from the cache).")
+        return used
+
+    def finish_startup(self, serving):
+        used = self.memory_per_gpu()
+        self.ctx.report_gpu_memory([used] * self.ctx.gpus)
+        avail = (self.ctx.gpu_mem_mib - used) / 1024
+        self.log(f"KV Cache is allocated. #tokens: {int(avail * 4096)}, KV size: "
+                 f"{avail * 0.5:.2f} GB")
+        self.log(f"Memory pool end. avail mem={avail:.2f} GB")
+        if serving is None:
+            self.log("Node rank > 0: no HTTP server on this node; serving through node rank 0.")
+            return
+        say(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} "
+            "(Press CTRL+C to quit)")
+        serving.ready.set()
+        self.log("The server is fired up and ready to roll!")
+
+    def crash_text(self):
+        return (f"[{now_stamp()} {self.tag}] Scheduler hit an exception: Traceback (most recent "
+                "call last):\n  File \"/sgl-workspace/sglang/python/sglang/srt/managers/"
+                "scheduler.py\", line 2988, in run_scheduler_process\n    "
+                "scheduler.event_loop_overlap()\n  File \"/sgl-workspace/sglang/python/sglang/"
+                "srt/managers/scheduler.py\", line 1024, in event_loop_overlap\n    "
+                "batch_result = self.run_batch(batch)\nRuntimeError: CUDA error: an illegal "
+                "memory access was encountered\nCUDA kernel errors might be asynchronously "
+                "reported at some other API call, so the stacktrace below might be incorrect.")
+
+
+class _SingleNode:
+    def report_loaded(self):
+        pass
+
+    def wait_all_loaded(self):
+        pass
+
+
+def main(ctx, argv, prog):
+    args = build_parser(prog).parse_args(configfile.expand_config(ctx, argv))
+    validate(args, ctx)
+    Rank(args, ctx).run()

@@ -1,0 +1,190 @@
+"""Stand-in for `vllm serve MODEL ...`: strict flags, parser-name validation, GPU accounting,
+a Ray cluster when the ranks do not fit on this node, weight load, then the OpenAI API.
+
+DP x TP ranks, one GPU each. On one node they must use exactly its GPUs. With
+--data-parallel-backend ray (or --distributed-executor-backend ray), or when they need more
+GPUs than the node has, the placement comes from the Ray head (RAY_ADDRESS, else the cluster
+this container started/joined, else localhost:6379 as vLLM runs in the head's container with
+host networking). The API server starts only after every rank loaded, like vLLM's.
+"""
+import argparse
+
+import configfile
+import openai_api
+import ray_job
+import weights
+from common import EngineExit, arm_crash_fault, block_forever, say
+from common import vllm_log as log
+
+REASONING_PARSERS = ["deepseek_r1", "deepseek_v3", "ernie45", "glm45", "granite",
+                     "hunyuan_a13b", "kimi_k2", "kimi_k3", "minimax_m2", "mistral",
+                     "openai_gptoss", "qwen3", "seed_oss", "step3"]
+TOOL_PARSERS = ["deepseek_v3", "deepseek_v31", "glm45", "granite", "hermes", "hunyuan_a13b",
+                "internlm", "jamba", "kimi_k2", "kimi_k3", "llama3_json", "llama4_json",
+                "llama4_pythonic", "minimax", "minimax_m2", "mistral", "openai", "pythonic",
+                "qwen3_coder", "qwen3_xml", "seed_oss", "step3", "xlam"]
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+K3_MAX_LEN = 1048576
+
+
+def human_int(text):
+    """vLLM's human-readable ints: 1k = 1000, 1K = 1024, 1m = 10**6, 1M = 2**20."""
+    units = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="vllm serve", usage="vllm serve [model_tag] [options]",
+                                allow_abbrev=False)
+    add, flag = p.add_argument, argparse.BooleanOptionalAction
+    add("model_tag", nargs="?")
+    add("--data-parallel-size", "-dp", type=int, default=1)
+    add("--tensor-parallel-size", "-tp", type=int, default=1)
+    add("--enable-expert-parallel", action=flag, default=False)
+    add("--host")
+    add("--port", type=int, default=8000)
+    add("--tool-call-parser")
+    add("--reasoning-parser")
+    add("--max-model-len", type=human_int)
+    add("--trust-remote-code", action=flag, default=False)
+    add("--enable-chunked-prefill", action=flag)
+    add("--max-num-batched-tokens", type=human_int)
+    add("--mm-encoder-tp-mode", choices=["weights", "data"], default="weights")
+    add("--revision")
+    add("--served-model-name", nargs="+")
+    add("--api-key")
+    add("--data-parallel-backend", "-dpb", choices=["mp", "ray"], default="mp")
+    add("--distributed-executor-backend", choices=["ray", "mp", "uni", "external_launcher"])
+    add("--enable-auto-tool-choice", action=flag, default=False)
+    add("--gpu-memory-utilization", type=float, default=0.9)
+    add("--config")
+    return p
+
+
+def parse(ctx, argv):
+    # Config-file flags go after the model tag, so a list flag cannot swallow it.
+    head = argv[:1] if argv and not argv[0].startswith("-") else []
+    return build_parser().parse_args(head + configfile.expand_config(ctx, argv[len(head):]))
+
+
+def validate(args):
+    if args.reasoning_parser and args.reasoning_parser not in REASONING_PARSERS:
+        raise EngineExit(f"KeyError: 'invalid reasoning parser: {args.reasoning_parser} (chose "
+                         f"from {{ {','.join(REASONING_PARSERS)} }})'")
+    if args.tool_call_parser and args.tool_call_parser not in TOOL_PARSERS:
+        raise EngineExit(f"KeyError: 'invalid tool call parser: {args.tool_call_parser} (chose "
+                         f"from {{ {','.join(TOOL_PARSERS)} }})'")
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise EngineExit("TypeError: Error: --enable-auto-tool-choice requires "
+                         "--tool-call-parser")
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise EngineExit("ValueError: GPU memory utilization must be within (0, 1]. Got "
+                         f"{args.gpu_memory_utilization}.")
+
+
+class Server:
+    def __init__(self, args, ctx):
+        self.args, self.ctx = args, ctx
+        self.model = args.model_tag or DEFAULT_MODEL
+        self.world = args.data_parallel_size * args.tensor_parallel_size
+
+    def run(self):
+        args, ctx = self.args, self.ctx
+        log("vLLM API server version 0.0.0+k3tb.standin")
+        log(f"non-default args: {self.non_default()}", "utils.py:328")
+        snap = weights.resolve(ctx, self.model, args.revision)
+        max_len = self.max_model_len(snap)
+        if ctx.gpus == 0:
+            raise EngineExit("RuntimeError: Failed to infer device type")
+        arm_crash_fault(ctx, self.crash_text)
+        job, local_gpus = self.place()
+        self.load(snap, local_gpus)
+        if job is not None:
+            job.wait_workers_loaded()
+        self.serve(snap, max_len, local_gpus)
+        if job is not None:
+            job.watch()
+        block_forever()
+
+    def non_default(self):
+        defaults = vars(build_parser().parse_args([]))
+        return {k: v for k, v in vars(self.args).items() if v != defaults.get(k)}
+
+    def max_model_len(self, snap):
+        derived = snap.max_context() or K3_MAX_LEN
+        wanted = self.args.max_model_len or derived
+        if wanted > derived:
+            raise EngineExit(f"ValueError: User-specified max_model_len ({wanted}) is greater "
+                             f"than the derived max_model_len (max_position_embeddings={derived} "
+                             "in model's config.json). To allow overriding this maximum, set "
+                             "the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.")
+        return wanted
+
+    def place(self):
+        """(Ray job or None, GPUs this node's process uses)."""
+        args, ctx = self.args, self.ctx
+        wants_ray = "ray" in (args.data_parallel_backend, args.distributed_executor_backend)
+        if not wants_ray and self.world <= ctx.gpus:
+            if self.world != ctx.gpus:
+                raise EngineExit(
+                    f"ValueError: --data-parallel-size {args.data_parallel_size} x "
+                    f"--tensor-parallel-size {args.tensor_parallel_size} = {self.world} ranks, "
+                    f"but this node has {ctx.gpus} GPUs; size the ranks to the GPUs.")
+            return None, self.world
+        job = ray_job.Job(ctx, self.model, args.revision, args.data_parallel_size,
+                          args.tensor_parallel_size, args.gpu_memory_utilization)
+        return job, job.place()
+
+    def load(self, snap, local_gpus):
+        ctx = self.ctx
+        need, phys, oom_at = weights.memory_fit(snap, self.world, ctx.gpu_mem_mib)
+        log(f"Starting to load model {self.model}...", "gpu_model_runner.py:2338")
+        try:
+            weights.load(snap, ctx.load_seconds,
+                         lambda d, t, e: say(weights.progress_line(d, t, e)), oom_at)
+        except weights.LoadError as e:
+            detail = weights.oom_text(ctx.gpu_mem_mib, need, phys) if str(e) == "oom" else str(e)
+            raise EngineExit(f"(EngineCore_DP0 pid=1) ERROR [core.py:708] EngineCore failed to "
+                             f"start.\n{detail}\nRuntimeError: Engine core initialization "
+                             "failed. See root cause above.")
+        if need > self.args.gpu_memory_utilization * phys:
+            raise EngineExit("ValueError: No available memory for the cache blocks. Try "
+                             "increasing `gpu_memory_utilization` when initializing the engine.")
+        log(f"Model loading took {need:.2f} GiB and {ctx.load_seconds:.2f} seconds",
+            "gpu_model_runner.py:2370")
+
+    def serve(self, snap, max_len, local_gpus):
+        args, ctx = self.args, self.ctx
+        used = int(args.gpu_memory_utilization * ctx.gpu_mem_mib)
+        if ctx.faults().get("load_short"):
+            used = int(used * 0.4)
+            say("WARNING: loaded only part of this rank's expert weights (short read from the "
+                "cache); the rest were left uninitialized.")
+        ctx.report_gpu_memory([used] * local_gpus)
+        serving = openai_api.Serving(
+            "vllm", args.served_model_name or [self.model], self.model, max_len,
+            api_key=args.api_key or ctx.env.get("VLLM_API_KEY"),
+            reasoning_parser=args.reasoning_parser, tool_parser=args.tool_call_parser,
+            auto_tool_choice=args.enable_auto_tool_choice)
+        host = args.host or "0.0.0.0"
+        openai_api.start(serving, host, args.port)
+        log(f"Starting vLLM API server 0 on http://{host}:{args.port}", "launcher.py:29")
+        say("INFO:     Waiting for application startup.")
+        serving.ready.set()
+        say("INFO:     Application startup complete.")
+
+    def crash_text(self):
+        return ("(EngineCore_DP0 pid=1) ERROR [core.py:832] EngineCore encountered a fatal "
+                "error.\nTraceback (most recent call last):\n  File \"/usr/local/lib/python3.12/"
+                "dist-packages/vllm/v1/engine/core.py\", line 823, in run_engine_core\n    "
+                "engine_core.run_busy_loop()\nRuntimeError: CUDA error: an illegal memory access "
+                "was encountered\nvllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+                "encountered an issue. See stack trace (above) for the root cause.")
+
+
+def main(ctx, argv):
+    args = parse(ctx, argv)
+    validate(args)
+    Server(args, ctx).run()

@@ -1,0 +1,270 @@
+"""docker client stand-in: dispatch, the daemon connection, and the image/info commands."""
+import grp
+import json
+import os
+import sys
+import time
+
+from . import containers, daemon, gotemplate, images, runflags, runtime
+
+VERSION = "27.3.1"
+DAEMON_DOWN = ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+               "Is the docker daemon running?")
+PERMISSION = ("permission denied while trying to connect to the Docker daemon socket at "
+              "unix:///var/run/docker.sock: Get \"http://%2Fvar%2Frun%2Fdocker.sock/v1.47/info\": "
+              "dial unix /var/run/docker.sock: connect: permission denied")
+
+
+class Exit(Exception):
+    """Print `message` to stderr (when given) and exit with `code`."""
+
+    def __init__(self, code, message=None):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def err(message):
+    print(message, file=sys.stderr)
+
+
+def may_use_socket():
+    if os.geteuid() == 0:
+        return True
+    try:
+        return grp.getgrnam("docker").gr_gid in os.getgroups()
+    except KeyError:
+        return False
+
+
+def connect(run_style=False):
+    """The running daemon's state, or Exit like the client when the socket is unreachable."""
+    if not may_use_socket():
+        raise Exit(1, PERMISSION)
+    state = daemon.running_daemon()
+    if state is None:
+        if run_style:
+            raise Exit(125, f"docker: {DAEMON_DOWN}.\nSee 'docker run --help'.")
+        raise Exit(1, DAEMON_DOWN)
+    return state
+
+
+def parse(argv, command, flags, short=None):
+    try:
+        return runflags.parse(argv, flags, short or {})
+    except runflags.FlagError as e:
+        raise Exit(125, f"{e}\nSee 'docker {command} --help'.") from None
+
+
+def render_each(fmt, objects):
+    """--format for inspect-like commands: one rendered template per object."""
+    _, body = gotemplate.docker_format(fmt)
+    try:
+        for obj in objects:
+            print(gotemplate.render(body, obj))
+    except gotemplate.TemplateError as e:
+        raise Exit(1, f"template: :1: {e}") from None
+
+
+def info_doc(state):
+    node = runtime.node_config()
+    all_c = containers.all_containers(state["data_root"])
+    running = sum(1 for c in all_c if c.running)
+    runtimes = {"runc": {"path": "runc"}, "io.containerd.runc.v2": {"path": "runc"}}
+    if node.get("nvidia_toolkit"):
+        runtimes["nvidia"] = {"path": "nvidia-container-runtime"}
+    return {"ID": "K3TB:" + node["name"].upper(), "Containers": len(all_c),
+            "ContainersRunning": running, "ContainersPaused": 0,
+            "ContainersStopped": len(all_c) - running, "Images": len(images.all_images(state["data_root"])),
+            "Driver": "overlay2", "DockerRootDir": state["data_root"], "ServerVersion": VERSION,
+            "Runtimes": runtimes, "DefaultRuntime": state.get("config", {}).get("default-runtime", "runc"),
+            "NCPU": os.cpu_count(), "MemTotal": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+            "Name": node["name"], "OperatingSystem": "Ubuntu 22.04.5 LTS", "OSType": "linux",
+            "Architecture": "x86_64", "KernelVersion": os.uname().release, "CgroupDriver": "systemd",
+            "CgroupVersion": "2", "LoggingDriver": "json-file", "Warnings": None}
+
+
+def cmd_info(argv):
+    opts, _ = parse(argv, "info", {"format": ("str", "format")}, {"f": "format"})
+    state = connect()
+    doc = info_doc(state)
+    if opts["format"]:
+        render_each(opts["format"], [doc])
+        return 0
+    print(f"Client: Docker Engine - Community\n Version:    {VERSION}\n Context:    default\n"
+          f" Debug Mode: false\n\nServer:\n Containers: {doc['Containers']}\n"
+          f"  Running: {doc['ContainersRunning']}\n  Paused: 0\n  Stopped: {doc['ContainersStopped']}\n"
+          f" Images: {doc['Images']}\n Server Version: {VERSION}\n Storage Driver: overlay2\n"
+          f" Logging Driver: json-file\n Cgroup Driver: systemd\n Cgroup Version: 2\n"
+          f" Runtimes: {' '.join(sorted(doc['Runtimes']))}\n Default Runtime: {doc['DefaultRuntime']}\n"
+          f" Kernel Version: {doc['KernelVersion']}\n Operating System: {doc['OperatingSystem']}\n"
+          f" OSType: linux\n Architecture: x86_64\n CPUs: {doc['NCPU']}\n Name: {doc['Name']}\n"
+          f" ID: {doc['ID']}\n Docker Root Dir: {doc['DockerRootDir']}\n Debug Mode: false\n"
+          f" Experimental: false\n Live Restore Enabled: false\n")
+    return 0
+
+
+def cmd_version(argv):
+    opts, _ = parse(argv, "version", {"format": ("str", "format")}, {"f": "format"})
+    client = {"Version": VERSION, "ApiVersion": "1.47", "Os": "linux", "Arch": "amd64"}
+    if not may_use_socket() or daemon.running_daemon() is None:
+        print(f"Client: Docker Engine - Community\n Version:           {VERSION}\n API version:       1.47")
+        raise Exit(1, DAEMON_DOWN if may_use_socket() else PERMISSION)
+    doc = {"Client": client, "Server": {"Version": VERSION, "ApiVersion": "1.47", "Os": "linux"}}
+    if opts["format"]:
+        render_each(opts["format"], [doc])
+    else:
+        print(f"Client: Docker Engine - Community\n Version:           {VERSION}\n API version:       1.47\n\n"
+              f"Server: Docker Engine - Community\n Engine:\n  Version:          {VERSION}\n"
+              "  API version:      1.47 (minimum version 1.24)")
+    return 0
+
+
+def cmd_pull(argv):
+    opts, args = parse(argv, "pull", {"quiet": ("bool", "quiet"), "platform": ("str", "platform")},
+                       {"q": "quiet"})
+    if len(args) != 1:
+        raise Exit(1, f"\"docker pull\" requires exactly 1 argument.\nSee 'docker pull --help'.")
+    try:
+        repo, tag = images.parse_ref(args[0])
+    except images.RefError as e:
+        raise Exit(1, str(e)) from None
+    state = connect()
+    if opts["quiet"]:
+        with open(os.devnull, "w") as devnull:
+            saved, sys.stdout = sys.stdout, devnull
+            try:
+                code = images.pull(state["data_root"], repo, tag, runtime.node_config())
+            finally:
+                sys.stdout = saved
+        if code == 0:
+            print(f"docker.io/{images.ref_string(repo, tag)}")
+        return code
+    return images.pull(state["data_root"], repo, tag, runtime.node_config())
+
+
+def cmd_images(argv):
+    flags = {"quiet": ("bool", "quiet"), "all": ("bool", "all"), "format": ("str", "format"),
+             "no-trunc": ("bool", "no_trunc")}
+    opts, args = parse(argv, "images", flags, {"q": "quiet", "a": "all"})
+    state = connect()
+    found = images.all_images(state["data_root"])
+    if args:
+        want = args[0]
+        found = [i for i in found if want in (i["repo"], i["ref"])]
+    rows = [{"Repository": i["repo"], "Tag": i["tag"],
+             "ID": i["id"] if opts["no_trunc"] else i["id"][7:19],
+             "CreatedSince": runtime.human_duration(_age(i)) + " ago",
+             "CreatedAt": runtime.rfc3339(i["created"]), "Size": runtime.human_size(i["size"]),
+             "Digest": "<none>"} for i in found]
+    if opts["quiet"]:
+        for r in rows:
+            print(r["ID"])
+        return 0
+    fmt = opts["format"] or "table {{.Repository}}\t{{.Tag}}\t{{.ID}}\t{{.CreatedSince}}\t{{.Size}}"
+    headers = {"Repository": "REPOSITORY", "Tag": "TAG", "ID": "IMAGE ID", "CreatedSince": "CREATED",
+               "CreatedAt": "CREATED AT", "Size": "SIZE", "Digest": "DIGEST"}
+    print_rows(fmt, rows, headers)
+    return 0
+
+
+def _age(image):
+    return time.time() - image["created"]
+
+
+def print_rows(fmt, rows, headers):
+    """A list command's --format, including docker's `table` form with a header row."""
+    table, body = gotemplate.docker_format(fmt)
+    try:
+        lines = [gotemplate.render(body, row) for row in rows]
+        if table:
+            lines = gotemplate.tabwrite([gotemplate.render(body, headers)] + lines)
+    except gotemplate.TemplateError as e:
+        raise Exit(1, f"template: :1: {e}") from None
+    for line in lines:
+        print(line)
+
+
+def cmd_image_inspect(argv):
+    opts, args = parse(argv, "image inspect", {"format": ("str", "format")}, {"f": "format"})
+    state = connect()
+    return inspect_objects(args, opts["format"], lambda ref: _image_doc(state, ref), "image")
+
+
+def _image_doc(state, ref):
+    image = images.lookup(state["data_root"], ref)
+    return images.inspect_object(image) if image else None
+
+
+def inspect_objects(refs, fmt, lookup, kind):
+    if not refs:
+        raise Exit(1, f"\"docker {kind} inspect\" requires at least 1 argument.")
+    docs, missing = [], []
+    for ref in refs:
+        doc = lookup(ref)
+        (docs.append(doc) if doc else missing.append(ref))
+    if fmt:
+        render_each(fmt, docs)
+    else:
+        print(json.dumps(docs, indent=4, ensure_ascii=False))
+    for ref in missing:
+        err(f"Error: No such {kind}: {ref}")
+    return 1 if missing else 0
+
+
+def cmd_rmi(argv):
+    opts, args = parse(argv, "rmi", {"force": ("bool", "force"), "no-prune": ("bool", "no_prune")},
+                       {"f": "force"})
+    state = connect()
+    code = 0
+    for ref in args:
+        image = images.lookup(state["data_root"], ref)
+        if image is None:
+            err(f"Error response from daemon: No such image: {ref}")
+            code = 1
+            continue
+        users = [c for c in containers.all_containers(state["data_root"])
+                 if c.config.get("image_id") == image["id"]]
+        if users and not opts["force"]:
+            err(f'Error response from daemon: conflict: unable to remove repository reference "{ref}" '
+                f"(must force) - container {users[0].id[:12]} is using its referenced image "
+                f"{image['id'][7:19]}")
+            code = 1
+            continue
+        images.remove(state["data_root"], image)
+        print(f"Untagged: {image['ref']}\nDeleted: {image['id']}")
+    return code
+
+
+def main(argv):
+    runtime.log_call("docker", argv)
+    from . import dockerctr, dockerrun
+    commands = {"info": cmd_info, "version": cmd_version, "pull": cmd_pull, "images": cmd_images,
+                "run": dockerrun.cmd_run, "exec": dockerrun.cmd_exec, "start": dockerctr.cmd_start,
+                "ps": dockerctr.cmd_ps, "inspect": dockerctr.cmd_inspect, "logs": dockerctr.cmd_logs,
+                "rm": dockerctr.cmd_rm, "stop": dockerctr.cmd_stop, "kill": dockerctr.cmd_kill,
+                "rmi": cmd_rmi}
+    groups = {("image", "ls"): "images", ("image", "list"): "images", ("image", "pull"): "pull",
+              ("image", "inspect"): cmd_image_inspect, ("image", "rm"): "rmi",
+              ("container", "ls"): "ps", ("container", "list"): "ps"}
+    for verb in ("run", "exec", "start", "inspect", "logs", "rm", "stop", "kill"):
+        groups[("container", verb)] = verb
+    try:
+        if argv[:1] in (["--version"], ["-v"]):
+            print(f"Docker version {VERSION}, build ce12230")
+            return 0
+        if argv and argv[0].startswith("-"):
+            raise Exit(125, f"unknown flag: {argv[0]}\nSee 'docker --help'.")
+        if not argv:
+            raise Exit(0, "Usage:  docker [OPTIONS] COMMAND")
+        handler = groups.get(tuple(argv[:2])) if len(argv) > 1 else None
+        if handler is not None:
+            argv = argv[2:] if callable(handler) else [handler] + argv[2:]
+        if not callable(handler):
+            if argv[0] not in commands:
+                raise Exit(1, f"docker: '{argv[0]}' is not a docker command.\nSee 'docker --help'")
+            handler, argv = commands[argv[0]], argv[1:]
+        return handler(argv)
+    except Exit as e:
+        if e.message:
+            err(e.message)
+        return e.code

@@ -1,0 +1,139 @@
+"""`up` and `down`: bring a whole testbed to life and take it apart again."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tb import hubctl, inventory, net, node, nodefs, standins
+from tb.nodespec import NodeSpec, spec_from_dict
+from tb.sshcmd import KEY_FILE, KNOWN_HOSTS_FILE
+from tb.state import TestbedState
+
+
+@dataclasses.dataclass
+class UpOptions:
+    nodes: list[NodeSpec]
+    gpu: str = "h100"
+    gpus_per_node: int = 8
+    engine: str = "sglang"
+    shard_bytes: int | None = None
+    hub_rate: int = 8 * 1024 * 1024
+    hub_token_file: str | None = None
+    hub: bool = True
+
+
+class AlreadyUp(RuntimeError):
+    pass
+
+
+def is_active(tb_dir: Path) -> bool:
+    state = TestbedState.load(tb_dir)
+    return bool(state and state.data.get("active"))
+
+
+def up(tb_dir: Path, opts: UpOptions, say=print) -> TestbedState:
+    """Start everything; on failure tear down what was started and re-raise."""
+    tb_dir = Path(tb_dir).resolve()
+    tb_dir.mkdir(parents=True, exist_ok=True)
+    if is_active(tb_dir):
+        raise AlreadyUp(f"a testbed is already up in {tb_dir}; run `testbed down --dir {tb_dir}` first")
+    started = time.monotonic()
+    standins.build(tb_dir)
+    _client_key(tb_dir)
+    state = TestbedState.create(tb_dir, active=True, engine=opts.engine)
+    try:
+        _bring_up(state, opts, say)
+    except BaseException:
+        down(tb_dir)
+        raise
+    say(f"testbed tb{state.idx} up: {len(opts.nodes)} nodes in {time.monotonic() - started:.1f} s; "
+        f"inventory {tb_dir / inventory.INVENTORY_FILE}")
+    return state
+
+
+def _client_key(tb_dir: Path) -> None:
+    for path in (tb_dir / KEY_FILE, tb_dir / f"{KEY_FILE}.pub"):
+        path.unlink(missing_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "k3tb-client",
+                    "-f", str(tb_dir / KEY_FILE)], check=True, capture_output=True)
+
+
+def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
+    idx = net.claim_bridge(lambda i: state.update(idx=i, bridge=net.bridge_name(i)))
+    for rule in net.accept_rules(idx):
+        state.update(iptables=state.data["iptables"] + [rule])
+        net.add_rule(rule)
+    records = [_record_node(state, idx, spec) for spec in opts.nodes]
+    _prepare_nodes(state.dir, opts.nodes, records)
+    if opts.hub:
+        (state.dir / "hub").mkdir(exist_ok=True)
+        hubctl.write_nodes_map(state.dir, {r["name"]: r["address"] for r in records})
+        hubctl.start(state, net.bridge_address(idx), opts.shard_bytes, opts.hub_rate,
+                     opts.hub_token_file)
+    start_nodes(state, records)
+    endpoint = (hubctl.wait_ready(state) if opts.hub
+                else f"http://{net.bridge_address(idx)}:{hubctl.PREFERRED_PORT}")
+    text = inventory.render(f"tb{idx}", endpoint, opts.gpu, opts.gpus_per_node, opts.engine,
+                            [(spec, r["address"]) for spec, r in zip(opts.nodes, records)])
+    inventory.write(state.dir, text)
+
+
+def _record_node(state: TestbedState, idx: int, spec: NodeSpec) -> dict:
+    state.update_node(spec.name, name=spec.name, index=spec.index, user=spec.user,
+                      address=net.node_address(idx, spec.index), netns=net.netns_name(idx, spec.name),
+                      veth=net.host_veth(idx, spec.index), spec=dataclasses.asdict(spec),
+                      status="starting")
+    return state.node(spec.name)
+
+
+def _prepare_nodes(tb_dir: Path, specs: list[NodeSpec], records: list[dict]) -> None:
+    nodefs.ensure_host_mount_points()
+    client_key = (tb_dir / f"{KEY_FILE}.pub").read_text()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda sr: nodefs.prepare(tb_dir, sr[0], sr[1]["address"], client_key),
+                      zip(specs, records)))
+    write_known_hosts(tb_dir, records)
+
+
+def write_known_hosts(tb_dir: Path, records: list[dict]) -> None:
+    lines = [f"{r['address']} {nodefs.host_public_key(tb_dir, r['name'])}\n" for r in records]
+    (tb_dir / KNOWN_HOSTS_FILE).write_text("".join(lines))
+
+
+def start_nodes(state: TestbedState, records: list[dict], timeout: float | None = None) -> None:
+    """Namespaces, veths and inits for these (already recorded and prepared) nodes; returns
+    when each accepts SSH."""
+    net.create_node_links(state.idx, [(r["name"], r["index"]) for r in records])
+    for record in records:
+        spec = spec_from_dict(record["spec"])
+        pid, start = node.start_init(state.dir, spec, record["netns"], record["address"])
+        state.update_node(record["name"], init_pid=pid, init_start=start)
+    fresh = [state.node(r["name"]) for r in records]
+    node.wait_for_ssh(state.dir, fresh, timeout or 30 + len(records))
+    for record in records:
+        state.update_node(record["name"], status="up", partitioned=False)
+
+
+def down(tb_dir: Path, say=print) -> bool:
+    """Stop everything recorded in DIR/testbed.json. Returns False when nothing was up."""
+    state = TestbedState.load(Path(tb_dir))
+    if state is None or not state.data.get("active"):
+        return False
+    records = list(state.data["nodes"].values())
+    node.kill_processes(records)
+    net.delete_netns([r["netns"] for r in records])
+    for record in records:
+        net.delete_link(record["veth"])
+    hubctl.stop(state)
+    for rule in state.data["iptables"]:
+        net.delete_rule(rule)
+    if state.bridge:
+        net.delete_link(state.bridge)
+    # Forget the live resources: a later down must not touch a testbed that reuses this idx.
+    stopped = {name: {**r, "status": "down", "init_pid": None} for name, r in state.data["nodes"].items()}
+    state.update(active=False, iptables=[], bridge=None, last_idx=state.idx, nodes=stopped)
+    say(f"testbed tb{state.data['last_idx']} down")
+    return True
