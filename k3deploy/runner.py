@@ -147,13 +147,25 @@ class Runner:
             facts, result = None, StepResult("unreachable", error=err.lines())
         except K3Error as err:
             facts, result = None, StepResult("failed", error=_lines(err, step.name))
+            if self._pending(ctx):
+                # --check: this step looks at what earlier steps would have changed; it cannot
+                # be judged before they run (Ansible's check mode has the same limit).
+                result = StepResult("would-change", actions=[
+                    f"depends on the changes above; not judged in --check ({err})"])
         result.seconds = time.monotonic() - started
         self._record(ctx, step, result, facts)
         return facts
 
+    def _pending(self, ctx: NodeContext) -> bool:
+        return self.run.check and any(r.status == "would-change"
+                                      for r in self.report.results.get(ctx.name, {}).values())
+
     def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
         facts = step.facts(ctx)
         found = step.problems(facts, ctx)
+        if found and self._pending(ctx):
+            return facts, StepResult("would-change", actions=[
+                "depends on the changes above; not judged in --check"])
         for check, message in found:
             self.report.problems.append((ctx.name, check, message))
         if found:  # the details go into the problems table printed at the end

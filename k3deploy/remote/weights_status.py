@@ -1,6 +1,6 @@
 """Node side: how much of the pinned snapshot is verified, and is a download running.
 
-Reads the manifest (JSON) on stdin; argv: HF_HOME PROGRESS_FILE. Prints one JSON object.
+Reads the manifest (JSON) on stdin; argv: HF_HOME PROGRESS_FILE PID_FILE. Prints one JSON object.
 Stdlib only, and cheap: it stats files and reads fetch_weights' ledger; it hashes nothing.
 """
 
@@ -40,25 +40,34 @@ def verified_files(manifest, hf_home):
     return missing, partial, done_bytes
 
 
-def downloader(progress_path):
+def _alive(pid):
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
+            return b"fetch_weights" in fh.read()
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def downloader(progress_path, pid_path):
+    """The pid file is written by the start command itself, so a downloader that has not yet
+    written its first progress is already seen as running."""
     try:
         with open(progress_path) as fh:
             progress = json.load(fh)
     except (OSError, ValueError):
-        return None, False
-    pid = progress.get("pid")
+        progress = None
     try:
-        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
-            alive = b"fetch_weights" in fh.read()
-    except (OSError, TypeError, ValueError):
-        alive = False
-    return progress, alive
+        with open(pid_path) as fh:
+            started = fh.read().strip()
+    except OSError:
+        started = None
+    return progress, _alive(started) or _alive((progress or {}).get("pid"))
 
 
 def main():
     manifest = json.load(sys.stdin)
     missing, partial, done_bytes = verified_files(manifest, sys.argv[1])
-    progress, alive = downloader(sys.argv[2])
+    progress, alive = downloader(sys.argv[2], sys.argv[3])
     print(json.dumps({"total": len(manifest["files"]), "missing_count": len(missing),
                       "missing": missing[:5], "partial_bytes": partial,
                       "verified_bytes": done_bytes, "running": alive, "progress": progress}))

@@ -41,6 +41,7 @@ class Paths:
         self.progress = f"{self.work}/download-progress.json"
         self.log = f"{self.work}/download.log"
         self.env = f"{self.work}/hf.env"
+        self.pid = f"{self.work}/download.pid"
 
 
 class DownloadWeights(Step):
@@ -69,7 +70,7 @@ class DownloadWeights(Step):
 
     def facts(self, node):
         paths = Paths(node)
-        res = node.conn.run(["python3", "-c", STATUS, node.inv.paths.hf, paths.progress],
+        res = node.conn.run(["python3", "-c", STATUS, node.inv.paths.hf, paths.progress, paths.pid],
                             stdin=node.run.shared["manifest_json"], retry=True, step=self.name)
         return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -94,8 +95,14 @@ class DownloadWeights(Step):
                 node.inv.paths.hf, "--progress", paths.progress]
         if run.shared.get("token"):
             argv += ["--env-file", paths.env]
-        detached = (f"setsid nohup {shlex.join(argv)} >> {shlex.quote(paths.log)} 2>&1 "
-                    "< /dev/null &")
+        # A dead downloader's progress file still names its pid and error: the first poll
+        # after this start would report that stale failure. So it goes, and the start waits
+        # (bounded) for the new downloader's first progress.
+        progress = shlex.quote(paths.progress)
+        detached = (f"rm -f {progress}; setsid nohup {shlex.join(argv)} >> "
+                    f"{shlex.quote(paths.log)} 2>&1 < /dev/null & pid=$!; i=0; while [ ! -s "
+                    f"{progress} ] && kill -0 $pid 2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; "
+                    "i=$((i+1)); done")
         return actions + [Action("start the downloader, detached", ("sh", "-c", detached))]
 
     def apply(self, node, actions):
@@ -130,15 +137,26 @@ class DownloadWeights(Step):
         node.conn.run(["rm", "-f", paths.env], check=False)
 
     def _failed(self, node, paths, facts) -> None:
-        tail = node.conn.run(["tail", "-n", "5", paths.log], check=False).stdout
+        log = node.conn.run(["tail", "-n", "40", paths.log], check=False).stdout.splitlines()
+        # The log is mostly "verified" lines; the reason is in its error lines.
+        tail = [ln for ln in log if "error" in ln.lower()][-3:] or log[-5:]
         error = (facts.get("progress") or {}).get("error") or "the downloader exited"
         raise StepFailed(node.name, f"download failed: {error} ({facts['missing_count']} of "
-                         f"{facts['total']} files not verified)\n" + tail.rstrip(), step=self.name,
-                         hint="re-run `k3deploy run resume-download -i INV`: verified files and "
-                         "partial bytes are kept")
+                         f"{facts['total']} files not verified)\n" + "\n".join(tail),
+                         step=self.name, hint=_download_hint(error, node.inv.source))
 
     def detail(self, facts, node):
         m = node.run.shared.get("manifest")
         return {"sha": m.sha if m else None, "files": facts["total"],
                 "verified": facts["total"] - facts["missing_count"],
                 "verified_bytes": facts["verified_bytes"]}
+
+
+def _download_hint(error: str, inventory: str) -> str:
+    rerun = (f"re-run `k3deploy run resume-download -i {inventory}` (or `up`): verified files "
+             "and partial bytes are kept")
+    if "mismatch" in error:
+        return ("the Hub (model.endpoint) served a file whose checksum does not match its own "
+                "metadata, on every retry: a broken upload or a proxy altering it; fix or change "
+                f"the endpoint, then {rerun}")
+    return rerun

@@ -1,0 +1,82 @@
+"""The 4x8 H100 bring-up as Ansible tests a playbook: check, apply, apply again; then the
+teardown, including a spot node that is already gone."""
+
+import time
+
+import pytest
+from tbfixture import testbed
+
+from k3run import changing_calls, k3, out, state
+
+pytestmark = pytest.mark.integration
+
+
+def daemon_json(tb, node):
+    return tb.ssh(node, "cat /etc/docker/daemon.json 2>/dev/null || echo ABSENT").stdout
+
+
+def test_check_apply_apply_again_then_down(tmp_path):
+    seeded = '{"log-driver": "json-file"}'
+    with testbed(tmp_path, nodes=4, overrides={"node1": {"daemon_json": seeded}}) as tb:
+        inv = str(tb.inventory)
+        before = {n: daemon_json(tb, n) for n in tb.nodes}
+
+        check = k3("up", "-i", inv, "--check")
+        assert check.returncode == 0, out(check)
+        assert "would-change" in out(check) and "would: pull lmsysorg/sglang:kimi-k3" in out(check)
+        assert changing_calls(tb.stats()) == []
+        assert {n: daemon_json(tb, n) for n in tb.nodes} == before
+        assert tb.ssh("node0", "ls /mnt/nvme").stdout.strip() == ""
+
+        started = time.monotonic()
+        apply = k3("up", "-i", inv)
+        first = time.monotonic() - started
+        assert apply.returncode == 0, out(apply)
+        assert "endpoint: http://" in out(apply)
+        merged = tb.ssh("node1", "cat /etc/docker/daemon.json").stdout
+        assert '"log-driver": "json-file"' in merged and '"data-root": "/mnt/nvme/docker"' in merged
+        for node in tb.nodes:
+            assert tb.ssh(node, "docker info --format '{{.DockerRootDir}}'").stdout.strip() == \
+                "/mnt/nvme/docker"
+            assert "Up" in tb.ssh(node, "docker ps --format '{{.Status}}'").stdout
+        assert state(tb.inventory, "node2")["steps"]["launch"]["status"] == "changed"
+        calls_after_apply = len(changing_calls(tb.stats()))
+
+        started = time.monotonic()
+        again = k3("up", "-i", inv)
+        second = time.monotonic() - started
+        assert again.returncode == 0, out(again)
+        for node in tb.nodes:
+            steps = state(tb.inventory, node)["steps"]
+            assert {s["status"] for s in steps.values()} == {"ok"}, (node, steps)
+        assert len(changing_calls(tb.stats())) == calls_after_apply
+        assert second < first
+
+        down = k3("down", "-i", inv, "--out", str(tmp_path / "logs"))
+        assert down.returncode == 0, out(down)
+        logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+        assert "node0-rank0-engine.log" in logs and "node3-rank3-engine.log" in logs
+        assert "fired up" in (tmp_path / "logs" / "node0-rank0-engine.log").read_text()
+        for node in tb.nodes:
+            assert tb.ssh(node, "docker ps -a -q").stdout.strip() == ""
+        again_down = k3("down", "-i", inv)
+        assert again_down.returncode == 0 and "changed" not in out(again_down)
+
+
+def test_teardown_with_a_reclaimed_spot_node(tmp_path):
+    with testbed(tmp_path, nodes=4) as tb:
+        inv = str(tb.inventory)
+        assert k3("up", "-i", inv).returncode == 0
+        tb.fault("kill-node", "node2")
+        started = time.monotonic()
+        down = k3("down", "-i", inv, "--out", str(tmp_path / "logs"))
+        assert time.monotonic() - started < 60
+        assert down.returncode == 3, out(down)
+        assert "unreachable node2" in out(down)
+        saved = sorted(p.name for p in (tmp_path / "logs").iterdir())
+        assert [s for s in saved if s.endswith("engine.log")] == [
+            "node0-rank0-engine.log", "node1-rank1-engine.log", "node3-rank3-engine.log"]
+        for node in ("node0", "node1", "node3"):
+            assert tb.ssh(node, "docker ps -a -q").stdout.strip() == ""
+        again = k3("down", "-i", inv)
+        assert again.returncode == 3 and "changed" not in out(again)

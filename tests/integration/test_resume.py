@@ -1,0 +1,96 @@
+"""Resuming a half-finished download: the laptop's run killed, a node's downloader killed,
+a spot node replaced. Measured with the mock Hub's per-node, per-file byte counts."""
+
+import signal
+import time
+
+import pytest
+from tbfixture import testbed
+
+from k3run import k3, k3_bg, out
+
+pytestmark = pytest.mark.integration
+SLOW_HUB = {"hub_rate": 150_000}   # bytes/s per connection: the ~29 MB download takes ~12 s
+# One HTTP read may be in flight when a process dies: its bytes can be served twice.
+SLACK = 256 * 1024
+
+
+def node_bytes(tb, node) -> int:
+    return tb.stats()["hub"]["by_node"].get(node, {}).get("bytes", 0)
+
+
+def wait_for_bytes(tb, node, at_least, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if node_bytes(tb, node) >= at_least:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{node} never reached {at_least} bytes")
+
+
+def files_of(tb, node) -> dict:
+    return tb.stats()["hub"]["by_node"][node]["files"]
+
+
+def test_laptop_and_node_downloader_killed_mid_download(tmp_path):
+    with testbed(tmp_path, nodes=4, **SLOW_HUB) as tb:
+        repo_bytes = tb.stats()["hub"]["repo_bytes"]
+        run = k3_bg("up", "-i", str(tb.inventory))
+        wait_for_bytes(tb, "node1", repo_bytes // 3)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        assert tb.ssh("node1", "pkill -9 -f fetch_weights.py").returncode == 0
+        served_before = files_of(tb, "node1")
+
+        again = k3("up", "-i", str(tb.inventory))
+        assert again.returncode == 0, out(again)
+        stats = tb.stats()["hub"]
+        sizes = {f: d["bytes"] for f, d in stats["by_node"]["node0"]["files"].items()}
+        for node in ("node0", "node2", "node3"):
+            # their detached downloaders never stopped: every file was served exactly once
+            files = stats["by_node"][node]["files"]
+            assert all(d["gets"] == 1 for d in files.values()), node
+            assert stats["by_node"][node]["bytes"] == repo_bytes
+        node1 = stats["by_node"]["node1"]["files"]
+        for name, record in node1.items():
+            assert record["bytes"] <= sizes[name] + SLACK, (name, record)
+            if served_before.get(name, {}).get("bytes") == sizes[name]:
+                assert record["gets"] == 1, f"verified {name} was fetched again"
+        assert stats["by_node"]["node1"]["bytes"] <= repo_bytes + 16 * SLACK
+
+
+def test_spot_node_replaced_mid_download(tmp_path):
+    with testbed(tmp_path, nodes=4, **SLOW_HUB) as tb:
+        repo_bytes = tb.stats()["hub"]["repo_bytes"]
+        run = k3_bg("up", "-i", str(tb.inventory))
+        wait_for_bytes(tb, "node3", repo_bytes // 4)
+        tb.fault("kill-node", "node3")
+        run.wait(timeout=120)
+        assert run.returncode != 0
+        assert "node3" in run.stdout.read()
+        tb.fault("revive-node", "node3")
+        assert tb.ssh("node3", "ls -A /mnt/nvme").stdout.strip() == ""
+
+        again = k3("up", "-i", str(tb.inventory))
+        assert again.returncode == 0, out(again)
+        assert "node.replaced" in out(again)
+        assert "Up" in tb.ssh("node3", "docker ps --format '{{.Status}}'").stdout
+
+
+def test_resume_download_playbook_continues_where_it_stopped(tmp_path):
+    with testbed(tmp_path, nodes=4, **SLOW_HUB) as tb:
+        repo_bytes = tb.stats()["hub"]["repo_bytes"]
+        run = k3_bg("run", "resume-download", "-i", str(tb.inventory))
+        wait_for_bytes(tb, "node0", repo_bytes // 2)
+        for node in tb.nodes:
+            tb.ssh(node, "pkill -9 -f fetch_weights.py")
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        status = k3("status", "-i", str(tb.inventory), "--json")
+        assert status.returncode == 0, out(status)
+        again = k3("run", "resume-download", "-i", str(tb.inventory))
+        assert again.returncode == 0, out(again)
+        for node in tb.nodes:
+            assert node_bytes(tb, node) <= repo_bytes + 16 * SLACK, node
+            orphans = tb.ssh(node, "find /mnt/nvme/hf -name '*.incomplete' | wc -l").stdout
+            assert orphans.strip() == "0"
