@@ -31,12 +31,16 @@ Json = Annotated[bool, typer.Option("--json", help="one JSON document on stdout"
 @app.callback()
 def _global(log_json: Annotated[bool, typer.Option("--log-json", help="log as JSON lines")] = False,
             verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False):
+    _OUTPUT["log_json"] = log_json
     klog.configure(json_lines=log_json, verbose=verbose)
+
+
+_OUTPUT = {"log_json": False}  # set by the global options, read by the commands
 
 
 def _run(inventory, steps, **kw) -> int:
     from k3deploy.commands import run_steps
-    return run_steps(inventory, steps, **kw).exit_code()
+    return run_steps(inventory, steps, log_json=_OUTPUT["log_json"], **kw).exit_code()
 
 
 @app.command()
@@ -128,6 +132,9 @@ def down(inventory: Inv,
 
 
 def _print_error(err: K3Error) -> None:
+    if _OUTPUT["log_json"]:
+        klog.get().error("error", kind=type(err).__name__, lines=[redact(x) for x in err.lines()])
+        return
     for line in err.lines():
         print(redact(line), file=sys.stderr)
 
@@ -142,9 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     except click_exc.ClickException as err:
         err.show()
         code = EXIT_BAD_INPUT
-    except click_exc.Exit as err:
+    except typer.Exit as err:  # typer's own classes (click's in older typer), not click_exc's
         code = err.exit_code
-    except click_exc.Abort:
+    except typer.Abort:
         code = 130
     except K3Error as err:
         _print_error(err)

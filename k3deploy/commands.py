@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+
 from k3deploy import inventory as inventory_mod
+from k3deploy import log as klog
 from k3deploy import playbook as playbook_mod
 from k3deploy.context import RunContext
 from k3deploy.runner import Runner, RunReport
@@ -13,17 +16,29 @@ from k3deploy.ui import Ui
 
 def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None = None,
               accept_new_host_keys: bool = False, state_dir: str | None = None,
-              ui: Ui | None = None, summary: bool = True) -> RunReport:
+              ui: Ui | None = None, summary: bool = True, log_json: bool = False) -> RunReport:
     inv = inventory_mod.load(inv_path)
-    ui = ui or Ui()
+    # --log-json: stderr carries JSON lines only; the runner's events stand in for the Ui's text.
+    ui = ui or Ui(console=Console(stderr=True, quiet=True) if log_json else None)
+    options = {**(options or {}), "log_json": log_json}
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir) as session:
-        run = RunContext(inv=inv, session=session, check=check, options=options or {}, ui=ui)
+        run = RunContext(inv=inv, session=session, check=check, options=options, ui=ui)
         report = Runner(run, steps).execute()
     if report.problems:
-        ui.problems(report.problems)
+        ui.problems(report.problems, changed="changed" in report.statuses())
     if summary:
         ui.summary(report)
+    if log_json:
+        _log_report(report)
     return report
+
+
+def _log_report(report: RunReport) -> None:
+    log = klog.get()
+    for node, check, message in report.problems:
+        log.info("run.problem", node=node, check=check, problem=message)
+    log.info("run.finished", exit_code=report.exit_code(),
+             nodes={n: {s: r.status for s, r in per.items()} for n, per in report.results.items()})
 
 
 def playbook_steps(name: str):

@@ -51,4 +51,15 @@ def load(name_or_path: str) -> tuple[str, list[Step]]:
         raise PlaybookError(f"{path}: not valid YAML: {err}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list) or not doc["steps"]:
         raise PlaybookError(f"{path}: a playbook is a mapping with a non-empty `steps:` list")
-    return doc.get("name", path.stem), [_entry(s, i, path) for i, s in enumerate(doc["steps"])]
+    steps = [_entry(s, i, path) for i, s in enumerate(doc["steps"])]
+    return doc.get("name", path.stem), unique_labels(steps)
+
+
+def unique_labels(steps: list[Step]) -> list[Step]:
+    """A step used twice gets `name#2`: reports and state files key on the label."""
+    seen: dict[str, int] = {}
+    for step in steps:
+        seen[step.label] = seen.get(step.label, 0) + 1
+        if seen[step.label] > 1:
+            step.label_override = f"{step.label}#{seen[step.label]}"
+    return steps

@@ -3,10 +3,12 @@ apply -> re-check. A failing node fails its own steps; the others finish what th
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from k3deploy import log as klog
 from k3deploy.context import NodeContext, RunContext
 from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, PreflightFailed,
                              StepFailed, UnreachableError)
@@ -60,6 +62,8 @@ class Runner:
         self.steps = steps
         self.report = RunReport(steps=[s.label for s in steps])
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
+        # With --log-json these events are the output; otherwise the Ui is and they show with -v.
+        self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
 
     def execute(self) -> RunReport:
         self.report.ordered([c.name for c in self.contexts])
@@ -133,12 +137,13 @@ class Runner:
             return False
         if self.run.ui and not self.run.check and not self.report.failed_nodes():
             for line in step.closing_lines(self.run):
+                klog.get(step=step.label).log(self.event_level, "step.message", text=line)
                 self.run.ui.say(line)
         return not (step.needs_all_nodes and self.report.failed_nodes())
 
     # -- one node ------------------------------------------------------------------------
     def _on_node(self, step: Step, ctx: NodeContext) -> dict | None:
-        started = time.monotonic()
+        started, culprit = time.monotonic(), None
         if not self.run.check:
             ctx.state.begin(step.label, step.inputs_digest(ctx))
         try:
@@ -147,6 +152,7 @@ class Runner:
             facts, result = None, StepResult("unreachable", error=err.lines())
         except K3Error as err:
             facts, result = None, StepResult("failed", error=_lines(err, step.name))
+            culprit = getattr(err, "node", None)
             if self._pending(ctx):
                 # --check: this step looks at what earlier steps would have changed; it cannot
                 # be judged before they run (Ansible's check mode has the same limit).
@@ -154,6 +160,9 @@ class Runner:
                     f"depends on the changes above; not judged in --check ({err})"])
         result.seconds = time.monotonic() - started
         self._record(ctx, step, result, facts)
+        if result.status == "failed" and culprit != ctx.name and culprit in self.report.results:
+            # The head's wait found the fault on another node: the summary points there too.
+            self.report.set(culprit, step.label, StepResult("failed", error=result.error))
         return facts
 
     def _pending(self, ctx: NodeContext) -> bool:
@@ -194,6 +203,8 @@ class Runner:
         self._say(ctx.name, step.label, result.status, result.error, result.actions)
 
     def _say(self, node, step, status, error=(), actions=()):
+        klog.get(node=node, step=step).log(self.event_level, "step.result", status=status,
+                                           actions=list(actions), error=list(error))
         if self.run.ui:
             self.run.ui.step_result(node, step, status, list(error), list(actions))
 

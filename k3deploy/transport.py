@@ -7,7 +7,6 @@ refused unless the user asked for accept-new (as OpenSSH's StrictHostKeyChecking
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import socket
@@ -18,12 +17,16 @@ from pathlib import Path
 
 import fabric
 import paramiko
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (Retrying, retry_if_exception_type, retry_if_not_exception_type,
+                      stop_after_attempt, wait_exponential)
 
 from k3deploy.errors import CommandError, HostKeyError, UnreachableError
 from k3deploy.redact import redact
 
 KEEPALIVE_SECONDS = 15
+# A node that vanishes without a FIN/RST (spot reclaim, partition) would otherwise hold a
+# command until its timeout (minutes): unacknowledged keepalives drop the connection after this.
+DEAD_PEER_SECONDS = 20
 # Transport-level failures: the command's fate is unknown, the connection is not usable.
 TRANSPORT_ERRORS = (paramiko.SSHException, socket.error, EOFError, OSError)
 
@@ -100,6 +103,17 @@ def _drain(chan, deadline: float) -> tuple[str, str]:
     return out.decode(errors="replace"), err.decode(errors="replace")
 
 
+def _detect_dead_peer(transport, connect_timeout: float) -> None:
+    """SSH keepalives plus TCP_USER_TIMEOUT (Linux): data unacknowledged for
+    DEAD_PEER_SECONDS (or 3 connect timeouts) fails the socket, so a silent node is noticed."""
+    interval = max(1, min(KEEPALIVE_SECONDS, int(connect_timeout)))
+    transport.set_keepalive(interval)
+    # Through a ProxyJump the "socket" is a channel of the jump host's transport: skip.
+    if hasattr(socket, "TCP_USER_TIMEOUT") and isinstance(transport.sock, socket.socket):
+        limit = max(DEAD_PEER_SECONDS, 3 * connect_timeout)
+        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(limit * 1000))
+
+
 def _wait_readable(chan) -> None:
     # Paramiko channels are selectable; a short select avoids a busy loop.
     import select
@@ -145,14 +159,16 @@ class NodeConnection:
             raise HostKeyError(self.ep.name, f"host key of {self.ep.host} CHANGED "
                                f"(got {err.key.get_name()}); refusing to connect",
                                hint=f"if the node was really rebuilt, remove its line from "
-                               f"{self.ep.known_hosts} (ssh-keygen -R {self.ep.host})") from None
+                               f"{self.ep.known_hosts} (ssh-keygen -f {self.ep.known_hosts} "
+                               f"-R {self._host_entry()})") from None
         except paramiko.SSHException as err:
             if "not found in known_hosts" in str(err):
                 raise HostKeyError(self.ep.name, f"host key of {self.ep.host} is unknown",
-                                   hint="add it to known_hosts (ssh-keyscan) or pass "
-                                   "--accept-new-host-keys to trust it on first use") from None
+                                   hint=f"add it to {self.ep.known_hosts} (ssh-keyscan, then "
+                                   "check the fingerprint) or pass --accept-new-host-keys to "
+                                   "trust it on first use") from None
             raise
-        conn.transport.set_keepalive(KEEPALIVE_SECONDS)
+        _detect_dead_peer(conn.transport, self.ep.connect_timeout)
         self._conn = conn
         self.opened += 1
 
@@ -160,10 +176,13 @@ class NodeConnection:
         if self._conn is not None and self._conn.is_connected:
             return
         self.close()
+        # A refused key is not transient: retrying only adds failed logins (and fail2ban bans).
+        retry = (retry_if_exception_type(TRANSPORT_ERRORS)
+                 & retry_if_not_exception_type(paramiko.AuthenticationException))
         try:
             for attempt in Retrying(stop=stop_after_attempt(self.connect_attempts),
                                     wait=wait_exponential(multiplier=0.5, max=5),
-                                    retry=retry_if_exception_type(TRANSPORT_ERRORS), reraise=True):
+                                    retry=retry, reraise=True):
                 with attempt:
                     self._open_once()
         except paramiko.AuthenticationException as err:
@@ -173,6 +192,11 @@ class NodeConnection:
             raise UnreachableError(self.ep.name, f"cannot reach {self._target()} after "
                                    f"{self.connect_attempts} attempts: {err or type(err).__name__}",
                                    hint="is the node up (spot reclaim?) and port open?") from None
+
+    def _host_entry(self) -> str:
+        """How known_hosts names this node: `[host]:port` unless the port is 22."""
+        port = self.ep.port or 22
+        return self.ep.host if port == 22 else f"[{self.ep.host}]:{port}"
 
     def _target(self) -> str:
         return f"{self.ep.user or ''}{'@' if self.ep.user else ''}{self.ep.host}:{self.ep.port or 22}"
@@ -204,6 +228,8 @@ class NodeConnection:
             chan.shutdown_write()
             out, err = _drain(chan, time.monotonic() + (timeout or 1e9))
             code = chan.recv_exit_status()
+            if code == -1 and not self._conn.transport.is_active():
+                raise EOFError("connection dropped before the command finished")
         except TimeoutError as late:
             chan.close()
             return Result(command, 124, str(late), f"(timed out after {timeout:.0f}s)")

@@ -53,8 +53,10 @@ class Ui:
         with self._lock:
             self.console.print(table)
 
-    def problems(self, problems) -> None:
-        table = Table(title=f"{len(problems)} problem(s) found; nothing was changed")
+    def problems(self, problems, changed: bool = False) -> None:
+        # After launch (verify's problems) "nothing was changed" would be false comfort.
+        title = f"{len(problems)} problem(s) found" + ("" if changed else "; nothing was changed")
+        table = Table(title=title)
         for column in ("node", "check", "problem"):
             table.add_column(column, overflow="fold")
         for node, check, message in problems:

@@ -65,9 +65,14 @@ class Step:
         # Validated here so a typo in a playbook fails before any node is touched.
         self.p = self.Params.model_validate(self.params) if self.Params else None
 
+    label_override: str | None = None  # set by the playbook loader when a label repeats
+
     @property
     def label(self) -> str:
         """Unique within a playbook: the column in reports and the key in state files."""
+        return self.label_override or self.default_label()
+
+    def default_label(self) -> str:
         return self.name
 
     # -- hooks -----------------------------------------------------------------------

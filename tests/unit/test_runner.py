@@ -127,3 +127,14 @@ def test_step_failed_error_names_node_and_step(tmp_path):
     run, _ = make(tmp_path)
     report = Runner(run, [Boom()]).execute()
     assert report.results["node0"]["boom"].error == ["[node0/boom] no good", "  fix: do better"]
+
+
+def test_playbook_gives_repeated_steps_unique_labels(tmp_path):
+    from k3deploy import playbook
+    path = tmp_path / "pb.yaml"
+    path.write_text("steps:\n  - {step: file, with: {path: /a, content: x}}\n"
+                    "  - {step: file, with: {path: /b, content: y}}\n  - download\n"
+                    "  - {step: download, with: {wait: false}}\n")
+    name, steps = playbook.load(str(path))
+    assert name == "pb"
+    assert [s.label for s in steps] == ["file", "file#2", "download", "download-start"]
