@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from k3deploy.errors import StepFailed
 from k3deploy.hubmeta import manifest_for, token_from_env
 from k3deploy.log import get as get_log
-from k3deploy.steps.base import Action, Step, upload
+from k3deploy.steps.base import Action, Step, cmd, upload
 
 REMOTE = Path(__file__).parent.parent / "remote"
 FETCHER = (REMOTE / "fetch_weights.py").read_text()
@@ -49,8 +49,7 @@ class DownloadWeights(Step):
     summary = "verified, resumable model download on every node"
     Params = DownloadParams
 
-    @property
-    def label(self) -> str:
+    def default_label(self) -> str:
         return self.name if self.p.wait else "download-start"
 
     def prepare(self, run) -> None:
@@ -72,11 +71,17 @@ class DownloadWeights(Step):
         paths = Paths(node)
         res = node.conn.run(["python3", "-c", STATUS, node.inv.paths.hf, paths.progress, paths.pid],
                             stdin=node.run.shared["manifest_json"], retry=True, step=self.name)
-        return json.loads(res.stdout.strip().splitlines()[-1])
+        found = json.loads(res.stdout.strip().splitlines()[-1])
+        if found["missing_count"] == 0:
+            found["token_file"] = node.conn.run(["test", "-e", paths.env], check=False).ok
+        return found
 
     def plan(self, facts, node):
         if facts["missing_count"] == 0:
-            return []
+            # The token is only needed to download: none stays behind, also when the download
+            # finished while no k3deploy was waiting for it.
+            return [cmd("remove the HF token file (download complete)", "rm", "-f",
+                        Paths(node).env, retry=True)] if facts.get("token_file") else []
         waiting = [Action("wait until every file is verified", wait="download")] if self.p.wait else []
         if facts["running"]:
             return waiting
@@ -96,13 +101,14 @@ class DownloadWeights(Step):
         if run.shared.get("token"):
             argv += ["--env-file", paths.env]
         # A dead downloader's progress file still names its pid and error: the first poll
-        # after this start would report that stale failure. So it goes, and the start waits
-        # (bounded) for the new downloader's first progress.
+        # after this start would report that stale failure. So it goes, the pid file (read by
+        # weights_status) names the new one at once, and the start waits (bounded) for the
+        # new downloader's first progress.
         progress = shlex.quote(paths.progress)
         detached = (f"rm -f {progress}; setsid nohup {shlex.join(argv)} >> "
-                    f"{shlex.quote(paths.log)} 2>&1 < /dev/null & pid=$!; i=0; while [ ! -s "
-                    f"{progress} ] && kill -0 $pid 2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; "
-                    "i=$((i+1)); done")
+                    f"{shlex.quote(paths.log)} 2>&1 < /dev/null & pid=$!; echo $pid > "
+                    f"{shlex.quote(paths.pid)}; i=0; while [ ! -s {progress} ] && kill -0 $pid "
+                    "2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done")
         return actions + [Action("start the downloader, detached", ("sh", "-c", detached))]
 
     def apply(self, node, actions):

@@ -61,7 +61,7 @@ class Preflight(Step):
         return out
 
     def cluster_problems(self, all_facts, run):
-        out = _identical(all_facts) + _sizing(run)
+        out = _unchecked(all_facts, run) + _identical(all_facts) + _sizing(run)
         return out + reachability_problems(run, all_facts)
 
     def detail(self, facts, node):
@@ -76,7 +76,9 @@ def _gpu_problems(facts, node) -> list[tuple[str, str]]:
     out = []
     if len(gpus) != inv.gpu.count:
         out.append(("gpus", f"{len(gpus)} GPUs, the inventory expects {inv.gpu.count}: every "
-                    "rank loads the same shard layout, a mismatched node fails the group"))
+                    "rank loads the same shard layout, a mismatched node fails the group; "
+                    "check `nvidia-smi -L` (a GPU that fell off the bus needs a reboot) or "
+                    "replace the node"))
     models = {(gpu_table.match_smi_name(g["name"]) or gpu_table.GpuModel(
         "?", g["name"], 0, False, (), "")).key for g in gpus}
     if gpus and models != {inv.gpu.model}:
@@ -129,7 +131,7 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
         return [("disk", f"{free / GB:,.2f} GB free on {node.inv.paths.nvme} + {have / GB:,.2f} GB "
                  f"already downloaded < {need / GB:,.2f} GB needed (checkpoint "
                  f"{manifest.total_bytes / GB:,.2f} GB + 2% + {node.inv.paths.reserve_gb} GB "
-                 "for the image)")]
+                 "for the image); free space there or mount a larger NVMe (paths.nvme)")]
     return []
 
 
@@ -142,7 +144,24 @@ def _identical(all_facts) -> list[tuple[str, str, str]]:
         return []
     common = max(set(shapes.values()), key=list(shapes.values()).count)
     return [(n, "identical", f"{s[0]}x {s[1]} CUDA {s[2]} differs from the others' "
-             f"{common[0]}x {common[1]} CUDA {common[2]}") for n, s in shapes.items() if s != common]
+             f"{common[0]}x {common[1]} CUDA {common[2]}; {_identical_fix(s, common)}")
+            for n, s in shapes.items() if s != common]
+
+
+def _identical_fix(shape, common) -> str:
+    if shape[:2] != common[:2]:
+        return "the guide needs identical nodes: replace this node with one like the others"
+    # One image for every rank: mixing kimi-k3 and kimi-k3-cu12 builds in one group is untested.
+    return (f"install the others' driver (CUDA {common[2]}) here: every node must run the same "
+            "driver, the image tag follows it (kimi-k3 for CUDA 13, kimi-k3-cu12 for CUDA 12)")
+
+
+def _unchecked(all_facts, run) -> list[tuple[str, str, str]]:
+    """A node preflight could not look at is a problem, not a pass: it stops the bring-up
+    before anything changes on the others, since launch needs every node anyway."""
+    return [(n.name, "reachable", "could not be checked (see the error above); a bring-up "
+             "needs every node: bring it back or replace it in the inventory, then re-run")
+            for n in run.inv.nodes if n.name not in all_facts]
 
 
 def _sizing(run) -> list[tuple[str, str, str]]:

@@ -66,7 +66,8 @@ def container_summary(info: dict | None) -> dict | None:
     config = info.get("Config", {})
     return {"status": state.get("Status"), "running": bool(state.get("Running")),
             "exit_code": state.get("ExitCode"), "image": config.get("Image"),
-            "labels": config.get("Labels") or {}, "cmd": config.get("Cmd") or []}
+            "labels": config.get("Labels") or {}, "cmd": config.get("Cmd") or [],
+            "finished": state.get("FinishedAt")}
 
 
 def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:

@@ -28,6 +28,15 @@ def _message(res: dict) -> dict:
     return choices[0].get("message") or {}
 
 
+def reasoning_field(msg: dict) -> str | None:
+    """Which field carries the chain of thought: SGLang fills `reasoning_content`; vLLM may
+    name it `reasoning` instead (newer releases), or send both with the same text."""
+    for name in ("reasoning_content", "reasoning"):
+        if msg.get(name):
+            return name
+    return None
+
+
 def endpoint_problems(results: dict, model: str) -> list[tuple[str, str]]:
     out = []
     models = results.get("models", {})
@@ -41,28 +50,49 @@ def endpoint_problems(results: dict, model: str) -> list[tuple[str, str]]:
     if chat.get("status") != 200:
         out.append(("chat", f"chat completion answered {chat.get('status')}: "
                     f"{str(chat.get('body') or chat.get('error'))[:200]}"))
-    elif not msg.get("content") or not msg.get("reasoning_content"):
-        out.append(("reasoning", "reasoning_content is empty and the chain of thought is in "
-                    "content: --reasoning-parser kimi_k3 did not take effect (kimi_k2 carried "
-                    "over from a K2 deployment?)"))
-    calls = _message(results.get("tools", {})).get("tool_calls")
-    if chat.get("status") == 200 and not calls:
+    elif not msg.get("content") or not reasoning_field(msg):
+        out.append(("reasoning", "reasoning_content (or reasoning) is empty and the chain of "
+                    "thought is in content: --reasoning-parser kimi_k3 did not take effect "
+                    "(kimi_k2 carried over from a K2 deployment?)"))
+    tools = results.get("tools", {})
+    calls = _message(tools).get("tool_calls")
+    if chat.get("status") == 200 and tools.get("status") != 200:
+        out.append(("tools", f"the tool-call probe answered {tools.get('status')}: "
+                    f"{str(tools.get('body') or tools.get('error'))[:200]} (vLLM needs "
+                    "--enable-auto-tool-choice with --tool-call-parser kimi_k3)"))
+    elif chat.get("status") == 200 and not calls:
         out.append(("tools", "the tool-call probe did not parse into tool_calls: set "
                     "--tool-call-parser kimi_k3"))
     return out
 
 
+def _parser_setting(inv, check: str) -> str:
+    """Point at the inventory line when it is what overrides the kimi_k3 parser."""
+    flag = {"reasoning": "reasoning-parser", "tools": "tool-call-parser"}.get(check)
+    args = inv.engine.args
+    value = (args.get(flag) or args.get(flag.replace("-", "_"))) if flag else None
+    if not value or value == "kimi_k3":
+        return ""
+    return (f"; the inventory sets engine.args.{flag}: {value}: set it to kimi_k3 (or remove it), "
+            "then run `k3deploy up --replace`")
+
+
 def memory_problems(gpus: list[dict] | None, inv, rank: int) -> list[tuple[str, str]]:
     if not gpus:
         return [("memory", "nvidia-smi gave no GPUs")]
-    out = []
-    for index, gpu in enumerate(gpus):
-        want = expected_used_mib(inv, gpu["total_mib"])
-        if gpu["used_mib"] < SHORT_FRACTION * want:
-            out.append(("memory", f"rank {rank} GPU {index}: {gpu['used_mib'] / GIB_MIB:.1f} GiB "
-                        f"in use, expected ~{want / GIB_MIB:.1f} GiB of "
-                        f"{gpu['total_mib'] / GIB_MIB:.1f}: this rank failed to load its shard"))
-    return out
+    short = [(i, g) for i, g in enumerate(gpus)
+             if g["used_mib"] < SHORT_FRACTION * expected_used_mib(inv, g["total_mib"])]
+    if not short:
+        return []
+    # One row per rank, not eight: a short load shows on every GPU of the rank at once.
+    used = sorted({f"{g['used_mib'] / GIB_MIB:.1f}" for _, g in short}, key=float)
+    total = short[0][1]["total_mib"]
+    which = "every GPU" if len(short) == len(gpus) else "GPU " + ", ".join(str(i) for i, _ in short)
+    return [("memory", f"rank {rank}, {which}: {'-'.join([used[0], used[-1]][:len(used)])} GiB "
+             f"in use of {total / GIB_MIB:.1f} GiB, expected ~"
+             f"{expected_used_mib(inv, total) / GIB_MIB:.1f} GiB: this rank failed to load its "
+             f"shard; `k3deploy logs -i {inv.source}` shows why, then `k3deploy down` and "
+             "`k3deploy up` reload every rank")]
 
 
 class VerifyEndpoint(Step):
@@ -80,18 +110,23 @@ class VerifyEndpoint(Step):
         if node.is_head:
             found["endpoint"] = endpoint.probe(node.conn, node.inv, ["models", "chat", "tools"],
                                                node.run.shared["api_key"], step=self.name)
+            node.run.shared["reasoning_field"] = reasoning_field(
+                _message(found["endpoint"].get("chat", {})))
         return found
 
     def problems(self, facts, node):
         out = memory_problems(facts.get("gpus"), node.inv, node.rank)
         if node.is_head:
-            out += endpoint_problems(facts["endpoint"], node.inv.model.repo)
+            out += [(check, message + _parser_setting(node.inv, check)) for check, message
+                    in endpoint_problems(facts["endpoint"], node.inv.model.repo)]
         return out
 
     def closing_lines(self, run) -> list[str]:
         key = apikey.key_path(run.session.state_dir)
         auth = f'-H "Authorization: Bearer $(cat {key})" ' if run.shared.get("api_key") else ""
-        return [f"endpoint: {endpoint.url(run.inv)}   model: {run.inv.model.repo}",
+        field = run.shared.get("reasoning_field")
+        return [f"endpoint: {endpoint.url(run.inv)}   model: {run.inv.model.repo}"
+                + (f"   chain of thought in: {field}" if field else ""),
                 f"call it:  curl -s {endpoint.url(run.inv)}/chat/completions {auth}"
                 "-H 'Content-Type: application/json' -d '{\"model\": \"" + run.inv.model.repo +
                 "\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
@@ -99,4 +134,7 @@ class VerifyEndpoint(Step):
 
     def detail(self, facts, node):
         gpus = facts.get("gpus") or []
-        return {"used_gib": [round(g["used_mib"] / GIB_MIB, 1) for g in gpus]}
+        out = {"used_gib": [round(g["used_mib"] / GIB_MIB, 1) for g in gpus]}
+        if "endpoint" in facts:
+            out["reasoning_field"] = reasoning_field(_message(facts["endpoint"].get("chat", {})))
+        return out

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from k3deploy import apikey, endpoint, engines
 from k3deploy import facts as F
 from k3deploy.errors import StepFailed
-from k3deploy.steps import probes
+from k3deploy.steps import probes, raylayout
 from k3deploy.steps.base import Action, Step
 
 LOADING = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)%")
@@ -30,21 +30,35 @@ def container_state(node_ctx_conn, name: str) -> dict | None:
     return probes.container_summary(found["container"])
 
 
-def rank_problem(cmds: dict[str, list[str]], nnodes: int) -> str | None:
-    """Duplicate or missing --node-rank across the running containers: the group never forms."""
-    ranks = {}
-    for node, cmd in cmds.items():
-        if "--node-rank" in cmd:
-            ranks.setdefault(cmd[cmd.index("--node-rank") + 1], []).append(node)
-    if not ranks:
-        return None
+def rank_problem(cmds: dict[str, list[str]],
+                 expected: dict[str, int]) -> tuple[str, list[str]] | None:
+    """Duplicate or missing --node-rank across the running containers: the group never forms.
+    Returns the message and the nodes whose container runs another rank than the inventory
+    gives them (started by hand, or from another inventory)."""
+    running = {n: cmd[cmd.index("--node-rank") + 1] for n, cmd in cmds.items()
+               if "--node-rank" in cmd}
+    ranks: dict[str, list[str]] = {}
+    for node, rank in running.items():
+        ranks.setdefault(rank, []).append(node)
     dups = {r: n for r, n in ranks.items() if len(n) > 1}
-    missing = sorted(set(map(str, range(nnodes))) - set(ranks))
+    missing = sorted(set(map(str, expected.values())) - set(ranks)) if running else []
     if not dups and not missing:
         return None
-    parts = [f"rank {r} on {', '.join(n)}" for r, n in dups.items()]
+    stray = [n for n, r in running.items() if r != str(expected[n])]
+    parts = [f"{n} runs --node-rank {running[n]}, the inventory gives it rank {expected[n]}"
+             for n in stray]
+    parts += [f"rank {r} on {' and '.join(n)}" for r, n in dups.items()]
     parts += [f"rank {r} on no node" for r in missing]
-    return "the process group can never form: " + "; ".join(parts)
+    return "the process group can never form: " + "; ".join(parts), stray
+
+
+def _finished_key(state: dict | None) -> str:
+    """Docker's FinishedAt (RFC 3339, trailing zeros of the nanoseconds trimmed) as a string
+    that sorts by time; a missing container sorts first."""
+    if not state:
+        return ""
+    base, _, frac = (state.get("finished") or "").rstrip("Z").partition(".")
+    return f"{base}.{frac.ljust(9, '0')}"
 
 
 class WaitHealthy(Step):
@@ -72,7 +86,9 @@ class WaitHealthy(Step):
             raise StepFailed(node.name, "no engine container; run launch first", step=self.name)
         if not state["running"]:
             raise StepFailed(node.name, f"rank {node.rank} container exited ({state['exit_code']})",
-                             step=self.name, hint="k3deploy logs -i INV shows why")
+                             step=self.name, hint=f"`k3deploy logs -i {node.inv.source}` shows "
+                             "why; fix it, then re-run `k3deploy up` (exited containers are "
+                             "replaced)")
         if node.is_head and not facts["healthy"]:
             return [Action("wait until rank 0 answers /health", wait="healthy")]
         return []
@@ -85,6 +101,11 @@ class WaitHealthy(Step):
             log = node.conn.run(engines.docker_logs_argv(node.inv.engine.container, tail=30),
                                 sudo=True, check=False).output
             formed = formed or bool(LOADING.search(log)) or READY in log
+            if raylayout.in_use(node.inv):
+                # The exec'd serve logs nowhere docker keeps; its ranks being placed on every
+                # node (Ray holds the GPUs) is the sign the group formed, and losing them
+                # without answering means it exited.
+                formed = raylayout.check_serve_alive(node, self.name) or formed
             last_shown = self._show(node, log, last_shown)
             if self.facts(node)["healthy"]:
                 return
@@ -98,21 +119,33 @@ class WaitHealthy(Step):
         raise StepFailed(node.name, "endpoint not healthy before the timeout", step=self.name)
 
     def _check_ranks(self, head):
-        cmds, run = {}, head.run
-        for ctx_node in run.inv.nodes:
-            state = container_state(run.session.conn(ctx_node.name), run.inv.engine.container)
-            if not state or not state["running"]:
-                tail = run.session.conn(ctx_node.name).run(
-                    engines.docker_logs_argv(run.inv.engine.container, tail=15), sudo=True,
-                    check=False).output
-                raise StepFailed(ctx_node.name, f"rank {run.inv.rank_of(ctx_node.name)} container "
-                                 f"exited ({(state or {}).get('exit_code')}) while loading:\n{tail}",
-                                 step=self.name)
-            cmds[ctx_node.name] = [str(c) for c in state["cmd"]]
-        problem = rank_problem(cmds, len(run.inv.nodes))
-        if problem:
-            raise StepFailed(head.name, problem, step=self.name,
-                             hint="fix nodes[].rank, then k3deploy up --replace")
+        run, name = head.run, head.run.inv.engine.container
+        states = {n.name: container_state(run.session.conn(n.name), name) for n in run.inv.nodes}
+        gone = [n for n, state in states.items() if not state or not state["running"]]
+        if gone:
+            raise self._exited(run, gone, states)
+        cmds = {n: [str(c) for c in state["cmd"]] for n, state in states.items()}
+        found = rank_problem(cmds, {n.name: run.inv.rank_of(n.name) for n in run.inv.nodes})
+        if found:
+            problem, stray = found
+            removes = "; ".join(f"on {n}: docker rm -f {name}" for n in stray)
+            hint = (f"remove the stray container ({removes}), then re-run `k3deploy up`"
+                    if stray else "fix nodes[].rank, then k3deploy up --replace")
+            raise StepFailed(stray[0] if stray else head.name, problem, step=self.name, hint=hint)
+
+    def _exited(self, run, gone: list[str], states: dict) -> StepFailed:
+        # One rank dying makes the others abort (NCCL): the first to exit is the cause.
+        first = min(gone, key=lambda n: _finished_key(states[n]))
+        logs = engines.docker_logs_argv(run.inv.engine.container, tail=15)
+        tail = run.session.conn(first).run(logs, sudo=True, check=False).output
+        what = (f"container exited ({states[first]['exit_code']})" if states[first]
+                else "container is gone")
+        after = [n for n in gone if n != first]
+        also = f" ({', '.join(after)} exited after it: ranks abort when a peer dies)" if after else ""
+        return StepFailed(first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was "
+                          f"up{also}; the end of its log:\n{tail}", step=self.name,
+                          hint=f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix "
+                          "the cause, then re-run `k3deploy up` (exited containers are replaced)")
 
     def _show(self, node, log: str, last: str) -> str:
         lines = [ln for ln in log.splitlines() if LOADING.search(ln) or READY in ln]
