@@ -24,7 +24,10 @@ def vllm_serve_args(spec: LaunchSpec) -> list[str]:
              ("data-parallel-size", spec.world_size), ("enable-expert-parallel", True),
              *_ray_dp_flags(spec), *_optional_flags(spec),
              ("host", "0.0.0.0"), ("port", spec.serve_port),
-             ("tool-call-parser", "kimi_k3"), ("reasoning-parser", "kimi_k3"),
+             # --enable-auto-tool-choice: without it vLLM answers 400 to any request that
+             # carries tools with tool_choice auto (the OpenAI default), parser or not.
+             ("tool-call-parser", "kimi_k3"), ("enable-auto-tool-choice", True),
+             ("reasoning-parser", "kimi_k3"),
              ("max-model-len", spec.context_length), ("trust-remote-code", True),
              ("served-model-name", spec.model_name)]
     return [spec.model_repo, *render_flags(flags, spec.extra_args)]

@@ -12,6 +12,7 @@ REGISTRY = {
     "nvme": "k3deploy.steps.nvme:MoveToNvme",
     "download": "k3deploy.steps.download:DownloadWeights",
     "image": "k3deploy.steps.image:PullImage",
+    "ray-cluster": "k3deploy.steps.ray:RayCluster",
     "launch": "k3deploy.steps.launch:LaunchEngine",
     "wait": "k3deploy.steps.wait:WaitHealthy",
     "verify": "k3deploy.steps.verify:VerifyEndpoint",

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Callable
 
 from k3deploy import apikey, engines
 from k3deploy import facts as F
 from k3deploy import launchspec
 from k3deploy.errors import StepFailed
 from k3deploy.hubmeta import manifest_for
-from k3deploy.steps import probes
+from k3deploy.steps import probes, raylayout
 from k3deploy.steps.base import Step, cmd, upload
 from k3deploy.steps.image import chosen_image
 
 
-def secret_file(spec) -> tuple[str, str, callable]:
+def secret_file(spec) -> tuple[str, Callable[[str], str]]:
+    """Where the engine's key file goes on the node, and how its content is rendered."""
     if spec.engine == "sglang":
         return engines.sglang_secret_host_path(spec), engines.sglang_secret_config
     return engines.vllm_env_host_path(spec), engines.vllm_secret_env
@@ -34,6 +36,9 @@ class LaunchEngine(Step):
     summary = "start the engine container with the node's rank"
     head_first = True
     needs_all_nodes = True
+    # Multi-node vLLM: the ray-cluster step starts the containers; launch only execs
+    # `vllm serve` on the head (steps/raylayout.py). RayCluster sets this False.
+    serves_over_ray = True
 
     def prepare(self, run) -> None:
         run.shared["api_key"] = apikey.load_or_create(run.inv, run.session.state_dir,
@@ -55,11 +60,15 @@ class LaunchEngine(Step):
             path = secret_file(spec)[0]
             key_file = F.gather(node.conn, [F.Fact("key", f"sha256sum {path} | cut -d' ' -f1",
                                                    F.text, sudo=True)])["key"]
+        ray = raylayout.head_facts(node, step=self.name) if (
+            self.serves_over_ray and engines.uses_ray(spec) and node.is_head) else {}
         return {**found, "spec": spec, "container": probes.container_summary(found["container"]),
-                "key_file_sha": key_file}
+                "key_file_sha": key_file, **ray}
 
     def plan(self, facts, node):
         spec, current = facts["spec"], facts["container"]
+        if self.serves_over_ray and engines.uses_ray(spec):
+            return raylayout.launch_plan(facts, node)
         want = spec.labels[engines.CONFIG_LABEL]
         if current and current["running"] and current["labels"].get(engines.CONFIG_LABEL) == want:
             return []
@@ -89,6 +98,8 @@ class LaunchEngine(Step):
 
     def apply(self, node, actions):
         super().apply(node, actions)
+        if self.serves_over_ray and raylayout.in_use(node.inv):
+            return raylayout.wait_serve_started(node)
         time.sleep(1.0)  # an engine that dies on bad flags or CUDA mismatch does so at once
         state = probes.container_summary(F.gather(node.conn, [probes.container(
             node.inv.engine.container)])["container"])

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from k3deploy.errors import K3Error
+from k3deploy.steps import raylayout
 
 SCRIPT = (Path(__file__).parent.parent / "remote" / "portcheck.py").read_text()
 LISTEN_SECONDS = 20
@@ -18,7 +19,11 @@ SAMPLE = 2
 
 def _ports_for(run, name: str, head: str, rng: random.Random) -> list[int]:
     ports = [rng.randint(33000, 60000) for _ in range(SAMPLE)]
-    return ports + [run.inv.ports.dist_init] if name == head else ports
+    if name != head:
+        return ports
+    # Multi-node vLLM: the workers' `ray start --address` needs the head's Ray GCS port.
+    ray = [run.inv.ports.ray] if raylayout.in_use(run.inv) else []
+    return ports + [run.inv.ports.dist_init] + ray
 
 
 def _start(run, name: str, ports: list[int]) -> tuple[str | None, dict]:

@@ -156,7 +156,11 @@ def test_b300_vllm_serve_args_are_the_guide_cell_plus_pins():
     args = engines.vllm_serve_args(b300_vllm_spec())
     guide = guide_tokens(GUIDE_VLLM_B300)[2:]
     ours = [t for t in args if t not in ("--revision", SHA)]
-    assert ours == guide + ["--served-model-name", "moonshotai/Kimi-K3"]
+    # Beyond the guide: --enable-auto-tool-choice (vLLM rejects tool requests without it)
+    # right after the tool parser it needs, and the served name.
+    i = guide.index("--tool-call-parser") + 2
+    assert ours == guide[:i] + ["--enable-auto-tool-choice"] + guide[i:] + \
+        ["--served-model-name", "moonshotai/Kimi-K3"]
     assert args[:3] == ["moonshotai/Kimi-K3", "--revision", SHA]
 
 
@@ -205,6 +209,7 @@ def test_b200_ray_head_worker_and_serve():
     assert ("--data-parallel-size", "16") in p and ("--enable-expert-parallel", None) in p
     assert ("--data-parallel-size-local", "8") in p
     assert ("--data-parallel-backend", "ray") in p
+    assert ("--enable-auto-tool-choice", None) in p
     assert engines.ray_status_argv(head) == ["docker", "exec", "k3", "ray", "status"]
     assert [a[:2] for a in node_launch_argvs(head)] == [["docker", "run"], ["docker", "exec"]]
     assert node_launch_argvs(worker) == [worker_argv]

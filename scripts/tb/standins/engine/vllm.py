@@ -55,6 +55,7 @@ def build_parser():
     add("--revision")
     add("--served-model-name", nargs="+")
     add("--api-key")
+    add("--data-parallel-size-local", "-dpl", type=int)
     add("--data-parallel-backend", "-dpb", choices=["mp", "ray"], default="mp")
     add("--distributed-executor-backend", choices=["ray", "mp", "uni", "external_launcher"])
     add("--enable-auto-tool-choice", action=flag, default=False)
@@ -133,6 +134,11 @@ class Server:
                     f"--tensor-parallel-size {args.tensor_parallel_size} = {self.world} ranks, "
                     f"but this node has {ctx.gpus} GPUs; size the ranks to the GPUs.")
             return None, self.world
+        local = args.data_parallel_size_local
+        if local is not None and local * args.tensor_parallel_size > ctx.gpus:
+            # vLLM's create_dp_placement_groups: the DP master node holds exactly `local` ranks.
+            raise EngineExit("AssertionError: Not enough resources to allocate DP ranks on DP "
+                             f"master node {ctx.env.get('VLLM_HOST_IP', '127.0.0.1')}")
         job = ray_job.Job(ctx, self.model, args.revision, args.data_parallel_size,
                           args.tensor_parallel_size, args.gpu_memory_utilization)
         return job, job.place()

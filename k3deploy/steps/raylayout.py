@@ -1,0 +1,145 @@
+"""Multi-node vLLM over Ray: what the ray-cluster, launch and wait steps share.
+
+The layout is vLLM's run_cluster.sh pattern: every node runs the vLLM image with
+`ray start --block` as the container's main process (the ray-cluster step), then `vllm serve`
+is exec'd in the head's container and places its DP ranks on every node through Ray.
+
+The exec'd serve is not the container's main process, so `docker inspect` cannot see it.
+Ray can: a running serve holds the cluster's GPUs in placement groups, and `ray status`
+(run in the head container) shows them as used; they are freed when the serve exits.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from k3deploy import endpoint, engines
+from k3deploy import facts as F
+from k3deploy.errors import StepFailed
+from k3deploy.steps.base import Action, cmd
+
+RAY_STARTED = "Ray runtime started"   # printed by `ray start` once the node is registered
+_GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b", re.M)
+_ACTIVE_NODE = re.compile(r"^\s*(\d+)\s+node_\S+\s*$")
+SERVE_START_SECONDS = 300.0  # real vLLM imports torch and reads the config before placing
+SERVE_GONE_HINT = ("a detached `docker exec` keeps no output: on the head run the launch "
+                   "step's command without -d (`k3deploy up --check` shows it) to see the error")
+
+
+def in_use(inv) -> bool:
+    """Multi-node vLLM: the only layout that runs over Ray (mirrors engines.uses_ray)."""
+    return inv.engine.kind == "vllm" and len(inv.nodes) > 1
+
+
+def parse_status(out: str, code: int) -> dict | None:
+    """`ray status` -> {"nodes": active node count, "gpus": total, "gpus_used": in use}."""
+    if code != 0 or "Active:" not in out:
+        return None
+    active = out.split("Active:", 1)[1].split("Pending:", 1)[0]
+    nodes = sum(int(m.group(1)) for m in map(_ACTIVE_NODE.match, active.splitlines()) if m)
+    gpu = _GPU_USAGE.search(out)
+    used, total = (float(gpu.group(1)), float(gpu.group(2))) if gpu else (0.0, 0.0)
+    return {"nodes": nodes, "gpus": total, "gpus_used": used}
+
+
+def status_fact(container: str) -> F.Fact:
+    return F.command("ray", engines.docker_exec_argv(container, ["ray", "status"]),
+                     parse_status, sudo=True)
+
+
+def cluster_status(conn, container: str, step: str | None = None) -> dict | None:
+    """The Ray cluster as the head container sees it; None when Ray does not answer."""
+    return F.gather(conn, [status_fact(container)], step=step)["ray"]
+
+
+def whole_problem(status: dict | None, inv) -> str | None:
+    """Why the cluster is not ready for `vllm serve`, or None when every node and GPU joined."""
+    nodes, gpus = len(inv.nodes), inv.total_gpus
+    if status is None:
+        return "the Ray head does not answer `ray status`"
+    if status["nodes"] < nodes or status["gpus"] < gpus:
+        return (f"Ray has {status['nodes']} of {nodes} nodes and {status['gpus']:g} of {gpus} "
+                "GPUs; vllm serve needs every node joined before it starts")
+    return None
+
+
+def serve_running(status: dict | None, healthy: bool) -> bool:
+    return healthy or bool(status and status["gpus_used"] > 0)
+
+
+def _healthy(node) -> bool:
+    res = endpoint.probe(node.conn, node.inv, ["health"], node.run.shared.get("api_key"))
+    return res["health"]["status"] == 200
+
+
+def head_facts(node, step: str | None = None) -> dict:
+    """On the head: the cluster (every node joined?) and whether a serve already runs."""
+    status = cluster_status(node.conn, node.inv.engine.container, step=step)
+    return {"ray": status, "healthy": bool(status) and _healthy(node)}
+
+
+def _runs_this_config(facts) -> bool:
+    current, want = facts["container"], facts["spec"].labels[engines.CONFIG_LABEL]
+    return bool(current and current["running"]
+                and current["labels"].get(engines.CONFIG_LABEL) == want)
+
+
+def launch_plan(facts, node) -> list[Action]:
+    """launch over Ray: the workers run nothing more; the head gets `vllm serve` once the
+    cluster is whole, unless a serve already holds the GPUs."""
+    spec = facts["spec"]
+    if not _runs_this_config(facts):
+        if node.run.check:   # dry run: ray-cluster has not started the containers yet
+            return [serve_action(spec)] if node.is_head else []
+        raise StepFailed(node.name, f"the Ray container {spec.container_name} is not running "
+                         "this configuration", step="launch",
+                         hint="the ray-cluster step starts it; k3deploy up runs it before launch")
+    if not node.is_head or serve_running(facts["ray"], facts["healthy"]):
+        return []
+    problem = whole_problem(facts["ray"], node.inv)
+    if problem:
+        raise StepFailed(node.name, problem, step="launch",
+                         hint="k3deploy up joins the workers (ray-cluster step); k3deploy logs "
+                         "-i INV shows a worker's `ray start` output")
+    return [serve_action(spec)]
+
+
+def serve_action(spec) -> Action:
+    return cmd("start vllm serve in the Ray head (DP ranks on every node)",
+               *engines.vllm_exec_serve_argv(spec), sudo=True)
+
+
+def wait_serve_started(node, timeout: float = SERVE_START_SECONDS, poll: float = 1.0) -> None:
+    """After the exec: until Ray reports the serve's placement groups (or it answers)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if serve_running(**_serve_view(node)):
+            return
+        time.sleep(poll)
+    raise StepFailed(node.name, f"vllm serve did not take the Ray cluster's GPUs within "
+                     f"{timeout:.0f}s: it exited or is stuck before placing its ranks",
+                     step="launch", hint=SERVE_GONE_HINT)
+
+
+def _serve_view(node) -> dict:
+    facts = head_facts(node)
+    return {"status": facts["ray"], "healthy": facts["healthy"]}
+
+
+
+def check_serve_alive(node, step: str = "wait") -> bool:
+    """During wait: True while the serve holds the GPUs; StepFailed once it let them go
+    without answering (it exited), instead of waiting out the timeout."""
+    view = _serve_view(node)
+    if view["status"] and view["status"]["gpus_used"] > 0:
+        return True
+    if view["healthy"]:
+        return True
+    raise StepFailed(node.name, "vllm serve in the Ray head is not running (Ray holds none of "
+                     "the GPUs and the endpoint does not answer)", step=step,
+                     hint=SERVE_GONE_HINT)
+
+
+def joined(log: str) -> bool:
+    return RAY_STARTED in log

@@ -1,0 +1,85 @@
+"""The example inventories in inventories/: each loads, fits its GPUs by the sizing
+arithmetic (what `up` and `check` refuse otherwise), and makes a launch on every node with
+the layout the guide gives for that config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k3deploy import engines, inventory, launchspec, sizing
+from k3deploy.inventory_skeleton import is_placeholder_address
+
+INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
+SHA = "0123456789abcdef0123456789abcdef01234567"
+# file -> (engine, nodes, GPU model, layout)
+EXAMPLES = {
+    "h100-4x8.yaml": ("sglang", 4, "h100", "tp-ep"),
+    "h200-4x8.yaml": ("sglang", 4, "h200", "tp-ep"),
+    "b300-1x8.yaml": ("vllm", 1, "b300", "dp-ep"),
+    "b300-1x8-sglang.yaml": ("sglang", 1, "b300", "dp-attention"),
+    "b200-2x8.yaml": ("vllm", 2, "b200", "dp-ep"),
+}
+
+
+def test_every_example_is_listed_here():
+    assert sorted(p.name for p in INVENTORIES.glob("*.yaml")) == sorted(EXAMPLES)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_loads_and_fits(name):
+    inv = inventory.load(INVENTORIES / name)
+    kind, nodes, gpu, layout = EXAMPLES[name]
+    assert (inv.engine.kind, len(inv.nodes), inv.gpu.model, inv.gpu.count) == (kind, nodes, gpu, 8)
+    assert launchspec.layout_for(inv) == layout
+    fits, message = sizing.fits_inventory_of(inv)
+    assert fits, message
+    # The guide's advice: the traffic maximum, not the 1M architectural ceiling.
+    assert inv.engine.context_length == 131072
+    # Placeholders that route nowhere until someone edits them in.
+    assert all(is_placeholder_address(n.address) for n in inv.nodes)
+
+
+def _argvs(inv) -> list[list[str]]:
+    out = []
+    for rank, node in inv.ranked():
+        spec = launchspec.build(inv, node, rank, "img:tag", SHA, with_key=True)
+        out += engines.node_launch_argvs(spec)
+    return out
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_b300_sglang_is_the_guides_single_node_shape_reachable_from_outside():
+    (argv,) = _argvs(inventory.load(INVENTORIES / "b300-1x8-sglang.yaml"))
+    for flag, value in [("--tp", "8"), ("--ep-size", "8"), ("--dp", "8"),
+                        ("--context-length", "131072"), ("--host", "0.0.0.0")]:
+        assert _flag(argv, flag) == value
+    assert "--enable-dp-attention" in argv and "--nnodes" not in argv
+
+
+def test_b300_vllm_is_dp8_ep8_with_parsers_and_max_model_len():
+    (argv,) = _argvs(inventory.load(INVENTORIES / "b300-1x8.yaml"))
+    assert _flag(argv, "--data-parallel-size") == "8" and "--enable-expert-parallel" in argv
+    assert _flag(argv, "--max-model-len") == "131072" and _flag(argv, "--host") == "0.0.0.0"
+    assert _flag(argv, "--tool-call-parser") == "kimi_k3" == _flag(argv, "--reasoning-parser")
+    assert "--enable-auto-tool-choice" in argv and "--data-parallel-backend" not in argv
+
+
+def test_b200_runs_ray_head_serve_and_one_worker():
+    head, serve, worker = _argvs(inventory.load(INVENTORIES / "b200-2x8.yaml"))
+    assert head[-5:] == ["start", "--block", "--head", "--port=6379",
+                         "--node-ip-address=192.0.2.10"]
+    assert serve[:4] == ["docker", "exec", "-d", "k3"] and _flag(serve, "--data-parallel-size") == "16"
+    assert "--address=192.0.2.10:6379" in worker
+
+
+def test_h100_and_h200_are_the_same_tp32_shape():
+    h100 = _argvs(inventory.load(INVENTORIES / "h100-4x8.yaml"))
+    h200 = _argvs(inventory.load(INVENTORIES / "h200-4x8.yaml"))
+    for argv in h100 + h200:
+        assert _flag(argv, "--tp-size") == "32" and _flag(argv, "--moe-runner-backend") == "marlin"
+    assert [_flag(a, "--node-rank") for a in h200] == ["0", "1", "2", "3"]

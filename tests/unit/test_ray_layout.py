@@ -1,0 +1,191 @@
+"""Multi-node vLLM over Ray (steps/ray.py, steps/raylayout.py) and the vLLM reply shapes
+verify accepts: facts in, actions out; no I/O."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from k3deploy import engines, inventory
+from k3deploy.context import NodeContext, RunContext
+from k3deploy.errors import StepFailed
+from k3deploy.facts import MARK
+from k3deploy.hubmeta import Manifest, RepoFile
+from k3deploy.steps import raylayout
+from k3deploy.steps.launch import LaunchEngine
+from k3deploy.steps.ray import RayCluster
+from k3deploy.steps.verify import endpoint_problems, reasoning_field
+from tests.unit.fakes import FakeConn, FakeSession
+
+SHA = "a" * 40
+KEY = "k3-testkey-0123456789"
+
+
+def status_text(nodes: int, gpus: float, used: float = 0.0) -> str:
+    """`ray status` as real Ray prints it (the stand-in copies this layout)."""
+    active = "\n".join(f" 1 node_{i:056x}" for i in range(nodes))
+    pg = f" ({used} used of {used} reserved in placement groups)" if used else ""
+    return (f"======== Autoscaler status: 2026-07-27 10:00:00.000000 ========\nNode status\n"
+            f"{'-' * 63}\nActive:\n{active}\nPending:\n (no pending nodes)\nRecent failures:\n"
+            f" (no failures)\n\nResources\n{'-' * 63}\nUsage:\n 0.0/{nodes * 32}.0 CPU\n"
+            f" {used}/{gpus} GPU{pg}\n 0B/1.00TiB memory\n\nDemands:\n (no resource demands)\n")
+
+
+def b200_doc(nodes: int = 2, kind: str = "vllm") -> dict:
+    return {"cluster": "b200", "engine": {"kind": kind}, "gpu": {"model": "b200", "count": 8},
+            "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"} for i in range(nodes)]}
+
+
+def ctx_for(tmp_path, rank=0, doc=None, check=False, conns=None):
+    inv = inventory.parse(doc or b200_doc())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns), check=check)
+    run.shared.update(api_key=KEY, manifest=Manifest(
+        "moonshotai/Kimi-K3", "main", SHA, None, (RepoFile("config.json", 10, "b" * 64, None),)))
+    return NodeContext(run, inv.ranked()[rank][1], rank)
+
+
+def facts_for(ctx, running=True, ray=None, healthy=False, label=None):
+    spec = LaunchEngine().spec({"cuda": "13.0"}, ctx)
+    want = label or spec.labels[engines.CONFIG_LABEL]
+    container = {"running": running, "labels": {engines.CONFIG_LABEL: want}} if running \
+        is not None else None
+    return {"spec": spec, "container": container, "key_file_sha": None, "ray": ray,
+            "healthy": healthy, "ray_layout": True}
+
+
+# -- ray status ---------------------------------------------------------------------------
+def test_parse_status_counts_nodes_and_gpus():
+    assert raylayout.parse_status(status_text(2, 16.0), 0) == \
+        {"nodes": 2, "gpus": 16.0, "gpus_used": 0.0}
+    assert raylayout.parse_status(status_text(2, 16.0, 16.0), 0)["gpus_used"] == 16.0
+    assert raylayout.parse_status("ConnectionError: Could not find any running Ray", 1) is None
+
+
+def test_whole_problem_names_what_is_missing(tmp_path):
+    inv = ctx_for(tmp_path).inv
+    assert raylayout.whole_problem({"nodes": 2, "gpus": 16.0, "gpus_used": 0}, inv) is None
+    assert "1 of 2 nodes and 8 of 16 GPUs" in raylayout.whole_problem(
+        {"nodes": 1, "gpus": 8.0, "gpus_used": 0}, inv)
+    assert "does not answer" in raylayout.whole_problem(None, inv)
+
+
+# -- launch over Ray ----------------------------------------------------------------------
+def test_launch_execs_serve_on_the_head_once_every_node_joined(tmp_path):
+    ctx = ctx_for(tmp_path)
+    actions = LaunchEngine().plan(facts_for(ctx, ray={"nodes": 2, "gpus": 16.0,
+                                                      "gpus_used": 0.0}), ctx)
+    (serve,) = actions
+    assert list(serve.argv[:6]) == ["docker", "exec", "-d", "k3", "vllm", "serve"] and serve.sudo
+    assert KEY not in " ".join(serve.argv)
+
+
+def test_launch_refuses_to_serve_on_a_partial_cluster(tmp_path):
+    ctx = ctx_for(tmp_path)
+    with pytest.raises(StepFailed, match="Ray has 1 of 2 nodes"):
+        LaunchEngine().plan(facts_for(ctx, ray={"nodes": 1, "gpus": 8.0, "gpus_used": 0}), ctx)
+
+
+def test_launch_leaves_a_running_serve_alone_and_workers_run_nothing(tmp_path):
+    ctx = ctx_for(tmp_path)
+    held = {"nodes": 2, "gpus": 16.0, "gpus_used": 16.0}
+    assert LaunchEngine().plan(facts_for(ctx, ray=held), ctx) == []
+    assert LaunchEngine().plan(facts_for(ctx, ray={**held, "gpus_used": 0}, healthy=True),
+                               ctx) == []
+    worker = ctx_for(tmp_path, rank=1)
+    assert LaunchEngine().plan(facts_for(worker), worker) == []
+
+
+def test_launch_without_the_ray_container_points_at_ray_cluster(tmp_path):
+    ctx = ctx_for(tmp_path)
+    with pytest.raises(StepFailed, match="not running this configuration") as err:
+        LaunchEngine().plan(facts_for(ctx, running=None), ctx)
+    assert "ray-cluster" in err.value.hint
+    with pytest.raises(StepFailed):
+        LaunchEngine().plan(facts_for(ctx, label="old"), ctx)
+    dry = ctx_for(tmp_path, check=True)   # --check: ray-cluster would start it first
+    assert [a.description for a in LaunchEngine().plan(facts_for(dry, running=None), dry)] == \
+        ["start vllm serve in the Ray head (DP ranks on every node)"]
+
+
+# -- ray-cluster --------------------------------------------------------------------------
+def test_ray_cluster_plans_nothing_and_probes_nothing_off_the_ray_layout(tmp_path):
+    for doc in (b200_doc(nodes=1), b200_doc(nodes=4, kind="sglang")):
+        ctx = ctx_for(tmp_path, doc=doc)
+        step = RayCluster()
+        step.prepare(ctx.run)
+        facts = step.facts(ctx)
+        assert facts == {"ray_layout": False} and step.plan(facts, ctx) == []
+        assert ctx.conn.commands == [] and step.detail(facts, ctx) is None
+
+
+def test_ray_cluster_starts_the_head_with_the_key_file_and_workers_without(tmp_path):
+    head = ctx_for(tmp_path)
+    actions = RayCluster().plan(facts_for(head, running=None), head)
+    assert [a.description for a in actions] == ["create secrets dir (0700)",
+                                                 "write the endpoint key (0600)",
+                                                 "start the Ray head"]
+    run = list(actions[-1].argv)
+    assert run[run.index("--entrypoint") + 1] == "ray" and "--head" in run
+    assert "--env-file" in run and KEY not in " ".join(run)
+    worker = ctx_for(tmp_path, rank=1)
+    (join,) = RayCluster().plan(facts_for(worker, running=None), worker)
+    assert join.description == "join the Ray cluster (rank 1)"
+    assert "--address=10.0.0.10:6379" in join.argv and "--env-file" not in join.argv
+
+
+def test_ray_cluster_same_config_is_left_alone_other_needs_replace(tmp_path):
+    ctx = ctx_for(tmp_path, rank=1)
+    assert RayCluster().plan(facts_for(ctx), ctx) == []
+    with pytest.raises(StepFailed, match="runs another configuration"):
+        RayCluster().plan(facts_for(ctx, label="old"), ctx)
+
+
+class RayConn(FakeConn):
+    """Answers `ray status` and the endpoint probe like a head whose serve is gone."""
+
+    def __init__(self, name, status, health=None):
+        super().__init__(name)
+        self.status, self.health = status, health
+
+    def respond(self, command):
+        if "ray status" in command:
+            return 0, f"{MARK}begin ray\n{self.status}{MARK}end 0\n"
+        if "python3 -c" in command:
+            return 0, json.dumps({"health": {"status": self.health}}) + "\n"
+        return 0, ""
+
+
+def test_wait_fails_fast_once_the_serve_let_go_of_the_gpus(tmp_path):
+    held = {"node0": RayConn("node0", status_text(2, 16.0, 16.0)), "node1": FakeConn("node1")}
+    assert raylayout.check_serve_alive(ctx_for(tmp_path, conns=held)) is True
+    gone = {"node0": RayConn("node0", status_text(2, 16.0)), "node1": FakeConn("node1")}
+    with pytest.raises(StepFailed, match="vllm serve in the Ray head is not running"):
+        raylayout.check_serve_alive(ctx_for(tmp_path, conns=gone))
+
+
+# -- verify: vLLM's reply shapes ----------------------------------------------------------
+def reply(message: dict, status: int = 200) -> dict:
+    return {"status": status, "body": {"choices": [{"message": message}]}}
+
+
+MODELS = {"status": 200, "body": {"data": [{"id": "moonshotai/Kimi-K3"}]}}
+CALL = {"tool_calls": [{"function": {"name": "get_weather"}}]}
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_verify_accepts_reasoning_under_either_name(field):
+    msg = {"content": "answer", field: "thinking"}
+    assert reasoning_field(msg) == field
+    assert endpoint_problems({"models": MODELS, "chat": reply(msg), "tools": reply(CALL)},
+                             "moonshotai/Kimi-K3") == []
+
+
+def test_verify_still_catches_a_k2_parser_and_explains_a_refused_tool_call():
+    leaked = reply({"content": "<think>x</think>answer", "reasoning": None})
+    refused = {"status": 400, "body": {"error": {"message": "\"auto\" tool choice requires "
+                                                 "--enable-auto-tool-choice"}}}
+    found = dict(endpoint_problems({"models": MODELS, "chat": leaked, "tools": refused},
+                                   "moonshotai/Kimi-K3"))
+    assert "kimi_k2" in found["reasoning"]
+    assert "answered 400" in found["tools"] and "--enable-auto-tool-choice" in found["tools"]
