@@ -79,7 +79,9 @@ def resolve(repo: str, revision: str, endpoint: str | None, token: str | None) -
                       hint="check model.endpoint and the laptop's network") from None
     files = tuple(RepoFile(e.path, e.size, e.lfs.sha256 if e.lfs else None, e.blob_id)
                   for e in sorted(tree, key=lambda e: e.path))
-    return Manifest(repo, revision, info.sha, endpoint, files)
+    # The nodes are told the endpoint explicitly: the laptop's default (HF_ENDPOINT or the
+    # public Hub) is what was resolved, and a node's own environment must not change it.
+    return Manifest(repo, revision, info.sha, endpoint or api.endpoint, files)
 
 
 def manifest_for(run) -> Manifest:

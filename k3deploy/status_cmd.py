@@ -10,9 +10,10 @@ from rich.table import Table
 
 from k3deploy import facts as F
 from k3deploy import inventory as inventory_mod
-from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, K3Error
+from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, K3Error, LockError
 from k3deploy.redact import redact_obj
 from k3deploy.session import Session
+from k3deploy.state import ClusterLock
 from k3deploy.steps import probes
 
 STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "teardown")
@@ -36,9 +37,30 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) ->
         names = [n.name for n in inv.nodes]
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
             live = dict(zip(names, pool.map(lambda n: _live(session, inv, n), names)))
-        nodes = {n: {"rank": inv.rank_of(n), "state": session.states[n].data.get("steps", {}),
-                     "live": live[n]} for n in names}
-    return redact_obj({"cluster": inv.cluster, "nodes": nodes})
+        idle = _no_run_active(session)
+        nodes = {n: {"rank": inv.rank_of(n), "live": live[n],
+                     "state": _settled(session.states[n].data.get("steps", {}), idle)}
+                 for n in names}
+    return redact_obj({"cluster": inv.cluster, "nodes": nodes, "run_active": not idle})
+
+
+def _no_run_active(session) -> bool:
+    """True when no k3deploy run holds the cluster lock right now."""
+    lock = ClusterLock(session.state_dir)
+    try:
+        lock.acquire()
+    except LockError:
+        return False
+    lock.release()
+    return True
+
+
+def _settled(steps: dict, idle: bool) -> dict:
+    """A step recorded as running while no run is active was interrupted (laptop killed)."""
+    if not idle:
+        return steps
+    return {name: ({**rec, "status": "interrupted"} if rec.get("status") == "running" else rec)
+            for name, rec in steps.items()}
 
 
 def _download_cell(live: dict) -> str:
@@ -49,13 +71,22 @@ def _download_cell(live: dict) -> str:
     return f"{doc.get('state')} {pct:.0f}% {doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
 
 
+def _step_columns(doc: dict) -> list[str]:
+    """The steps some state file records (bring-up order first, then any other playbook's);
+    all bring-up steps when nothing ran yet."""
+    seen = [s for info in doc["nodes"].values() for s in info["state"]]
+    ordered = [s for s in STEPS if s in seen] + [s for s in dict.fromkeys(seen) if s not in STEPS]
+    return ordered or list(STEPS)
+
+
 def render(doc: dict) -> Table:
     table = Table(title=f"cluster {doc['cluster']}")
-    for col in ("node", "rank", *STEPS, "container", "download"):
+    columns = _step_columns(doc)
+    for col in ("node", "rank", *columns, "container", "download"):
         table.add_column(col)
     for name, info in doc["nodes"].items():
         live = info["live"]
-        steps = [info["state"].get(s, {}).get("status", "-") for s in STEPS]
+        steps = [info["state"].get(s, {}).get("status", "-") for s in columns]
         container = "unreachable" if not live.get("reachable") else \
             (live.get("container") or {}).get("status") or "none"
         table.add_row(name, str(info["rank"]), *steps, container, _download_cell(live))
@@ -68,6 +99,7 @@ def run_status(inv_path: str, *, json_out: bool, accept_new_host_keys: bool,
     if json_out:
         print(json.dumps(doc, indent=1, default=str))
     else:
-        Console().print(render(doc))
+        probe = Console()  # not a terminal: rich would squash the table into 80 columns
+        Console(width=None if probe.is_terminal else max(probe.width, 160)).print(render(doc))
     unreachable = any(not n["live"].get("reachable") for n in doc["nodes"].values())
     return EXIT_PARTIAL if unreachable else EXIT_OK

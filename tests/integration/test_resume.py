@@ -1,6 +1,7 @@
 """Resuming a half-finished download: the laptop's run killed, a node's downloader killed,
 a spot node replaced. Measured with the mock Hub's per-node, per-file byte counts."""
 
+import json
 import signal
 import time
 
@@ -82,12 +83,15 @@ def test_resume_download_playbook_continues_where_it_stopped(tmp_path):
         repo_bytes = tb.stats()["hub"]["repo_bytes"]
         run = k3_bg("run", "resume-download", "-i", str(tb.inventory))
         wait_for_bytes(tb, "node0", repo_bytes // 2)
-        for node in tb.nodes:
-            tb.ssh(node, "pkill -9 -f fetch_weights.py")
         run.send_signal(signal.SIGKILL)
         run.wait()
+        for node in tb.nodes:
+            tb.ssh(node, "pkill -9 -f fetch_weights.py")
         status = k3("status", "-i", str(tb.inventory), "--json")
         assert status.returncode == 0, out(status)
+        doc = json.loads(status.stdout)
+        assert doc["run_active"] is False
+        assert doc["nodes"]["node0"]["state"]["download"]["status"] == "interrupted"
         again = k3("run", "resume-download", "-i", str(tb.inventory))
         assert again.returncode == 0, out(again)
         for node in tb.nodes:

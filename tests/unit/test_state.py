@@ -98,3 +98,11 @@ def test_atomic_write_replaces_whole_file(tmp_path):
     atomic_write_json(path, {"b": 2})
     assert json.loads(path.read_text()) == {"b": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_status_marks_running_steps_of_a_dead_run_interrupted():
+    from k3deploy.status_cmd import _settled
+    steps = {"download": {"status": "running"}, "nvme": {"status": "ok"}}
+    assert _settled(steps, idle=True) == {"download": {"status": "interrupted"},
+                                          "nvme": {"status": "ok"}}
+    assert _settled(steps, idle=False) == steps

@@ -179,3 +179,24 @@ def test_file_step_plans_content_then_mode(tmp_path):
     assert shown(step.plan({"sha256": digest, "mode": "644"}, ctx)) == \
         ["set mode of /etc/k3: sudo chmod 640 /etc/k3"]
     assert step.plan({"sha256": digest, "mode": "640"}, ctx) == []
+
+
+def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeypatch):
+    from types import SimpleNamespace
+
+    from k3deploy import hubmeta
+
+    class Api:
+        endpoint = "https://huggingface.co"
+
+        def repo_info(self, repo, revision):
+            return SimpleNamespace(sha=SHA)
+
+        def list_repo_tree(self, repo, revision, recursive):
+            lfs = SimpleNamespace(sha256="b" * 64)
+            return [SimpleNamespace(path="a.safetensors", size=3, lfs=lfs, blob_id="c" * 40)]
+
+    monkeypatch.setattr(hubmeta, "_api", lambda endpoint, token: Api())
+    manifest = hubmeta.resolve("moonshotai/Kimi-K3", "main", None, None)
+    assert manifest.endpoint == "https://huggingface.co"
+    assert manifest.to_json()["files"][0]["sha256"] == "b" * 64
