@@ -85,6 +85,10 @@ class DownloadWeights(Step):
         waiting = [Action("wait until every file is verified", wait="download")] if self.p.wait else []
         if facts["running"]:
             return waiting
+        if node.name in node.run.shared.get("download_started", ()):
+            # Started by this run and already dead (e.g. a shard that keeps failing its
+            # sha256): a restart would fetch the same bad bytes again; report it instead.
+            self._failed(node, Paths(node), facts)
         return self._start_actions(node) + waiting
 
     def _start_actions(self, node) -> list[Action]:
@@ -115,8 +119,10 @@ class DownloadWeights(Step):
         for action in actions:
             if action.wait == "download":
                 self._wait(node)
-            else:
-                self.run_action(node, action)
+                continue
+            self.run_action(node, action)
+            if action.description.startswith("start the downloader"):
+                node.run.shared.setdefault("download_started", set()).add(node.name)
         if not self.p.wait:
             time.sleep(0.5)  # let the downloader write its first progress before we re-check
 

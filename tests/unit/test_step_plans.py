@@ -200,3 +200,13 @@ def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeyp
     manifest = hubmeta.resolve("moonshotai/Kimi-K3", "main", None, None)
     assert manifest.endpoint == "https://huggingface.co"
     assert manifest.to_json()["files"][0]["sha256"] == "b" * 64
+
+
+def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_path):
+    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json="{}", token=None,
+                   download_started={"node0"})
+    ctx.run.session.connections["node0"].respond = lambda command: (0, "ERROR: sha256 mismatch\n")
+    facts = {"missing_count": 1, "total": 2, "running": False,
+             "progress": {"state": "failed", "error": "model-00007: sha256 mismatch after 3"}}
+    with pytest.raises(StepFailed, match="download failed: model-00007: sha256 mismatch"):
+        DownloadWeights().plan(facts, ctx)
