@@ -1,7 +1,7 @@
 """Node side of the TCP reachability check (stdlib only; shipped inline with python3 -c).
 
 listen PORT...  : accept and close connections on each port for SECONDS, then exit
-probe HOST:PORT...: try each, print one JSON object {"host:port": true|false}
+probe HOST:PORT...: try each, print one JSON object {"host:port": true | "why not"}
 NCCL and Gloo hang on a partially open TCP range instead of failing, so this runs before launch.
 """
 
@@ -24,7 +24,7 @@ def listen(ports, seconds):
         except OSError:
             status[port] = "busy"
             continue
-        s.listen(64)
+        s.listen(1024)  # every other node probes at once
         status[port] = "listening"
         threading.Thread(target=_accept, args=(s,), daemon=True).start()
     print(json.dumps(status), flush=True)
@@ -37,15 +37,26 @@ def _accept(sock):
         conn.close()
 
 
-def probe(targets, timeout=3.0):
+def probe(targets, timeout=5.0, parallel=16):
+    """Targets in parallel (bounded): with 32 nodes a sequential probe of a few blocked ports
+    would outlast the listeners, and all at once would flood their accept queues."""
     results = {}
-    for target in targets:
+    gate = threading.Semaphore(parallel)
+
+    def one(target):
         host, port = target.rsplit(":", 1)
-        try:
-            socket.create_connection((host, int(port)), timeout=timeout).close()
-            results[target] = True
-        except OSError:
-            results[target] = False
+        with gate:
+            try:
+                socket.create_connection((host, int(port)), timeout=timeout).close()
+                results[target] = True
+            except OSError as err:  # the reason tells a firewall (timeout) from no listener
+                results[target] = getattr(err, "strerror", None) or str(err) or "timed out"
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     print(json.dumps(results))
 
 

@@ -13,7 +13,7 @@ from k3deploy.errors import K3Error
 from k3deploy.steps import raylayout
 
 SCRIPT = (Path(__file__).parent.parent / "remote" / "portcheck.py").read_text()
-LISTEN_SECONDS = 20
+LISTEN_SECONDS = 60  # an upper bound: the check stops them as soon as it is done
 SAMPLE = 2
 
 
@@ -30,9 +30,11 @@ def _start(run, name: str, ports: list[int]) -> tuple[str | None, dict]:
     """Start the node's listeners; returns their pid (None when they did not start) and
     {port: "listening" | "busy"}."""
     argv = ["python3", "-c", SCRIPT, "listen", str(LISTEN_SECONDS), *map(str, ports)]
-    out = "/tmp/k3deploy-portcheck.json"
-    cmd = (f"{shlex.join(argv)} > {out} 2>/dev/null & pid=$!; sleep 0.3; "
-           f"kill -0 $pid 2>/dev/null && echo $pid && cat {out}")
+    # Wait (bounded) for the listeners to report: python3 starts slowly on a loaded node.
+    cmd = (f'out=$(mktemp); {shlex.join(argv)} > "$out" 2>/dev/null & pid=$!; i=0; '
+           'while [ ! -s "$out" ] && kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do '
+           'sleep 0.1; i=$((i+1)); done; kill -0 $pid 2>/dev/null && echo $pid && cat "$out"; '
+           'rm -f "$out"')
     res = run.session.conn(name).run(["sh", "-c", cmd], check=False)
     lines = res.stdout.split()
     try:
@@ -79,7 +81,7 @@ def _report(run, results: dict, started: dict) -> list[tuple[str, str, str]]:
     out = [(n, "ports", "could not start a test listener (python3 missing?)")
            for n, (pid, _) in started.items() if not pid]
     for name, res in results.items():
-        blocked = sorted(t for t, ok in res.items() if not ok)
+        blocked = sorted(f"{t} ({why})" for t, why in res.items() if why is not True)
         if blocked:
             out.append((name, "ports", f"cannot reach {', '.join(blocked)}: open the full TCP "
                         "range between the nodes (NCCL/Gloo hang on a partial range)"))

@@ -77,6 +77,22 @@ def _configure_bridge(idx: int) -> None:
     run(["ip", "link", "set", br, "up"])
 
 
+# The kernel's ARP table is shared by every network namespace: 32 fully meshed nodes need
+# ~32 x 32 entries, past the default gc_thresh3 (1024), and then new neighbours are refused
+# ("neighbor table overflow") and connections time out. Raised (never lowered) for the testbed.
+NEIGH_THRESHOLDS = {"gc_thresh1": 4096, "gc_thresh2": 8192, "gc_thresh3": 16384}
+
+
+def raise_neighbour_limits() -> None:
+    for key, wanted in NEIGH_THRESHOLDS.items():
+        path = f"/proc/sys/net/ipv4/neigh/default/{key}"
+        with open(path) as fh:
+            current = int(fh.read())
+        if current < wanted:
+            with open(path, "w") as fh:
+                fh.write(str(wanted))
+
+
 def delete_link(name: str) -> None:
     if link_exists(name):
         run(["ip", "link", "del", name], check=False)

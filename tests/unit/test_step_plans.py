@@ -210,3 +210,14 @@ def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_pat
              "progress": {"state": "failed", "error": "model-00007: sha256 mismatch after 3"}}
     with pytest.raises(StepFailed, match="download failed: model-00007: sha256 mismatch"):
         DownloadWeights().plan(facts, ctx)
+
+
+def test_port_report_names_blocked_targets_with_the_reason():
+    from k3deploy.steps.portcheck import _report
+    results = {"node1": {"10.0.0.10:20000": "timed out", "10.0.0.12:40000": True},
+               "node2": {"10.0.0.10:20000": True}}
+    started = {"node1": ("12", {}), "node2": (None, {})}
+    found = _report(None, results, started)
+    assert ("node2", "ports", "could not start a test listener (python3 missing?)") in found
+    (blocked,) = [p for p in found if p[0] == "node1"]
+    assert blocked[2].startswith("cannot reach 10.0.0.10:20000 (timed out): open the full TCP")
