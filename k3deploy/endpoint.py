@@ -7,9 +7,9 @@ inference port is usually scoped to a few addresses.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from k3deploy.remote import script_text
 
-SCRIPT = (Path(__file__).parent / "remote" / "endpoint_probe.py").read_text()
+SCRIPT = script_text("endpoint_probe.py")
 
 
 def probe(conn, inv, checks: list[str], key: str | None, step: str | None = None) -> dict:

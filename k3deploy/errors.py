@@ -102,14 +102,3 @@ class CommandError(NodeError):
 
 class StepFailed(NodeError):
     """A step ran but the node is not in the state the step promises."""
-
-
-class PreflightFailed(K3Error):
-    """One or more preflight problems; each names its node."""
-
-    def __init__(self, problems: list[tuple[str, str, str]]):
-        self.problems = problems  # (node, check, message)
-        super().__init__(f"preflight found {len(problems)} problem(s); nothing was changed")
-
-    def lines(self) -> list[str]:
-        return [str(self)] + [f"  [{n}] {c}: {m}" for n, c, m in self.problems]

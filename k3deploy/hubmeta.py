@@ -37,10 +37,6 @@ class Manifest:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
-    @property
-    def shard_count(self) -> int:
-        return sum(1 for f in self.files if f.path.endswith(".safetensors"))
-
     def to_json(self, max_workers: int = 16) -> dict:
         return {"repo": self.repo, "revision": self.revision, "sha": self.sha,
                 "endpoint": self.endpoint, "max_workers": max_workers,

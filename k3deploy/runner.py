@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from k3deploy import log as klog
 from k3deploy.context import NodeContext, RunContext
-from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, PreflightFailed,
+from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error,
                              StepFailed, UnreachableError)
 from k3deploy.identity import check_identities
 from k3deploy.redact import redact
@@ -214,7 +214,3 @@ def _lines(err: K3Error, step: str) -> list[str]:
         err.step = step
     return err.lines()
 
-
-def raise_for_problems(report: RunReport) -> None:
-    if report.problems:
-        raise PreflightFailed(report.problems)

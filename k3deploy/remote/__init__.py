@@ -1,15 +1,15 @@
 """Scripts uploaded to and run on the nodes (standard library + huggingface_hub only).
 
-They are run as files, not imported by the laptop side; `script_path(name)` finds one to upload.
+They are run as files or with `python3 -c`, never imported by the laptop side.
 """
+from functools import cache
 from pathlib import Path
 
-FETCH_WEIGHTS = "fetch_weights.py"
 
-
-def script_path(name: str) -> Path:
-    """Absolute path of a node-side script shipped inside the package."""
+@cache
+def script_text(name: str) -> str:
+    """The source of a node-side script shipped inside the package."""
     path = Path(__file__).resolve().parent / name
     if not path.is_file():
         raise FileNotFoundError(f"no node-side script {name!r} in {path.parent}")
-    return path
+    return path.read_text()

@@ -10,18 +10,17 @@ import json
 import os
 import shlex
 import time
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.errors import StepFailed
 from k3deploy.hubmeta import manifest_for, token_from_env
 from k3deploy.log import get as get_log
+from k3deploy.remote import script_text
 from k3deploy.steps.base import Action, Step, cmd, upload
 
-REMOTE = Path(__file__).parent.parent / "remote"
-FETCHER = (REMOTE / "fetch_weights.py").read_text()
-STATUS = (REMOTE / "weights_status.py").read_text()
+FETCHER = script_text("fetch_weights.py")
+STATUS = script_text("weights_status.py")
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 

@@ -7,12 +7,12 @@ import json
 import random
 import shlex
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from k3deploy.errors import K3Error
+from k3deploy.remote import script_text
 from k3deploy.steps import raylayout
 
-SCRIPT = (Path(__file__).parent.parent / "remote" / "portcheck.py").read_text()
+SCRIPT = script_text("portcheck.py")
 LISTEN_SECONDS = 60  # an upper bound: the check stops them as soon as it is done
 SAMPLE = 2
 
