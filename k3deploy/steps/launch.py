@@ -7,12 +7,14 @@ replaced with --replace, because replacing means re-loading 1.5 TB of weights.
 from __future__ import annotations
 
 import hashlib
+import shlex
 import time
 from typing import Callable
 
 from k3deploy import apikey, engines
 from k3deploy import facts as F
 from k3deploy import launchspec
+from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.errors import StepFailed
 from k3deploy.hubmeta import manifest_for
 from k3deploy.steps import probes, raylayout
@@ -25,6 +27,11 @@ def secret_file(spec) -> tuple[str, Callable[[str], str]]:
     if spec.engine == "sglang":
         return engines.sglang_secret_host_path(spec), engines.sglang_secret_config
     return engines.vllm_env_host_path(spec), engines.vllm_secret_env
+
+
+def _key_path(inv) -> str:
+    name = SGLANG_SECRET_FILE if inv.engine.kind == "sglang" else VLLM_ENV_FILE
+    return f"{launchspec.secrets_dir(inv)}/{name}"
 
 
 def _sha(text: str) -> str:
@@ -52,16 +59,16 @@ class LaunchEngine(Step):
         return engines.with_config_label(spec, run.shared["api_key"])
 
     def facts(self, node):
-        probe = [probes.cuda(), probes.container(node.inv.engine.container)]
+        # One round trip: the key file's place depends on the inventory alone, not on facts.
+        key_path = _key_path(node.inv)
+        probe = [probes.cuda(), probes.container(node.inv.engine.container),
+                 F.Fact("key", f"sha256sum {shlex.quote(key_path)} | cut -d' ' -f1", F.text,
+                        sudo=True)]
         found = F.gather(node.conn, probe, step=self.name)
         spec = self.spec(found, node)
-        key_file = None
-        if spec.secrets_host_dir:
-            path = secret_file(spec)[0]
-            key_file = F.gather(node.conn, [F.Fact("key", f"sha256sum {path} | cut -d' ' -f1",
-                                                   F.text, sudo=True)])["key"]
         ray = raylayout.head_facts(node, step=self.name) if (
             self.serves_over_ray and engines.uses_ray(spec) and node.is_head) else {}
+        key_file = found.pop("key") if spec.secrets_host_dir else None
         return {**found, "spec": spec, "container": probes.container_summary(found["container"]),
                 "key_file_sha": key_file, **ray}
 

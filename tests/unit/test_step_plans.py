@@ -221,3 +221,10 @@ def test_port_report_names_blocked_targets_with_the_reason():
     assert ("node2", "ports", "could not start a test listener (python3 missing?)") in found
     (blocked,) = [p for p in found if p[0] == "node1"]
     assert blocked[2].startswith("cannot reach 10.0.0.10:20000 (timed out): open the full TCP")
+
+
+def test_launch_key_path_matches_the_engine_builders(tmp_path):
+    from k3deploy.steps.launch import _key_path, secret_file
+    step, ctx, facts = launch_facts(tmp_path)
+    assert _key_path(ctx.inv) == secret_file(facts["spec"])[0] == \
+        "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"
