@@ -11,6 +11,7 @@ from rich.table import Table
 from k3deploy import facts as F
 from k3deploy import inventory as inventory_mod
 from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, K3Error, LockError
+from k3deploy.identity import IDENTITY
 from k3deploy.redact import redact_obj
 from k3deploy.session import Session
 from k3deploy.state import ClusterLock
@@ -21,13 +22,14 @@ STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "
 
 def _live(session, inv, name: str) -> dict:
     probe = [probes.container(inv.engine.container),
-             probes.file_json("download", f"{inv.paths.work}/download-progress.json")]
+             probes.file_json("download", f"{inv.paths.work}/download-progress.json"), *IDENTITY]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
     return {"reachable": True, "container": probes.container_summary(found["container"]),
-            "download": found["download"]}
+            "download": found["download"],
+            "identity": {f.name: found[f.name] for f in IDENTITY}}
 
 
 def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) -> dict:
@@ -38,10 +40,19 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) ->
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
             live = dict(zip(names, pool.map(lambda n: _live(session, inv, n), names)))
         idle = _no_run_active(session)
-        nodes = {n: {"rank": inv.rank_of(n), "live": live[n],
-                     "state": _settled(session.states[n].data.get("steps", {}), idle)}
+        nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
     return redact_obj({"cluster": inv.cluster, "nodes": nodes, "run_active": not idle})
+
+
+def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
+    steps = _settled(state.get("steps", {}), idle)
+    # The node answers as another machine (spot replacement): what the file says is history.
+    replaced = bool(live.get("identity") and state.get("identity")
+                    and live["identity"] != state["identity"])
+    if replaced:
+        steps = {name: {**rec, "status": "stale"} for name, rec in steps.items()}
+    return {"rank": rank, "live": live, "state": steps, "replaced": replaced}
 
 
 def _no_run_active(session) -> bool:

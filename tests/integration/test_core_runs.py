@@ -132,6 +132,9 @@ def test_state_files_status_and_a_replaced_node(tmp_path, k3, file_playbook, nod
 
         # Back as a fresh machine (new boot id): its old step records are stale.
         tb.fault("revive-node", "node1")
+        before_rerun = json.loads(k3("status", "-i", tb.inventory, "--json").stdout)["nodes"]
+        assert before_rerun["node1"]["replaced"] and not before_rerun["node0"]["replaced"]
+        assert before_rerun["node1"]["state"]["file"]["status"] == "stale"
         rerun = k3("run", playbook, "-i", tb.inventory)
         assert rerun.returncode == 0, rerun.output
         replaced = node_state(tb, "node1")

@@ -106,3 +106,14 @@ def test_status_marks_running_steps_of_a_dead_run_interrupted():
     assert _settled(steps, idle=True) == {"download": {"status": "interrupted"},
                                           "nvme": {"status": "ok"}}
     assert _settled(steps, idle=False) == steps
+
+
+def test_status_shows_steps_of_a_replaced_machine_as_stale():
+    from k3deploy.status_cmd import _node_view
+    state = {"identity": {"boot_id": "a", "machine_id": "m"}, "steps": {"nvme": {"status": "ok"}}}
+    same = _node_view(1, {"identity": {"boot_id": "a", "machine_id": "m"}}, state, idle=True)
+    assert same["state"]["nvme"]["status"] == "ok" and not same["replaced"]
+    other = _node_view(1, {"identity": {"boot_id": "b", "machine_id": "m"}}, state, idle=True)
+    assert other["state"]["nvme"]["status"] == "stale" and other["replaced"]
+    gone = _node_view(1, {"reachable": False}, state, idle=True)
+    assert gone["state"]["nvme"]["status"] == "ok" and not gone["replaced"]
