@@ -365,7 +365,6 @@ def test_a_rank_whose_shard_is_short_fails_and_the_group_aborts(cluster, tmp_pat
     assert f"{shard_name(11)} is incomplete" in log_of(worker)
     assert wait_exit(head, 10) == 1
     assert "NCCL communicator was aborted" in log_of(head)
-    assert "world_size=8" in log_of(head)      # torch counts one process per GPU
 
 
 @pytest.mark.parametrize("mistake", ["two ranks 0", "two ranks 1"])
@@ -388,6 +387,7 @@ def test_a_duplicate_rank_never_forms_and_every_rank_times_out(cluster, tmp_path
         assert wait_exit(proc, 10) == 1
         log = log_of(proc)
         assert "Waiting in store based barrier" in log
+        assert "world_size=32" in log      # torch counts one process per GPU: 4 nodes x 8
         assert ("DistStoreError: Timed out after 4 seconds waiting for clients" in log
                 if mistake == "two ranks 0" else "ran for 3001 milliseconds" in log)
         assert "Loading safetensors" not in log
