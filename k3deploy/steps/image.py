@@ -11,6 +11,10 @@ from k3deploy.steps.base import Step, cmd
 from k3deploy.steps.preflight import image_for
 
 
+# Driver CUDA versions that select different tags (engines.images): 13.x and 12.x.
+CUDA_CHOICES = ("13.0", "12.0")
+
+
 def chosen_image(facts, node) -> str:
     try:
         return image_for(node.inv, facts.get("cuda"))
@@ -23,11 +27,16 @@ class PullImage(Step):
     summary = "docker pull of the engine image"
 
     def facts(self, node):
-        found = F.gather(node.conn, [probes.cuda()], step=self.name)
+        # One round trip: ask for every tag the driver could pick (cu13, cu12, or the pinned
+        # one) together with the driver's CUDA, then keep the answer for the chosen tag.
+        candidates = sorted({image_for(node.inv, cuda) for cuda in CUDA_CHOICES})
+        probe = [probes.cuda()] + [
+            F.command(f"present{i}", ["docker", "image", "inspect", tag], F.exit_ok, sudo=True)
+            for i, tag in enumerate(candidates)]
+        found = F.gather(node.conn, probe, step=self.name)
         image = chosen_image(found, node)
-        present = F.gather(node.conn, [F.command("present", ["docker", "image", "inspect", image],
-                                                 F.exit_ok, sudo=True)], step=self.name)
-        return {**found, **present, "image": image}
+        return {"cuda": found["cuda"], "image": image,
+                "present": found[f"present{candidates.index(image)}"]}
 
     def plan(self, facts, node):
         if facts["present"]:
