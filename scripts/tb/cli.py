@@ -24,7 +24,7 @@ def _up_parser(sub) -> None:
     up.add_argument("--cuda", choices=tuple(DRIVERS), default="13.0", help="driver CUDA version")
     up.add_argument("--node", action="append", default=[], metavar="NAME:KEY=VALUE",
                     help="per-node override; keys: gpus gpu cuda disk daemon_json user "
-                         "load_seconds pull_seconds nvidia_toolkit")
+                         "load_seconds pull_seconds nvidia_toolkit decode_tok_s")
     up.add_argument("--disk", default="4G", help="NVMe (tmpfs) size per node")
     up.add_argument("--load-seconds", type=float, default=2.0, help="stand-in engine load time")
     up.add_argument("--pull-seconds", type=float, default=0.5, help="stand-in docker pull time")

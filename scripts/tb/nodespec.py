@@ -42,13 +42,14 @@ class NodeSpec:
     load_seconds: float = 2.0
     pull_seconds: float = 0.5
     nvidia_toolkit: bool = True
+    decode_tok_s: float = 0.0   # stand-in engine's single-stream decode rate (0: unpaced)
 
     def node_json(self) -> dict:
         gpu_name, mem_mib = GPUS[self.gpu]
         return {"name": self.name, "gpu": self.gpu, "gpu_name": gpu_name, "gpu_count": self.gpus,
                 "gpu_mem_mib": mem_mib, "cuda": self.cuda, "driver": DRIVERS[self.cuda],
                 "engine_load_seconds": self.load_seconds, "pull_seconds": self.pull_seconds,
-                "nvidia_toolkit": self.nvidia_toolkit}
+                "nvidia_toolkit": self.nvidia_toolkit, "decode_tok_s": self.decode_tok_s}
 
 
 def _parse_bool(text: str) -> bool:
@@ -92,7 +93,7 @@ PARSERS = {
     "gpus": _parse_count, "gpu": _parse_choice(tuple(GPUS)), "cuda": _parse_choice(tuple(DRIVERS)),
     "disk": _parse_size, "daemon_json": str, "user": _parse_choice(USERS),
     "load_seconds": _parse_seconds, "pull_seconds": _parse_seconds,
-    "nvidia_toolkit": _parse_bool,
+    "nvidia_toolkit": _parse_bool, "decode_tok_s": _parse_seconds,
 }
 
 

@@ -75,6 +75,8 @@ def chosen_tool(body):
     choice = body.get("tool_choice")
     if not tools or choice == "none":
         return None
+    if body["messages"][-1].get("role") == "tool" and not isinstance(choice, dict):
+        return None  # a tool result came back: the model answers with it
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
         for tool in tools:
@@ -88,6 +90,20 @@ def k3_tool_markup(name, args):
     # K3's own markers, which the K2 tool parser does not recognise.
     return (f"<|k3_tool_calls|><|k3_call|>functions.{name}:0<|k3_args|>{json.dumps(args)}"
             "<|/k3_call|><|/k3_tool_calls|>")
+
+
+def history_note(messages):
+    """K3 expects every earlier assistant message back whole, reasoning included. A real K3
+    just answers worse without it; the stand-in says so in its answer, so tests can tell."""
+    earlier = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    if not earlier:
+        return ""
+    missing = [str(n) for n, m in enumerate(earlier, 1)
+               if not (m.get("reasoning_content") or m.get("reasoning"))]
+    if missing:
+        return (f" [stand-in: reasoning_content missing from earlier assistant message(s) "
+                f"{', '.join(missing)} of {len(earlier)}]")
+    return f" [stand-in: all {len(earlier)} earlier assistant message(s) kept reasoning_content]"
 
 
 class Generation:
@@ -105,7 +121,7 @@ class Generation:
         self.prompt_tokens = prompt_tokens(messages, body.get("tools"))
         limit = self._max_tokens(body, max_len)
         think = words(thinking(prompt, EFFORT_TOKENS[effort]))
-        reply = words(answer(prompt))
+        reply = words(answer(prompt) + history_note(messages))
         tool = chosen_tool(body)
         self.finish = "stop"
         if len(think) + len(reply) > limit:

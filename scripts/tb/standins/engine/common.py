@@ -131,6 +131,11 @@ class Context:
     def load_seconds(self):
         return float(self.node.get("engine_load_seconds", 2.0))
 
+    @property
+    def decode_tok_s(self):
+        """Single-stream decode rate the HTTP side paces tokens at (0: no pacing)."""
+        return float(self.node.get("decode_tok_s", 0) or 0)
+
     def faults(self):
         return read_json(os.path.join(self.run_dir, "faults.json"), {}) or {}
 

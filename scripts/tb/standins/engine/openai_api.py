@@ -12,20 +12,25 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import chat
+import sse
 from common import EngineExit, say
+from pacing import Pacer
+
+VERSION = "0.0.0+k3tb.standin"  # what /version (vLLM) and /get_server_info (SGLang) report
 
 
 class Serving:
     """What the server needs to know about the engine behind it."""
 
     def __init__(self, flavor, served_names, model_root, max_len, api_key=None,
-                 reasoning_parser=None, tool_parser=None, auto_tool_choice=True):
+                 reasoning_parser=None, tool_parser=None, auto_tool_choice=True, decode_tok_s=0):
         self.flavor, self.served_names, self.model_root = flavor, served_names, model_root
         self.max_len, self.api_key = max_len, api_key
         self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
         self.auto_tool_choice = auto_tool_choice
         self.ready = threading.Event()
         self.created = int(time.time())
+        self.pacer = Pacer(decode_tok_s)
 
 
 class _Server(ThreadingHTTPServer):
@@ -95,7 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/v1/models":
             return self._reply(200, self._models())
         if path == "/version" and not sglang:
-            return self._reply(200, {"version": "0.0.0+k3tb.standin"})
+            return self._reply(200, {"version": VERSION})
+        if path in ("/get_server_info", "/server_info") and sglang:
+            return self._reply(200, self._server_info())
         if path == "/get_model_info" and sglang:
             return self._reply(200, {"model_path": self.state.model_root,
                                      "tokenizer_path": self.state.model_root,
@@ -127,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
         completion = self._completion(body, gen)
         if body.get("stream"):
             return self._stream(body, completion)
+        with self.state.pacer as pacer:
+            pacer.wait(gen.completion_tokens + gen.reasoning_tokens)
         self._reply(200, completion)
 
     def _check_request(self, body):
@@ -179,26 +188,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
-        message, choice = completion["choices"][0]["message"], completion["choices"][0]
-        base = {k: completion[k] for k in ("id", "created", "model")}
-        deltas = [{"role": "assistant", "content": ""}]
-        if message.get("reasoning_content"):
-            deltas.append({"reasoning_content": message["reasoning_content"]})
-        if message.get("content"):
-            deltas.append({"content": message["content"]})
-        if message.get("tool_calls"):
-            deltas.append({"tool_calls": message["tool_calls"]})
-        for i, delta in enumerate(deltas):
-            finish = choice["finish_reason"] if i == len(deltas) - 1 else None
-            self._event(dict(base, object="chat.completion.chunk", choices=[
-                {"index": 0, "delta": delta, "finish_reason": finish}]))
-        if (body.get("stream_options") or {}).get("include_usage"):
-            self._event(dict(base, object="chat.completion.chunk", choices=[],
-                             usage=completion["usage"]))
-        self.wfile.write(b"data: [DONE]\n\n")
+        sse.write_stream(self.wfile, body, completion, self.state.pacer,
+                         self.state.flavor == "vllm")
         self.close_connection = True
         say(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "POST {self.path} '
             'HTTP/1.1" 200')
 
-    def _event(self, obj):
-        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+    def _server_info(self):
+        """SGLang's /get_server_info: its server args flattened, plus `version`."""
+        state = self.state
+        return {"model_path": state.model_root, "served_model_name": state.served_names[0],
+                "context_length": state.max_len, "reasoning_parser": state.reasoning_parser,
+                "tool_call_parser": state.tool_parser, "version": VERSION}

@@ -146,7 +146,7 @@ class Rank:
         serving = openai_api.Serving(
             "sglang", [args.served_model_name or args.model_path], args.model_path, max_len,
             api_key=args.api_key, reasoning_parser=args.reasoning_parser,
-            tool_parser=args.tool_call_parser)
+            tool_parser=args.tool_call_parser, decode_tok_s=self.ctx.decode_tok_s)
         openai_api.start(serving, args.host, args.port)
         return serving
 

@@ -173,7 +173,7 @@ class Server:
             "vllm", args.served_model_name or [self.model], self.model, max_len,
             api_key=args.api_key or ctx.env.get("VLLM_API_KEY"),
             reasoning_parser=args.reasoning_parser, tool_parser=args.tool_call_parser,
-            auto_tool_choice=args.enable_auto_tool_choice)
+            auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s)
         host = args.host or "0.0.0.0"
         openai_api.start(serving, host, args.port)
         log(f"Starting vLLM API server 0 on http://{host}:{args.port}", "launcher.py:29")
