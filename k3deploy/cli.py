@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from typing import Annotated, Optional
 
 import typer
@@ -129,6 +130,28 @@ def down(inventory: Inv,
     steps = playbook_steps("teardown") + (single("wipe-weights") if wipe_weights else [])
     return _run(inventory, steps, check=check, options={"out_dir": out},
                 accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+class Effort(str, Enum):
+    low = "low"
+    medium = "medium"
+    high = "high"
+
+
+@app.command()
+def chat(inventory: Inv,
+         message: Annotated[Optional[str], typer.Argument(help="ask once and exit (for "
+                                                          "scripts); none: interactive")] = None,
+         effort: Annotated[Optional[Effort], typer.Option(
+             "--effort", help="reasoning_effort (default: low)")] = None,
+         tools: Annotated[bool, typer.Option("--tools", help="offer the model local read-only "
+                                             "tools (utc_now, cluster_info)")] = False,
+         json_out: Json = False, state_dir: StateDir = None) -> int:
+    """Talk to the endpoint; every assistant message goes back whole (reasoning_content too)."""
+    from k3deploy.chat_cmd import run_chat
+    return run_chat(inventory, message, effort=effort and effort.value, json_out=json_out,
+                    tools=tools,
+                    state_dir=state_dir)
 
 
 def _print_error(err: K3Error) -> None:

@@ -102,3 +102,7 @@ class CommandError(NodeError):
 
 class StepFailed(NodeError):
     """A step ran but the node is not in the state the step promises."""
+
+
+class EndpointError(K3Error):
+    """The serving endpoint could not be reached or refused a request (chat, bench)."""
