@@ -52,7 +52,8 @@ def plan(gpu: Annotated[Optional[str], typer.Option(help="h100 h200 b200 b300 gb
          engine: Annotated[Optional[str], typer.Option(help="sglang or vllm")] = None,
          max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
          mem_fraction_static: Annotated[Optional[float], typer.Option("--mem-fraction-static")] = None,
-         price: Annotated[Optional[float], typer.Option("--price-per-gpu-hour")] = None,
+         price: Annotated[Optional[float], typer.Option(
+             "--price", "--price-per-gpu-hour", help="price per GPU-hour: adds $/hour")] = None,
          emit_inventory: Annotated[Optional[str], typer.Option("--emit-inventory")] = None,
          json_out: Json = False) -> int:
     """Sizing arithmetic: which GPU configs fit. No arguments: every reference config."""
@@ -77,9 +78,16 @@ def up(inventory: Inv, check: Check = False,
                                              "whose configuration differs")] = False,
        accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Run playbooks/bringup.yaml to a verified endpoint."""
+    import time
     from k3deploy.commands import playbook_steps
-    return _run(inventory, playbook_steps("bringup"), check=check, options={"replace": replace},
+    started = time.time()
+    code = _run(inventory, playbook_steps("bringup"), check=check, options={"replace": replace},
                 accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+    if not check:   # duration and cost; the certificate once verify passed
+        from k3deploy.up_close import finish_up
+        finish_up(inventory, code, started, state_dir=state_dir, log_json=_OUTPUT["log_json"],
+                  accept_new_host_keys=accept_new_host_keys)
+    return code
 
 
 @app.command("run")
@@ -152,6 +160,35 @@ def chat(inventory: Inv,
     return run_chat(inventory, message, effort=effort and effort.value, json_out=json_out,
                     tools=tools,
                     state_dir=state_dir)
+
+
+@app.command()
+def bench(inventory: Inv,
+          concurrency: Annotated[str, typer.Option(help="concurrency levels (a single stream "
+                                                   "always comes first)")] = "1,4,8",
+          seconds: Annotated[float, typer.Option(help="time bound of each level",
+                                                 min=1, max=600)] = 20.0,
+          effort: Annotated[Effort, typer.Option("--effort", help="reasoning_effort")] = Effort.low,
+          max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512,
+          json_out: Json = False, accept_new_host_keys: AcceptNew = False,
+          state_dir: StateDir = None) -> int:
+    """Short bounded load test from this laptop; writes a bring-up certificate."""
+    from k3deploy.bench_cmd import run_bench_cmd
+    return run_bench_cmd(inventory, levels=concurrency, seconds=seconds, effort=effort.value,
+                         max_tokens=max_tokens, json_out=json_out, state_dir=state_dir,
+                         accept_new_host_keys=accept_new_host_keys)
+
+
+certificate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                              help="Bring-up certificates (.k3deploy/CLUSTER/certificates/).")
+app.add_typer(certificate_app, name="certificate")
+
+
+@certificate_app.command("diff")
+def certificate_diff(a: str, b: str, json_out: Json = False) -> int:
+    """What changed between two bring-ups: flags, versions, latency moved by more than 10%."""
+    from k3deploy.certificate_cmd import run_diff
+    return run_diff(a, b, json_out)
 
 
 def _print_error(err: K3Error) -> None:

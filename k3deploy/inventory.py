@@ -97,6 +97,11 @@ class SshSpec(_Model):
     use_ssh_config: bool = True
 
 
+class PriceSpec(_Model):
+    per_gpu_hour: float = Field(gt=0)
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] = "USD"
+
+
 class Node(_Model):
     name: Name
     address: Host
@@ -121,6 +126,7 @@ class Inventory(_Model):
     paths: Paths = Paths()
     ssh: SshSpec = SshSpec()
     hf_token_env: EnvName = "HF_TOKEN"
+    price: PriceSpec | None = None
     nodes: list[Node] = Field(min_length=1)
     source: str = Field(default="<memory>", exclude=True)
 

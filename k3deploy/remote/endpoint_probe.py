@@ -47,7 +47,18 @@ def chat(cfg, tools=False):
     return call(cfg, "/v1/chat/completions", body, timeout=300)
 
 
+def version(cfg):
+    """The engine's version as it reports it: vLLM /version, SGLang /get_server_info."""
+    for path in ("/version", "/get_server_info"):
+        res = call(cfg, path, timeout=30)
+        if res.get("status") == 200 and isinstance(res.get("body"), dict) \
+                and res["body"].get("version"):
+            return {"status": 200, "body": {"version": res["body"]["version"], "path": path}}
+    return res
+
+
 CHECKS = {
+    "version": version,
     "health": lambda cfg: call(cfg, "/health", timeout=5),
     "health_generate": lambda cfg: call(cfg, "/health_generate", timeout=120),
     "models": lambda cfg: call(cfg, "/v1/models", timeout=30),

@@ -106,7 +106,7 @@ def _progress(line):
 def pull(data_root, repo, tag, node):
     """Fetch from the (simulated) registry into data_root; returns 0 or docker's exit code 1."""
     ref = ref_string(repo, tag)
-    digest = "sha256:" + hashlib.sha256(("manifest:" + ref).encode()).hexdigest()
+    digest = manifest_digest(ref)
     if tag.endswith("does-not-exist"):
         print(f"Error response from daemon: manifest for {ref} not found: manifest unknown: "
               "manifest unknown", file=sys.stderr)
@@ -169,8 +169,14 @@ def _record(data_root, repo, tag, layers, size):
         runtime.write_json_atomic(path, {"Repositories": repos})
 
 
+def manifest_digest(ref):
+    """The registry's manifest digest for a reference (what `docker pull` prints)."""
+    return "sha256:" + hashlib.sha256(("manifest:" + ref).encode()).hexdigest()
+
+
 def inspect_object(image):
-    return {"Id": image["id"], "RepoTags": [image["ref"]], "RepoDigests": [],
+    digests = [f"{image['repo']}@{manifest_digest(image['ref'])}"]
+    return {"Id": image["id"], "RepoTags": [image["ref"]], "RepoDigests": digests,
             "Created": runtime.rfc3339(image["created"]), "Size": image["size"],
             "Architecture": "amd64", "Os": "linux", "Config": image["config"],
             "RootFS": {"Type": "layers"}}

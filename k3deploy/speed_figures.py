@@ -1,0 +1,33 @@
+"""The guide's measured serving speeds, by config, to check a bring-up against.
+
+Only one config has a figure: "A documented 4x8 H100 deployment measured single-stream decode
+at 5.8 tok/s and 14.0 tok/s aggregate across four concurrent streams" (H100 PCIe-NVLink
+nodes; "SXM5 with a full NVLink mesh should do somewhat better"), SGLang with the marlin
+W4A16 MoE kernel on the mxfp4 checkpoint. The GB300 figure (423 tok/s) is with speculative
+decoding on hardware k3deploy does not size, so it is left out.
+"""
+
+from __future__ import annotations
+
+FIGURES = {
+    # (gpu, nodes, gpus per node, precision): figures
+    ("h100", 4, 8, "mxfp4"): {
+        "single_stream_tok_s": 5.8, "aggregate_tok_s": {4: 14.0},
+        "note": "the guide's 4x8 H100 (PCIe-NVLink) measurement; SXM5 should do somewhat better",
+    },
+}
+FAR_BELOW = 0.5   # below half the guide's figure the bring-up is wrong, not just slower
+
+
+def for_inventory(inv) -> dict | None:
+    return FIGURES.get((inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision))
+
+
+def compare(figure: dict | None, single_tok_s: float | None) -> dict | None:
+    """Measured single-stream decode against the guide's, where the guide gives one."""
+    if figure is None or not single_tok_s:
+        return None
+    ratio = single_tok_s / figure["single_stream_tok_s"]
+    return {"guide_single_stream_tok_s": figure["single_stream_tok_s"],
+            "measured_single_stream_tok_s": round(single_tok_s, 2), "ratio": round(ratio, 2),
+            "far_below": ratio < FAR_BELOW, "note": figure["note"]}
