@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from k3deploy import facts as F
 from k3deploy import inventory as inventory_mod
+from k3deploy import status_cost
 from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, K3Error, LockError
 from k3deploy.identity import IDENTITY
 from k3deploy.redact import redact_obj
@@ -42,7 +44,8 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) ->
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
-    return redact_obj({"cluster": inv.cluster, "nodes": nodes, "run_active": not idle})
+    return redact_obj({"cluster": inv.cluster, "nodes": nodes, "run_active": not idle,
+                       "cost": status_cost.view(inv, nodes, time.time())})
 
 
 def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
@@ -111,6 +114,8 @@ def run_status(inv_path: str, *, json_out: bool, accept_new_host_keys: bool,
         print(json.dumps(doc, indent=1, default=str))
     else:
         probe = Console()  # not a terminal: rich would squash the table into 80 columns
-        Console(width=None if probe.is_terminal else max(probe.width, 160)).print(render(doc))
+        console = Console(width=None if probe.is_terminal else max(probe.width, 160))
+        console.print(render(doc))
+        console.print(status_cost.line(doc["cost"]), markup=False, highlight=False)
     unreachable = any(not n["live"].get("reachable") for n in doc["nodes"].values())
     return EXIT_PARTIAL if unreachable else EXIT_OK

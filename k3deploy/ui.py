@@ -82,10 +82,12 @@ class Ui:
         if getattr(self, "_progress", None) is None:
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                        TimeRemainingColumn, TransferSpeedColumn)
+            from k3deploy.ui_columns import ReadyAtColumn
             self._tasks = {}
             self._progress = Progress(TextColumn("{task.description:>10}"), BarColumn(),
                                       DownloadColumn(), TransferSpeedColumn(),
-                                      TimeRemainingColumn(), TextColumn("{task.fields[shards]}"),
+                                      TimeRemainingColumn(), ReadyAtColumn(),
+                                      TextColumn("{task.fields[shards]}"),
                                       console=self.console, transient=False)
             self._progress.start()
         return self._progress

@@ -97,3 +97,30 @@ def test_cost_of_a_cluster():
     assert cost.money(93.12) == "$93.12" and cost.money(5, "CHF") == "5.00 CHF"
     assert cost.duration(3725) == "1h02m" and cost.duration(61) == "1m01s"
     assert cost.summary(parse(four_nodes()), 60) is None
+
+
+def test_status_cost_from_the_earliest_running_container():
+    from k3deploy import status_cost
+    inv = parse(four_nodes(price={"per_gpu_hour": 2.5}))
+    started = status_cost.parse_started("2026-08-01T12:00:00.123456789Z")
+    nodes = {"node0": {"live": {"container": {"running": True,
+                                              "started": "2026-08-01T12:00:00.5Z"}}},
+             "node1": {"live": {"container": {"running": False,
+                                              "started": "2026-08-01T11:00:00Z"}}},
+             "node2": {"live": {"reachable": False}}}
+    c = status_cost.view(inv, nodes, started + 1800)
+    assert c["per_hour"] == 80.0 and c["spent"] == 40.0
+    assert status_cost.line(c) == ("cost: launched 30m00s ago, $40.00 spent since; the cluster "
+                                   "burns $80.00/hour idle or busy (32 GPUs at $2.50/GPU-hour)")
+    idle = status_cost.view(inv, {"node0": {"live": {"container": None}}}, started)
+    assert idle["spent"] is None and "no engine running" in status_cost.line(idle)
+    assert status_cost.parse_started("0001-01-01T00:00:00Z") is None
+
+
+def test_ready_at_is_the_wall_clock_time_the_eta_points_to():
+    import time as _time
+    from k3deploy.ui_columns import ready_at
+    now = _time.mktime((2026, 8, 1, 12, 0, 0, 0, 0, -1))
+    assert ready_at(1800, now) == "ready ~" + _time.strftime("%H:%M %Z", _time.localtime(now + 1800))
+    assert ready_at(1800, now).startswith("ready ~12:30")
+    assert ready_at(None, now) == "ready ~?"
