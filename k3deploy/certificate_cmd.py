@@ -11,29 +11,27 @@ from k3deploy.errors import EXIT_OK, K3Error
 from k3deploy.session import Session
 
 
-def _write(inv, state_dir, accept_new_host_keys, kind: str, **parts):
-    # lock=False: reading facts beside a run is safe, and bench runs beside `up` or `watch`.
-    with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
-                 lock=False) as session:
-        facts = certificate_facts.collect(session, inv)
-        doc = certificate.build(kind, inv.cluster, facts,
-                                verify=certificate_facts.verify_results(session), **parts)
-        return certificate.write(session.state_dir, doc)
+def _write(session, inv, kind: str, **parts):
+    facts = certificate_facts.collect(session, inv)
+    doc = certificate.build(kind, inv.cluster, facts,
+                            verify=certificate_facts.verify_results(session), **parts)
+    return certificate.write(session.state_dir, doc)
 
 
-def write_after_up(inv, state_dir, accept_new_host_keys, bringup: dict, say) -> None:
+def write_after_up(session, inv, bringup: dict) -> str:
     try:
-        path = _write(inv, state_dir, accept_new_host_keys, "up", bringup=bringup)
+        return f"certificate: {_write(session, inv, 'up', bringup=bringup)}"
     except K3Error as err:   # the endpoint is up and verified: a missing certificate is a note
-        say(f"certificate not written: {err}")
-        return
-    say(f"certificate: {path}")
+        return f"certificate not written: {err}"
 
 
 def write_for_bench(inv, doc: dict, state_dir, accept_new_host_keys, console) -> str | None:
     bench = {k: v for k, v in doc.items() if k != "certificate"}
     try:
-        return str(_write(inv, state_dir, accept_new_host_keys, "bench", bench=bench))
+        # lock=False: reading facts beside a run is safe; bench may run beside `up`.
+        with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
+                     lock=False) as session:
+            return str(_write(session, inv, "bench", bench=bench))
     except K3Error as err:
         console.print(f"certificate not written: {err}", markup=False)
         return None

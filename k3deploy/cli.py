@@ -78,16 +78,11 @@ def up(inventory: Inv, check: Check = False,
                                              "whose configuration differs")] = False,
        accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Run playbooks/bringup.yaml to a verified endpoint."""
-    import time
     from k3deploy.commands import playbook_steps
-    started = time.time()
-    code = _run(inventory, playbook_steps("bringup"), check=check, options={"replace": replace},
-                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
-    if not check:   # duration and cost; the certificate once verify passed
-        from k3deploy.up_close import finish_up
-        finish_up(inventory, code, started, state_dir=state_dir, log_json=_OUTPUT["log_json"],
-                  accept_new_host_keys=accept_new_host_keys)
-    return code
+    from k3deploy.up_close import closing_for
+    return _run(inventory, playbook_steps("bringup"), check=check, options={"replace": replace},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
+                after=closing_for())
 
 
 @app.command("run")

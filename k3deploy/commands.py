@@ -16,7 +16,10 @@ from k3deploy.ui import Ui
 
 def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None = None,
               accept_new_host_keys: bool = False, state_dir: str | None = None,
-              ui: Ui | None = None, summary: bool = True, log_json: bool = False) -> RunReport:
+              ui: Ui | None = None, summary: bool = True, log_json: bool = False,
+              after=None) -> RunReport:
+    """after(run, report) -> lines: runs inside the session (its connections, no new
+    logins) once the steps are done; its lines are shown after the summary."""
     inv = inventory_mod.load(inv_path)
     # --log-json: stderr carries JSON lines only; the runner's events stand in for the Ui's text.
     ui = ui or Ui(console=Console(stderr=True, quiet=True) if log_json else None)
@@ -24,10 +27,15 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir) as session:
         run = RunContext(inv=inv, session=session, check=check, options=options, ui=ui)
         report = Runner(run, steps).execute()
+        closing = after(run, report) if after else []
     if report.problems:
         ui.problems(report.problems, changed="changed" in report.statuses())
     if summary:
         ui.summary(report)
+    for line in closing:
+        ui.say(line, wrap=False)
+        if log_json:
+            klog.get().info("run.note", text=line)
     if log_json:
         _log_report(report)
     return report

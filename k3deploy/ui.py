@@ -26,9 +26,10 @@ class Ui:
         self.quiet = quiet
         self._lock = threading.Lock()
 
-    def say(self, text: str) -> None:
+    def say(self, text: str, wrap: bool = True) -> None:
+        # wrap=False: a path or command stays on one line in a pipe (rich wraps at the width).
         with self._lock:
-            self.console.print(redact(text), markup=False, highlight=False)
+            self.console.print(redact(text), markup=False, highlight=False, soft_wrap=not wrap)
 
     def step_result(self, node: str, step: str | None, status: str, error: list[str],
                     actions: list[str]) -> None:

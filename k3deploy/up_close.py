@@ -1,15 +1,11 @@
 """What `up` adds after its summary table: how long the bring-up took and what it cost, and
-the bring-up certificate once verify has passed."""
+the bring-up certificate once verify has passed (over the run's own connections)."""
 
 from __future__ import annotations
 
 import time
 
-from rich.console import Console
-
 from k3deploy import cost
-from k3deploy import inventory as inventory_mod
-from k3deploy import log as klog
 
 
 def bringup_record(inv, started: float, finished: float) -> dict:
@@ -28,19 +24,17 @@ def cost_line(record: dict) -> str:
             f"{cost.money(c['per_hour'], c['currency'])}/hour while it is up, idle or not")
 
 
-def finish_up(inv_path: str, exit_code: int, started: float, *, state_dir, accept_new_host_keys,
-              log_json: bool) -> None:
-    inv = inventory_mod.load(inv_path)
-    record = bringup_record(inv, started, time.time())
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+def closing_for():
+    """The `after` hook for run_steps, started now (the bring-up's clock starts here)."""
+    started = time.time()
 
-    def say(text: str) -> None:
-        if log_json:
-            klog.get().info("up.note", text=text)
-        else:
-            console.print(text, markup=False)
-
-    say(cost_line(record))
-    if exit_code == 0:
-        from k3deploy.certificate_cmd import write_after_up
-        write_after_up(inv, state_dir, accept_new_host_keys, record, say)
+    def closing(run, report) -> list[str]:
+        if run.check:
+            return []
+        record = bringup_record(run.inv, started, time.time())
+        lines = [cost_line(record)]
+        if report.exit_code() == 0:
+            from k3deploy.certificate_cmd import write_after_up
+            lines.append(write_after_up(run.session, run.inv, record))
+        return lines
+    return closing
