@@ -42,7 +42,7 @@ def run_bench_cmd(inv_path: str, *, levels: str, seconds: float, effort: str, ma
     doc = {"endpoint": target.base_url, "model": target.model, "effort": effort,
            "max_tokens": max_tokens, "seconds_per_level": seconds, "levels": results,
            "single_stream_decode_tok_s": single,
-           "guide": speed_figures.compare(speed_figures.for_inventory(inv), single)}
+           "guide": speed_figures.compare(speed_figures.for_inventory(inv), single, results)}
     doc["certificate"] = _certify(inv, doc, state_dir, accept_new_host_keys, err)
     if json_out:
         print(json.dumps(doc, indent=1))
@@ -87,6 +87,8 @@ def guide_lines(doc: dict) -> list[str]:
         verdict = "far below it: check the launch flags and GPUs" if g["far_below"] else "in line"
         out = [f"single-stream decode {g['measured_single_stream_tok_s']} tok/s; the guide: "
                f"{g['guide_single_stream_tok_s']} tok/s ({g['note']}); x{g['ratio']}, {verdict}"]
+        out += [f"{a['concurrency']} streams: {a['measured_tok_s']} tok/s in all; the guide: "
+                f"{a['guide_tok_s']} tok/s (x{a['ratio']})" for a in g["aggregate"]]
     for lv in doc["levels"]:
         for error in lv["error_samples"]:
             out.append(f"error at {lv['concurrency']} stream(s): {error}")

@@ -23,11 +23,20 @@ def for_inventory(inv) -> dict | None:
     return FIGURES.get((inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision))
 
 
-def compare(figure: dict | None, single_tok_s: float | None) -> dict | None:
-    """Measured single-stream decode against the guide's, where the guide gives one."""
+def compare(figure: dict | None, single_tok_s: float | None,
+            levels: list[dict] | None = None) -> dict | None:
+    """Measured single-stream decode (and aggregate output at the concurrency the guide
+    measured, when the bench ran it) against the guide's, where the guide gives a figure."""
     if figure is None or not single_tok_s:
         return None
     ratio = single_tok_s / figure["single_stream_tok_s"]
-    return {"guide_single_stream_tok_s": figure["single_stream_tok_s"],
-            "measured_single_stream_tok_s": round(single_tok_s, 2), "ratio": round(ratio, 2),
-            "far_below": ratio < FAR_BELOW, "note": figure["note"]}
+    out = {"guide_single_stream_tok_s": figure["single_stream_tok_s"],
+           "measured_single_stream_tok_s": round(single_tok_s, 2), "ratio": round(ratio, 2),
+           "far_below": ratio < FAR_BELOW, "note": figure["note"], "aggregate": []}
+    for level in levels or []:
+        guide = figure["aggregate_tok_s"].get(level["concurrency"])
+        if guide:
+            out["aggregate"].append({"concurrency": level["concurrency"], "guide_tok_s": guide,
+                                     "measured_tok_s": level["output_tok_s"],
+                                     "ratio": round(level["output_tok_s"] / guide, 2)})
+    return out

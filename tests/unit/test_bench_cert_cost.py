@@ -44,7 +44,11 @@ def test_guide_figure_only_for_4x8_h100_and_far_below_is_flagged():
     assert speed_figures.for_inventory(b300) is None
     fig = speed_figures.for_inventory(h100)
     assert fig["single_stream_tok_s"] == 5.8
-    assert speed_figures.compare(fig, 6.2)["far_below"] is False
+    near = speed_figures.compare(fig, 6.2, [{"concurrency": 1, "output_tok_s": 6.0},
+                                            {"concurrency": 4, "output_tok_s": 14.7}])
+    assert near["far_below"] is False
+    assert near["aggregate"] == [{"concurrency": 4, "guide_tok_s": 14.0, "measured_tok_s": 14.7,
+                                  "ratio": 1.05}]
     slow = speed_figures.compare(fig, 0.58)
     assert slow["far_below"] is True and slow["ratio"] == 0.1
     assert speed_figures.compare(None, 6.0) is None
