@@ -68,6 +68,9 @@ def run_chat(inv_path: str, message: str | None, *, effort: str | None, json_out
             display.end_turn()
     except openai.OpenAIError as err:
         raise openai_client.explain(err, target) from None
+    except KeyboardInterrupt:   # Ctrl-C mid-answer leaves the chat, not a traceback
+        display.end_turn()
+        return 130
     if json_out:
         print(json.dumps(_document(conv, target, effort is None), indent=1))
     return 0
