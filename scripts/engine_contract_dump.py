@@ -108,16 +108,20 @@ def sglang():
 
 
 def config_merger_keys(parser, merger_cls, config_keys):
-    """What a `--config` YAML may hold: keys are normalised `-` -> `_` by the merger."""
+    """How a `--config` YAML is read: each key becomes `--KEY` exactly as written (so
+    `api-key`, not `api_key`), after the merger refuses keys whose action it cannot map
+    (matched after `-` -> `_`); booleans of store_true keys become the bare flag."""
     merger = merger_cls(parser)
-    accepted = set()
+    exact = set()
     for action in parser._actions:
-        if action.option_strings and not {"--config", "--help", "-h"} & set(action.option_strings):
-            accepted |= config_keys(action)
-    accepted -= set(merger.unsupported_actions)
+        keys = config_keys(action)
+        if keys & set(merger.unsupported_actions) or "help" in keys or "config" in keys:
+            continue
+        exact |= {o[2:] for o in action.option_strings if o.startswith("--")}
     sample = merger._convert_config_to_args({"api-key": "k3deploy-sample"})
-    return {"normalise": "key.replace('-', '_')",
-            "accepted_keys": sorted(accepted),
+    return {"key_to_flag": "--KEY, the key as written",
+            "match_normalise": "key.replace('-', '_')",
+            "exact_keys": sorted(exact),
             "store_true_keys": sorted(set(merger.store_true_actions)),
             "unsupported_keys": sorted(merger.unsupported_actions),
             "example": {"yaml": {"api-key": "<key>"}, "argv": sample[:1] + ["<key>"],
@@ -171,15 +175,14 @@ def click_option(param):
         "nargs": 0 if is_flag else (None if param.nargs == 1 else param.nargs),
         "takes_value": not is_flag,
         "choices": list(getattr(kind, "choices", None) or []) or None,
-        "type": {"INT": "int", "FLOAT": "float", "STRING": "str", "BOOL": "bool"}.get(
-            getattr(kind, "name", "").upper(), getattr(kind, "name", None)),
+        "type": {"integer": "int", "integer range": "int", "float": "float", "text": "str",
+                 "boolean": "bool"}.get(
+            getattr(kind, "name", ""), getattr(kind, "name", None)),
         "required": bool(param.required),
         "deprecated": None,
         "negative_option_strings": list(param.secondary_opts),
         "multiple": bool(getattr(param, "multiple", False)),
     }
-    if type(kind).__name__ == "IntRange":
-        entry["type"] = "int"
     if getattr(param, "deprecated", False):
         text = param.deprecated if isinstance(param.deprecated, str) else ""
         entry["deprecated"] = {"message": f"DeprecationWarning: The option '{param.name}' is "
