@@ -68,15 +68,25 @@ def argparse_option(action, parser):
         "dest": action.dest,
         "nargs": nargs,
         "takes_value": nargs != 0,
-        "choices": sorted(map(str, action.choices)) if action.choices else None,
+        "choices": _choices(action.choices),
         "type": type_name(action.type),
         "required": bool(action.required),
         "deprecated": argparse_deprecation(action, parser) if strings else None,
         "negative_option_strings": negatives,
+        "action": type(action).__name__,
+        "hidden": action.help == argparse.SUPPRESS,
     }
     if action.default is not argparse.SUPPRESS and jsonable(action.default):
         entry["default"] = action.default
     return entry
+
+
+def _choices(choices):
+    """As the parser lists them (a set has no order of its own: sorted)."""
+    if not choices:
+        return None
+    return sorted(map(str, choices)) if isinstance(choices, (set, frozenset)) else \
+        [str(c) for c in choices]
 
 
 def argparse_table(parser):
@@ -102,7 +112,7 @@ def sglang():
                              "nargs": None, "takes_value": True, "choices": None,
                              "type": "str", "required": False, "deprecated": None,
                              "negative_option_strings": [], "default": "auto",
-                             "source": "sglang.cli.serve._extract_model_type_override"})
+                             "wrapper": "sglang.cli.serve._extract_model_type_override"})
     table["config_merger"] = config_merger_keys(parser, ConfigArgumentMerger, _config_keys)
     return table, "sglang", "sglang.srt.server_args.ServerArgs.add_cli_args"
 
@@ -212,7 +222,7 @@ def ray():
 def main():
     engine, out = sys.argv[1], sys.argv[2]
     table, dist, source = {"sglang": sglang, "vllm": vllm, "ray": ray}[engine]()
-    table["options"].sort(key=lambda o: o["option_strings"][-1])
+    # Registration order, as the parser holds them: stable, and the usage line matches.
     doc = {"engine": engine, "command": table["parser"]["prog"],
            "version": importlib.metadata.version(dist), "source": source,
            "generated_by": "scripts/engine-contract refresh",

@@ -70,12 +70,19 @@ class TableAction(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def _add(parser, spec, kind):
+def _add(parser, spec):
     convert = TYPES.get(spec.get("type") or "")
-    if kind == "click" and spec["dest"] == "help":
+    if spec["dest"] == "help":
         parser.add_argument(*spec["option_strings"], action="help")
         return
-    kwargs = {"dest": spec["dest"], "nargs": spec["nargs"], "default": spec.get("default")}
+    shown = argparse.SUPPRESS if spec.get("hidden") else None
+    if spec.get("action") == "BooleanOptionalAction":
+        positive = [o for o in spec["option_strings"] if o not in spec["negative_option_strings"]]
+        parser.add_argument(*positive, action=argparse.BooleanOptionalAction, help=shown,
+                            dest=spec["dest"], default=spec.get("default"))
+        return
+    kwargs = {"dest": spec["dest"], "nargs": spec["nargs"], "default": spec.get("default"),
+              "help": shown}
     if spec["nargs"] != 0:
         kwargs["type"] = convert
         choices = spec.get("choices")
@@ -91,11 +98,32 @@ def build(engine, parser_class=argparse.ArgumentParser, prog=None, usage=None):
     parser = parser_class(prog=prog or table["command"], usage=usage, add_help=False,
                           allow_abbrev=meta["allow_abbrev"])
     for spec in table["options"]:
-        _add(parser, spec, meta["kind"])
+        if not spec.get("wrapper"):     # taken off argv before the parser (strip_wrapper)
+            _add(parser, spec)
     for spec in table["positionals"]:
         parser.add_argument(spec["dest"], nargs=spec["nargs"], default=spec.get("default"))
     parser.table = table
     return parser
+
+
+def strip_wrapper(table, argv):
+    """argv without the options the CLI wrapper consumes before its parser runs (SGLang's
+    `sglang serve` takes `--model-type X` off); returns (argv, {dest: value})."""
+    wrappers = {o: spec for spec in table["options"] if spec.get("wrapper")
+                for o in spec["option_strings"]}
+    rest, taken, i = [], {}, 0
+    while i < len(argv):
+        name, eq, inline = argv[i].partition("=")
+        if name in wrappers:
+            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+            if value is None:
+                raise SystemExit(f"Error: {name} requires a value.")
+            taken[wrappers[name]["dest"]] = value
+            i += 1 if eq else 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    return rest, taken
 
 
 _UNDERSCORED = re.compile(r"(?<=--)[^.=]*")

@@ -204,6 +204,8 @@ class _SingleNode:
 
 def main(ctx, argv, prog):
     # SGLang's config merger writes each key as `--KEY` verbatim (no `_` -> `-`).
-    args = build_parser(prog).parse_args(configfile.expand_config(ctx, argv, verbatim=True))
+    parser = build_parser(prog)
+    argv, _ = clitable.strip_wrapper(parser.table, argv)
+    args = parser.parse_args(configfile.expand_config(ctx, argv, verbatim=True))
     validate(args, ctx)
     Rank(args, ctx).run()
