@@ -31,9 +31,6 @@ class Finding:
     message: str
     suggestion: str | None = None   # did-you-mean, for an unknown option
 
-    def __str__(self) -> str:
-        return self.message
-
 
 @dataclass(frozen=True, eq=False)
 class CliTable:

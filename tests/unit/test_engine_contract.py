@@ -165,15 +165,3 @@ def test_sglang_config_keys_as_its_merger_reads_them():
     (refused,) = cli_contract.check_sglang_config({unsupported: "x"})
     assert "Unsupported config option" in refused.message
 
-
-def test_check_refuses_a_misspelt_engine_arg_before_any_ssh(tmp_path, capsys):
-    from k3deploy import cli
-    doc = load_doc("b300-1x8-sglang.yaml")
-    doc["engine"]["args"] = {"tp-szie": 8}
-    path = tmp_path / "inv.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    with pytest.raises(SystemExit) as stop:
-        cli.main(["check", "-i", str(path)])
-    assert stop.value.code == EXIT_BAD_INPUT
-    err = capsys.readouterr().err
-    assert "engine.args.tp-szie: not an option of sglang serve 0.5.23; did you mean 'tp-size'?" in err
