@@ -5,8 +5,10 @@
 
 Every table has the same shape (k3deploy/engines/cli_contract.py reads it):
 options[]: option_strings, dest, nargs (argparse's: null = one value, 0 = none, "?", "*",
-"+", N), takes_value, choices, type, default (when JSON-able), deprecated {message,
-replacement, fatal, source}, negative_option_strings (a --no-X spelling stores False).
+"+", N), takes_value, choices (the parser's order), type, default (when JSON-able),
+deprecated {message, replacement, fatal, source}, negative_option_strings (a --no-X spelling
+stores False), action (class name), hidden (help suppressed), wrapper (taken off argv by the
+CLI before its parser). Options keep the parser's registration order.
 """
 import argparse
 import importlib.metadata
