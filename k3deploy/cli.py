@@ -68,6 +68,8 @@ def plan(gpu: Annotated[Optional[str], typer.Option(help="h100 h200 b200 b300 gb
 def check(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Read-only preflight on every node; prints every problem found."""
     from k3deploy.commands import single
+    from k3deploy.launch_contract import report_warnings
+    report_warnings(inventory, log_json=_OUTPUT["log_json"])
     return _run(inventory, single("preflight"), accept_new_host_keys=accept_new_host_keys,
                 state_dir=state_dir)
 

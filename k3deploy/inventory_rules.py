@@ -8,6 +8,8 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 
+from k3deploy.inventory_engine_args import engine_arg_rules
+
 # Env keys that carry secrets must never be inventory env overrides: those become
 # `docker run --env K=V`, i.e. argv on the node, visible in ps and docker inspect.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
@@ -111,7 +113,7 @@ def engine_rules(inv) -> list[str]:
 
 
 RULES = (unique_fields, rank_rules, address_rules, parallel_rules, secret_rules, port_rules,
-         engine_rules)
+         engine_rules, engine_arg_rules)
 
 
 def semantic_problems(inv) -> list[str]:

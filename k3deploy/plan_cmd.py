@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from k3deploy import plan_view, sizing
+from k3deploy import launch_contract, plan_view, sizing
 from k3deploy.errors import BadInputError
 
 
@@ -21,11 +21,30 @@ def run_plan(*, gpu, nodes, gpus_per_node, precision, engine, max_model_len,
         raise BadInputError(str(err), hint="k3deploy plan --help lists the options") from None
     if emit_inventory:
         _emit(results, emit_inventory)
+    warnings = [launch_contract.sizing_warnings(r) for r in results]
     if json_out:
-        print(json.dumps(plan_view.to_json(results), indent=1))
+        doc = plan_view.to_json(results)
+        for config, found in zip(doc["configs"], warnings):
+            config["engine_cli_warnings"] = found
+        print(json.dumps(doc, indent=1))
     else:
-        Console(width=max(160, Console().width)).print(plan_view.render_table(results))
+        console = Console(width=max(160, Console().width))
+        console.print(plan_view.render_table(results))
+        _print_warnings(console, results, warnings)
     return 0
+
+
+def _print_warnings(console, results, warnings) -> None:
+    """Each engine CLI warning once, with the configs whose launch has it."""
+    by_text: dict[str, list[str]] = {}
+    for r, found in zip(results, warnings):
+        for text in found:
+            by_text.setdefault(text, []).append(r.label)
+    if by_text:
+        console.print(f"Engine CLI warnings (launch checked against "
+                      f"{launch_contract.checked_against()}):", markup=False)
+    for text, labels in by_text.items():
+        console.print(f"  {', '.join(dict.fromkeys(labels))}: {text}", markup=False)
 
 
 def _emit(results, path: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent
 REPO_ROOT = SCRIPTS_DIR.parent
 STANDINS_SRC = SCRIPTS_DIR / "tb" / "standins"
+CLI_TABLES = REPO_ROOT / "k3deploy" / "engines" / "cli_tables"
 NODEPY_ROOT = Path("/var/cache/k3tb")
 NODE_PYTHON = "/usr/bin/python3"
 COMPLETE_MARK = ".k3tb-complete"
@@ -95,6 +96,8 @@ def build(tb_dir: Path) -> Path:
         shutil.copytree(STANDINS_SRC, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     else:
         dest.mkdir()
+    # The engines' option tables: the stand-ins parse with exactly what the real CLIs accept.
+    shutil.copytree(CLI_TABLES, dest / "engine" / "cli_tables", dirs_exist_ok=True)
     nodepy = ensure_nodepy(hub_version())
     _write_wrapper(dest / "python3", f'exec {NODE_PYTHON} "$@"', nodepy)
     _write_wrapper(dest / "hf", f'exec {NODE_PYTHON} -c "import sys; from huggingface_hub.cli.hf '

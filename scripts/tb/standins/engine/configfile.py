@@ -60,10 +60,11 @@ def parse_mapping(text, path):
     return data
 
 
-def mapping_to_argv(data):
+def mapping_to_argv(data, verbatim=False):
+    """verbatim: the key as written becomes `--KEY` (SGLang's ConfigArgumentMerger)."""
     argv = []
     for key, value in data.items():
-        flag = "--" + str(key).replace("_", "-")
+        flag = "--" + (str(key) if verbatim else str(key).replace("_", "-"))
         if value is True:
             argv.append(flag)
         elif value is False or value is None:
@@ -75,7 +76,7 @@ def mapping_to_argv(data):
     return argv
 
 
-def config_argv(ctx, container_path):
+def config_argv(ctx, container_path, verbatim=False):
     """The flags a --config file stands for; the file is read through the container's mounts."""
     host = ctx.container.host_path(container_path)
     try:
@@ -86,20 +87,20 @@ def config_argv(ctx, container_path):
     except OSError:
         raise EngineExit("FileNotFoundError: [Errno 2] No such file or directory: "
                          f"'{container_path}'")
-    return mapping_to_argv(parse_mapping(text, container_path))
+    return mapping_to_argv(parse_mapping(text, container_path), verbatim)
 
 
-def expand_config(ctx, argv):
+def expand_config(ctx, argv, verbatim=False):
     """argv with every `--config FILE` replaced by the file's flags, placed first."""
     from_files, rest, i = [], [], 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--config" and i + 1 < len(argv):
-            from_files += config_argv(ctx, argv[i + 1])
+            from_files += config_argv(ctx, argv[i + 1], verbatim)
             i += 2
             continue
         if arg.startswith("--config="):
-            from_files += config_argv(ctx, arg.split("=", 1)[1])
+            from_files += config_argv(ctx, arg.split("=", 1)[1], verbatim)
         else:
             rest.append(arg)
         i += 1

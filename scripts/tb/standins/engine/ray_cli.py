@@ -5,14 +5,15 @@ command that is not useful: the container stops when its main process exits and 
 with it, so there it starts, prints the banner, and exits 0 leaving nothing running (use
 --block). In `docker exec` or outside a container the daemon keeps running until `ray stop`.
 """
-import argparse
 import datetime
 import os
 import signal
 import sys
 import time
 
+import clitable
 import ray_net
+from clitable import ClickStyleParser
 from common import EngineExit, say
 from ray_head import Head
 from ray_worker import Worker
@@ -22,27 +23,11 @@ BLOCK_NOTE = """--block
   Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported."""
 
 
-class ClickStyleParser(argparse.ArgumentParser):
-    def error(self, message):
-        if "unrecognized arguments" in message:
-            message = "No such option: " + message.split(": ", 1)[1].split()[0]
-        sys.stderr.write(f"Usage: {self.prog} [OPTIONS]\nTry '{self.prog} --help' for help.\n\n"
-                         f"Error: {message}\n")
-        sys.exit(2)
-
-
 def start_parser():
-    p = ClickStyleParser(prog="ray start", allow_abbrev=False)
-    p.add_argument("--head", action="store_true")
-    p.add_argument("--address")
-    p.add_argument("--port", type=int, default=6379)
-    p.add_argument("--block", action="store_true")
-    p.add_argument("--num-gpus", type=int)
-    p.add_argument("--num-cpus", type=int)
-    p.add_argument("--node-ip-address")
-    p.add_argument("--dashboard-host")
-    p.add_argument("--disable-usage-stats", action="store_true")
-    return p
+    # The real `ray start` options (clitable.py), with click's errors; Ray's own default port.
+    parser = clitable.build("ray", parser_class=ClickStyleParser)
+    parser.set_defaults(port=6379)
+    return parser
 
 
 def banner(head, ip, port, block):

@@ -1,28 +1,17 @@
 """Stand-in for `sglang serve` / `python3 -m sglang.launch_server`.
 
-Parses exactly the flags the guide uses (unknown flag: argparse usage + error, exit 2), checks
+Parses with the real `sglang serve` option table (clitable.py; unknown flag: argparse usage +
+error, exit 2), checks
 the launch shape against the node, finds the snapshot, forms the process group over TCP, emulates
 the weight load, reports GPU memory, and on node rank 0 serves the OpenAI API.
 """
-import argparse
-
+import clitable
 import configfile
 import openai_api
 import rendezvous
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
 
-REASONING_PARSERS = ["deepseek-r1", "deepseek-v3", "glm45", "gpt-oss", "kimi", "kimi_k2",
-                     "kimi_k3", "minimax", "minimax-append-think", "qwen3", "qwen3-thinking",
-                     "step3", "nano_v3", "interns1"]
-TOOL_PARSERS = ["deepseekv3", "deepseekv31", "deepseekv32", "glm", "glm45", "gpt-oss", "kimi_k2",
-                "kimi_k3", "llama3", "mistral", "pythonic", "qwen", "qwen25", "qwen3_coder",
-                "step3", "minimax-m2"]
-MOE_RUNNER_BACKENDS = ["auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm",
-                       "flashinfer_cutlass", "flashinfer_mxfp4", "flashinfer_cutedsl", "cutlass",
-                       "aiter", "marlin"]
-ATTENTION_BACKENDS = ["triton", "torch_native", "flex_attention", "cutlass_mla", "fa3", "fa4",
-                      "flashinfer", "flashmla", "trtllm_mla", "trtllm_mha", "aiter", "ascend"]
 DEFAULT_MEM_FRACTION = 0.9
 DEFAULT_DIST_TIMEOUT = 600   # torch's process-group default
 CUDA_CONTEXT_MIB = 1638      # CUDA context + NCCL buffers outside the static pool
@@ -30,36 +19,24 @@ K3_MAX_CONTEXT = 1048576
 
 
 def build_parser(prog):
-    p = argparse.ArgumentParser(prog=prog, allow_abbrev=False)
-    add = p.add_argument
-    add("--model-path", "--model", dest="model_path", required=True)
-    add("--revision")
-    add("--trust-remote-code", action="store_true")
-    add("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=int, default=1)
-    add("--dp-size", "--data-parallel-size", "--dp", dest="dp_size", type=int, default=1)
-    add("--ep-size", "--expert-parallel-size", "--ep", dest="ep_size", type=int, default=1)
-    add("--enable-dp-attention", action="store_true")
-    add("--context-length", type=int)
-    add("--host", default="127.0.0.1")
-    add("--port", type=int, default=30000)
-    add("--mem-fraction-static", type=float)
-    add("--dist-timeout", type=int)
-    add("--reasoning-parser", choices=REASONING_PARSERS)
-    add("--tool-call-parser", choices=TOOL_PARSERS)
-    add("--moe-runner-backend", choices=MOE_RUNNER_BACKENDS, default="auto")
-    add("--decode-attention-backend", choices=ATTENTION_BACKENDS)
-    add("--nnodes", type=int, default=1)
-    add("--node-rank", type=int, default=0)
-    add("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr")
-    add("--api-key")
-    add("--served-model-name")
-    add("--log-level", default="info", choices=["debug", "info", "warning", "error", "critical"])
-    add("--config", help="YAML or JSON file of flags (expanded before parsing)")
-    return p
+    # The real `sglang serve` option table: unknown flags, bad choices and missing values fail
+    # with argparse's own usage + error, exit 2; prefixes of a single option are accepted.
+    return clitable.build("sglang", prog=prog)
+
+
+def dp_attention(args):
+    return args.enable_dp_attention or args.attn_dp_size > 1
+
+
+def attn_dp_size(args):
+    """`--attn-dp-size N`, or the deprecated `--enable-dp-attention --dp-size N`."""
+    if args.attn_dp_size > 1:
+        return args.attn_dp_size
+    return args.dp_size if args.enable_dp_attention else 1
 
 
 def gpus_needed(args):
-    return args.tp_size * (1 if args.enable_dp_attention else args.dp_size)
+    return args.tp_size * (1 if dp_attention(args) else args.dp_size)
 
 
 def validate(args, ctx):
@@ -72,12 +49,12 @@ def validate(args, ctx):
                          f"--nnodes {args.nnodes}")
     need, have = gpus_needed(args), args.nnodes * ctx.gpus
     if need != have:
-        shape = (f"--tp-size {args.tp_size}" if args.enable_dp_attention or args.dp_size == 1
+        shape = (f"--tp-size {args.tp_size}" if dp_attention(args) or args.dp_size == 1
                  else f"--tp-size {args.tp_size} x --dp-size {args.dp_size}")
         raise EngineExit(f"ValueError: {shape} needs {need} GPUs, but --nnodes {args.nnodes} x "
                          f"{ctx.gpus} GPUs per node gives {have}. Each GPU runs one rank: the "
                          f"parallel sizes must use exactly the GPUs of all nodes.")
-    if args.enable_dp_attention and args.tp_size % args.dp_size:
+    if dp_attention(args) and args.tp_size % attn_dp_size(args):
         raise EngineExit("AssertionError: tp_size must be divisible by dp_size when "
                          "--enable-dp-attention is set")
     if args.ep_size not in (1, args.tp_size):
@@ -226,6 +203,9 @@ class _SingleNode:
 
 
 def main(ctx, argv, prog):
-    args = build_parser(prog).parse_args(configfile.expand_config(ctx, argv))
+    # SGLang's config merger writes each key as `--KEY` verbatim (no `_` -> `-`).
+    parser = build_parser(prog)
+    argv, _ = clitable.strip_wrapper(parser.table, argv)
+    args = parser.parse_args(configfile.expand_config(ctx, argv, verbatim=True))
     validate(args, ctx)
     Rank(args, ctx).run()

@@ -7,8 +7,7 @@ GPUs than the node has, the placement comes from the Ray head (RAY_ADDRESS, else
 this container started/joined, else localhost:6379 as vLLM runs in the head's container with
 host networking). The API server starts only after every rank loaded, like vLLM's.
 """
-import argparse
-
+import clitable
 import configfile
 import openai_api
 import ray_job
@@ -27,47 +26,20 @@ DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
 K3_MAX_LEN = 1048576
 
 
-def human_int(text):
-    """vLLM's human-readable ints: 1k = 1000, 1K = 1024, 1m = 10**6, 1M = 2**20."""
-    units = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
 def build_parser():
-    p = argparse.ArgumentParser(prog="vllm serve", usage="vllm serve [model_tag] [options]",
-                                allow_abbrev=False)
-    add, flag = p.add_argument, argparse.BooleanOptionalAction
-    add("model_tag", nargs="?")
-    add("--data-parallel-size", "-dp", type=int, default=1)
-    add("--tensor-parallel-size", "-tp", type=int, default=1)
-    add("--enable-expert-parallel", action=flag, default=False)
-    add("--host")
-    add("--port", type=int, default=8000)
-    add("--tool-call-parser")
-    add("--reasoning-parser")
-    add("--max-model-len", type=human_int)
-    add("--trust-remote-code", action=flag, default=False)
-    add("--enable-chunked-prefill", action=flag)
-    add("--max-num-batched-tokens", type=human_int)
-    add("--mm-encoder-tp-mode", choices=["weights", "data"], default="weights")
-    add("--revision")
-    add("--served-model-name", nargs="+")
-    add("--api-key")
-    add("--data-parallel-size-local", "-dpl", type=int)
-    add("--data-parallel-backend", "-dpb", choices=["mp", "ray"], default="mp")
-    add("--distributed-executor-backend", choices=["ray", "mp", "uni", "external_launcher"])
-    add("--enable-auto-tool-choice", action=flag, default=False)
-    add("--gpu-memory-utilization", type=float, default=0.9)
-    add("--config")
-    return p
+    # The real `vllm serve` option table (clitable.py): unknown flags exit 2 with argparse's
+    # usage + error. The memory model of this stand-in is calibrated on 0.9.
+    parser = clitable.build("vllm", usage="vllm serve [model_tag] [options]")
+    parser.set_defaults(gpu_memory_utilization=0.9)
+    return parser
 
 
 def parse(ctx, argv):
     # Config-file flags go after the model tag, so a list flag cannot swallow it.
     head = argv[:1] if argv and not argv[0].startswith("-") else []
-    return build_parser().parse_args(head + configfile.expand_config(ctx, argv[len(head):]))
+    parser = build_parser()
+    rest = configfile.expand_config(ctx, argv[len(head):])
+    return parser.parse_args(head + clitable.normalise(parser.table, rest))
 
 
 def validate(args):
@@ -171,7 +143,7 @@ class Server:
         ctx.report_gpu_memory([used] * local_gpus)
         serving = openai_api.Serving(
             "vllm", args.served_model_name or [self.model], self.model, max_len,
-            api_key=args.api_key or ctx.env.get("VLLM_API_KEY"),
+            api_key=(args.api_key or [None])[0] or ctx.env.get("VLLM_API_KEY"),
             reasoning_parser=args.reasoning_parser, tool_parser=args.tool_call_parser,
             auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s)
         host = args.host or "0.0.0.0"
