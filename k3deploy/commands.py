@@ -28,6 +28,9 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
         ui.problems(report.problems, changed="changed" in report.statuses())
     if summary:
         ui.summary(report)
+    if report.unreachable_nodes() and not report.partial_ok:
+        ui.say(f"not finished: {', '.join(report.unreachable_nodes())} could not be reached; "
+               "bring it back or replace it in the inventory, then re-run")
     if log_json:
         _log_report(report)
     return report

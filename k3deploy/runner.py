@@ -32,6 +32,9 @@ class RunReport:
     steps: list[str] = field(default_factory=list)
     results: dict[str, dict[str, StepResult]] = field(default_factory=dict)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
+    # Exit 3 ("partial") only where the goal is per-node work (down, logs, check): a bring-up
+    # that lost a node did not reach its goal, which is exit 1.
+    partial_ok: bool = True
 
     def set(self, node: str, step: str, result: StepResult) -> None:
         self.results.setdefault(node, {})[step] = result
@@ -48,8 +51,12 @@ class RunReport:
         if self.problems or seen & {"failed", "blocked"}:
             return EXIT_STEP_FAILED
         if "unreachable" in seen:
-            return EXIT_PARTIAL
+            return EXIT_PARTIAL if self.partial_ok else EXIT_STEP_FAILED
         return EXIT_OK
+
+    def unreachable_nodes(self) -> list[str]:
+        return [n for n, per in self.results.items()
+                if any(r.status == "unreachable" for r in per.values())]
 
     def failed_nodes(self) -> set[str]:
         return {n for n, per in self.results.items()
@@ -60,7 +67,8 @@ class Runner:
     def __init__(self, run: RunContext, steps: list[Step]):
         self.run = run
         self.steps = steps
-        self.report = RunReport(steps=[s.label for s in steps])
+        self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
+            s.runs_after_failures or s.read_only for s in steps))
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
