@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from k3deploy import interrupt
 from k3deploy import inventory as inventory_mod
 from k3deploy import log as klog
 from k3deploy import playbook as playbook_mod
 from k3deploy.context import RunContext
+from k3deploy.errors import Interrupted
+from k3deploy.interrupt_notes import notes
 from k3deploy.runner import Runner, RunReport
 from k3deploy.session import Session
 from k3deploy.steps import step_class
@@ -21,9 +24,12 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
     # --log-json: stderr carries JSON lines only; the runner's events stand in for the Ui's text.
     ui = ui or Ui(console=Console(stderr=True, quiet=True) if log_json else None)
     options = {**(options or {}), "log_json": log_json}
-    with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir) as session:
+    with interrupt.handling(), Session(inv, accept_new_host_keys=accept_new_host_keys,
+                                      state_dir=state_dir) as session:
+        interrupt.at_forced_exit(lambda: _mark_interrupted(session))
         run = RunContext(inv=inv, session=session, check=check, options=options, ui=ui)
         report = Runner(run, steps).execute()
+        signum = interrupt.signum()
     if report.problems:
         ui.problems(report.problems, changed="changed" in report.statuses())
     if summary:
@@ -33,7 +39,14 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
                "bring it back or replace it in the inventory, then re-run")
     if log_json:
         _log_report(report)
+    if signum:
+        raise Interrupted(signum, notes(report, inv.source))
     return report
+
+
+def _mark_interrupted(session) -> None:
+    for state in session.states.values():
+        state.mark_interrupted()
 
 
 def _log_report(report: RunReport) -> None:

@@ -8,9 +8,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from k3deploy import interrupt
 from k3deploy import log as klog
 from k3deploy.context import NodeContext, RunContext
-from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error,
+from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
                              StepFailed, UnreachableError)
 from k3deploy.identity import check_identities
 from k3deploy.redact import redact
@@ -77,14 +78,15 @@ class Runner:
         self.report.ordered([c.name for c in self.contexts])
         self._connect_all()
         for step in self.steps:
-            if not self._run_step(step):
+            if interrupt.requested() or not self._run_step(step):
                 break
         return self.report
 
     # -- connection and identity ---------------------------------------------------------
     def _connect_all(self) -> None:
         for name, err in check_identities(self.contexts).items():
-            status = "unreachable" if isinstance(err, UnreachableError) else "failed"
+            status = ("unreachable" if isinstance(err, UnreachableError) else
+                      "interrupted" if isinstance(err, Interrupted) else "failed")
             for step in self.steps:
                 self.report.set(name, step.label, StepResult(status, error=err.lines()))
             self._say(name, None, status, err.lines())
@@ -109,11 +111,17 @@ class Runner:
         try:
             step.prepare(self.run)
         except K3Error as err:
+            status = "interrupted" if isinstance(err, Interrupted) else "failed"
             for ctx in targets:
-                self._record(ctx, step, StepResult("failed", error=err.lines()))
+                self._record(ctx, step, StepResult(status, error=err.lines()))
             return False
         all_facts = self._fan_out(step, targets)
-        return self._after_step(step, all_facts)
+        if interrupt.requested():  # what a cut-short step saw is no basis for cluster checks
+            return False
+        try:
+            return self._after_step(step, all_facts)
+        except Interrupted:  # during the cluster-wide checks (preflight's port probe)
+            return False
 
     def _block(self, step: Step, targets: list[NodeContext]) -> None:
         bad = sorted(self.report.failed_nodes())
@@ -156,6 +164,8 @@ class Runner:
             ctx.state.begin(step.label, step.inputs_digest(ctx))
         try:
             facts, result = self._contract(step, ctx)
+        except Interrupted as err:
+            facts, result = None, StepResult("interrupted", error=err.lines())
         except UnreachableError as err:
             facts, result = None, StepResult("unreachable", error=err.lines())
         except K3Error as err:

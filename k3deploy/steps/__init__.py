@@ -18,6 +18,7 @@ REGISTRY = {
     "verify": "k3deploy.steps.verify:VerifyEndpoint",
     "collect-logs": "k3deploy.steps.teardown:CollectLogs",
     "teardown": "k3deploy.steps.teardown:RemoveContainers",
+    "stop-download": "k3deploy.steps.teardown:StopDownload",
     "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
     "file": "k3deploy.steps.files:EnsureFile",
 }
