@@ -3,8 +3,9 @@ without k3deploy, and how to resume or stop it."""
 
 from __future__ import annotations
 
+from k3deploy.steps import ENGINE_STEPS
+
 DONE = ("ok", "changed")
-ENGINE_STEPS = ("ray-cluster", "launch", "wait", "verify")
 TEARDOWN_STEPS = ("collect-logs", "teardown", "stop-download", "wipe-weights")
 
 

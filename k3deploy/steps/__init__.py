@@ -23,6 +23,10 @@ REGISTRY = {
     "file": "k3deploy.steps.files:EnsureFile",
 }
 
+# The steps that start, or need, the engine containers: what a teardown undoes, and what keeps
+# running on the nodes when a run stops during them.
+ENGINE_STEPS = ("ray-cluster", "launch", "wait", "verify")
+
 
 def step_class(name: str):
     try:

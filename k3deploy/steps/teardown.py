@@ -77,6 +77,11 @@ class RemoveContainers(Step):
         return [cmd(f"remove container {node.inv.engine.container}",
                     *engines.docker_rm_argv(node.inv.engine.container), sudo=True, retry=True)]
 
+    def apply(self, node, actions):
+        super().apply(node, actions)
+        logs = node.run.shared.get("logs_dir")  # set when collect-logs ran first, as in `down`
+        node.state.record_teardown(str(logs) if logs else None)
+
 
 class StopDownload(Step):
     """The detached downloader outlives k3deploy (by design: it survives the laptop); down
