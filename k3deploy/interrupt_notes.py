@@ -35,7 +35,9 @@ def notes(report, inv_source: str) -> list[str]:
            "interrupted"]
     nodes = downloading_nodes(report)
     if nodes:
-        out += [f"still running on {', '.join(nodes)}: the detached weight downloader (it needs "
+        # Polled until the signal: it runs. Started earlier in the run: it may have finished.
+        running = "still running" if step == "download" else "may still be running"
+        out += [f"{running} on {', '.join(nodes)}: the detached weight downloader (it needs "
                 "no k3deploy and stops by itself once every file is verified)",
                 f"resume: `k3deploy up -i {inv_source}` or `k3deploy run resume-download -i "
                 f"{inv_source}` re-attaches to it (verified files and partial bytes are kept)",

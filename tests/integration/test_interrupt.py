@@ -83,3 +83,15 @@ def test_sigterm_while_waiting_for_the_engine_exits_143(tmp_path):
         assert state(tb.inventory, "node0")["steps"]["wait"]["status"] == "interrupted"
         down = k3("down", "-i", str(tb.inventory))
         assert down.returncode == 0, out(down)
+
+
+def test_ctrl_c_during_the_image_pull(tmp_path):
+    with testbed(tmp_path, nodes=1, gpu="b300", gpus_per_node=8, engine="sglang",
+                 pull_seconds=300) as tb:
+        proc = k3_bg("up", "-i", str(tb.inventory))
+        wait_for_step(proc, tb.inventory, tb.nodes, "image")
+        took, output = interrupt(proc, signal.SIGINT)
+        assert proc.returncode == 130, output
+        assert took < 5, f"{took:.1f}s\n{output}"
+        assert "stopped during image" in output and "docker pull" in output
+        assert state(tb.inventory, "node0")["steps"]["image"]["status"] == "interrupted"

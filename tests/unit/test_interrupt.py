@@ -60,6 +60,21 @@ def test_a_signal_ends_every_poll_loop_and_is_recorded(tmp_path, signum):
     assert signal.getsignal(signum) is not interrupt._handler
 
 
+class HeadFirstPoll(Poll):
+    name = "launch"
+    head_first = True
+
+
+def test_a_signal_while_the_head_runs_keeps_the_others_from_starting(tmp_path):
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    with interrupt.handling():
+        signal_soon(signal.SIGINT)
+        report = Runner(run, [HeadFirstPoll()]).execute()
+    assert {n: list(per.values())[0].status for n, per in report.results.items() if per} == \
+        {"node0": "interrupted"}
+
+
 def test_interrupted_exit_codes():
     assert Interrupted(signal.SIGINT).exit_code == 130
     assert Interrupted(signal.SIGTERM).exit_code == 143
@@ -87,7 +102,8 @@ def test_notes_during_the_image_pull_still_name_the_downloader():
     lines = notes(_report({"preflight": "ok", "download-start": "changed",
                            "image": "interrupted"}), "inv.yaml")
     assert lines[0].startswith("stopped during image")
-    assert any("detached weight downloader" in ln for ln in lines)
+    assert lines[1].startswith("may still be running on node0, node1: the detached weight "
+                               "downloader")
     assert any("docker pull" in ln for ln in lines)
 
 
