@@ -37,10 +37,11 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
     if report.unreachable_nodes() and not report.partial_ok:
         ui.say(f"not finished: {', '.join(report.unreachable_nodes())} could not be reached; "
                "bring it back or replace it in the inventory, then re-run")
+    stopped = Interrupted(signum, notes(report, inv.source)) if signum else None
     if log_json:
-        _log_report(report)
-    if signum:
-        raise Interrupted(signum, notes(report, inv.source))
+        _log_report(report, stopped.exit_code if stopped else report.exit_code())
+    if stopped:
+        raise stopped
     return report
 
 
@@ -49,11 +50,11 @@ def _mark_interrupted(session) -> None:
         state.mark_interrupted()
 
 
-def _log_report(report: RunReport) -> None:
+def _log_report(report: RunReport, exit_code: int) -> None:
     log = klog.get()
     for node, check, message in report.problems:
         log.info("run.problem", node=node, check=check, problem=message)
-    log.info("run.finished", exit_code=report.exit_code(),
+    log.info("run.finished", exit_code=exit_code,
              nodes={n: {s: r.status for s, r in per.items()} for n, per in report.results.items()})
 
 

@@ -50,7 +50,7 @@ def test_a_signal_ends_every_poll_loop_and_is_recorded(tmp_path, signum):
         report = Runner(run, [Poll(), After()]).execute()
         took = time.monotonic() - started
         assert interrupt.signum() == signum
-    assert took < 2, took
+    assert took < 5, took  # the bound; the loops wait 0.5 s at a time
     assert {n: per["download"].status for n, per in report.results.items()} == \
         {f"node{i}": "interrupted" for i in range(4)}
     assert all("launch" not in per for per in report.results.values())  # no step after it
