@@ -1,6 +1,6 @@
 """k3deploy's command line. Expected failures become a few lines and an exit code:
-0 done, 1 a step failed (or up/run lost a node), 2 bad input, 3 partial (down, logs, status:
-some nodes unreachable, the rest handled), 130/143 interrupted."""
+0 done, 1 a step failed (or up/run lost a node), 2 bad input, 3 partial (down, logs, status,
+check: some nodes unreachable, the rest handled), 130/143 interrupted."""
 
 from __future__ import annotations
 

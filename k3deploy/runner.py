@@ -49,7 +49,10 @@ class RunReport:
 
     def exit_code(self) -> int:
         seen = self.statuses()
-        if self.problems or seen & {"failed", "blocked"}:
+        # In per-node work a problem row of a node that could not be reached ("could not be
+        # checked") restates the unreachable status: partial, not a failure.
+        gone = set(self.unreachable_nodes()) if self.partial_ok else set()
+        if [p for p in self.problems if p[0] not in gone] or seen & {"failed", "blocked"}:
             return EXIT_STEP_FAILED
         if "unreachable" in seen:
             return EXIT_PARTIAL if self.partial_ok else EXIT_STEP_FAILED

@@ -121,6 +121,28 @@ def test_unreachable_node_in_per_node_work_is_partial(tmp_path):
     assert report.exit_code() == EXIT_PARTIAL
 
 
+class Look(Touch):
+    """Read-only, as preflight: a node it could not look at is a problem row."""
+
+    name = "look"
+    read_only = True
+
+    def plan(self, facts, node):
+        return []
+
+    def cluster_problems(self, all_facts, run):
+        return [(n.name, "reachable", "could not be checked") for n in run.inv.nodes
+                if n.name not in all_facts]
+
+
+def test_check_with_an_unreachable_node_is_partial_not_failed(tmp_path):
+    report = Runner(node2_unreachable(tmp_path), [Look()]).execute()
+    assert report.problems == [("node2", "reachable", "could not be checked")]
+    assert report.exit_code() == EXIT_PARTIAL
+    report.problems.append(("node1", "disk", "too small"))  # a real finding still fails
+    assert report.exit_code() == EXIT_STEP_FAILED
+
+
 def test_replaced_machine_discards_stale_state(tmp_path):
     run, session = make(tmp_path)
     Runner(run, [Touch()]).execute()
