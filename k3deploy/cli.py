@@ -1,5 +1,6 @@
 """k3deploy's command line. Expected failures become a few lines and an exit code:
-0 done, 1 a step failed, 2 bad input, 3 partial (some nodes unreachable)."""
+0 done, 1 a step failed (or up/run lost a node), 2 bad input, 3 partial (down, logs, status,
+check: some nodes unreachable, the rest handled), 130/143 interrupted."""
 
 from __future__ import annotations
 
@@ -196,8 +197,21 @@ def _print_error(err: K3Error) -> None:
         print(redact(line), file=sys.stderr)
 
 
+GLOBAL_FLAGS = ("--log-json", "-v", "--verbose")
+
+
+def global_flags_first(argv: list[str]) -> list[str]:
+    """`k3deploy up -i inv.yaml --log-json` as well as `k3deploy --log-json up ...`: click only
+    takes group options before the subcommand, so the global flags (they take no value) move
+    there; anything after `--` stays where it is."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flags = [a for a in argv[:end] if a in GLOBAL_FLAGS]
+    return flags + [a for a in argv[:end] if a not in GLOBAL_FLAGS] + argv[end:]
+
+
 def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
+    argv = global_flags_first(sys.argv[1:] if argv is None else list(argv))
     try:
         code = command.main(args=argv, prog_name="k3deploy", standalone_mode=False)
     except click_exc.NoArgsIsHelpError as err:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from k3deploy import interrupt
 from k3deploy import inventory as inventory_mod
 from k3deploy import log as klog
 from k3deploy import playbook as playbook_mod
 from k3deploy.context import RunContext
+from k3deploy.errors import Interrupted
+from k3deploy.interrupt_notes import notes
 from k3deploy.runner import Runner, RunReport
 from k3deploy.session import Session
 from k3deploy.steps import step_class
@@ -24,10 +27,13 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
     # --log-json: stderr carries JSON lines only; the runner's events stand in for the Ui's text.
     ui = ui or Ui(console=Console(stderr=True, quiet=True) if log_json else None)
     options = {**(options or {}), "log_json": log_json}
-    with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir) as session:
+    with interrupt.handling(), Session(inv, accept_new_host_keys=accept_new_host_keys,
+                                      state_dir=state_dir) as session:
+        interrupt.at_forced_exit(lambda: _mark_interrupted(session))
         run = RunContext(inv=inv, session=session, check=check, options=options, ui=ui)
         report = Runner(run, steps).execute()
-        closing = after(run, report) if after else []
+        signum = interrupt.signum()
+        closing = after(run, report) if after and not signum else []
     if report.problems:
         ui.problems(report.problems, changed="changed" in report.statuses())
     if summary:
@@ -36,16 +42,27 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
         ui.say(line, wrap=False)
         if log_json:
             klog.get().info("run.note", text=line)
+    if report.unreachable_nodes() and not report.partial_ok:
+        ui.say(f"not finished: {', '.join(report.unreachable_nodes())} could not be reached; "
+               "bring it back or replace it in the inventory, then re-run")
+    stopped = Interrupted(signum, notes(report, inv.source)) if signum else None
     if log_json:
-        _log_report(report)
+        _log_report(report, stopped.exit_code if stopped else report.exit_code())
+    if stopped:
+        raise stopped
     return report
 
 
-def _log_report(report: RunReport) -> None:
+def _mark_interrupted(session) -> None:
+    for state in session.states.values():
+        state.mark_interrupted()
+
+
+def _log_report(report: RunReport, exit_code: int) -> None:
     log = klog.get()
     for node, check, message in report.problems:
         log.info("run.problem", node=node, check=check, problem=message)
-    log.info("run.finished", exit_code=report.exit_code(),
+    log.info("run.finished", exit_code=exit_code,
              nodes={n: {s: r.status for s, r in per.items()} for n, per in report.results.items()})
 
 

@@ -106,3 +106,18 @@ class StepFailed(NodeError):
 
 class EndpointError(K3Error):
     """The serving endpoint could not be reached or refused a request (chat, bench)."""
+
+
+class Interrupted(K3Error):
+    """Ctrl-C (SIGINT) or SIGTERM: the run stopped; exit 128 + the signal's number, as a shell
+    reports a process the signal ended."""
+
+    def __init__(self, signum: int, details: list[str] | None = None):
+        import signal
+        self.signum = signum
+        self.exit_code = 128 + signum
+        self.details = details or []
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    def lines(self) -> list[str]:
+        return [str(self)] + self.details

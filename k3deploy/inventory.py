@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from k3deploy.errors import InventoryError
+from k3deploy.inventory_partial import partial
 from k3deploy.inventory_rules import semantic_problems
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
@@ -179,7 +180,9 @@ def parse(data: dict, source: str = "<memory>") -> Inventory:
     try:
         inv = Inventory.model_validate({**data, "source": source})
     except ValidationError as err:
-        raise InventoryError(source, _format_pydantic(err)) from None
+        # The cross-field rules still run on what did parse: every problem in one run.
+        rest = semantic_problems(partial(Inventory, {**data, "source": source}))
+        raise InventoryError(source, _format_pydantic(err) + rest) from None
     problems = semantic_problems(inv)
     if problems:
         raise InventoryError(source, problems)

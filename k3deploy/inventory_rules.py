@@ -16,6 +16,20 @@ SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 PARALLEL_FLAGS = ("tp-size", "tp", "ep-size", "ep")
 
 
+def _repeats(values: list) -> list[tuple[int, int]]:
+    """(index, index of the first holder) for every value seen before; None is no value (a
+    field that failed validation, reported already)."""
+    first: dict = {}
+    out = []
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        if value in first:
+            out.append((i, first[value]))
+        first.setdefault(value, i)
+    return out
+
+
 def _duplicates(values: list[str]) -> list[str]:
     return [v for v, c in Counter(values).items() if c > 1]
 
@@ -23,46 +37,52 @@ def _duplicates(values: list[str]) -> list[str]:
 def unique_fields(inv) -> list[str]:
     out = []
     for field in ("name", "address"):
-        for dup in _duplicates([getattr(n, field) for n in inv.nodes]):
-            holders = [n.name for n in inv.nodes if getattr(n, field) == dup]
-            out.append(f"nodes[].{field}: {dup!r} is used by {', '.join(holders)}; "
-                       f"every node needs its own {field}")
-    for dup in _duplicates([n.self_ip for n in inv.nodes]):
-        out.append(f"nodes[].private_address: {dup!r} is shared by several nodes; "
-                   "SGLANG_HOST_IP must be unique per node")
+        values = [getattr(n, field) for n in inv.nodes]
+        out += [f"nodes[{i}].{field}: {values[i]!r} is already used by nodes[{j}]; every node "
+                f"needs its own {field}" for i, j in _repeats(values)]
+    for i, j in _repeats([n.self_ip for n in inv.nodes]):
+        field = "private_address" if inv.nodes[i].private_address else "address"
+        out.append(f"nodes[{i}].{field}: {inv.nodes[i].self_ip!r} is already the private address "
+                   f"of nodes[{j}]; SGLANG_HOST_IP must be unique per node")
     return out
 
 
 def rank_rules(inv) -> list[str]:
-    given = [n.rank for n in inv.nodes if n.rank is not None]
-    if not given:
+    given = [n.rank for n in inv.nodes]
+    # None: not set, or set and failed validation (reported already, so not "missing" too).
+    absent = [i for i, n in enumerate(inv.nodes) if n.rank is None
+              and "rank" not in n.model_fields_set]
+    if len(absent) == len(given):
         return []
-    if len(given) != len(inv.nodes):
-        return ["nodes[].rank: set rank on every node or on none (default: list order, "
-                "the first node is rank 0, the head)"]
-    out = []
-    for dup in _duplicates([str(r) for r in given]):
-        holders = [n.name for n in inv.nodes if str(n.rank) == dup]
-        out.append(f"nodes[].rank: rank {dup} is claimed by {', '.join(holders)}; two nodes "
-                   "with one rank never form a process group (they wait until --dist-timeout)")
-    if sorted(set(given)) != list(range(len(inv.nodes))) and not out:
-        out.append(f"nodes[].rank: ranks must be exactly 0..{len(inv.nodes) - 1}, got "
-                   f"{sorted(given)}")
+    if absent:
+        return [f"nodes[{i}].rank: missing while other nodes set one; set rank on every node or "
+                "on none (default: list order, the first node is rank 0, the head)"
+                for i in absent]
+    out = [f"nodes[{i}].rank: rank {given[i]} is already claimed by nodes[{j}] "
+           f"({inv.nodes[j].name}); two nodes with one rank never form a process group (they "
+           "wait until --dist-timeout)" for i, j in _repeats(given)]
+    if not out:  # distinct ranks that are not 0..N-1: some are out of range
+        out = [f"nodes[{i}].rank: {r} is outside 0..{len(given) - 1}; ranks must be exactly "
+               f"0..{len(given) - 1}" for i, r in enumerate(given)
+               if r is not None and r >= len(given)]
     return out
 
 
 def address_rules(inv) -> list[str]:
     out = []
     for i, node in enumerate(inv.nodes):
+        if node.self_ip is None:  # the address failed validation: reported already
+            continue
+        where = f"nodes[{i}].{'private_address' if node.private_address else 'address'}"
         try:
             ip = ipaddress.ip_address(node.self_ip)
         except ValueError:
-            out.append(f"nodes[{i}].private_address: {node.self_ip!r} is not an IP address; "
-                       "set the node's private IPv4 address (SELF_IP)")
+            out.append(f"{where}: {node.self_ip!r} is not an IP address; set the node's private "
+                       "IPv4 address (nodes[].private_address, SELF_IP)")
             continue
         if ip.version != 4:
-            out.append(f"nodes[{i}].private_address: {node.self_ip} is IPv6; an IPv6 "
-                       "--dist-init-addr silently fails to connect upstream, use IPv4")
+            out.append(f"{where}: {node.self_ip} is IPv6; an IPv6 --dist-init-addr silently "
+                       "fails to connect upstream, use IPv4")
     return out
 
 

@@ -8,9 +8,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from k3deploy import interrupt
 from k3deploy import log as klog
 from k3deploy.context import NodeContext, RunContext
-from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error,
+from k3deploy.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
                              StepFailed, UnreachableError)
 from k3deploy.identity import check_identities
 from k3deploy.redact import redact
@@ -32,6 +33,9 @@ class RunReport:
     steps: list[str] = field(default_factory=list)
     results: dict[str, dict[str, StepResult]] = field(default_factory=dict)
     problems: list[tuple[str, str, str]] = field(default_factory=list)
+    # Exit 3 ("partial") only where the goal is per-node work (down, logs, check): a bring-up
+    # that lost a node did not reach its goal, which is exit 1.
+    partial_ok: bool = True
 
     def set(self, node: str, step: str, result: StepResult) -> None:
         self.results.setdefault(node, {})[step] = result
@@ -45,11 +49,18 @@ class RunReport:
 
     def exit_code(self) -> int:
         seen = self.statuses()
-        if self.problems or seen & {"failed", "blocked"}:
+        # In per-node work a problem row of a node that could not be reached ("could not be
+        # checked") restates the unreachable status: partial, not a failure.
+        gone = set(self.unreachable_nodes()) if self.partial_ok else set()
+        if [p for p in self.problems if p[0] not in gone] or seen & {"failed", "blocked"}:
             return EXIT_STEP_FAILED
         if "unreachable" in seen:
-            return EXIT_PARTIAL
+            return EXIT_PARTIAL if self.partial_ok else EXIT_STEP_FAILED
         return EXIT_OK
+
+    def unreachable_nodes(self) -> list[str]:
+        return [n for n, per in self.results.items()
+                if any(r.status == "unreachable" for r in per.values())]
 
     def failed_nodes(self) -> set[str]:
         return {n for n, per in self.results.items()
@@ -60,7 +71,8 @@ class Runner:
     def __init__(self, run: RunContext, steps: list[Step]):
         self.run = run
         self.steps = steps
-        self.report = RunReport(steps=[s.label for s in steps])
+        self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
+            s.runs_after_failures or s.read_only for s in steps))
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
@@ -69,14 +81,15 @@ class Runner:
         self.report.ordered([c.name for c in self.contexts])
         self._connect_all()
         for step in self.steps:
-            if not self._run_step(step):
+            if interrupt.requested() or not self._run_step(step):
                 break
         return self.report
 
     # -- connection and identity ---------------------------------------------------------
     def _connect_all(self) -> None:
         for name, err in check_identities(self.contexts).items():
-            status = "unreachable" if isinstance(err, UnreachableError) else "failed"
+            status = ("unreachable" if isinstance(err, UnreachableError) else
+                      "interrupted" if isinstance(err, Interrupted) else "failed")
             for step in self.steps:
                 self.report.set(name, step.label, StepResult(status, error=err.lines()))
             self._say(name, None, status, err.lines())
@@ -101,11 +114,17 @@ class Runner:
         try:
             step.prepare(self.run)
         except K3Error as err:
+            status = "interrupted" if isinstance(err, Interrupted) else "failed"
             for ctx in targets:
-                self._record(ctx, step, StepResult("failed", error=err.lines()))
+                self._record(ctx, step, StepResult(status, error=err.lines()))
             return False
         all_facts = self._fan_out(step, targets)
-        return self._after_step(step, all_facts)
+        if interrupt.requested():  # what a cut-short step saw is no basis for cluster checks
+            return False
+        try:
+            return self._after_step(step, all_facts)
+        except Interrupted:  # during the cluster-wide checks (preflight's port probe)
+            return False
 
     def _block(self, step: Step, targets: list[NodeContext]) -> None:
         bad = sorted(self.report.failed_nodes())
@@ -148,6 +167,8 @@ class Runner:
             ctx.state.begin(step.label, step.inputs_digest(ctx))
         try:
             facts, result = self._contract(step, ctx)
+        except Interrupted as err:
+            facts, result = None, StepResult("interrupted", error=err.lines())
         except UnreachableError as err:
             facts, result = None, StepResult("unreachable", error=err.lines())
         except K3Error as err:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from k3deploy.inventory import Inventory, Node
+from k3deploy.keyfiles import check_key_files
 from k3deploy.state import ClusterLock, NodeState, state_dir_for
 from k3deploy.transport import Endpoint, NodeConnection
 
@@ -23,6 +24,7 @@ def endpoint_for(inv: Inventory, node: Node) -> Endpoint:
 class Session:
     def __init__(self, inv: Inventory, *, accept_new_host_keys: bool = False,
                  state_dir: str | None = None, lock: bool = True):
+        check_key_files(inv)  # exit 2 naming the field, before any connection or lock
         self.inv = inv
         self.state_dir: Path = state_dir_for(inv.source, inv.cluster, state_dir)
         self.lock = ClusterLock(self.state_dir) if lock else None

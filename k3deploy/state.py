@@ -90,6 +90,20 @@ class NodeState:
             rec["detail"] = detail
         self.save()
 
+    def record_teardown(self, logs: str | None) -> None:
+        """When a teardown removed the engine here, and where its logs went. Only a teardown
+        that removes something writes it, so a second `down` keeps the first one's record."""
+        self.data["torn_down"] = {"at": time.time(), "logs": logs}
+        self.save()
+
+    def mark_interrupted(self) -> None:
+        """A step still running when the process must exit (Ctrl-C, SIGTERM)."""
+        running = [rec for rec in self.data["steps"].values() if rec.get("status") == "running"]
+        for rec in running:
+            rec.update(status="interrupted", finished=time.time())
+        if running:
+            self.save()
+
 
 class ClusterLock:
     """flock on a file in the cluster's state dir: two runs against one cluster would

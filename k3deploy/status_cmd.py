@@ -11,7 +11,7 @@ from rich.table import Table
 
 from k3deploy import facts as F
 from k3deploy import inventory as inventory_mod
-from k3deploy import status_cost
+from k3deploy import status_cost, status_teardown
 from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, K3Error, LockError
 from k3deploy.identity import IDENTITY
 from k3deploy.redact import redact_obj
@@ -55,7 +55,9 @@ def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
                     and live["identity"] != state["identity"])
     if replaced:
         steps = {name: {**rec, "status": "stale"} for name, rec in steps.items()}
-    return {"rank": rank, "live": live, "state": steps, "replaced": replaced}
+    down = None if replaced else status_teardown.torn_down(state)
+    return {"rank": rank, "live": live, "state": status_teardown.mark(steps, down),
+            "replaced": replaced, "torn_down": down}
 
 
 def _no_run_active(session) -> bool:
@@ -115,6 +117,9 @@ def run_status(inv_path: str, *, json_out: bool, accept_new_host_keys: bool,
     else:
         probe = Console()  # not a terminal: rich would squash the table into 80 columns
         console = Console(width=None if probe.is_terminal else max(probe.width, 160))
+        if status_teardown.note(doc["nodes"]):
+            console.print(f"cluster {doc['cluster']}: {status_teardown.note(doc['nodes'])}",
+                          markup=False, highlight=False, soft_wrap=True)
         console.print(render(doc))
         console.print(status_cost.line(doc["cost"]), markup=False, highlight=False)
     unreachable = any(not n["live"].get("reachable") for n in doc["nodes"].values())

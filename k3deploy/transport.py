@@ -20,6 +20,7 @@ import paramiko
 from tenacity import (Retrying, retry_if_exception_type, retry_if_not_exception_type,
                       stop_after_attempt, wait_exponential)
 
+from k3deploy import interrupt
 from k3deploy.errors import CommandError, HostKeyError, UnreachableError
 from k3deploy.redact import redact
 
@@ -89,6 +90,9 @@ def _drain(chan, deadline: float) -> tuple[str, str]:
                and chan.eof_received):
         if time.monotonic() > deadline:
             raise TimeoutError(out.decode(errors="replace"))
+        if interrupt.requested():  # Ctrl-C: stop reading; the remote command is left to itself
+            chan.close()
+            interrupt.check()
         got = False
         while chan.recv_ready():
             out += chan.recv(65536)
@@ -182,7 +186,7 @@ class NodeConnection:
         try:
             for attempt in Retrying(stop=stop_after_attempt(self.connect_attempts),
                                     wait=wait_exponential(multiplier=0.5, max=5),
-                                    retry=retry, reraise=True):
+                                    retry=retry, reraise=True, sleep=interrupt.sleep):
                 with attempt:
                     self._open_once()
         except paramiko.AuthenticationException as err:
@@ -247,7 +251,8 @@ class NodeConnection:
         try:
             for attempt in Retrying(stop=stop_after_attempt(attempts),
                                     wait=wait_exponential(multiplier=0.5, max=5),
-                                    retry=retry_if_exception_type(TRANSPORT_ERRORS), reraise=True):
+                                    retry=retry_if_exception_type(TRANSPORT_ERRORS), reraise=True,
+                                    sleep=interrupt.sleep):
                 with attempt, self._lock:
                     result = self._run_once(command, stdin, timeout or self.ep.command_timeout)
         except TRANSPORT_ERRORS as err:

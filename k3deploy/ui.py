@@ -10,7 +10,8 @@ from rich.table import Table
 from k3deploy.redact import redact
 
 STYLE = {"ok": "green", "changed": "yellow", "would-change": "cyan", "failed": "bold red",
-         "unreachable": "magenta", "blocked": "red", "skipped": "dim"}
+         "unreachable": "magenta", "blocked": "red", "skipped": "dim",
+         "interrupted": "bold magenta"}
 
 
 def _console() -> Console:

@@ -18,9 +18,14 @@ REGISTRY = {
     "verify": "k3deploy.steps.verify:VerifyEndpoint",
     "collect-logs": "k3deploy.steps.teardown:CollectLogs",
     "teardown": "k3deploy.steps.teardown:RemoveContainers",
+    "stop-download": "k3deploy.steps.teardown:StopDownload",
     "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
     "file": "k3deploy.steps.files:EnsureFile",
 }
+
+# The steps that start, or need, the engine containers: what a teardown undoes, and what keeps
+# running on the nodes when a run stops during them.
+ENGINE_STEPS = ("ray-cluster", "launch", "wait", "verify")
 
 
 def step_class(name: str):

@@ -13,6 +13,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from k3deploy import interrupt
 from k3deploy.errors import StepFailed
 from k3deploy.hubmeta import manifest_for, token_from_env
 from k3deploy.log import get as get_log
@@ -123,7 +124,7 @@ class DownloadWeights(Step):
             if action.description.startswith("start the downloader"):
                 node.run.shared.setdefault("download_started", set()).add(node.name)
         if not self.p.wait:
-            time.sleep(0.5)  # let the downloader write its first progress before we re-check
+            interrupt.sleep(0.5)  # let the downloader write its first progress before we re-check
 
     def _wait(self, node) -> None:
         paths, ui = Paths(node), node.run.ui
@@ -144,7 +145,7 @@ class DownloadWeights(Step):
                 raise StepFailed(node.name, f"download stalled: no new byte for "
                                  f"{self.p.stall_seconds:.0f}s", step=self.name,
                                  hint=f"see {paths.log} on the node; re-run to resume")
-            time.sleep(self.p.poll_seconds)
+            interrupt.sleep(self.p.poll_seconds)
         node.conn.run(["rm", "-f", paths.env], check=False)
 
     def _failed(self, node, paths, facts) -> None:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-import time
 from typing import Callable
 
-from k3deploy import apikey, engines
+from k3deploy import apikey, engines, interrupt
 from k3deploy import facts as F
 from k3deploy import launchspec
 from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
@@ -107,7 +106,7 @@ class LaunchEngine(Step):
         super().apply(node, actions)
         if self.serves_over_ray and raylayout.in_use(node.inv):
             return raylayout.wait_serve_started(node)
-        time.sleep(1.0)  # an engine that dies on bad flags or CUDA mismatch does so at once
+        interrupt.sleep(1.0)  # an engine that dies on bad flags or CUDA mismatch does so at once
         state = probes.container_summary(F.gather(node.conn, [probes.container(
             node.inv.engine.container)])["container"])
         if not state or not state["running"]:

@@ -8,7 +8,7 @@ import random
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 
-from k3deploy.errors import K3Error
+from k3deploy.errors import Interrupted, K3Error
 from k3deploy.remote import script_text
 from k3deploy.steps import raylayout
 
@@ -72,6 +72,8 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
                       for n in names}
             results = dict(zip(names, pool.map(lambda n: _probe(run, n, probes[n]), names)))
             list(pool.map(lambda n: _stop(run, n, started[n][0]), names))
+    except Interrupted:
+        raise
     except K3Error as err:
         return [(getattr(err, "node", "cluster"), "ports", str(err))]
     return _report(run, results, started)

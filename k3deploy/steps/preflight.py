@@ -13,6 +13,7 @@ from k3deploy.hubmeta import manifest_for
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
 from k3deploy.steps.portcheck import reachability_problems
+from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9
 
@@ -30,7 +31,7 @@ def _facts(node) -> list[F.Fact]:
     inv, n = node.inv, node.node
     nvme = shlex.quote(inv.paths.nvme)
     return [
-        probes.gpus(), probes.cuda(),
+        probes.gpus(), probes.cuda(), probes.driver(),
         F.Fact("docker", "command -v docker >/dev/null && docker info --format '{{.ServerVersion}}'",
                F.text, sudo=True),
         F.Fact("runtimes", "docker info --format '{{json .Runtimes}}'", F.text, sudo=True),
@@ -61,7 +62,7 @@ class Preflight(Step):
         return out
 
     def cluster_problems(self, all_facts, run):
-        out = _unchecked(all_facts, run) + _identical(all_facts) + _sizing(run)
+        out = _unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
         return out + reachability_problems(run, all_facts)
 
     def detail(self, facts, node):
@@ -133,27 +134,6 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
                  f"{manifest.total_bytes / GB:,.2f} GB + 2% + {node.inv.paths.reserve_gb} GB "
                  "for the image); free space there or mount a larger NVMe (paths.nvme)")]
     return []
-
-
-def _identical(all_facts) -> list[tuple[str, str, str]]:
-    shapes = {}
-    for name, facts in all_facts.items():
-        gpus = facts.get("gpus") or []
-        shapes[name] = (len(gpus), gpus[0]["name"] if gpus else None, facts.get("cuda"))
-    if len(set(shapes.values())) <= 1:
-        return []
-    common = max(set(shapes.values()), key=list(shapes.values()).count)
-    return [(n, "identical", f"{s[0]}x {s[1]} CUDA {s[2]} differs from the others' "
-             f"{common[0]}x {common[1]} CUDA {common[2]}; {_identical_fix(s, common)}")
-            for n, s in shapes.items() if s != common]
-
-
-def _identical_fix(shape, common) -> str:
-    if shape[:2] != common[:2]:
-        return "the guide needs identical nodes: replace this node with one like the others"
-    # One image for every rank: mixing kimi-k3 and kimi-k3-cu12 builds in one group is untested.
-    return (f"install the others' driver (CUDA {common[2]}) here: every node must run the same "
-            "driver, the image tag follows it (kimi-k3 for CUDA 13, kimi-k3-cu12 for CUDA 12)")
 
 
 def _unchecked(all_facts, run) -> list[tuple[str, str, str]]:

@@ -9,6 +9,7 @@ import shlex
 from k3deploy import facts as F
 
 CUDA = re.compile(r"CUDA Version:\s*([0-9]+\.[0-9]+)")
+DRIVER = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
 
 
 def parse_gpus(out: str, code: int) -> list[dict] | None:
@@ -24,6 +25,11 @@ def parse_gpus(out: str, code: int) -> list[dict] | None:
 
 def parse_cuda(out: str, code: int) -> str | None:
     m = CUDA.search(out)
+    return m.group(1) if code == 0 and m else None
+
+
+def parse_driver(out: str, code: int) -> str | None:
+    m = DRIVER.search(out)
     return m.group(1) if code == 0 and m else None
 
 
@@ -43,6 +49,10 @@ def gpus() -> F.Fact:
 
 def cuda() -> F.Fact:
     return F.command("cuda", ["nvidia-smi"], parse_cuda)
+
+
+def driver() -> F.Fact:
+    return F.command("driver", ["nvidia-smi"], parse_driver)
 
 
 def docker_root() -> F.Fact:

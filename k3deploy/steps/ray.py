@@ -18,7 +18,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy import engines
+from k3deploy import engines, interrupt
 from k3deploy import facts as F
 from k3deploy.errors import StepFailed
 from k3deploy.steps import probes, raylayout
@@ -89,7 +89,7 @@ class RayCluster(LaunchEngine):
                                  f"{self.p.join_timeout:.0f}s:\n{_tail(log)}", step=self.name,
                                  hint=f"check that the node reaches {node.inv.head.self_ip}:"
                                  f"{node.inv.ports.ray} (k3deploy check)")
-            time.sleep(self.p.poll_seconds)
+            interrupt.sleep(self.p.poll_seconds)
 
     def detail(self, facts, node):
         if not facts.get("ray_layout"):

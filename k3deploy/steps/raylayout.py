@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 
-from k3deploy import endpoint, engines
+from k3deploy import endpoint, engines, interrupt
 from k3deploy import facts as F
 from k3deploy.errors import StepFailed
 from k3deploy.steps.base import Action, cmd
@@ -116,7 +116,7 @@ def wait_serve_started(node, timeout: float = SERVE_START_SECONDS, poll: float =
     while time.monotonic() < deadline:
         if serve_running(**_serve_view(node)):
             return
-        time.sleep(poll)
+        interrupt.sleep(poll)
     raise StepFailed(node.name, f"vllm serve did not take the Ray cluster's GPUs within "
                      f"{timeout:.0f}s: it exited or is stuck before placing its ranks",
                      step="launch", hint=SERVE_GONE_HINT)

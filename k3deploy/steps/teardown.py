@@ -1,6 +1,6 @@
 """Teardown: first the logs (weights on local NVMe vanish with a spot node, logs too), then
-the containers, optionally the weights. Runs on every node that answers, whatever failed
-before; unreachable nodes are reported (exit 3)."""
+the containers and a still running downloader, optionally the weights. Runs on every node that
+answers, whatever failed before; unreachable nodes are reported (exit 3)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from k3deploy.redact import redact
 from k3deploy.state import atomic_write_json
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step, cmd
+from k3deploy.steps.download import Paths as DownloadPaths
 from k3deploy.steps.preflight import model_cache_dir
 
 
@@ -75,6 +76,36 @@ class RemoveContainers(Step):
             return []
         return [cmd(f"remove container {node.inv.engine.container}",
                     *engines.docker_rm_argv(node.inv.engine.container), sudo=True, retry=True)]
+
+    def apply(self, node, actions):
+        super().apply(node, actions)
+        logs = node.run.shared.get("logs_dir")  # set when collect-logs ran first, as in `down`
+        node.state.record_teardown(str(logs) if logs else None)
+
+
+class StopDownload(Step):
+    """The detached downloader outlives k3deploy (by design: it survives the laptop); down
+    stops it, so a torn-down spot node does not keep pulling 1.56 TB."""
+
+    name = "stop-download"
+    summary = "stop the detached weight downloader"
+    runs_after_failures = True
+
+    def facts(self, node):
+        pid = shlex.quote(DownloadPaths(node).pid)
+        # The pid file's process, only while it still is the downloader (pids are reused).
+        alive = (f"p=$(cat {pid}) && tr '\\0' ' ' < /proc/$p/cmdline | grep -q fetch_weights "
+                 "&& echo $p")
+        return F.gather(node.conn, [F.Fact("downloader", alive, F.text)], step=self.name)
+
+    def plan(self, facts, node):
+        pid = facts["downloader"]
+        if not pid:
+            return []
+        # SIGTERM lets it finish the file it is writing (partials resume later); KILL after 10 s.
+        script = ('kill -TERM "$1"; i=0; while kill -0 "$1" 2>/dev/null && [ $i -lt 100 ]; '
+                  'do sleep 0.1; i=$((i+1)); done; kill -KILL "$1" 2>/dev/null; true')
+        return [cmd(f"stop the downloader (pid {pid})", "sh", "-c", script, "stop", pid)]
 
 
 class WipeWeights(Step):

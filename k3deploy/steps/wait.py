@@ -8,7 +8,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy import apikey, endpoint, engines
+from k3deploy import apikey, endpoint, engines, interrupt
 from k3deploy import facts as F
 from k3deploy.errors import StepFailed
 from k3deploy.steps import probes, raylayout
@@ -115,7 +115,7 @@ class WaitHealthy(Step):
                                  step=self.name, hint="check that every node reaches "
                                  f"{node.inv.head.self_ip}:{node.inv.ports.dist_init} and the "
                                  "ranks are 0..N-1 (k3deploy check)")
-            time.sleep(self.p.poll_seconds)
+            interrupt.sleep(self.p.poll_seconds)
         raise StepFailed(node.name, "endpoint not healthy before the timeout", step=self.name)
 
     def _check_ranks(self, head):

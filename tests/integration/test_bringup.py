@@ -1,6 +1,7 @@
 """The 4x8 H100 bring-up as Ansible tests a playbook: check, apply, apply again; then the
 teardown, including a spot node that is already gone."""
 
+import json
 import time
 
 import pytest
@@ -59,8 +60,27 @@ def test_check_apply_apply_again_then_down(tmp_path):
         assert "fired up" in (tmp_path / "logs" / "node0-rank0-engine.log").read_text()
         for node in tb.nodes:
             assert tb.ssh(node, "docker ps -a -q").stdout.strip() == ""
+        first_down = torn_down_records(inv)
+        assert set(first_down) == set(tb.nodes), first_down
         again_down = k3("down", "-i", inv)
         assert again_down.returncode == 0 and "changed" not in out(again_down)
+        assert torn_down_records(inv) == first_down  # the second down kept the first's record
+        table = k3("status", "-i", inv)
+        assert f"torn down {first_down['node0']['when']}, logs in {tmp_path / 'logs'}" \
+            in out(table), out(table)
+
+
+def torn_down_records(inv: str) -> dict:
+    """status --json: which nodes show as torn down (when, logs); their engine steps say so."""
+    proc = k3("status", "-i", inv, "--json")
+    assert proc.returncode == 0, out(proc)
+    nodes = json.loads(proc.stdout)["nodes"]
+    for info in nodes.values():
+        if info["torn_down"]:
+            assert {info["state"][s]["status"] for s in ("launch", "wait", "verify")} == \
+                {"torn down"}, info["state"]
+            assert info["state"]["download"]["status"] == "ok"  # the weights stay
+    return {n: info["torn_down"] for n, info in nodes.items() if info["torn_down"]}
 
 
 def test_teardown_with_a_reclaimed_spot_node(tmp_path):

@@ -185,7 +185,8 @@ def test_cli_errors_are_short_and_exit_2(tmp_path, k3):
     for args in (("check", "-i", bad), ("run", "teardown", "-i", bad), ("status", "-i", bad)):
         proc = k3(*args)
         assert proc.returncode == 2, proc.output
-        assert str(bad) in proc.stderr and "nodes[].rank: rank 0 is claimed by a, b" in proc.stderr
+        assert str(bad) in proc.stderr and "nodes[1].rank: rank 0 is already claimed by nodes[0] (a)" \
+            in proc.stderr
         assert "Traceback" not in proc.output
         assert not (tmp_path / ".k3deploy").exists()  # refused before any state or SSH
 

@@ -143,7 +143,8 @@ def assert_reported_unreachable(tb, proc, node_state, blocked: str, since: float
     stdout, stderr = proc.communicate(timeout=bound + 30)
     after_fault = time.monotonic() - since
     output = stdout + stderr
-    assert proc.returncode == 3, output
+    assert proc.returncode == 1, output  # the playbook did not reach its goal on every node
+    assert f"not finished: {blocked} could not be reached" in output, output
     assert after_fault < bound, f"{after_fault:.1f}s after the fault\n{output}"
     assert "unreachable" in output and "after 3 attempts" in output, output
     record = node_state(tb, blocked)["steps"]["file"]
@@ -189,7 +190,7 @@ def test_refused_key_is_reported_once_without_retries(tmp_path, k3, sshd_log, fi
         inv = inventory_copy(tb, key=str(stranger))
         before = {n: sshd_log(tb, n) for n in tb.nodes}
         run = k3("run", playbook, "-i", inv)
-        assert run.returncode == 3, run.output
+        assert run.returncode == 1, run.output
         assert "SSH authentication to root@" in run.output and "check ssh.user / ssh.key" in run.output
         seen = new_lines(sshd_log, tb, before)
         for node in tb.nodes:  # one refused connection per node: a bad key is not retried

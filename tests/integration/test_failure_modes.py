@@ -195,7 +195,11 @@ def test_partitioned_node_is_reported_quickly_and_nothing_changes(shared):
     rows = problem_rows(text)
     assert [(n, c) for n, c, _ in rows] == [("node3", "reachable")], text
     assert "bring it back or replace it" in rows[0][2]
+    assert "not finished: node3 could not be reached" in text
     assert len(changing_calls(tb.stats())) == calls_before  # the other three untouched
+    check = run("check", "-i", str(tb.inventory), timeout=120)
+    assert check.returncode == 3, said(check)  # checked every node it reached: partial
+    assert "unreachable node3" in said(check)
 
 
 # -- 5. a corrupt shard on the Hub -----------------------------------------------------------

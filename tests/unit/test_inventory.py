@@ -42,9 +42,12 @@ def test_duplicate_names_and_addresses():
     doc["nodes"][1]["name"] = "node0"
     doc["nodes"][2]["address"] = "10.0.0.10"
     found = problems(doc)
-    assert any("nodes[].name: 'node0' is used by node0, node0" in p for p in found)
-    assert any("nodes[].address: '10.0.0.10'" in p for p in found)
-    assert any("SGLANG_HOST_IP must be unique" in p for p in found)
+    assert "nodes[1].name: 'node0' is already used by nodes[0]; every node needs its own " \
+        "name" in found
+    assert any(p.startswith("nodes[2].address: '10.0.0.10' is already used by nodes[0]")
+               for p in found)
+    assert any(p.startswith("nodes[2].address: '10.0.0.10' is already the private address of "
+                            "nodes[0]") and "SGLANG_HOST_IP must be unique" in p for p in found)
 
 
 def test_duplicate_rank_zero_is_named():
@@ -52,17 +55,20 @@ def test_duplicate_rank_zero_is_named():
     for node, rank in zip(doc["nodes"], [0, 0, 2, 3]):
         node["rank"] = rank
     found = problems(doc)
-    assert any("rank 0 is claimed by node0, node1" in p and "never form" in p for p in found)
+    assert any(p.startswith("nodes[1].rank: rank 0 is already claimed by nodes[0] (node0)")
+               and "never form" in p for p in found), found
 
 
 def test_ranks_must_be_complete_and_on_every_node():
     doc = four_nodes()
     for node, rank in zip(doc["nodes"], [0, 1, 2, 5]):
         node["rank"] = rank
-    assert any("exactly 0..3" in p for p in problems(doc))
+    assert problems(doc) == ["nodes[3].rank: 5 is outside 0..3; ranks must be exactly 0..3"]
     doc = four_nodes()
     doc["nodes"][0]["rank"] = 0
-    assert any("on every node or on none" in p for p in problems(doc))
+    found = problems(doc)
+    assert [p.split(":")[0] for p in found] == ["nodes[1].rank", "nodes[2].rank", "nodes[3].rank"]
+    assert all("on every node or on none" in p for p in found)
 
 
 def test_ipv6_dist_init_address_rejected():
@@ -104,6 +110,33 @@ def test_unknown_field_and_all_errors_at_once():
     found = problems(doc)
     assert "cluser: unknown field (check the spelling; see inventories/ for examples)" in found
     assert any(p.startswith("nodes[0].adress: unknown field") for p in found)
+
+
+def test_schema_error_does_not_hide_the_cross_field_rules():
+    doc = four_nodes(engine={"args": {"tp-size": 16}, "env": {"HF_TOKEN": "hf_x", "BAD-NAME": 1}})
+    doc["nodes"][0]["rnak"] = 0  # misspelt
+    doc["nodes"][3]["address"] = "10.0.0.11"
+    doc["nodes"][1]["private_address"] = "fd00::11"
+    doc["nodes"][2]["nic"] = "eth0; reboot"
+    found = problems(doc)
+    assert found[:3] == [
+        "engine.env.BAD-NAME.[key]: 'BAD-NAME' is not allowed here (must match "
+        "^[A-Za-z_][A-Za-z0-9_]{0,63}$)",
+        "nodes[0].rnak: unknown field (check the spelling; see inventories/ for examples)",
+        "nodes[2].nic: 'eth0; reboot' is not allowed here (must match ^[A-Za-z0-9_.-]{1,15}$)"]
+    rules = [p.split(":")[0] for p in found[3:]]
+    assert rules == ["nodes[3].address", "nodes[1].private_address", "engine.args.tp-size",
+                     "engine.env.HF_TOKEN"], found
+
+
+def test_every_problem_of_a_broken_node_list_has_its_index():
+    doc = four_nodes()
+    doc["nodes"][1]["address"] = "bad address"  # failed: no duplicate or IP rule on it
+    doc["nodes"][2] = "node2"                     # not even a mapping: keeps its place
+    for node, rank in zip(doc["nodes"][:2] + doc["nodes"][3:], (0, 0, 1)):
+        node["rank"] = rank
+    found = problems(doc)
+    assert [p.split(":")[0] for p in found] == ["nodes[1].address", "nodes[2]", "nodes[1].rank"]
 
 
 def test_port_collision():

@@ -95,15 +95,52 @@ def test_head_first_runs_rank_zero_alone_first(tmp_path):
     assert Touch.order[0] == "node0" and sorted(Touch.order[1:]) == ["node1", "node2", "node3"]
 
 
-def test_unreachable_node_is_reported_and_others_finish(tmp_path):
+def node2_unreachable(tmp_path):
     inv = inventory.parse(four_nodes())
     conns = {n.name: FakeConn(n.name, unreachable=n.name == "node2") for n in inv.nodes}
-    run, _ = make(tmp_path, conns=conns)
-    report = Runner(run, [Touch()]).execute()
+    return make(tmp_path, conns=conns)[0]
+
+
+def test_unreachable_node_is_reported_and_others_finish(tmp_path):
+    report = Runner(node2_unreachable(tmp_path), [Touch()]).execute()
     assert report.results["node2"]["touch"].status == "unreachable"
     assert "cannot reach it" in report.results["node2"]["touch"].error[0]
     assert report.results["node1"]["touch"].status == "changed"
+    # Touch is a step toward a goal that needs every node: losing one is a failure, not partial.
+    assert report.exit_code() == EXIT_STEP_FAILED and report.unreachable_nodes() == ["node2"]
+
+
+class Sweep(Touch):
+    name = "sweep"
+    runs_after_failures = True  # per-node work, as teardown: done where reachable
+
+
+def test_unreachable_node_in_per_node_work_is_partial(tmp_path):
+    report = Runner(node2_unreachable(tmp_path), [Sweep()]).execute()
+    assert report.results["node1"]["sweep"].status == "changed"
     assert report.exit_code() == EXIT_PARTIAL
+
+
+class Look(Touch):
+    """Read-only, as preflight: a node it could not look at is a problem row."""
+
+    name = "look"
+    read_only = True
+
+    def plan(self, facts, node):
+        return []
+
+    def cluster_problems(self, all_facts, run):
+        return [(n.name, "reachable", "could not be checked") for n in run.inv.nodes
+                if n.name not in all_facts]
+
+
+def test_check_with_an_unreachable_node_is_partial_not_failed(tmp_path):
+    report = Runner(node2_unreachable(tmp_path), [Look()]).execute()
+    assert report.problems == [("node2", "reachable", "could not be checked")]
+    assert report.exit_code() == EXIT_PARTIAL
+    report.problems.append(("node1", "disk", "too small"))  # a real finding still fails
+    assert report.exit_code() == EXIT_STEP_FAILED
 
 
 def test_replaced_machine_discards_stale_state(tmp_path):

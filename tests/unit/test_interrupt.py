@@ -1,0 +1,116 @@
+"""Ctrl-C / SIGTERM: poll loops end at once, the runner records `interrupted`, and the message
+names what keeps running on the nodes."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from k3deploy import interrupt, inventory
+from k3deploy.context import RunContext
+from k3deploy.errors import Interrupted
+from k3deploy.interrupt_notes import notes
+from k3deploy.runner import Runner, RunReport, StepResult
+from k3deploy.steps.base import Step, cmd
+from tests.unit.fakes import FakeSession
+from tests.unit.invdata import four_nodes
+
+
+class Poll(Step):
+    """Waits for something that never happens, as the download wait does."""
+
+    name = "download"
+
+    def plan(self, facts, node):
+        return [cmd("wait", "true")]
+
+    def apply(self, node, actions):
+        while True:
+            interrupt.sleep(0.5)
+
+
+class After(Poll):
+    name = "launch"
+
+
+def signal_soon(signum, delay=0.3):
+    threading.Timer(delay, os.kill, (os.getpid(), signum)).start()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_every_poll_loop_and_is_recorded(tmp_path, signum):
+    inv = inventory.parse(four_nodes())
+    session = FakeSession(inv, tmp_path)
+    run = RunContext(inv=inv, session=session)
+    with interrupt.handling():
+        signal_soon(signum)
+        started = time.monotonic()
+        report = Runner(run, [Poll(), After()]).execute()
+        took = time.monotonic() - started
+        assert interrupt.signum() == signum
+    assert took < 5, took  # the issue's bound; the loops wait 0.5 s at a time
+    assert {n: per["download"].status for n, per in report.results.items()} == \
+        {f"node{i}": "interrupted" for i in range(4)}
+    assert all("launch" not in per for per in report.results.values())  # no step after it
+    for state in session.states.values():
+        assert state.step("download")["status"] == "interrupted"
+    assert not interrupt.requested()  # cleared for the next run in this process
+    assert signal.getsignal(signum) is not interrupt._handler
+
+
+class HeadFirstPoll(Poll):
+    name = "launch"
+    head_first = True
+
+
+def test_a_signal_while_the_head_runs_keeps_the_others_from_starting(tmp_path):
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    with interrupt.handling():
+        signal_soon(signal.SIGINT)
+        report = Runner(run, [HeadFirstPoll()]).execute()
+    assert {n: list(per.values())[0].status for n, per in report.results.items() if per} == \
+        {"node0": "interrupted"}
+
+
+def test_interrupted_exit_codes():
+    assert Interrupted(signal.SIGINT).exit_code == 130
+    assert Interrupted(signal.SIGTERM).exit_code == 143
+
+
+def _report(statuses: dict[str, str]) -> RunReport:
+    report = RunReport(steps=["preflight", "download-start", "image", "download", "launch",
+                              "wait"])
+    for node in ("node0", "node1"):
+        for step, status in statuses.items():
+            report.set(node, step, StepResult(status))
+    return report
+
+
+def test_notes_during_the_download_name_the_downloader_and_the_ways_out():
+    lines = notes(_report({"preflight": "ok", "download-start": "changed", "image": "ok",
+                           "download": "interrupted"}), "inv.yaml")
+    assert lines[0] == "stopped during download; the state files record it as interrupted"
+    assert lines[1].startswith("still running on node0, node1: the detached weight downloader")
+    assert "`k3deploy up -i inv.yaml` or `k3deploy run resume-download -i inv.yaml`" in lines[2]
+    assert lines[3].startswith("stop it: `k3deploy down -i inv.yaml` (stops the downloader")
+
+
+def test_notes_during_the_image_pull_still_name_the_downloader():
+    lines = notes(_report({"preflight": "ok", "download-start": "changed",
+                           "image": "interrupted"}), "inv.yaml")
+    assert lines[0].startswith("stopped during image")
+    assert lines[1].startswith("may still be running on node0, node1: the detached weight "
+                               "downloader")
+    assert any("docker pull" in ln for ln in lines)
+
+
+def test_notes_while_waiting_for_the_engine():
+    lines = notes(_report({"preflight": "ok", "download-start": "ok", "image": "ok",
+                           "download": "ok", "launch": "changed", "wait": "interrupted"}),
+                  "inv.yaml")
+    assert lines[0].startswith("stopped during wait")
+    assert not any("downloader" in ln for ln in lines)
+    assert "the engine containers keep running" in lines[1]

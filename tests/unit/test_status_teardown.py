@@ -1,0 +1,74 @@
+"""`status` after `down`: the cluster shows as torn down, and a second down keeps the record."""
+
+import json
+
+from k3deploy import inventory, status_teardown
+from k3deploy.context import RunContext
+from k3deploy.facts import MARK
+from k3deploy.runner import Runner
+from k3deploy.steps.teardown import RemoveContainers
+from tests.unit.fakes import FakeConn, FakeSession
+from tests.unit.invdata import four_nodes
+
+CONTAINER = [{"State": {"Status": "running", "Running": True}, "Config": {"Image": "x"}}]
+
+
+class EngineConn(FakeConn):
+    """A node with an engine container until `docker rm` removes it."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.container = True
+
+    def respond(self, command):
+        if "docker rm" in command:
+            self.container = False
+            return 0, ""
+        found = json.dumps(CONTAINER) if self.container else ""
+        return 0, f"{MARK}begin container\n{found}\n{MARK}end {0 if self.container else 1}\n"
+
+
+def test_only_a_teardown_that_removes_something_writes_the_record(tmp_path):
+    inv = inventory.parse(four_nodes())
+    session = FakeSession(inv, tmp_path, {n.name: EngineConn(n.name) for n in inv.nodes})
+    run = RunContext(inv=inv, session=session, shared={"logs_dir": tmp_path / "logs"})
+    first = Runner(run, [RemoveContainers()]).execute()
+    assert {r["teardown"].status for r in first.results.values()} == {"changed"}
+    records = {n: s.data["torn_down"] for n, s in session.states.items()}
+    assert all(r["logs"] == str(tmp_path / "logs") for r in records.values())
+
+    again = Runner(run, [RemoveContainers()]).execute()
+    assert {r["teardown"].status for r in again.results.values()} == {"ok"}
+    assert {n: s.data["torn_down"] for n, s in session.states.items()} == records
+
+
+def state(launched: float, down_at: float | None) -> dict:
+    steps = {"download": {"status": "ok", "finished": launched - 50},
+             "launch": {"status": "changed", "finished": launched},
+             "wait": {"status": "ok", "finished": launched + 1},
+             "verify": {"status": "ok", "finished": launched + 2}}
+    doc = {"steps": steps}
+    if down_at:
+        doc["torn_down"] = {"at": down_at, "logs": "/l"}
+    return doc
+
+
+def test_engine_steps_show_torn_down_until_a_later_launch():
+    doc = state(launched=1000, down_at=2000)
+    rec = status_teardown.torn_down(doc)
+    assert rec["when"] == "1970-01-01 00:33:20 UTC"
+    marked = status_teardown.mark(doc["steps"], rec)
+    assert {s: r["status"] for s, r in marked.items()} == {
+        "download": "ok", "launch": "torn down", "wait": "torn down", "verify": "torn down"}
+    assert status_teardown.torn_down(state(launched=3000, down_at=2000)) is None  # up again
+    assert status_teardown.torn_down(state(launched=1000, down_at=None)) is None
+    assert status_teardown.mark(doc["steps"], None) == doc["steps"]
+
+
+def test_note_names_the_nodes_when_not_all_were_torn_down():
+    rec = status_teardown.torn_down(state(1000, 2000))
+    assert status_teardown.note({"a": {"torn_down": rec}, "b": {"torn_down": rec}}) == \
+        "torn down 1970-01-01 00:33:20 UTC, logs in /l"
+    assert status_teardown.note({"a": {"torn_down": rec}, "b": {"torn_down": None}}) == \
+        "torn down on a 1970-01-01 00:33:20 UTC, logs in /l"
+    assert status_teardown.note({"a": {"torn_down": None}}) is None
