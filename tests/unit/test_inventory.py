@@ -2,6 +2,7 @@
 
 import copy
 
+import pydantic
 import pytest
 import yaml
 
@@ -165,5 +166,5 @@ def test_load_round_trip(tmp_path):
 
 def test_frozen_models():
     inv = inventory.parse(copy.deepcopy(four_nodes()))
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         inv.cluster = "other"
