@@ -6,6 +6,7 @@ detached by k3deploy's download step and stopped by `k3deploy down`:
 
     python3 peer_server.py --manifest M.json --hf-home DIR --listen IP:PORT --secret-file F
                            --served-log L [--max-connections N] [--test-corrupt-flag F]
+                           [--ready-file F]
 
   HEAD|GET /blobs/<etag>   200 (or 206 for `Range: bytes=N-[M]`), the body sent with sendfile
   GET /index               {"verified": [etag], "partial": {etag: bytes on disk}}: one request
@@ -240,6 +241,7 @@ def parse_args(argv):
     parser.add_argument("--served-log", required=True, help="JSON lines, one per GET")
     parser.add_argument("--max-connections", type=int, default=32)
     parser.add_argument("--test-corrupt-flag", help="test hook: flip served bytes while it exists")
+    parser.add_argument("--ready-file", help="written once listening (the starter waits for it)")
     return parser.parse_args(argv)
 
 
@@ -266,6 +268,8 @@ def main(argv=None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     threading.Thread(target=lambda: (stop.wait(), server.shutdown()), daemon=True).start()
+    if args.ready_file:
+        Path(args.ready_file).write_text(f"{os.getpid()}\n")
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} peer_server: serving verified blobs on "
           f"{args.listen}", flush=True)
     server.serve_forever(poll_interval=0.2)

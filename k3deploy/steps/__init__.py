@@ -19,6 +19,7 @@ REGISTRY = {
     "collect-logs": "k3deploy.steps.teardown:CollectLogs",
     "teardown": "k3deploy.steps.teardown:RemoveContainers",
     "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
+    "stop-peer-server": "k3deploy.steps.peers:StopPeerServer",
     "file": "k3deploy.steps.files:EnsureFile",
 }
 
