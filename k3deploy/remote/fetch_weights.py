@@ -240,6 +240,7 @@ class Progress:
         self.on_disk: dict[str, int] = {}  # partial bytes of files in flight
         self.received, self.samples = 0, collections.deque(maxlen=12)
         self.by_source: dict[str, int] = {}  # "hub" or a peer's name -> bytes received
+        self.bad_peers: set[str] = set()      # peers that served bytes failing a checksum
         self.started, self.state, self.error = time.time(), "running", None
         self.stop_event = threading.Event()
 
@@ -274,6 +275,7 @@ class Progress:
                     "hub_bytes": self.by_source.get("hub", 0),
                     "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
                     "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
+                    "bad_peers": sorted(self.bad_peers),
                     "started": self.started, "updated": now}
 
     def write(self) -> None:
@@ -527,7 +529,7 @@ def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None)
     cache.write_ref(manifest.revision, manifest.sha)
     cache.write_tree(manifest.sha, manifest.files)
     check_free_space(cache, manifest.files)
-    peers = load_peers(manifest, progress.stop_event)
+    peers = load_peers(manifest, progress)
     downloader = Downloader(manifest, cache, Fetcher(manifest, token, progress.stop_event), progress, peers)
     ensure = download_call(downloader.ensure)
     if peers is not None:
@@ -555,14 +557,14 @@ def describe_error(spec: FileSpec, error: BaseException) -> str | None:
     return f"{spec.path}: {type(error).__name__}: {error}"
 
 
-def load_peers(manifest: Manifest, stop_event: threading.Event):
+def load_peers(manifest: Manifest, progress: Progress):
     """peer_fetch.Peers for a manifest with a `peers` block (k3deploy.fanout), else None."""
     if not manifest.peers:
         return None
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer_fetch.py ships next to us
     import peer_fetch
     try:
-        return peer_fetch.load(manifest.peers, stop_event, Stopped, log)
+        return peer_fetch.load(manifest.peers, progress.stop_event, Stopped, log, progress.bad_peers)
     except (OSError, KeyError, TypeError, ValueError) as e:
         raise BadInput(f"manifest peers block or secret file: {e}") from None
 

@@ -48,13 +48,15 @@ class Peer:
 
 
 class Peers:
-    def __init__(self, block: dict, secret: str, stop_event: threading.Event, stopped, log):
+    def __init__(self, block: dict, secret: str, stop_event: threading.Event, stopped, log,
+                 bad: set):
         self.me, self.owner = str(block["self"]), dict(block["owner"])
         self.stall = float(block.get("stall_seconds", 30))
         port = int(block["port"])
         self.peers = {name: Peer(name, ip, port) for name, ip in block["nodes"].items()}
         self.auth = {"Authorization": f"Bearer {secret}"}
         self.stop_event, self.stopped, self.log = stop_event, stopped, log
+        self.bad = bad  # names of peers never used again; the progress file reports them
         self.waiting: dict[str, tuple] = {}   # path -> (owner's partial bytes, since)
         self.lock = threading.Lock()
 
@@ -129,6 +131,9 @@ class Peers:
         if owner is None or owner.bad:
             raise UseHub(f"its owner {getattr(owner, 'name', '?')} served corrupt bytes")
         index = self._index(owner)
+        if index and index.get("downloader") in ("failed", "done"):
+            raise UseHub(f"no peer has it and its owner {owner.name}'s download "
+                         f"{index['downloader']} without it")
         progress = None if index is None else (index.get("partial") or {}).get(spec.etag, 0)
         now = time.monotonic()
         with self.lock:
@@ -179,6 +184,7 @@ class Peers:
         if part.resumed_from == 0:
             for name in sources:
                 self.peers[name].bad = True
+                self.bad.add(name)
         raise UseHub(f"bytes from peer {', '.join(sources) or '?'} fail the checksum"
                      + ("; that peer is not used again in this run" if part.resumed_from == 0
                         else " (the file resumed an earlier partial)"))
@@ -216,10 +222,10 @@ class Peers:
         return errors
 
 
-def load(block: dict, stop_event, stopped, log) -> Peers:
+def load(block: dict, stop_event, stopped, log, bad: set) -> Peers:
     path = block["secret_file"]
     if os.stat(path).st_mode & 0o077:
         log(f"warning: {path} is readable by group/others; it should be 0600")
     with open(path) as fh:
         secret = fh.read().strip()
-    return Peers(block, secret, stop_event, stopped, log)
+    return Peers(block, secret, stop_event, stopped, log, bad)

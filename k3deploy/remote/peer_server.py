@@ -6,11 +6,12 @@ detached by k3deploy's download step and stopped by `k3deploy down`:
 
     python3 peer_server.py --manifest M.json --hf-home DIR --listen IP:PORT --secret-file F
                            --served-log L [--max-connections N] [--test-corrupt-flag F]
-                           [--ready-file F]
+                           [--ready-file F] [--progress DOWNLOADER_PROGRESS_JSON]
 
   HEAD|GET /blobs/<etag>   200 (or 206 for `Range: bytes=N-[M]`), the body sent with sendfile
-  GET /index               {"verified": [etag], "partial": {etag: bytes on disk}}: one request
-                           tells a peer what it can fetch here and whether the owner progresses
+  GET /index               {"verified": [etag], "partial": {etag: bytes on disk}, "downloader":
+                           state}: one request tells a peer what it can fetch here and whether
+                           the owner still progresses
 What it refuses: a request without `Authorization: Bearer <cluster peer secret>` (401); a path
 that is not exactly /blobs/<hex etag> of a manifest file, whatever its encoding (404: nothing
 from the request is ever used as a filesystem path, the blob is looked up by etag); a blob the
@@ -50,8 +51,8 @@ SEND_CHUNK = 64 << 20  # sendfile per call: the bytes sent are known even when a
 class Blobs:
     """The manifest's blobs that the downloader's ledger vouches for, looked up by etag."""
 
-    def __init__(self, manifest: Manifest, cache: RepoCache):
-        self.sizes = {f.etag: f.size for f in manifest.files}
+    def __init__(self, manifest: Manifest, cache: RepoCache, progress: Path | None = None):
+        self.sizes, self.progress = {f.etag: f.size for f in manifest.files}, progress
         self.cache, self.lock, self.stamp = cache, threading.Lock(), None
         self.ledger = Ledger(cache.storage / ".k3deploy-verified.json")
 
@@ -96,7 +97,15 @@ class Blobs:
                 verified.append(etag)
             elif self.partial_bytes(etag):
                 partial[etag] = self.partial_bytes(etag)
-        return {"verified": verified, "partial": partial}
+        return {"verified": verified, "partial": partial, "downloader": self._downloader()}
+
+    def _downloader(self) -> str | None:
+        """This node's downloader state ("running", "done", "failed"): a peer waiting for a file
+        this node owns goes to the Hub at once when it is no longer running."""
+        try:
+            return json.loads(self.progress.read_text()).get("state") if self.progress else None
+        except (OSError, ValueError):
+            return None
 
     def partial_bytes(self, etag: str) -> int:
         if etag not in self.sizes:
@@ -241,6 +250,7 @@ def parse_args(argv):
     parser.add_argument("--served-log", required=True, help="JSON lines, one per GET")
     parser.add_argument("--max-connections", type=int, default=32)
     parser.add_argument("--test-corrupt-flag", help="test hook: flip served bytes while it exists")
+    parser.add_argument("--progress", help="the downloader's progress file (its state is indexed)")
     parser.add_argument("--ready-file", help="written once listening (the starter waits for it)")
     return parser.parse_args(argv)
 
@@ -248,7 +258,8 @@ def parse_args(argv):
 def build(args) -> PeerServer:
     manifest = Manifest.load(args.manifest)
     host, _, port = args.listen.rpartition(":")
-    blobs = Blobs(manifest, RepoCache(args.hf_home, manifest.repo))
+    progress = Path(args.progress) if args.progress else None
+    blobs = Blobs(manifest, RepoCache(args.hf_home, manifest.repo), progress)
     flag = Path(args.test_corrupt_flag) if args.test_corrupt_flag else None
     return PeerServer((host, int(port)), blobs, read_secret(args.secret_file),
                       Path(args.served_log), max(1, args.max_connections), flag)

@@ -14,7 +14,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.errors import StepFailed
-from k3deploy.fanout import peers_enabled
+from k3deploy.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.hubmeta import manifest_for, token_from_env
 from k3deploy.log import get as get_log
 from k3deploy.remote import script_text
@@ -34,6 +34,8 @@ class DownloadParams(BaseModel):
     max_workers: int = Field(default=16, ge=1, le=64)
     poll_seconds: float = Field(default=1.0, gt=0)
     stall_seconds: float = Field(default=600, gt=0)   # no new byte for this long: fail
+    # fan-out: a file's owner unreachable or without progress this long: that file from the Hub
+    peer_stall_seconds: float = Field(default=PEER_STALL_SECONDS, gt=0)
 
 
 class Paths:
@@ -74,7 +76,8 @@ class DownloadWeights(Step):
         base = node.run.shared["manifest_json"]
         if not peers_enabled(node.inv):
             return base
-        return peers.node_manifest(base, node, node.run.shared["manifest"])
+        return peers.node_manifest(base, node, node.run.shared["manifest"],
+                                   self.p.peer_stall_seconds)
 
     def inputs(self, node):
         m = node.run.shared.get("manifest")
@@ -115,7 +118,7 @@ class DownloadWeights(Step):
         if not peers_enabled(node.inv):
             return []
         return peers.server_actions(facts, node, self._manifest_json(node),
-                                    node.run.shared["peer_secret"])
+                                    node.run.shared["peer_secret"], Paths(node).progress)
 
     def _start_actions(self, node) -> list[Action]:
         paths, run = Paths(node), node.run
@@ -192,14 +195,21 @@ class DownloadWeights(Step):
         return {"sha": m.sha if m else None, "files": facts["total"],
                 "verified": facts["total"] - facts["missing_count"],
                 "verified_bytes": facts["verified_bytes"],
-                "hub_bytes": progress.get("hub_bytes"), "peer_bytes": progress.get("peer_bytes")}
+                "hub_bytes": progress.get("hub_bytes"), "peer_bytes": progress.get("peer_bytes"),
+                "bad_peers": progress.get("bad_peers") or []}
 
     def closing_lines(self, run):
         if not self.p.wait or "manifest" not in run.shared:
             return []
         details = [run.session.states[n.name].step(self.label).get("detail") or {}
                    for n in run.inv.nodes]
-        return [hub_summary(details, run.shared["manifest"].total_bytes)]
+        lines = [hub_summary(details, run.shared["manifest"].total_bytes)]
+        seen = {n.name: d.get("bad_peers") or [] for n, d in zip(run.inv.nodes, details)}
+        for bad in sorted({p for found in seen.values() for p in found}):
+            by = ", ".join(n for n, found in seen.items() if bad in found)
+            lines.append(f"peer {bad} served bytes failing their checksum (seen by {by}); those "
+                         "files came from the Hub: check that node's disk and memory")
+        return lines
 
 
 def hub_summary(details: list[dict], repo_bytes: int) -> str:

@@ -38,11 +38,12 @@ class PeerPaths:
         return [self.pid, self.manifest, self.secret]
 
 
-def node_manifest(base_json: str, node, manifest) -> str:
+def node_manifest(base_json: str, node, manifest, stall_seconds: float) -> str:
     """The manifest one node's downloader and peer server read: the pinned files plus the
     split of the large ones (k3deploy.fanout)."""
     doc = json.loads(base_json)
-    doc["peers"] = peer_block(node.inv, manifest, node.name, PeerPaths(node.inv).secret)
+    doc["peers"] = peer_block(node.inv, manifest, node.name, PeerPaths(node.inv).secret,
+                              stall_seconds)
     return json.dumps(doc)
 
 
@@ -50,8 +51,11 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def server_actions(facts: dict, node, manifest_json: str, secret: str) -> list[Action]:
-    """What makes the node's peer server run with this manifest and secret; [] when it does."""
+def server_actions(facts: dict, node, manifest_json: str, secret: str,
+                   progress: str) -> list[Action]:
+    """What makes the node's peer server run with this manifest and secret; [] when it does.
+    `progress` is the downloader's progress file: peers see from it whether this node's
+    download still runs."""
     peer, paths = facts.get("peer") or {}, PeerPaths(node.inv)
     if peer.get("running") and peer.get("manifest_sha256") == _sha(manifest_json) \
             and peer.get("secret_sha256") == _sha(secret):
@@ -61,7 +65,7 @@ def server_actions(facts: dict, node, manifest_json: str, secret: str) -> list[A
             upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
             upload("upload the cluster peer secret (0600)", paths.secret, secret),
             upload("upload the peer server's manifest", paths.manifest, manifest_json, mode=0o644),
-            cmd("(re)start the peer server, detached", "sh", "-c", _start_script(node, paths))]
+            cmd("(re)start the peer server, detached", "sh", "-c", _start_script(node, paths, progress))]
 
 
 def _stop_script(paths: PeerPaths) -> str:
@@ -71,11 +75,11 @@ def _stop_script(paths: PeerPaths) -> str:
             f'[ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; fi; rm -f {pid}')
 
 
-def _start_script(node, paths: PeerPaths) -> str:
+def _start_script(node, paths: PeerPaths, progress: str) -> str:
     argv = ["python3", paths.server, "--manifest", paths.manifest, "--hf-home", node.inv.paths.hf,
             "--listen", f"{node.node.self_ip}:{node.inv.ports.peer}", "--secret-file",
             paths.secret, "--served-log", paths.served, "--test-corrupt-flag",
-            paths.corrupt_flag, "--ready-file", paths.ready]
+            paths.corrupt_flag, "--ready-file", paths.ready, "--progress", progress]
     ready, log = shlex.quote(paths.ready), shlex.quote(paths.log)
     # The pid file names the new server at once; the start waits (bounded) until it listens.
     return (f"{_stop_script(paths)}; rm -f {ready}; setsid nohup {shlex.join(argv)} >> {log} "

@@ -75,7 +75,7 @@ class PeerNode:
         argv = [sys.executable, str(REMOTE / "peer_server.py"), "--manifest", str(self.manifest),
                 "--hf-home", str(self.hf_home), "--listen", f"{self.ip}:{PORT}", "--secret-file",
                 str(self.secret_file), "--served-log", str(self.served_log),
-                "--test-corrupt-flag", str(self.corrupt_flag)]
+                "--test-corrupt-flag", str(self.corrupt_flag), "--progress", str(self.progress)]
         self.server = subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -224,6 +224,7 @@ def corrupt_peer_run(cluster, hub):
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, output
     assert "bytes from peer node0 fail the checksum; that peer is not used again" in output
+    assert second.read_progress()["bad_peers"] == ["node0"]
     # node1 wants 8 shards of node0; once one failed, only the other one in flight was sent
     assert len(first.served()) <= 2
     for f in hub.repo.files:
