@@ -562,6 +562,7 @@ def load_peers(manifest: Manifest, progress: Progress):
     if not manifest.peers:
         return None
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer_fetch.py ships next to us
+    sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
     import peer_fetch
     try:
         return peer_fetch.load(manifest.peers, progress.stop_event, Stopped, log, progress.bad_peers)

@@ -39,7 +39,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from fetch_weights import BadInput, Ledger, Manifest, RepoCache  # shipped next to this file
+sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
+from fetch_weights import BadInput, Ledger, Manifest, RepoCache  # noqa: E402 (shipped next to this file)
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY = 0, 2, 3
 _BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
