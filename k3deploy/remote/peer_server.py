@@ -20,7 +20,7 @@ downloader's ledger does not vouch for, i.e. partial, unverified or changed sinc
 --max-connections requests at once (503). It listens on the node's private address only.
 
 Every GET appends one JSON line to --served-log: {"t", "client", "etag", "start", "bytes",
-"complete"}; tests add these up with the Hub's counters. The secret is read from a 0600 file,
+"complete", "seconds"}; tests add these up with the Hub's counters, the bench reads the rate. The secret is read from a 0600 file,
 never from argv. Test hook: while the file --test-corrupt-flag exists, every byte served is
 flipped (the testbed's `peer-corrupt` fault creates it), so the integrity path can be tested.
 Exit codes: 0 stopped by SIGTERM/SIGINT; 2 bad input; 3 the address is taken (already running).
@@ -134,9 +134,10 @@ class PeerServer(ThreadingHTTPServer):
     def corrupting(self) -> bool:
         return bool(self.corrupt_flag) and self.corrupt_flag.exists()
 
-    def record(self, client: str, etag: str, start: int, sent: int, complete: bool) -> None:
+    def record(self, client: str, etag: str, start: int, sent: int, complete: bool,
+               seconds: float) -> None:
         line = json.dumps({"t": time.time(), "client": client, "etag": etag, "start": start,
-                           "bytes": sent, "complete": complete})
+                           "bytes": sent, "complete": complete, "seconds": round(seconds, 4)})
         with self.log_lock, open(self.served_log, "a") as fh:
             fh.write(line + "\n")
 
@@ -193,8 +194,10 @@ class PeerHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.end_headers()
         if send_body:
+            began = time.monotonic()
             sent = self._body(blob, start, end + 1 - start)
-            self.server.record(self.client_address[0], etag, start, sent, sent == end + 1 - start)
+            self.server.record(self.client_address[0], etag, start, sent, sent == end + 1 - start,
+                               time.monotonic() - began)
 
     def _body(self, blob, start: int, count: int) -> int:
         sent = 0
