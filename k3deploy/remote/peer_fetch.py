@@ -7,8 +7,8 @@ it verified (peers rotated per node and file, so one owner is not asked by every
 while none has it and its owner is progressing on it, other files go first (NotYet); a peer
 that is unreachable, refuses or stalls longer than stall_seconds is skipped for a while, one that
 served bytes failing the checksum is never used again in this run; when no peer can serve it and
-its owner shows no progress for stall_seconds (dead, failed, partitioned), it comes from the Hub
-(UseHub). Bytes from peers land in the same `.incomplete` file as Hub bytes, so a partial from a
+its owner shows no progress on anything for stall_seconds (dead, stalled, partitioned) or its
+downloader is no longer running, it comes from the Hub (UseHub). Bytes from peers land in the same `.incomplete` file as Hub bytes, so a partial from a
 peer resumes from a peer or from the Hub with Range, and is verified like any other.
 """
 from __future__ import annotations
@@ -39,6 +39,10 @@ class PeerError(Exception):
     pass
 
 
+class PeerBusy(PeerError):
+    """503: the peer serves its maximum of connections; it is fine, just not now."""
+
+
 class Peer:
     def __init__(self, name: str, host: str, port: int):
         self.name, self.host, self.port = name, host, port
@@ -57,7 +61,7 @@ class Peers:
         self.auth = {"Authorization": f"Bearer {secret}"}
         self.stop_event, self.stopped, self.log = stop_event, stopped, log
         self.bad = bad  # names of peers never used again; the progress file reports them
-        self.waiting: dict[str, tuple] = {}   # path -> (owner's partial bytes, since)
+        self.waiting: dict[str, tuple] = {}   # owner -> (its progress as last seen, since when)
         self.lock = threading.Lock()
 
     def wants(self, spec) -> bool:
@@ -84,6 +88,8 @@ class Peers:
             try:
                 conn, response = self._request(peer, "GET", "/index")
                 try:
+                    if response.status == 503:  # busy serving: what it had a moment ago holds
+                        return peer.index
                     if response.status != 200:
                         raise PeerError(f"HTTP {response.status}")
                     peer.index = json.loads(response.read())
@@ -117,13 +123,18 @@ class Peers:
 
     def fetch(self, spec, part) -> None:
         """Fill `part` to spec.size from peers, or raise NotYet / UseHub."""
+        busy = False
         for peer in self.holders(spec):
             try:
                 self._get(peer, spec, part)
                 return
+            except PeerBusy:
+                busy = True
             except PeerError as e:
                 with peer.lock:
                     self._down(peer, f"{spec.path}: {e}")
+        if busy:
+            raise NotYet()
         self._no_holder(spec)
 
     def _no_holder(self, spec) -> None:
@@ -134,15 +145,18 @@ class Peers:
         if index and index.get("downloader") in ("failed", "done"):
             raise UseHub(f"no peer has it and its owner {owner.name}'s download "
                          f"{index['downloader']} without it")
-        progress = None if index is None else (index.get("partial") or {}).get(spec.etag, 0)
+        # Any progress of the owner counts: with 16 workers it reaches a file of its share only
+        # when an earlier one is done, which on a real cluster takes longer than the bound.
+        progress = None if index is None else (len(index.get("verified") or ()),
+                                               sum((index.get("partial") or {}).values()))
         now = time.monotonic()
         with self.lock:
-            seen = self.waiting.get(spec.path)
+            seen = self.waiting.get(owner.name)
             if seen is None or (progress is not None and progress != seen[0]):
-                self.waiting[spec.path] = (progress, now)
+                self.waiting[owner.name] = (progress, now)
                 raise NotYet()
         if now - seen[1] > self.stall:
-            what = "is unreachable" if progress is None else "made no progress on it"
+            what = "is unreachable" if progress is None else "made no progress"
             raise UseHub(f"no peer has it and its owner {owner.name} {what} for {self.stall:.0f}s")
         raise NotYet()
 
@@ -152,6 +166,8 @@ class Peers:
                                        {"Range": f"bytes={start}-"} if start else None)
         try:
             expected = f"bytes {start}-{spec.size - 1}/{spec.size}"
+            if response.status == 503:
+                raise PeerBusy()
             if response.status != (206 if start else 200) or \
                     (start and response.getheader("Content-Range") != expected):
                 raise PeerError(f"HTTP {response.status} {response.getheader('Content-Range')}")

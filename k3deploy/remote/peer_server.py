@@ -252,7 +252,7 @@ def parse_args(argv):
     parser.add_argument("--listen", required=True, help="PRIVATE_IP:PORT")
     parser.add_argument("--secret-file", required=True, help="0600 file with the peer secret")
     parser.add_argument("--served-log", required=True, help="JSON lines, one per GET")
-    parser.add_argument("--max-connections", type=int, default=32)
+    parser.add_argument("--max-connections", type=int, default=64)
     parser.add_argument("--test-corrupt-flag", help="test hook: flip served bytes while it exists")
     parser.add_argument("--progress", help="the downloader's progress file (its state is indexed)")
     parser.add_argument("--ready-file", help="written once listening (the starter waits for it)")
