@@ -103,3 +103,13 @@ def test_hub_summary_states_hub_bytes_against_the_repo():
                            "peers 90.00 GB")
     assert "served 28.8 MB for a 28.8 MB repo (1.00x), peers 0.0 MB" in hub_summary(
         [{"hub_bytes": 28.8e6, "peer_bytes": None}], 28.8e6)
+
+
+def test_preflight_opens_the_peer_port_on_every_node_only_with_fan_out():
+    import random
+
+    from k3deploy.steps.portcheck import _ports_for
+    for doc, want in ((four_nodes(), True), (four_nodes(download={"peers": False}), False)):
+        run = RunContext(inv=inventory.parse(doc), session=None)
+        for name in ("node0", "node2"):
+            assert (8951 in _ports_for(run, name, "node0", random.Random(1))) is want, (name, want)
