@@ -28,7 +28,7 @@ HUB_ONLY_SECONDS = 30
 
 
 def _sh(*argv, **kw):
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, **kw)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, **kw)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(map(str, argv))} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return proc
@@ -49,7 +49,8 @@ def _weights_ready(nodes: int, node_rate: int, peers: bool) -> dict:
             seconds = time.monotonic() - started
             hub = json.loads(_sh(PY, "scripts/testbed", "stats", "--dir", str(tb), "--json").stdout)["hub"]
         finally:
-            subprocess.run([PY, "scripts/testbed", "down", "--dir", str(tb)], capture_output=True, cwd=REPO)
+            subprocess.run([PY, "scripts/testbed", "down", "--dir", str(tb)], capture_output=True, cwd=REPO,
+                           check=False)
     served = sum(n["bytes"] for n in hub["by_node"].values())
     return {"seconds": round(seconds, 1), "hub_over_repo": round(served / hub["repo_bytes"], 3),
             "repo_bytes": hub["repo_bytes"]}

@@ -112,7 +112,7 @@ def test_download_start_holds_when_the_download_finishes_before_its_recheck(fann
     start_only = tmp_path / "start.yaml"
     start_only.write_text(yaml.safe_dump({"name": "start", "steps": [
         {"step": "download", "with": {"wait": False}}]}))
-    small = f"/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/snapshots/*/generation_config.json"
+    small = "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/snapshots/*/generation_config.json"
     for attempt in range(8):
         for node in tb.nodes:
             assert tb.ssh(node, f"rm {small}").returncode == 0
