@@ -239,3 +239,16 @@ def test_dead_owner_falls_back_to_the_hub_after_the_stall_bound(nodes, hub):
     assert proc.returncode == 0, output
     assert "its owner node0 is unreachable" in output
     assert cluster[1].read_progress()["peer_bytes"] == 0
+
+
+def test_owner_whose_download_failed_sends_its_share_to_the_hub_at_once(nodes, hub):
+    owner, fetcher = nodes(["node0", "node1"], stall=120.0)  # the bound is never what ends it
+    owner.progress.write_text(json.dumps({"state": "failed", "error": "disk full"}))
+    owner.start_server()
+    fetcher.start_server()
+    started = time.monotonic()
+    proc = fetcher.start_fetch()
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, output
+    assert time.monotonic() - started < 60
+    assert "its owner node0's download failed without it" in output

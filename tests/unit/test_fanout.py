@@ -67,3 +67,13 @@ def test_peer_block_names_the_others_by_private_address():
     assert block["nodes"] == {"node0": "10.0.0.0", "node2": "10.0.0.2"}
     assert block["secret_file"] == "/w/peer.secret"
     assert set(block["owner"].values()) == {"node0", "node1", "node2"}
+
+
+def test_peer_secret_is_made_once_0600_and_redacted(tmp_path):
+    from k3deploy.redact import redact
+    from k3deploy.secretfile import peer_secret
+    first = peer_secret(tmp_path)
+    path = tmp_path / "secrets" / "peer-secret"
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and len(first) >= 32
+    assert peer_secret(tmp_path) == first
+    assert redact(f"GET /index Authorization: {first}") == "GET /index Authorization: ***"
