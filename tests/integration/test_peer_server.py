@@ -71,11 +71,11 @@ class PeerNode:
         self.corrupt_flag = self.root / "corrupt"
         self.server = None
 
-    def start_server(self) -> None:
+    def start_server(self, *extra: str) -> None:
         argv = [sys.executable, str(REMOTE / "peer_server.py"), "--manifest", str(self.manifest),
                 "--hf-home", str(self.hf_home), "--listen", f"{self.ip}:{PORT}", "--secret-file",
                 str(self.secret_file), "--served-log", str(self.served_log),
-                "--test-corrupt-flag", str(self.corrupt_flag), "--progress", str(self.progress)]
+                "--test-corrupt-flag", str(self.corrupt_flag), "--progress", str(self.progress), *extra]
         self.server = subprocess.Popen(argv, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -252,3 +252,28 @@ def test_owner_whose_download_failed_sends_its_share_to_the_hub_at_once(nodes, h
     assert proc.returncode == 0, output
     assert time.monotonic() - started < 60
     assert "its owner node0's download failed without it" in output
+
+
+def test_requests_beyond_max_connections_get_503(nodes, tmp_path):
+    import socket
+    with tbhub.serve_in_thread(tmp_path / "big", shards=1, shard_bytes=48 << 20) as big:
+        (node,) = nodes(["node0"], via=big)
+        assert subprocess.run(node.fetch_argv(), env=clean_env(), capture_output=True, timeout=120,
+                              check=False).returncode == 0
+        node.start_server("--max-connections", "1")
+        shard = big.repo.file(big.repo.shard_names()[0])
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect((node.ip, PORT))
+        slow.sendall(f"GET /blobs/{shard.etag} HTTP/1.1\r\nHost: x\r\n"
+                     f"Authorization: Bearer {SECRET}\r\n\r\n".encode())
+        try:
+            assert slow.recv(12) == b"HTTP/1.1 200"  # its one slot is busy sending 48 MB
+            assert request(node, "GET", "/index")[0] == 503
+            assert request(node, "HEAD", f"/blobs/{shard.etag}")[0] == 503
+        finally:
+            slow.close()
+        deadline = time.monotonic() + 30  # the slot comes back when that client is gone
+        while request(node, "GET", "/index")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
