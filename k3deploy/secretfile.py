@@ -29,8 +29,9 @@ def read_or_create(path: Path, make: Callable[[], str], create: bool = True) -> 
     return value
 
 
-def peer_secret(state_dir: Path) -> str:
+def peer_secret(state_dir: Path, create: bool = True) -> str | None:
     """The cluster's peer secret: every request to a node's peer server carries it. Its own
     value, never the HF token, so a leaked peer secret opens nothing on the Hub."""
     import secrets
-    return read_or_create(state_dir / "secrets" / "peer-secret", lambda: secrets.token_urlsafe(32))
+    return read_or_create(state_dir / "secrets" / "peer-secret", lambda: secrets.token_urlsafe(32),
+                          create)

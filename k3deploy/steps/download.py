@@ -69,7 +69,10 @@ class DownloadWeights(Step):
                     "resumes partial shards itself")
         run.shared.setdefault("manifest_json", json.dumps(manifest.to_json(self.p.max_workers)))
         if peers_enabled(run.inv):
-            run.shared.setdefault("peer_secret", peer_secret(run.session.state_dir))
+            # --check changes nothing, here neither: without a secret yet, the plan shows the
+            # upload of one that matches no node's.
+            run.shared.setdefault("peer_secret", peer_secret(run.session.state_dir,
+                                                             create=not run.check) or "")
 
     def _manifest_json(self, node) -> str:
         """This node's manifest: with peers, each node's names its own share and its peers."""
