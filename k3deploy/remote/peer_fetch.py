@@ -22,7 +22,8 @@ import time
 import zlib
 
 INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one request
-RETRY_DOWN = 2.0     # seconds an unreachable or refusing peer is left alone
+RETRY_DOWN = 2.0     # seconds an unreachable or refusing peer is left alone, doubling
+INDEX_TIMEOUT = 5.0  # a peer that does not answer its index in this long counts as down
 RECHECK = 0.5        # seconds before a file no peer has yet is looked at again
 BUFFER = 4 << 20
 
@@ -47,7 +48,7 @@ class Peer:
     def __init__(self, name: str, host: str, port: int):
         self.name, self.host, self.port = name, host, port
         self.bad = False                      # served a checksum mismatch: never again
-        self.down_until, self.unreachable_since = 0.0, None
+        self.down_until, self.unreachable_since, self.failures = 0.0, None, 0
         self.index, self.index_at, self.lock = None, 0.0, threading.Lock()
 
 
@@ -68,8 +69,9 @@ class Peers:
         return self.owner.get(spec.path) not in (None, self.me)
 
     # -- finding a peer -----------------------------------------------------------------
-    def _request(self, peer: Peer, method: str, path: str, headers: dict | None = None):
-        conn = http.client.HTTPConnection(peer.host, peer.port, timeout=self.stall)
+    def _request(self, peer: Peer, method: str, path: str, headers: dict | None = None,
+                 timeout: float | None = None):
+        conn = http.client.HTTPConnection(peer.host, peer.port, timeout=timeout or self.stall)
         try:
             conn.request(method, path, headers={**self.auth, **(headers or {})})
             return conn, conn.getresponse()
@@ -78,35 +80,48 @@ class Peers:
             raise PeerError(f"{type(e).__name__}: {e}") from None
 
     def _index(self, peer: Peer) -> dict | None:
-        """{"verified": [etag], "partial": {etag: bytes}}, or None while unusable."""
-        with peer.lock:
-            now = time.monotonic()
-            if peer.bad or now < peer.down_until:
-                return None
-            if now - peer.index_at < INDEX_TTL:
-                return peer.index
-            try:
-                conn, response = self._request(peer, "GET", "/index")
-                try:
-                    if response.status == 503:  # busy serving: what it had a moment ago holds
-                        return peer.index
-                    if response.status != 200:
-                        raise PeerError(f"HTTP {response.status}")
-                    peer.index = json.loads(response.read())
-                finally:
-                    conn.close()
-            except (PeerError, OSError, ValueError, http.client.HTTPException) as e:
-                self._down(peer, str(e))
-                return None
-            peer.index_at, peer.unreachable_since = time.monotonic(), None
+        """{"verified": [etag], "partial": {etag: bytes}}, or None while unusable. While one
+        thread asks a peer, the others use what it said last (a dead peer's timeout must not
+        hold up every worker)."""
+        if not peer.lock.acquire(blocking=False):
+            return None if peer.bad else peer.index
+        try:
+            return self._fresh_index(peer)
+        finally:
+            peer.lock.release()
+
+    def _fresh_index(self, peer: Peer) -> dict | None:
+        now = time.monotonic()
+        if peer.bad or now < peer.down_until:
+            return None
+        if now - peer.index_at < INDEX_TTL:
             return peer.index
+        try:
+            conn, response = self._request(peer, "GET", "/index", timeout=INDEX_TIMEOUT)
+            try:
+                if response.status == 503:  # busy serving: what it had a moment ago holds
+                    return peer.index
+                if response.status != 200:
+                    raise PeerError(f"HTTP {response.status}")
+                peer.index = json.loads(response.read())
+            finally:
+                conn.close()
+        except (PeerError, OSError, ValueError, http.client.HTTPException) as e:
+            self._down(peer, str(e))
+            return None
+        peer.index_at, peer.unreachable_since, peer.failures = time.monotonic(), None, 0
+        return peer.index
 
     def _down(self, peer: Peer, why: str) -> None:
         now = time.monotonic()
         if peer.unreachable_since is None:
             peer.unreachable_since = now
             self.log(f"peer {peer.name} ({peer.host}:{peer.port}) not usable: {why}; skipped")
-        peer.down_until, peer.index, peer.index_at = now + RETRY_DOWN, None, 0.0
+        peer.failures += 1
+        # Backing off, but looked at several times within the stall bound: a peer whose server
+        # starts late must be seen before its share is given up to the Hub.
+        peer.down_until = now + min(self.stall / 4, RETRY_DOWN * 2 ** (peer.failures - 1))
+        peer.index, peer.index_at = None, 0.0
 
     def holders(self, spec) -> list[Peer]:
         """Peers with the file verified, in an order that differs per node and file."""
@@ -131,8 +146,7 @@ class Peers:
             except PeerBusy:
                 busy = True
             except PeerError as e:
-                with peer.lock:
-                    self._down(peer, f"{spec.path}: {e}")
+                self._down(peer, f"{spec.path}: {e}")
         if busy:
             raise NotYet()
         self._no_holder(spec)
