@@ -65,6 +65,7 @@ class Ports(_Model):
     dist_init: int = Field(default=20000, ge=1, le=65535)
     serve: int = Field(default=8000, ge=1, le=65535)
     ray: int = Field(default=6379, ge=1, le=65535)
+    peer: int = Field(default=8951, ge=1, le=65535)   # node-to-node weight fan-out
 
 
 class Paths(_Model):
@@ -86,6 +87,11 @@ class Paths(_Model):
     def work(self) -> str:
         """k3deploy's own files on the node (downloader, manifests, secrets, logs)."""
         return f"{self.nvme.rstrip('/')}/.k3deploy"
+
+
+class DownloadSpec(_Model):
+    # null: on when the cluster has more than one node (k3deploy.fanout.peers_enabled)
+    peers: bool | None = None
 
 
 class SshSpec(_Model):
@@ -125,6 +131,7 @@ class Inventory(_Model):
     gpu: GpuSpec = GpuSpec()
     ports: Ports = Ports()
     paths: Paths = Paths()
+    download: DownloadSpec = DownloadSpec()
     ssh: SshSpec = SshSpec()
     hf_token_env: EnvName = "HF_TOKEN"
     price: PriceSpec | None = None

@@ -9,6 +9,7 @@ import ipaddress
 from collections import Counter
 
 from k3deploy.inventory_engine_args import engine_arg_rules
+from k3deploy.fanout import peers_enabled
 
 # Env keys that carry secrets must never be inventory env overrides: those become
 # `docker run --env K=V`, i.e. argv on the node, visible in ps and docker inspect.
@@ -120,6 +121,8 @@ def port_rules(inv) -> list[str]:
     ports = {"dist_init": inv.ports.dist_init, "serve": inv.ports.serve}
     if inv.engine.kind == "vllm" and len(inv.nodes) > 1:
         ports["ray"] = inv.ports.ray
+    if peers_enabled(inv):
+        ports["peer"] = inv.ports.peer
     dups = _duplicates([str(p) for p in ports.values()])
     return [f"ports: {d} is used for more than one purpose" for d in dups]
 

@@ -84,7 +84,10 @@ def _download_cell(live: dict) -> str:
     if not doc:
         return "-"
     pct = 100 * doc.get("bytes_done", 0) / max(1, doc.get("bytes_total", 1))
-    return f"{doc.get('state')} {pct:.0f}% {doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
+    cell = f"{doc.get('state')} {pct:.0f}% {doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
+    if "hub_bytes" in doc:  # from the Hub and from peers (fan-out), this downloader run
+        cell += f" hub {doc['hub_bytes'] / 1e9:.2f} GB peers {doc.get('peer_bytes', 0) / 1e9:.2f} GB"
+    return cell
 
 
 def _step_columns(doc: dict) -> list[str]:

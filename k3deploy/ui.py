@@ -76,9 +76,12 @@ class Ui:
             if task is None:
                 task = self._tasks[node] = bar.add_task(node, total=progress.get("bytes_total") or 1,
                                                               shards="")
+            shards = f"{progress.get('shards_done', 0)}/{progress.get('shards_total', 0)} shards"
+            if progress.get("peer_bytes"):  # fan-out: where this node's bytes came from
+                shards += (f", hub {progress.get('hub_bytes', 0) / 1e9:.2f} GB, peers "
+                           f"{progress['peer_bytes'] / 1e9:.2f} GB")
             bar.update(task, completed=progress.get("bytes_done", 0),
-                       total=progress.get("bytes_total") or 1,
-                       shards=f"{progress.get('shards_done', 0)}/{progress.get('shards_total', 0)} shards")
+                       total=progress.get("bytes_total") or 1, shards=shards)
 
     def _bar(self):
         if getattr(self, "_progress", None) is None:

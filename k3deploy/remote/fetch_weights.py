@@ -122,6 +122,7 @@ class Manifest:
             self.sha, self.endpoint = str(doc["sha"]), str(doc["endpoint"]).rstrip("/")
             self.max_workers = max(1, int(doc.get("max_workers", 8)))
             self.files = [FileSpec(f) for f in doc["files"]]
+            self.peers = doc.get("peers")  # k3deploy.fanout.peer_block, or None
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"manifest: missing or bad field: {e}") from None
         if not _HEX40.match(self.sha) or self.repo.count("/") != 1 or not self.files:
@@ -238,6 +239,8 @@ class Progress:
         self.verified: set[str] = set()
         self.on_disk: dict[str, int] = {}  # partial bytes of files in flight
         self.received, self.samples = 0, collections.deque(maxlen=12)
+        self.by_source: dict[str, int] = {}  # "hub" or a peer's name -> bytes received
+        self.bad_peers: set[str] = set()      # peers that served bytes failing a checksum
         self.started, self.state, self.error = time.time(), "running", None
         self.stop_event = threading.Event()
 
@@ -245,10 +248,11 @@ class Progress:
         with self.lock:
             self.on_disk[spec.path] = have
 
-    def received_bytes(self, spec: FileSpec, n: int) -> None:
+    def received_bytes(self, spec: FileSpec, n: int, source: str = "hub") -> None:
         with self.lock:
             self.on_disk[spec.path] = self.on_disk.get(spec.path, 0) + n
             self.received += n
+            self.by_source[source] = self.by_source.get(source, 0) + n
 
     def file_done(self, spec: FileSpec) -> None:
         with self.lock:
@@ -268,6 +272,10 @@ class Progress:
                     "rate_bps": int((self.received - r0) / (now - t0)) if now > t0 else 0,
                     "files_total": len(self.files), "files_done": len(done),
                     "shards_total": len(shards), "shards_done": sum(f.path in self.verified for f in shards),
+                    "hub_bytes": self.by_source.get("hub", 0),
+                    "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
+                    "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
+                    "bad_peers": sorted(self.bad_peers),
                     "started": self.started, "updated": now}
 
     def write(self) -> None:
@@ -287,7 +295,7 @@ class PartialBlob:
 
     def __init__(self, path: Path, spec: FileSpec, progress: Progress):
         self.path, self.spec, self.progress = path, spec, progress
-        self.hasher, self.have = spec.new_hasher(), 0
+        self.hasher, self.have, self.sources = spec.new_hasher(), 0, set()
         if path.exists() and path.stat().st_size > spec.size:
             log(f"{spec.path}: partial file is larger than the file; starting over")
             path.unlink()
@@ -296,18 +304,20 @@ class PartialBlob:
             while chunk := f.read(8 << 20):
                 self.hasher.update(chunk)
                 self.have += len(chunk)
+        self.resumed_from = self.have
         progress.partial(spec, self.have)
 
-    def append(self, f, data: bytes) -> None:
+    def append(self, f, data: bytes, source: str = "hub") -> None:
         f.write(data)
         self.hasher.update(data)
         self.have += len(data)
-        self.progress.received_bytes(self.spec, len(data))
+        self.sources.add(source)
+        self.progress.received_bytes(self.spec, len(data), source)
 
     def restart(self, f) -> None:
         f.seek(0)
         f.truncate()
-        self.hasher, self.have = self.spec.new_hasher(), 0
+        self.hasher, self.have, self.resumed_from = self.spec.new_hasher(), 0, 0
         self.progress.partial(self.spec, 0)
 
 
@@ -396,17 +406,19 @@ class RetryableStatus(Exception):
 
 
 class Downloader:
-    def __init__(self, manifest: Manifest, cache: RepoCache, fetcher: Fetcher, progress: Progress):
+    def __init__(self, manifest: Manifest, cache: RepoCache, fetcher: Fetcher, progress: Progress,
+                 peers=None):
         self.manifest, self.cache, self.fetcher, self.progress = manifest, cache, fetcher, progress
+        self.peers = peers  # peer_fetch.Peers, or None: every file from the Hub
         self.ledger = Ledger(cache.storage / ".k3deploy-verified.json")
 
-    def ensure(self, spec: FileSpec) -> None:
+    def ensure(self, spec: FileSpec, via_peers: bool = False) -> None:
         """Make one file present, verified and linked (the unit of work of a worker thread)."""
         if self.progress.stop_event.is_set():
             raise Stopped()
         with etag_lock(self.cache.locks / f"{spec.etag}.lock", self.progress.stop_event):
             if not self._blob_is_verified(spec):
-                self._download_verified(spec)
+                self._download_verified(spec, self.peers if via_peers else None)
             for leftover in [self.cache.partial(spec.etag), *self.cache.orphans(spec.etag)]:
                 leftover.unlink(missing_ok=True)
         self.cache.link(self.manifest.sha, spec)
@@ -428,15 +440,18 @@ class Downloader:
         blob.unlink()
         return False
 
-    def _download_verified(self, spec: FileSpec) -> None:
+    def _download_verified(self, spec: FileSpec, peers=None) -> None:
+        """From the Hub, or from peers (which raise NotYet/UseHub when they cannot serve it)."""
         digest = None
+        if peers:
+            peers.ready(spec)  # before hashing a partial: waiting for a peer must stay cheap
         for attempt in range(1, VERIFY_ATTEMPTS + 1):
             partial = self.cache.partial(spec.etag)
             self._adopt_orphan(spec, partial)
             part = PartialBlob(partial, spec, self.progress)
             if part.have:
                 log(f"{spec.path}: resuming from byte {part.have} of {spec.size}")
-            self.fetcher.fetch(spec, part)
+            (peers or self.fetcher).fetch(spec, part)
             digest = part.hasher.hexdigest()
             if digest == spec.etag:
                 os.chmod(partial, 0o644)
@@ -447,6 +462,8 @@ class Downloader:
             log(f"{spec.path}: {spec.algorithm} mismatch (attempt {attempt}/{VERIFY_ATTEMPTS}); refetching")
             partial.unlink()
             self.progress.partial(spec, 0)
+            if peers:
+                peers.mismatch(spec, part)
         raise DownloadError(f"{spec.path}: {spec.algorithm} mismatch after {VERIFY_ATTEMPTS} downloads "
                             f"(expected {spec.etag}, got {digest})")
 
@@ -512,22 +529,45 @@ def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None)
     cache.write_ref(manifest.revision, manifest.sha)
     cache.write_tree(manifest.sha, manifest.files)
     check_free_space(cache, manifest.files)
-    downloader = Downloader(manifest, cache, Fetcher(manifest, token, progress.stop_event), progress)
+    peers = load_peers(manifest, progress)
+    downloader = Downloader(manifest, cache, Fetcher(manifest, token, progress.stop_event), progress, peers)
     ensure = download_call(downloader.ensure)
-    errors: list[str] = []
-    with concurrent.futures.ThreadPoolExecutor(manifest.max_workers, thread_name_prefix="fetch") as pool:
-        futures = {pool.submit(ensure, spec): spec for spec in manifest.files}
-        for future in concurrent.futures.as_completed(futures):
-            error = future.exception()
-            if isinstance(error, DownloadError):
-                errors.append(str(error))
-            elif error is not None and not isinstance(error, Stopped):
-                errors.append(f"{futures[future].path}: {type(error).__name__}: {error}")
+    if peers is not None:
+        errors = peers.schedule(manifest.files, ensure, manifest.max_workers, describe_error)
+    else:
+        errors = []
+        with concurrent.futures.ThreadPoolExecutor(manifest.max_workers, thread_name_prefix="fetch") as pool:
+            futures = {pool.submit(ensure, spec): spec for spec in manifest.files}
+            for future in concurrent.futures.as_completed(futures):
+                error = future.exception() and describe_error(futures[future], future.exception())
+                if error:
+                    errors.append(error)
     if progress.stop_event.is_set():
         raise DownloadError("stopped by a signal")
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise DownloadError(sorted(errors)[0] + more)
+
+
+def describe_error(spec: FileSpec, error: BaseException) -> str | None:
+    if isinstance(error, DownloadError):
+        return str(error)
+    if isinstance(error, Stopped):
+        return None
+    return f"{spec.path}: {type(error).__name__}: {error}"
+
+
+def load_peers(manifest: Manifest, progress: Progress):
+    """peer_fetch.Peers for a manifest with a `peers` block (k3deploy.fanout), else None."""
+    if not manifest.peers:
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer_fetch.py ships next to us
+    sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
+    import peer_fetch
+    try:
+        return peer_fetch.load(manifest.peers, progress.stop_event, Stopped, log, progress.bad_peers)
+    except (OSError, KeyError, TypeError, ValueError) as e:
+        raise BadInput(f"manifest peers block or secret file: {e}") from None
 
 
 def download_call(fn):
@@ -603,6 +643,8 @@ def main(argv=None) -> int:
         run(manifest, args.hf_home, progress, token)
     except DownloadError as e:
         return finish(progress, "failed", str(e), EXIT_FAILED)
+    except BadInput as e:
+        return finish(progress, "failed", str(e), EXIT_BAD_INPUT)
     except Exception as e:  # the one-line reason beats a traceback in a log nobody reads in full
         return finish(progress, "failed", f"{type(e).__name__}: {e}", EXIT_FAILED)
     log(f"done: {len(manifest.files)} files verified and linked in {time.time() - progress.started:.1f}s")

@@ -1,9 +1,11 @@
 """Node side: how much of the pinned snapshot is verified, and is a download running.
 
-Reads the manifest (JSON) on stdin; argv: HF_HOME PROGRESS_FILE PID_FILE. Prints one JSON object.
-Stdlib only, and cheap: it stats files and reads fetch_weights' ledger; it hashes nothing.
+Reads the manifest (JSON) on stdin; argv: HF_HOME PROGRESS_FILE PID_FILE [PEER_PID_FILE
+PEER_MANIFEST PEER_SECRET_FILE]. Prints one JSON object. Stdlib only, and cheap: it stats files
+and reads fetch_weights' ledger; it hashes only the peer server's two small input files.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -40,10 +42,10 @@ def verified_files(manifest, hf_home):
     return missing, partial, done_bytes
 
 
-def _alive(pid):
+def _alive(pid, script=b"fetch_weights"):
     try:
         with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
-            return b"fetch_weights" in fh.read()
+            return script in fh.read()
     except (OSError, TypeError, ValueError):
         return False
 
@@ -64,13 +66,36 @@ def downloader(progress_path, pid_path):
     return progress, _alive(started) or _alive((progress or {}).get("pid"))
 
 
+def _sha256(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def peer_server(pid_path, manifest_path, secret_path):
+    """Is the peer server running, and with which manifest and secret (their hashes: the laptop
+    compares them with what this run would start it with)."""
+    try:
+        with open(pid_path) as fh:
+            pid = fh.read().strip()
+    except OSError:
+        pid = None
+    return {"running": _alive(pid, b"peer_server"), "manifest_sha256": _sha256(manifest_path),
+            "secret_sha256": _sha256(secret_path)}
+
+
 def main():
     manifest = json.load(sys.stdin)
     missing, partial, done_bytes = verified_files(manifest, sys.argv[1])
     progress, alive = downloader(sys.argv[2], sys.argv[3])
-    print(json.dumps({"total": len(manifest["files"]), "missing_count": len(missing),
-                      "missing": missing[:5], "partial_bytes": partial,
-                      "verified_bytes": done_bytes, "running": alive, "progress": progress}))
+    found = {"total": len(manifest["files"]), "missing_count": len(missing),
+             "missing": missing[:5], "partial_bytes": partial,
+             "verified_bytes": done_bytes, "running": alive, "progress": progress}
+    if len(sys.argv) > 6:
+        found["peer"] = peer_server(*sys.argv[4:7])
+    print(json.dumps(found))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ REGISTRY = {
     "teardown": "k3deploy.steps.teardown:RemoveContainers",
     "stop-download": "k3deploy.steps.teardown:StopDownload",
     "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
+    "stop-peer-server": "k3deploy.steps.peers:StopPeerServer",
     "file": "k3deploy.steps.files:EnsureFile",
 }
 

@@ -15,12 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy import interrupt
 from k3deploy.errors import StepFailed
+from k3deploy.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.hubmeta import manifest_for, token_from_env
 from k3deploy.log import get as get_log
 from k3deploy.remote import script_text
+from k3deploy.secretfile import peer_secret
+from k3deploy.steps import peers
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 FETCHER = script_text("fetch_weights.py")
+PEER_CLIENT = script_text("peer_fetch.py")
 STATUS = script_text("weights_status.py")
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
@@ -31,12 +35,15 @@ class DownloadParams(BaseModel):
     max_workers: int = Field(default=16, ge=1, le=64)
     poll_seconds: float = Field(default=1.0, gt=0)
     stall_seconds: float = Field(default=600, gt=0)   # no new byte for this long: fail
+    # fan-out: a file's owner unreachable or without progress this long: that file from the Hub
+    peer_stall_seconds: float = Field(default=PEER_STALL_SECONDS, gt=0)
 
 
 class Paths:
     def __init__(self, node):
         self.work = node.inv.paths.work
         self.fetcher = f"{self.work}/fetch_weights.py"
+        self.peer_client = f"{self.work}/peer_fetch.py"
         self.manifest = f"{self.work}/manifest.json"
         self.progress = f"{self.work}/download-progress.json"
         self.log = f"{self.work}/download.log"
@@ -62,6 +69,19 @@ class DownloadWeights(Step):
                     "k3deploy downloads with ranged HTTP through huggingface_hub's client and "
                     "resumes partial shards itself")
         run.shared.setdefault("manifest_json", json.dumps(manifest.to_json(self.p.max_workers)))
+        if peers_enabled(run.inv):
+            # --check changes nothing, here neither: without a secret yet, the plan shows the
+            # upload of one that matches no node's.
+            run.shared.setdefault("peer_secret", peer_secret(run.session.state_dir,
+                                                             create=not run.check) or "")
+
+    def _manifest_json(self, node) -> str:
+        """This node's manifest: with peers, each node's names its own share and its peers."""
+        base = node.run.shared["manifest_json"]
+        if not peers_enabled(node.inv):
+            return base
+        return peers.node_manifest(base, node, node.run.shared["manifest"],
+                                   self.p.peer_stall_seconds)
 
     def inputs(self, node):
         m = node.run.shared.get("manifest")
@@ -69,34 +89,50 @@ class DownloadWeights(Step):
 
     def facts(self, node):
         paths = Paths(node)
-        res = node.conn.run(["python3", "-c", STATUS, node.inv.paths.hf, paths.progress, paths.pid],
-                            stdin=node.run.shared["manifest_json"], retry=True, step=self.name)
+        extra = peers.PeerPaths(node.inv).status_args() if peers_enabled(node.inv) else []
+        res = node.conn.run(["python3", "-c", STATUS, node.inv.paths.hf, paths.progress, paths.pid,
+                             *extra], stdin=self._manifest_json(node), retry=True, step=self.name)
         found = json.loads(res.stdout.strip().splitlines()[-1])
         if found["missing_count"] == 0:
             found["token_file"] = node.conn.run(["test", "-e", paths.env], check=False).ok
         return found
 
     def plan(self, facts, node):
+        actions = self._peer_actions(facts, node)
         if facts["missing_count"] == 0:
             # The token is only needed to download: none stays behind, also when the download
-            # finished while no k3deploy was waiting for it.
-            return [cmd("remove the HF token file (download complete)", "rm", "-f",
-                        Paths(node).env, retry=True)] if facts.get("token_file") else []
+            # finished while no k3deploy was waiting for it. Only the waiting step promises
+            # that: download-start's detached downloader may finish (and leave the token)
+            # between its apply and its re-check, which must not fail the step.
+            if self.p.wait and facts.get("token_file"):
+                actions.append(cmd("remove the HF token file (download complete)", "rm", "-f",
+                                   Paths(node).env, retry=True))
+            return actions
         waiting = [Action("wait until every file is verified", wait="download")] if self.p.wait else []
         if facts["running"]:
-            return waiting
+            return actions + waiting
         if node.name in node.run.shared.get("download_started", ()):
             # Started by this run and already dead (e.g. a shard that keeps failing its
             # sha256): a restart would fetch the same bad bytes again; report it instead.
             self._failed(node, Paths(node), facts)
-        return self._start_actions(node) + waiting
+        return _once(actions + self._start_actions(node)) + waiting
+
+    def _peer_actions(self, facts, node) -> list[Action]:
+        """The node's peer server runs (fan-out on): before the downloader, which asks peers."""
+        if not peers_enabled(node.inv):
+            return []
+        return peers.server_actions(facts, node, self._manifest_json(node),
+                                    node.run.shared["peer_secret"], Paths(node).progress)
 
     def _start_actions(self, node) -> list[Action]:
         paths, run = Paths(node), node.run
         actions = [Action("create k3deploy work dir", ("mkdir", "-p", paths.work), retry=True),
                    upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
-                   upload("upload the pinned manifest", paths.manifest, run.shared["manifest_json"],
+                   upload("upload the pinned manifest", paths.manifest, self._manifest_json(node),
                           mode=0o644)]
+        if peers_enabled(node.inv):
+            actions.append(upload("upload the downloader's peer client", paths.peer_client,
+                                  PEER_CLIENT, mode=0o644))
         if run.shared.get("token"):
             actions.append(upload("upload the HF token (0600)", paths.env,
                                   f"HF_TOKEN={run.shared['token']}\n"))
@@ -159,9 +195,48 @@ class DownloadWeights(Step):
 
     def detail(self, facts, node):
         m = node.run.shared.get("manifest")
+        progress = facts.get("progress") or {}
         return {"sha": m.sha if m else None, "files": facts["total"],
                 "verified": facts["total"] - facts["missing_count"],
-                "verified_bytes": facts["verified_bytes"]}
+                "verified_bytes": facts["verified_bytes"],
+                "hub_bytes": progress.get("hub_bytes"), "peer_bytes": progress.get("peer_bytes"),
+                "bad_peers": progress.get("bad_peers") or []}
+
+    def closing_lines(self, run):
+        if not self.p.wait or "manifest" not in run.shared:
+            return []
+        details = [run.session.states[n.name].step(self.label).get("detail") or {}
+                   for n in run.inv.nodes]
+        lines = [hub_summary(details, run.shared["manifest"].total_bytes)]
+        seen = {n.name: d.get("bad_peers") or [] for n, d in zip(run.inv.nodes, details)}
+        for bad in sorted({p for found in seen.values() for p in found}):
+            by = ", ".join(n for n, found in seen.items() if bad in found)
+            lines.append(f"peer {bad} served bytes failing their checksum (seen by {by}); those "
+                         "files came from the Hub: check that node's disk and memory")
+        return lines
+
+
+def hub_summary(details: list[dict], repo_bytes: int) -> str:
+    hub = sum(d.get("hub_bytes") or 0 for d in details)
+    peer = sum(d.get("peer_bytes") or 0 for d in details)
+    return (f"weights: the Hub served {_size(hub)} for a {_size(repo_bytes)} repo "
+            f"({hub / max(1, repo_bytes):.2f}x), peers {_size(peer)} (each node's last "
+            "downloader run)")
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+
+
+def _once(actions: list[Action]) -> list[Action]:
+    """Drop repeats (the peer server and the downloader both upload fetch_weights.py)."""
+    seen, out = set(), []
+    for action in actions:
+        key = (action.description, action.upload_to, action.argv)
+        if key not in seen:
+            seen.add(key)
+            out.append(action)
+    return out
 
 
 def _download_hint(error: str, inventory: str) -> str:

@@ -9,6 +9,7 @@ import shlex
 from concurrent.futures import ThreadPoolExecutor
 
 from k3deploy.errors import Interrupted, K3Error
+from k3deploy.fanout import peers_enabled
 from k3deploy.remote import script_text
 from k3deploy.steps import raylayout
 
@@ -19,6 +20,8 @@ SAMPLE = 2
 
 def _ports_for(run, name: str, head: str, rng: random.Random) -> list[int]:
     ports = [rng.randint(33000, 60000) for _ in range(SAMPLE)]
+    if peers_enabled(run.inv):  # weights fan-out: every node fetches from every other
+        ports.append(run.inv.ports.peer)
     if name != head:
         return ports
     # Multi-node vLLM: the workers' `ray start --address` needs the head's Ray GCS port.

@@ -32,6 +32,8 @@ def _up_parser(sub) -> None:
     up.add_argument("--shard-bytes", type=int, help="size of each of the 96 mock shards")
     up.add_argument("--hub-rate", type=int, default=8 * 1024 * 1024,
                     help="mock Hub bytes/s per connection (0: unthrottled)")
+    up.add_argument("--hub-node-rate", type=int, default=0,
+                    help="mock Hub bytes/s per node over all its connections (0: unthrottled)")
     up.add_argument("--hub-token-file", help="mock Hub requires this bearer token")
     up.add_argument("--no-hub", action="store_true",
                     help="no mock Hub (the inventory endpoint then has no server behind it)")
@@ -61,6 +63,7 @@ def _up(args) -> int:
         raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")
     opts = testbed.UpOptions(nodes=specs, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
                              engine=args.engine, shard_bytes=args.shard_bytes, hub_rate=args.hub_rate,
+                             hub_node_rate=args.hub_node_rate,
                              hub_token_file=args.hub_token_file, hub=not args.no_hub)
     testbed.up(args.dir, opts)
     return 0

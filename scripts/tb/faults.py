@@ -11,6 +11,9 @@ from tb.state import TestbedState
 from tb.testbed import start_nodes
 
 FILL_FILE = ".k3tb-fill"
+# A test hook of k3deploy's peer server (k3deploy/steps/peers.py, PeerPaths.corrupt_flag): while
+# this file exists in the node's k3deploy work dir, the server flips every byte it serves.
+PEER_CORRUPT_FLAG = "/mnt/nvme/.k3deploy/peer-corrupt.testhook"
 FILL_LEAVE_FREE = 512 * 1024
 
 
@@ -86,6 +89,20 @@ def fill_disk(state: TestbedState, name: str) -> str:
     return f"{name}: /mnt/nvme filled ({left} bytes free)"
 
 
+def peer_corrupt(state: TestbedState, name: str) -> str:
+    record = _running_node(state, name)
+    flag = Path(f"/proc/{record['init_pid']}/root{PEER_CORRUPT_FLAG}")
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    flag.touch()
+    return f"{name}: its peer server now flips the bytes it serves"
+
+
+def peer_heal(state: TestbedState, name: str) -> str:
+    record = _running_node(state, name)
+    Path(f"/proc/{record['init_pid']}/root{PEER_CORRUPT_FLAG}").unlink(missing_ok=True)
+    return f"{name}: its peer server serves true bytes again"
+
+
 def hub_fault(state: TestbedState, action: str, arg: str | None) -> str:
     if action == "drop-after":
         if arg is None or not arg.isdigit():
@@ -97,7 +114,8 @@ def hub_fault(state: TestbedState, action: str, arg: str | None) -> str:
 
 
 NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition": partition,
-                "heal": heal, "fill-disk": fill_disk}
+                "heal": heal, "fill-disk": fill_disk, "peer-corrupt": peer_corrupt,
+                "peer-heal": peer_heal}
 HUB_ACTIONS = {"hub-drop-after": "drop-after", "hub-corrupt": "corrupt", "hub-heal": "heal"}
 ACTIONS = (*NODE_ACTIONS, *HUB_ACTIONS)
 

@@ -20,7 +20,9 @@ right before the last chunk of every file body goes out, so a client that has fi
 file never sees stats that miss it.
 
 CLI: hub.py serve --dir HUBDIR --listen IP:PORT [--repo R] [--shards N] [--shard-bytes B]
-                  [--rate BYTES_PER_SEC_PER_CONN] [--token-file F]
+                  [--rate BYTES_PER_SEC_PER_CONN] [--node-rate BYTES_PER_SEC_PER_NODE] [--token-file F]
+--node-rate caps each node (client address) over all its connections at once: a node's Internet
+link, shared by its parallel downloads; --rate still caps each connection.
 """
 from __future__ import annotations
 
@@ -143,6 +145,20 @@ class HubStats:
                 self.flush()
 
 
+class NodeLink:
+    """One node's share of a --node-rate: every connection of that node draws from it."""
+
+    def __init__(self, rate: int):
+        self.rate, self.lock, self.busy_until = rate, threading.Lock(), 0.0
+
+    def take(self, n: int) -> None:
+        with self.lock:
+            now = time.monotonic()
+            self.busy_until = max(self.busy_until, now) + n / self.rate
+            wait = self.busy_until - now
+        time.sleep(wait)
+
+
 class HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 300  # idle keep-alive connections must not pin a thread forever
@@ -245,7 +261,9 @@ class HubHandler(BaseHTTPRequestHandler):
         cut = stop if drop_after is None else min(stop, start + max(int(drop_after), 0))
         corrupt_from = f.size // 2 if faults.get("corrupt") == f.path else None
         hub.stats.file_bytes(ip, f.path, 0, new_get=True)
-        chunk = max(1024, min(65536, hub.rate // 20)) if hub.rate else 256 * 1024
+        rates = [r for r in (hub.rate, hub.node_rate) if r]
+        chunk = max(1024, min(65536, min(rates) // 20)) if rates else 256 * 1024
+        link = hub.link(ip)
         began, sent, pos = time.monotonic(), 0, start
         with open(hub.repo.local_path(f.path), "rb") as src:
             src.seek(start)
@@ -268,6 +286,8 @@ class HubHandler(BaseHTTPRequestHandler):
                 if not last:
                     hub.stats.file_bytes(ip, f.path, len(data))
                 pos, sent = pos + len(data), sent + len(data)
+                if link:
+                    link.take(len(data))
                 if hub.rate:
                     time.sleep(max(0.0, began + sent / hub.rate - time.monotonic()))
         if cut < stop:  # the drop-after fault: hang up mid-body
@@ -300,10 +320,20 @@ class HubHandler(BaseHTTPRequestHandler):
 class Hub:
     """The repo, the settings and the counters one server answers from."""
 
-    def __init__(self, hub_dir, repo: hubrepo.Repo, rate: int = 0, token: str | None = None):
+    def __init__(self, hub_dir, repo: hubrepo.Repo, rate: int = 0, token: str | None = None,
+                 node_rate: int = 0):
         self.dir, self.repo, self.rate, self.token = Path(hub_dir), repo, int(rate), token
+        self.node_rate, self.links, self.links_lock = int(node_rate), {}, threading.Lock()
         self.url: str | None = None  # set once the server is bound
         self.stats = HubStats(self.dir, repo)
+
+    def link(self, ip: str) -> NodeLink | None:
+        """The node's --node-rate link (by node name, so all its addresses share it)."""
+        if not self.node_rate:
+            return None
+        name = self.stats.node_name(ip)
+        with self.links_lock:
+            return self.links.setdefault(name, NodeLink(self.node_rate))
 
 
 class HubServer(ThreadingHTTPServer):
@@ -314,12 +344,12 @@ class HubServer(ThreadingHTTPServer):
 
 def start(hub_dir, listen: str = "127.0.0.1:0", repo_id: str = hubrepo.DEFAULT_REPO,
           shards: int = hubrepo.DEFAULT_SHARDS, shard_bytes: int = hubrepo.DEFAULT_SHARD_BYTES,
-          rate: int = 0, token: str | None = None) -> tuple[HubServer, Hub]:
+          rate: int = 0, token: str | None = None, node_rate: int = 0) -> tuple[HubServer, Hub]:
     """Bind the server (not yet serving) and write HUBDIR/ready with its URL."""
     hub_dir = Path(hub_dir)
     hub_dir.mkdir(parents=True, exist_ok=True)
     repo = hubrepo.build_repo(hub_dir / "repo-cache", repo_id, shards, shard_bytes)
-    hub = Hub(hub_dir, repo, rate, token)
+    hub = Hub(hub_dir, repo, rate, token, node_rate)
     host, _, port = listen.rpartition(":")
     handler = type("BoundHubHandler", (HubHandler,), {"hub": hub})
     server = HubServer((host or "0.0.0.0", int(port)), handler)
@@ -364,7 +394,8 @@ def _serve(args) -> int:
     token = Path(args.token_file).read_text().strip() if args.token_file else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before binding: no window for a hard kill
-    server, hub = start(args.dir, args.listen, args.repo, args.shards, args.shard_bytes, args.rate, token)
+    server, hub = start(args.dir, args.listen, args.repo, args.shards, args.shard_bytes, args.rate, token,
+                        args.node_rate)
     threading.Thread(target=lambda: (stop.wait(), server.shutdown()), daemon=True).start()
     print(f"mock hub serving {hub.repo.repo_id}@{hub.repo.sha} ({len(hub.repo.files)} files, "
           f"{hub.repo.total_bytes} bytes) on {hub.url}", flush=True)
@@ -389,6 +420,8 @@ def main(argv=None) -> int:
     serve.add_argument("--shards", type=int, default=hubrepo.DEFAULT_SHARDS)
     serve.add_argument("--shard-bytes", type=int, default=hubrepo.DEFAULT_SHARD_BYTES)
     serve.add_argument("--rate", type=int, default=0, help="bytes/s per connection, 0 = unthrottled")
+    serve.add_argument("--node-rate", type=int, default=0,
+                       help="bytes/s per node over all its connections, 0 = unthrottled")
     serve.add_argument("--token-file", help="require 'Authorization: Bearer <token in this file>'")
     args = parser.parse_args(argv)
     return _serve(args)

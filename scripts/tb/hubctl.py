@@ -45,14 +45,14 @@ def _pick_port(address: str) -> int:
 
 
 def start(state: TestbedState, address: str, shard_bytes: int | None, rate: int,
-          token_file: str | None) -> None:
+          token_file: str | None, node_rate: int = 0) -> None:
     if not HUB_SCRIPT.exists():
         raise HubError(f"mock hub not found at {HUB_SCRIPT}")
     hdir = hub_dir(state.dir)
     (hdir / "ready").unlink(missing_ok=True)
     argv = [sys.executable, str(HUB_SCRIPT), "serve", "--dir", str(hdir),
             "--listen", f"{address}:{_pick_port(address)}", "--repo", HUB_REPO,
-            "--shards", str(HUB_SHARDS), "--rate", str(rate)]
+            "--shards", str(HUB_SHARDS), "--rate", str(rate), "--node-rate", str(node_rate)]
     if shard_bytes is not None:
         argv += ["--shard-bytes", str(shard_bytes)]
     if token_file:

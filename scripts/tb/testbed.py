@@ -21,6 +21,7 @@ class UpOptions:
     engine: str = "sglang"
     shard_bytes: int | None = None
     hub_rate: int = 8 * 1024 * 1024
+    hub_node_rate: int = 0
     hub_token_file: str | None = None
     hub: bool = True
 
@@ -73,7 +74,7 @@ def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
         (state.dir / "hub").mkdir(exist_ok=True)
         hubctl.write_nodes_map(state.dir, {r["name"]: r["address"] for r in records})
         hubctl.start(state, net.bridge_address(idx), opts.shard_bytes, opts.hub_rate,
-                     opts.hub_token_file)
+                     opts.hub_token_file, opts.hub_node_rate)
     start_nodes(state, records)
     endpoint = (hubctl.wait_ready(state) if opts.hub
                 else f"http://{net.bridge_address(idx)}:{hubctl.PREFERRED_PORT}")

@@ -228,6 +228,20 @@ def test_rate_limits_each_connection(tmp_path):
     assert status == 200 and len(data) == 60_000 and 0.5 <= elapsed < 3
 
 
+def test_node_rate_is_shared_by_all_connections_of_a_node(tmp_path):
+    # Four parallel 60 kB bodies to one client at 100 kB/s per node: about 2.4 s together (2.0
+    # allows for each body's last chunk going out before its charge), where one 100 kB/s limit
+    # per connection would let them finish in 0.6 s.
+    from concurrent.futures import ThreadPoolExecutor
+    with tbhub.serve_in_thread(tmp_path / "hub", shards=4, shard_bytes=60_000, node_rate=100_000) as slow:
+        urls = [f"{slow.url}/{slow.repo.repo_id}/resolve/main/{s}" for s in slow.repo.shard_names()]
+        started = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            bodies = [r[2] for r in pool.map(get, urls)]
+        elapsed = time.monotonic() - started
+    assert [len(b) for b in bodies] == [60_000] * 4 and elapsed >= 2.0, elapsed
+
+
 def test_cli_runs_on_stdlib_python_and_exits_on_sigterm(tmp_path):
     hub_dir, token_file = tmp_path / "hub", tmp_path / "token"
     token_file.write_text("hf_cli_token\n")

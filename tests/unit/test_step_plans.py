@@ -82,18 +82,21 @@ def test_image_pull_only_when_missing(tmp_path):
 
 
 # -- download -----------------------------------------------------------------------------
+NO_PEERS = four_nodes(download={"peers": False})
+
+
 def manifest():
     return Manifest("moonshotai/Kimi-K3", "main", SHA, None,
                     (RepoFile("model-00001-of-00096.safetensors", 10, "b" * 64, "c" * 40),))
 
 
 def test_download_complete_plans_nothing(tmp_path):
-    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json="{}", token=None)
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
     assert DownloadWeights().plan({"missing_count": 0, "running": False}, ctx) == []
 
 
 def test_download_start_uploads_token_file_and_detaches(tmp_path):
-    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
     actions = DownloadWeights().plan({"missing_count": 3, "running": False}, ctx)
     env = next(a for a in actions if a.upload_to == "/mnt/nvme/.k3deploy/hf.env")
     assert env.content == "HF_TOKEN=hf_tok\n" and env.mode == 0o600
@@ -105,7 +108,7 @@ def test_download_start_uploads_token_file_and_detaches(tmp_path):
 
 
 def test_download_running_is_reattached_not_restarted(tmp_path):
-    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json="{}", token=None)
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
     assert shown(DownloadWeights().plan({"missing_count": 3, "running": True}, ctx)) == \
         ["wait until every file is verified"]
     assert DownloadWeights({"wait": False}).plan({"missing_count": 3, "running": True}, ctx) == []
@@ -203,7 +206,7 @@ def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeyp
 
 
 def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_path):
-    ctx = node_ctx(tmp_path, manifest=manifest(), manifest_json="{}", token=None,
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None,
                    download_started={"node0"})
     ctx.run.session.connections["node0"].respond = lambda command: (0, "ERROR: sha256 mismatch\n")
     facts = {"missing_count": 1, "total": 2, "running": False,

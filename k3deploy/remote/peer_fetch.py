@@ -1,0 +1,277 @@
+"""fetch_weights' peer source: the large files other nodes own, from any peer that has them.
+
+Imported by fetch_weights.py (same directory, standard library only) when its manifest has a
+`peers` block: {"self", "port", "secret_file", "nodes": {name: private ip}, "owner": {path:
+node}, "stall_seconds"}. A file this node does not own is taken from any peer whose index lists
+it verified (peers rotated per node and file, so one owner is not asked by everyone at once);
+while none has it and its owner is progressing on it, other files go first (NotYet); a peer
+that is unreachable, refuses or stalls longer than stall_seconds is skipped for a while, one that
+served bytes failing the checksum is never used again in this run; when no peer can serve it and
+its owner shows no progress on anything for stall_seconds (dead, stalled, partitioned) or its
+downloader is no longer running, it comes from the Hub (UseHub). Bytes from peers land in the same `.incomplete` file as Hub bytes, so a partial from a
+peer resumes from a peer or from the Hub with Range, and is verified like any other.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import os
+import threading
+import time
+import zlib
+
+INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one request
+RETRY_DOWN = 2.0     # seconds an unreachable or refusing peer is left alone, doubling
+INDEX_TIMEOUT = 5.0  # a peer that does not answer its index in this long counts as down
+RECHECK = 0.5        # seconds before a file no peer has yet is looked at again
+BUFFER = 4 << 20
+
+
+class NotYet(Exception):
+    """No peer has the file verified yet and its owner is progressing: try later."""
+
+
+class UseHub(Exception):
+    """Fetch this file from the Hub (the reason is the message)."""
+
+
+class PeerError(Exception):
+    pass
+
+
+class PeerBusy(PeerError):
+    """503: the peer serves its maximum of connections; it is fine, just not now."""
+
+
+class Peer:
+    def __init__(self, name: str, host: str, port: int):
+        self.name, self.host, self.port = name, host, port
+        self.bad = False                      # served a checksum mismatch: never again
+        self.down_until, self.unreachable_since, self.failures = 0.0, None, 0
+        self.index, self.index_at, self.lock = None, 0.0, threading.Lock()
+
+
+class Peers:
+    def __init__(self, block: dict, secret: str, stop_event: threading.Event, stopped, log,
+                 bad: set):
+        self.me, self.owner = str(block["self"]), dict(block["owner"])
+        self.stall = float(block.get("stall_seconds", 30))
+        port = int(block["port"])
+        self.peers = {name: Peer(name, ip, port) for name, ip in block["nodes"].items()}
+        self.auth = {"Authorization": f"Bearer {secret}"}
+        self.stop_event, self.stopped, self.log = stop_event, stopped, log
+        self.bad = bad  # names of peers never used again; the progress file reports them
+        self.waiting: dict[str, tuple] = {}   # owner -> (its progress as last seen, since when)
+        self.lock = threading.Lock()
+
+    def wants(self, spec) -> bool:
+        return self.owner.get(spec.path) not in (None, self.me)
+
+    # -- finding a peer -----------------------------------------------------------------
+    def _request(self, peer: Peer, method: str, path: str, headers: dict | None = None,
+                 timeout: float | None = None):
+        conn = http.client.HTTPConnection(peer.host, peer.port, timeout=timeout or self.stall)
+        try:
+            conn.request(method, path, headers={**self.auth, **(headers or {})})
+            return conn, conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise PeerError(f"{type(e).__name__}: {e}") from None
+
+    def _index(self, peer: Peer) -> dict | None:
+        """{"verified": [etag], "partial": {etag: bytes}}, or None while unusable. While one
+        thread asks a peer, the others use what it said last (a dead peer's timeout must not
+        hold up every worker)."""
+        if not peer.lock.acquire(blocking=False):
+            return None if peer.bad else peer.index
+        try:
+            return self._fresh_index(peer)
+        finally:
+            peer.lock.release()
+
+    def _fresh_index(self, peer: Peer) -> dict | None:
+        now = time.monotonic()
+        if peer.bad or now < peer.down_until:
+            return None
+        if now - peer.index_at < INDEX_TTL:
+            return peer.index
+        try:
+            conn, response = self._request(peer, "GET", "/index", timeout=INDEX_TIMEOUT)
+            try:
+                if response.status == 503:  # busy serving: what it had a moment ago holds
+                    return peer.index
+                if response.status != 200:
+                    raise PeerError(f"HTTP {response.status}")
+                peer.index = json.loads(response.read())
+            finally:
+                conn.close()
+        except (PeerError, OSError, ValueError, http.client.HTTPException) as e:
+            self._down(peer, str(e))
+            return None
+        peer.index_at, peer.unreachable_since, peer.failures = time.monotonic(), None, 0
+        return peer.index
+
+    def _down(self, peer: Peer, why: str) -> None:
+        now = time.monotonic()
+        if peer.unreachable_since is None:
+            peer.unreachable_since = now
+            self.log(f"peer {peer.name} ({peer.host}:{peer.port}) not usable: {why}; skipped")
+        peer.failures += 1
+        # Backing off, but looked at several times within the stall bound: a peer whose server
+        # starts late must be seen before its share is given up to the Hub.
+        peer.down_until = now + min(self.stall / 4, RETRY_DOWN * 2 ** (peer.failures - 1))
+        peer.index, peer.index_at = None, 0.0
+
+    def holders(self, spec) -> list[Peer]:
+        """Peers with the file verified, in an order that differs per node and file."""
+        names = sorted(self.peers)
+        turn = zlib.crc32(f"{self.me}/{spec.etag}".encode()) % max(1, len(names))
+        ordered = [self.peers[n] for n in names[turn:] + names[:turn]]
+        return [p for p in ordered if spec.etag in ((self._index(p) or {}).get("verified") or ())]
+
+    # -- the source fetch_weights calls -------------------------------------------------
+    def ready(self, spec) -> None:
+        """Return when some peer has the file verified, else raise NotYet / UseHub."""
+        if not self.holders(spec):
+            self._no_holder(spec)
+
+    def fetch(self, spec, part) -> None:
+        """Fill `part` to spec.size from peers, or raise NotYet / UseHub."""
+        busy = False
+        for peer in self.holders(spec):
+            try:
+                self._get(peer, spec, part)
+                return
+            except PeerBusy:
+                busy = True
+            except PeerError as e:
+                self._down(peer, f"{spec.path}: {e}")
+        if busy:
+            raise NotYet()
+        self._no_holder(spec)
+
+    def _no_holder(self, spec) -> None:
+        owner = self.peers.get(self.owner.get(spec.path, ""))
+        if owner is None or owner.bad:
+            raise UseHub(f"its owner {getattr(owner, 'name', '?')} served corrupt bytes")
+        index = self._index(owner)
+        if index and index.get("downloader") in ("failed", "done"):
+            raise UseHub(f"no peer has it and its owner {owner.name}'s download "
+                         f"{index['downloader']} without it")
+        # Any progress of the owner counts: with 16 workers it reaches a file of its share only
+        # when an earlier one is done, which on a real cluster takes longer than the bound.
+        progress = None if index is None else (len(index.get("verified") or ()),
+                                               sum((index.get("partial") or {}).values()))
+        now = time.monotonic()
+        with self.lock:
+            seen = self.waiting.get(owner.name)
+            if seen is None or (progress is not None and progress != seen[0]):
+                self.waiting[owner.name] = (progress, now)
+                raise NotYet()
+        if now - seen[1] > self.stall:
+            what = "is unreachable" if progress is None else "made no progress"
+            raise UseHub(f"no peer has it and its owner {owner.name} {what} for {self.stall:.0f}s")
+        raise NotYet()
+
+    def _get(self, peer: Peer, spec, part) -> None:
+        start = part.have
+        conn, response = self._request(peer, "GET", f"/blobs/{spec.etag}",
+                                       {"Range": f"bytes={start}-"} if start else None)
+        try:
+            expected = f"bytes {start}-{spec.size - 1}/{spec.size}"
+            if response.status == 503:
+                raise PeerBusy()
+            if response.status != (206 if start else 200) or \
+                    (start and response.getheader("Content-Range") != expected):
+                raise PeerError(f"HTTP {response.status} {response.getheader('Content-Range')}")
+            self._copy(peer, spec, part, response)
+        except (OSError, http.client.HTTPException) as e:
+            raise PeerError(f"{type(e).__name__}: {e} at byte {part.have}") from None
+        finally:
+            conn.close()
+
+    def _copy(self, peer: Peer, spec, part, response) -> None:
+        """Receive into one buffer while the other is written and hashed (hashlib lets go of the
+        GIL): on a fast private network sha256 in the receiving thread would halve the rate."""
+        views = [memoryview(bytearray(BUFFER)) for _ in range(2)]
+        got, turn, pending = part.have, 0, None
+        with open(part.path, "ab") as f, \
+                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hash") as writer:
+            try:
+                while got < spec.size:
+                    self._check(peer, part, f, pending)
+                    n = response.readinto(views[turn][:min(BUFFER, spec.size - got)])
+                    if not n:
+                        raise PeerError(f"the response ended at byte {got}")
+                    if pending:
+                        pending.result()
+                    pending = writer.submit(part.append, f, views[turn][:n], peer.name)
+                    got, turn = got + n, 1 - turn
+            finally:
+                if pending:
+                    pending.result()
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _check(self, peer: Peer, part, f, pending) -> None:
+        if self.stop_event.is_set():
+            raise self.stopped()
+        if peer.bad:  # found out on another file meanwhile: none of its bytes are kept
+            if pending:
+                pending.result()
+            part.restart(f)
+            raise PeerError("it served corrupt bytes of another file")
+
+    def mismatch(self, spec, part) -> None:
+        """The file failed its checksum: the peers whose bytes are in it are not used again when
+        they wrote all of it; then the file comes from the Hub."""
+        sources = sorted(s for s in part.sources if s in self.peers)
+        if part.resumed_from == 0:
+            for name in sources:
+                self.peers[name].bad = True
+                self.bad.add(name)
+        raise UseHub(f"bytes from peer {', '.join(sources) or '?'} fail the checksum"
+                     + ("; that peer is not used again in this run" if part.resumed_from == 0
+                        else " (the file resumed an earlier partial)"))
+
+    # -- scheduling ---------------------------------------------------------------------
+    def schedule(self, files, ensure, workers: int, describe) -> list[str]:
+        """Run ensure(spec, via_peers) for every file; Hub files and peer files in their own
+        pools so waiting for a peer never holds up this node's own Hub share."""
+        errors, later, pending = [], [], {}
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="hub") as hub, \
+                concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="peer") as lan:
+            def submit(spec, via_peers):
+                pending[(lan if via_peers else hub).submit(ensure, spec, via_peers)] = spec
+            for spec in files:
+                submit(spec, self.wants(spec))
+            while pending or (later and not self.stop_event.is_set()):
+                now = time.monotonic()
+                for item in [x for x in later if x[0] <= now]:
+                    later.remove(item)
+                    submit(item[1], True)
+                if not pending:
+                    self.stop_event.wait(0.1)
+                    continue
+                done, _ = concurrent.futures.wait(pending, timeout=0.1,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    spec, error = pending.pop(future), future.exception()
+                    if isinstance(error, NotYet):
+                        later.append((now + RECHECK, spec))
+                    elif isinstance(error, UseHub):
+                        self.log(f"{spec.path}: from the Hub: {error}")
+                        submit(spec, False)
+                    elif error is not None and describe(spec, error):
+                        errors.append(describe(spec, error))
+        return errors
+
+
+def load(block: dict, stop_event, stopped, log, bad: set) -> Peers:
+    path = block["secret_file"]
+    if os.stat(path).st_mode & 0o077:
+        log(f"warning: {path} is readable by group/others; it should be 0600")
+    with open(path) as fh:
+        secret = fh.read().strip()
+    return Peers(block, secret, stop_event, stopped, log, bad)

@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Node-side peer server: serves this node's verified blobs of the pinned manifest to its peers.
+
+Runs on a GPU node (standard library; imports fetch_weights.py from its own directory), started
+detached by k3deploy's download step and stopped by `k3deploy down`:
+
+    python3 peer_server.py --manifest M.json --hf-home DIR --listen IP:PORT --secret-file F
+                           --served-log L [--max-connections N] [--test-corrupt-flag F]
+                           [--ready-file F] [--progress DOWNLOADER_PROGRESS_JSON]
+
+  HEAD|GET /blobs/<etag>   200 (or 206 for `Range: bytes=N-[M]`), the body sent with sendfile
+  GET /index               {"verified": [etag], "partial": {etag: bytes on disk}, "downloader":
+                           state}: one request tells a peer what it can fetch here and whether
+                           the owner still progresses
+What it refuses: a request without `Authorization: Bearer <cluster peer secret>` (401); a path
+that is not exactly /blobs/<hex etag> of a manifest file, whatever its encoding (404: nothing
+from the request is ever used as a filesystem path, the blob is looked up by etag); a blob the
+downloader's ledger does not vouch for, i.e. partial, unverified or changed since (404, with
+`X-K3-Partial: <bytes on disk>` so a waiting peer sees its owner progressing); more than
+--max-connections requests at once (503). It listens on the node's private address only.
+
+Every GET appends one JSON line to --served-log: {"t", "client", "etag", "start", "bytes",
+"complete", "seconds"}; tests add these up with the Hub's counters, the bench reads the rate. The secret is read from a 0600 file,
+never from argv. Test hook: while the file --test-corrupt-flag exists, every byte served is
+flipped (the testbed's `peer-corrupt` fault creates it), so the integrity path can be tested.
+Exit codes: 0 stopped by SIGTERM/SIGINT; 2 bad input; 3 the address is taken (already running).
+"""
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
+from fetch_weights import BadInput, Ledger, Manifest, RepoCache  # shipped next to this file
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY = 0, 2, 3
+_BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+_FLIP = bytes(b ^ 0xFF for b in range(256))
+SEND_CHUNK = 64 << 20  # sendfile per call: the bytes sent are known even when a peer hangs up
+
+
+class Blobs:
+    """The manifest's blobs that the downloader's ledger vouches for, looked up by etag."""
+
+    def __init__(self, manifest: Manifest, cache: RepoCache, progress: Path | None = None):
+        self.sizes, self.progress = {f.etag: f.size for f in manifest.files}, progress
+        self.cache, self.lock, self.stamp = cache, threading.Lock(), None
+        self.ledger = Ledger(cache.storage / ".k3deploy-verified.json")
+
+    def _current_ledger(self) -> Ledger:
+        """Re-read when the downloader replaced it (it writes atomically)."""
+        try:
+            st = self.ledger.path.stat()
+        except OSError:
+            return self.ledger
+        with self.lock:
+            if (st.st_mtime_ns, st.st_ino) != self.stamp:
+                try:
+                    self.ledger.entries = json.loads(self.ledger.path.read_text())
+                    self.stamp = (st.st_mtime_ns, st.st_ino)
+                except (OSError, ValueError):
+                    pass
+            return self.ledger
+
+    def open(self, etag: str):
+        """The open blob if it is verified and whole, else None. Checked on the open file, so a
+        blob replaced between the check and the read cannot slip through."""
+        size = self.sizes.get(etag)
+        if size is None:
+            return None
+        try:
+            f = open(self.cache.blob(etag), "rb")  # noqa: SIM115 (returned open to the sender)
+        except OSError:
+            return None
+        st = os.fstat(f.fileno())
+        if st.st_size == size and self._current_ledger().vouches_for(etag, st):
+            return f
+        f.close()
+        return None
+
+    def index(self) -> dict:
+        """What a peer asks first: which blobs are served, how far the others are."""
+        verified, partial = [], {}
+        for etag in self.sizes:
+            blob = self.open(etag)
+            if blob is not None:
+                blob.close()
+                verified.append(etag)
+            elif self.partial_bytes(etag):
+                partial[etag] = self.partial_bytes(etag)
+        return {"verified": verified, "partial": partial, "downloader": self._downloader()}
+
+    def _downloader(self) -> str | None:
+        """This node's downloader state ("running", "done", "failed"): a peer waiting for a file
+        this node owns goes to the Hub at once when it is no longer running."""
+        try:
+            return json.loads(self.progress.read_text()).get("state") if self.progress else None
+        except (OSError, ValueError):
+            return None
+
+    def partial_bytes(self, etag: str) -> int:
+        if etag not in self.sizes:
+            return 0
+        try:
+            return self.cache.partial(etag).stat().st_size
+        except OSError:
+            return 0
+
+
+class PeerServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, address, blobs: Blobs, secret: str, served_log: Path, slots: int,
+                 corrupt_flag: Path | None):
+        super().__init__(address, PeerHandler)
+        self.blobs, self.expected = blobs, f"Bearer {secret}".encode()
+        self.served_log, self.log_lock = served_log, threading.Lock()
+        self.slots, self.corrupt_flag = threading.BoundedSemaphore(slots), corrupt_flag
+
+    def authorized(self, header: str) -> bool:
+        return hmac.compare_digest(header.encode("utf-8", "replace"), self.expected)
+
+    def corrupting(self) -> bool:
+        return bool(self.corrupt_flag) and self.corrupt_flag.exists()
+
+    def record(self, client: str, etag: str, start: int, sent: int, complete: bool,
+               seconds: float) -> None:
+        line = json.dumps({"t": time.time(), "client": client, "etag": etag, "start": start,
+                           "bytes": sent, "complete": complete, "seconds": round(seconds, 4)})
+        with self.log_lock, open(self.served_log, "a") as fh:
+            fh.write(line + "\n")
+
+
+class PeerHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 60  # an idle or stalled peer does not pin a thread
+    server_version = "k3deploy-peer/1"
+    server: PeerServer
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_HEAD(self):
+        self._guarded(send_body=False)
+
+    def do_GET(self):
+        self._guarded(send_body=True)
+
+    def _guarded(self, send_body: bool) -> None:
+        if not self.server.slots.acquire(blocking=False):
+            return self._status(503, {"Retry-After": "1"})
+        try:
+            self._answer(send_body)
+        finally:
+            self.server.slots.release()
+
+    def _answer(self, send_body: bool) -> None:
+        if not self.server.authorized(self.headers.get("Authorization", "")):
+            return self._status(401)
+        if self.path == "/index" and send_body:
+            return self._json(self.server.blobs.index())
+        match = _BLOB_PATH.match(self.path)
+        blob = self.server.blobs.open(match.group(1)) if match else None
+        if blob is None:
+            have = self.server.blobs.partial_bytes(match.group(1)) if match else 0
+            return self._status(404, {"X-K3-Partial": str(have)} if match else None)
+        with blob:
+            self._send_blob(match.group(1), blob, send_body)
+
+    def _send_blob(self, etag: str, blob, send_body: bool) -> None:
+        size = os.fstat(blob.fileno()).st_size
+        wanted = self.headers.get("Range")
+        match = _RANGE.match(wanted.strip()) if wanted else None
+        start = int(match.group(1)) if match else 0
+        end = min(int(match.group(2)), size - 1) if match and match.group(2) else size - 1
+        if wanted and (not match or start >= size or start > end):
+            return self._status(416, {"Content-Range": f"bytes */{size}"})
+        self.send_response(206 if match else 200)
+        self.send_header("Content-Length", str(end - start + 1))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{etag}"')
+        if match:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        if send_body:
+            began = time.monotonic()
+            sent = self._body(blob, start, end + 1 - start)
+            self.server.record(self.client_address[0], etag, start, sent, sent == end + 1 - start,
+                               time.monotonic() - began)
+
+    def _body(self, blob, start: int, count: int) -> int:
+        sent = 0
+        corrupt = self.server.corrupting()
+        try:
+            while sent < count:
+                n = min(SEND_CHUNK, count - sent)
+                if corrupt:
+                    blob.seek(start + sent)
+                    data = blob.read(min(n, 1 << 20)).translate(_FLIP)
+                    self.connection.sendall(data)
+                    n = len(data)
+                else:  # no copy through Python: the kernel moves the bytes
+                    n = self.connection.sendfile(blob, start + sent, n)
+                if n == 0:
+                    break
+                sent += n
+        except OSError:
+            self.close_connection = True
+        return sent
+
+    def _json(self, doc: dict) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _status(self, status: int, headers: dict | None = None) -> None:
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def read_secret(path: str) -> str:
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as e:
+        raise BadInput(f"cannot read the peer secret file {path}: {e.strerror}") from None
+    if len(secret) < 16:
+        raise BadInput(f"{path}: the peer secret is missing or too short")
+    return secret
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description="Serve verified blobs to this cluster's peers.")
+    parser.add_argument("--manifest", required=True)
+    parser.add_argument("--hf-home", required=True)
+    parser.add_argument("--listen", required=True, help="PRIVATE_IP:PORT")
+    parser.add_argument("--secret-file", required=True, help="0600 file with the peer secret")
+    parser.add_argument("--served-log", required=True, help="JSON lines, one per GET")
+    parser.add_argument("--max-connections", type=int, default=64)
+    parser.add_argument("--test-corrupt-flag", help="test hook: flip served bytes while it exists")
+    parser.add_argument("--progress", help="the downloader's progress file (its state is indexed)")
+    parser.add_argument("--ready-file", help="written once listening (the starter waits for it)")
+    return parser.parse_args(argv)
+
+
+def build(args) -> PeerServer:
+    manifest = Manifest.load(args.manifest)
+    host, _, port = args.listen.rpartition(":")
+    progress = Path(args.progress) if args.progress else None
+    blobs = Blobs(manifest, RepoCache(args.hf_home, manifest.repo), progress)
+    flag = Path(args.test_corrupt_flag) if args.test_corrupt_flag else None
+    return PeerServer((host, int(port)), blobs, read_secret(args.secret_file),
+                      Path(args.served_log), max(1, args.max_connections), flag)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        server = build(args)
+    except BadInput as e:
+        print(f"peer_server: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        print(f"peer_server: error: cannot listen on {args.listen}: {e.strerror}", file=sys.stderr)
+        return EXIT_BUSY
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    threading.Thread(target=lambda: (stop.wait(), server.shutdown()), daemon=True).start()
+    if args.ready_file:
+        Path(args.ready_file).write_text(f"{os.getpid()}\n")
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} peer_server: serving verified blobs on "
+          f"{args.listen}", flush=True)
+    server.serve_forever(poll_interval=0.2)
+    server.server_close()
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

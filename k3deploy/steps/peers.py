@@ -1,0 +1,106 @@
+"""The peer server on each node (remote/peer_server.py) while fan-out is on.
+
+Started by the download step before the downloader, and left running after the download: a
+replaced spot node then refills from its peers instead of the Hub. `down` stops it (the
+teardown playbook's stop-peer-server step). It is restarted when this run would start it with
+another manifest or secret (their sha256 on the node are facts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+
+from k3deploy import facts as F
+from k3deploy.fanout import peer_block
+from k3deploy.remote import script_text
+from k3deploy.steps.base import Action, Step, cmd, upload
+
+SERVER = script_text("peer_server.py")
+CLIENT = script_text("peer_fetch.py")
+FETCHER = script_text("fetch_weights.py")  # the server imports its cache and ledger readers
+
+
+class PeerPaths:
+    def __init__(self, inv):
+        work = inv.paths.work
+        self.server, self.client = f"{work}/peer_server.py", f"{work}/peer_fetch.py"
+        self.fetcher = f"{work}/fetch_weights.py"
+        self.manifest, self.secret = f"{work}/peer-manifest.json", f"{work}/peer.secret"
+        self.pid, self.ready = f"{work}/peer.pid", f"{work}/peer.ready"
+        self.log, self.served = f"{work}/peer.log", f"{work}/peer-served.jsonl"
+        # Test hook (the testbed's peer-corrupt fault): while it exists, served bytes are flipped.
+        self.corrupt_flag = f"{work}/peer-corrupt.testhook"
+
+    def status_args(self) -> list[str]:
+        """weights_status.py's extra arguments: it reports the server's state as fact `peer`."""
+        return [self.pid, self.manifest, self.secret]
+
+
+def node_manifest(base_json: str, node, manifest, stall_seconds: float) -> str:
+    """The manifest one node's downloader and peer server read: the pinned files plus the
+    split of the large ones (k3deploy.fanout)."""
+    doc = json.loads(base_json)
+    doc["peers"] = peer_block(node.inv, manifest, node.name, PeerPaths(node.inv).secret,
+                              stall_seconds)
+    return json.dumps(doc)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def server_actions(facts: dict, node, manifest_json: str, secret: str,
+                   progress: str) -> list[Action]:
+    """What makes the node's peer server run with this manifest and secret; [] when it does.
+    `progress` is the downloader's progress file: peers see from it whether this node's
+    download still runs."""
+    peer, paths = facts.get("peer") or {}, PeerPaths(node.inv)
+    if peer.get("running") and peer.get("manifest_sha256") == _sha(manifest_json) \
+            and peer.get("secret_sha256") == _sha(secret):
+        return []
+    return [Action("create k3deploy work dir", ("mkdir", "-p", node.inv.paths.work), retry=True),
+            upload("upload the peer server", paths.server, SERVER, mode=0o644),
+            upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
+            upload("upload the cluster peer secret (0600)", paths.secret, secret),
+            upload("upload the peer server's manifest", paths.manifest, manifest_json, mode=0o644),
+            cmd("(re)start the peer server, detached", "sh", "-c", _start_script(node, paths, progress))]
+
+
+def _stop_script(paths: PeerPaths) -> str:
+    pid = shlex.quote(paths.pid)
+    return (f'p=$(cat {pid} 2>/dev/null); if [ -n "$p" ] && grep -q peer_server '
+            '/proc/$p/cmdline 2>/dev/null; then kill $p; i=0; while [ -d /proc/$p ] && '
+            f'[ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; fi; rm -f {pid}')
+
+
+def _start_script(node, paths: PeerPaths, progress: str) -> str:
+    argv = ["python3", paths.server, "--manifest", paths.manifest, "--hf-home", node.inv.paths.hf,
+            "--listen", f"{node.node.self_ip}:{node.inv.ports.peer}", "--secret-file",
+            paths.secret, "--served-log", paths.served, "--test-corrupt-flag",
+            paths.corrupt_flag, "--ready-file", paths.ready, "--progress", progress]
+    ready, log = shlex.quote(paths.ready), shlex.quote(paths.log)
+    # The pid file names the new server at once; the start waits (bounded) until it listens.
+    return (f"{_stop_script(paths)}; rm -f {ready}; setsid nohup {shlex.join(argv)} >> {log} "
+            f"2>&1 < /dev/null & pid=$!; echo $pid > {shlex.quote(paths.pid)}; i=0; while "
+            f"[ ! -e {ready} ] && kill -0 $pid 2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; "
+            f"i=$((i+1)); done; test -e {ready} || {{ tail -n 5 {log}; exit 1; }}")
+
+
+class StopPeerServer(Step):
+    name = "stop-peer-server"
+    summary = "stop the node's peer server (weights fan-out)"
+    runs_after_failures = True
+
+    def facts(self, node):
+        paths = PeerPaths(node.inv)
+        running = (f"p=$(cat {shlex.quote(paths.pid)}) && grep -q peer_server "
+                   "/proc/$p/cmdline")
+        return F.gather(node.conn, [F.Fact("running", running, F.exit_ok)], step=self.name)
+
+    def plan(self, facts, node):
+        if not facts.get("running"):
+            return []
+        return [cmd("stop the peer server", "sh", "-c", _stop_script(PeerPaths(node.inv)),
+                    retry=True)]

@@ -1,0 +1,189 @@
+"""Peer fan-out on the testbed (4 nodes): the checkpoint crosses the (mock) Internet once.
+
+What each node received is counted from both sides that sent it: the mock Hub's per-node,
+per-file counters and every node's peer server log (one JSON line per GET, with the client).
+"""
+
+import json
+import signal
+import time
+
+import pytest
+import yaml
+from tbfixture import testbed
+
+from k3run import k3, k3_bg, out, state
+
+pytestmark = pytest.mark.integration
+WORK = "/mnt/nvme/.k3deploy"
+HF = "HF_HOME=/mnt/nvme/hf HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_UPDATE_CHECK=1"
+# One HTTP read may be in flight when a process dies: its bytes can be served twice.
+SLACK = 256 * 1024
+
+
+def playbook(tmp_path, **download) -> str:
+    """resume-download (nvme, download) with download parameters (a short peer stall bound)."""
+    path = tmp_path / "fanout.yaml"
+    path.write_text(yaml.safe_dump({"name": "fanout", "steps": [
+        "nvme", {"step": "download", "with": download}]}))
+    return str(path)
+
+
+def etag_paths(tb) -> dict[str, str]:
+    manifest = json.loads(tb.ssh("node0", f"cat {WORK}/manifest.json").stdout)
+    return {f["sha256"] or f["oid"]: f["path"] for f in manifest["files"]}
+
+
+def received(tb) -> dict[str, dict[str, int]]:
+    """node -> path -> bytes sent to it by the Hub and by every peer together."""
+    hub = tb.stats()["hub"]
+    got = {n: {p: f["bytes"] for p, f in hub["by_node"].get(n, {}).get("files", {}).items()}
+           for n in tb.nodes}
+    by_ip, paths = {tb.address(n): n for n in tb.nodes}, etag_paths(tb)
+    for node in tb.nodes:
+        for line in tb.ssh(node, f"cat {WORK}/peer-served.jsonl 2>/dev/null").stdout.splitlines():
+            rec = json.loads(line)
+            files = got[by_ip[rec["client"]]]
+            files[paths[rec["etag"]]] = files.get(paths[rec["etag"]], 0) + rec["bytes"]
+    return got
+
+
+def sizes(tb) -> dict[str, int]:
+    manifest = json.loads(tb.ssh("node0", f"cat {WORK}/manifest.json").stdout)
+    return {f["path"]: f["size"] for f in manifest["files"]}
+
+
+def hub_total(tb) -> int:
+    return sum(n["bytes"] for n in tb.stats()["hub"]["by_node"].values())
+
+
+def assert_nothing_received_twice(tb, nodes=None) -> None:
+    size = sizes(tb)
+    for node, files in received(tb).items():
+        if nodes is None or node in nodes:
+            twice = {p: b for p, b in files.items() if b > size[p] + SLACK}
+            assert twice == {}, f"{node} received more than once: {twice}"
+
+
+def hf_cache_verify(tb, node) -> None:
+    check = tb.ssh(node, f"{HF} HF_ENDPOINT={tb.endpoint} hf cache verify moonshotai/Kimi-K3 "
+                   "--fail-on-missing-files", timeout=120)
+    assert check.returncode == 0, (node, check.stdout + check.stderr)
+
+
+@pytest.fixture(scope="module")
+def fanned(tmp_path_factory):
+    """One fan-out bring-up (`up`), shared by the checks that follow it."""
+    with testbed(tmp_path_factory.mktemp("fanout"), nodes=4, hub_node_rate=4_000_000) as tb:
+        first = k3("up", "-i", str(tb.inventory))
+        assert first.returncode == 0, out(first)
+        tb.first_output = out(first)
+        yield tb
+
+
+def test_bringup_takes_the_checkpoint_from_the_hub_once(fanned):
+    tb = fanned
+    repo = tb.stats()["hub"]["repo_bytes"]
+    assert hub_total(tb) <= 1.05 * repo, (hub_total(tb), repo)
+    assert "weights: the Hub served" in tb.first_output
+    for node in tb.nodes:
+        hf_cache_verify(tb, node)
+        served = tb.ssh(node, f"cat {WORK}/peer-served.jsonl").stdout.splitlines()
+        assert len(served) >= 3, f"{node}'s share went to no peer"  # 3 peers want its share
+        detail = state(tb.inventory, node)["steps"]["download"]["detail"]
+        assert detail["peer_bytes"] > detail["hub_bytes"] > 0, detail
+    assert_nothing_received_twice(tb)
+    hub_before = hub_total(tb)
+
+    again = k3("up", "-i", str(tb.inventory))
+    assert again.returncode == 0, out(again)
+    for node in tb.nodes:
+        statuses = {s["status"] for s in state(tb.inventory, node)["steps"].values()}
+        assert statuses == {"ok"}, (node, statuses)
+    assert hub_total(tb) == hub_before
+    status = k3("status", "-i", str(tb.inventory), env={"COLUMNS": "300"})
+    assert "hub 0.01 GB peers 0.02 GB" in out(status), out(status)
+
+
+def test_download_start_holds_when_the_download_finishes_before_its_recheck(fanned, tmp_path):
+    # issue 12, item 10: an almost-complete cache, so the detached downloader finishes within
+    # milliseconds, before download-start looks again; its re-check must not fail the step.
+    tb = fanned
+    start_only = tmp_path / "start.yaml"
+    start_only.write_text(yaml.safe_dump({"name": "start", "steps": [
+        {"step": "download", "with": {"wait": False}}]}))
+    small = "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/snapshots/*/generation_config.json"
+    for attempt in range(8):
+        for node in tb.nodes:
+            assert tb.ssh(node, f"rm {small}").returncode == 0
+        run = k3("run", str(start_only), "-i", str(tb.inventory))
+        assert run.returncode == 0, (attempt, out(run))
+        assert "still not as the step promises" not in out(run)
+    finish = k3("run", "resume-download", "-i", str(tb.inventory))
+    assert finish.returncode == 0, out(finish)
+    for node in tb.nodes:
+        assert tb.ssh(node, f"ls {small} && ! test -e {WORK}/hf.env").returncode == 0
+
+
+def test_corrupt_peer_is_named_and_its_files_come_from_the_hub(tmp_path):
+    with testbed(tmp_path, nodes=4) as tb:
+        tb.fault("peer-corrupt", "node1")
+        run = k3("run", playbook(tmp_path, peer_stall_seconds=5), "-i", str(tb.inventory))
+        assert run.returncode == 0, out(run)
+        assert "peer node1 served bytes failing their checksum (seen by node0, node2, node3)" \
+            in out(run), out(run)
+        for node in ("node0", "node2", "node3"):
+            log = tb.ssh(node, f"cat {WORK}/download.log").stdout
+            assert "bytes from peer node1 fail the checksum; that peer is not used again" in log
+            hf_cache_verify(tb, node)
+
+
+def test_killed_node_others_finish_then_revived_node_completes(tmp_path):
+    with testbed(tmp_path, nodes=4, hub_node_rate=1_000_000) as tb:
+        fast = playbook(tmp_path, peer_stall_seconds=3)
+        run = k3_bg("run", fast, "-i", str(tb.inventory))
+        deadline = time.monotonic() + 60
+        while tb.stats()["hub"]["by_node"].get("node3", {}).get("bytes", 0) < 2_000_000:
+            assert time.monotonic() < deadline, "node3 never got going"
+            time.sleep(0.2)
+        tb.fault("kill-node", "node3")  # others still need most of node3's share
+        run.wait(timeout=180)
+        text = run.stdout.read()
+        assert run.returncode != 0, text
+        for node in ("node0", "node1", "node2"):
+            assert state(tb.inventory, node)["steps"]["download"]["status"] == "changed", text
+            hf_cache_verify(tb, node)
+        assert_nothing_received_twice(tb, ("node0", "node1", "node2"))
+        before = received(tb)
+
+        tb.fault("revive-node", "node3")
+        again = k3("run", fast, "-i", str(tb.inventory))
+        assert again.returncode == 0, out(again)
+        hf_cache_verify(tb, "node3")
+        after = received(tb)
+        for node in ("node0", "node1", "node2"):  # verified files are not fetched again
+            assert after[node] == before[node], node
+        size = sizes(tb)  # the revived node is a fresh machine: each file once more, not twice
+        twice = {p: b - before["node3"].get(p, 0) for p, b in after["node3"].items()
+                 if b - before["node3"].get(p, 0) > size[p] + SLACK}
+        assert twice == {}
+
+
+def test_laptop_and_one_downloader_killed_mid_fanout(tmp_path):
+    with testbed(tmp_path, nodes=4, hub_node_rate=1_000_000) as tb:
+        repo = tb.stats()["hub"]["repo_bytes"]
+        run = k3_bg("up", "-i", str(tb.inventory))
+        deadline = time.monotonic() + 60
+        while hub_total(tb) < repo // 2:
+            assert time.monotonic() < deadline, "the download never got half-way"
+            time.sleep(0.2)
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        assert tb.ssh("node1", "pkill -9 -f fetch_weights.py").returncode == 0
+        again = k3("up", "-i", str(tb.inventory))
+        assert again.returncode == 0, out(again)
+        assert_nothing_received_twice(tb)
+        assert hub_total(tb) <= 1.05 * repo + SLACK
+        for node in tb.nodes:
+            orphans = tb.ssh(node, "find /mnt/nvme/hf -name '*.incomplete' | wc -l").stdout
+            assert orphans.strip() == "0"

@@ -1,0 +1,115 @@
+"""The download step with fan-out on, and the download-start contract (issue 12, item 10):
+facts in, actions out."""
+
+import hashlib
+import json
+
+from k3deploy import inventory
+from k3deploy.context import NodeContext, RunContext
+from k3deploy.hubmeta import Manifest, RepoFile
+from k3deploy.steps.download import DownloadWeights, hub_summary
+from k3deploy.steps.peers import StopPeerServer
+from tests.unit.fakes import FakeSession
+from tests.unit.invdata import four_nodes
+
+SECRET = "peer-secret-0123456789abcdef"
+FILES = tuple(RepoFile(f"model-0000{i}.safetensors", 100 + i, f"{i:064x}", "c" * 40) for i in range(4))
+MANIFEST = Manifest("moonshotai/Kimi-K3", "main", "a" * 40, "http://hub", FILES)
+
+
+def ctx(tmp_path, rank=1, doc=None):
+    inv = inventory.parse(doc or four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    run.shared.update(manifest=MANIFEST, manifest_json=json.dumps(MANIFEST.to_json()),
+                      token="hf_tok", peer_secret=SECRET)
+    return NodeContext(run, inv.ranked()[rank][1], rank)
+
+
+def sha(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def serving(node):
+    """The peer fact of a node whose server runs with this run's manifest and secret."""
+    return {"running": True, "manifest_sha256": sha(DownloadWeights()._manifest_json(node)),
+            "secret_sha256": sha(SECRET)}
+
+
+def test_each_node_manifest_carries_the_same_split_and_its_own_name(tmp_path):
+    docs = [json.loads(DownloadWeights()._manifest_json(ctx(tmp_path, rank=r))) for r in range(4)]
+    assert [d["peers"]["self"] for d in docs] == ["node0", "node1", "node2", "node3"]
+    assert len({json.dumps(d["peers"]["owner"], sort_keys=True) for d in docs}) == 1
+    assert sorted(docs[0]["peers"]["owner"].values()) == ["node0", "node1", "node2", "node3"]
+    assert docs[1]["peers"]["nodes"] == {"node0": "10.0.0.10", "node2": "10.0.0.12",
+                                         "node3": "10.0.0.13"}
+    assert SECRET not in json.dumps(docs)  # the manifest names the 0600 file, not the secret
+
+
+def test_start_runs_the_peer_server_first_with_the_secret_in_a_0600_file(tmp_path):
+    node = ctx(tmp_path)
+    actions = DownloadWeights({"wait": False}).plan({"missing_count": 4, "running": False}, node)
+    names = [a.description for a in actions]
+    assert names.index("(re)start the peer server, detached") < names.index("start the downloader, detached")
+    assert names.count("upload the downloader") == 1
+    secret = next(a for a in actions if a.upload_to == "/mnt/nvme/.k3deploy/peer.secret")
+    assert secret.content == SECRET and secret.mode == 0o600
+    start = next(a for a in actions if a.description.startswith("(re)start the peer"))
+    assert "--listen 10.0.0.11:8951" in start.argv[2] and "--secret-file" in start.argv[2]
+    shown = " ".join(a.shown() for a in actions)
+    assert SECRET not in shown and "hf_tok" not in shown
+    assert any(a.upload_to == "/mnt/nvme/.k3deploy/peer_fetch.py" for a in actions)
+
+
+def test_peer_server_restarted_when_secret_or_manifest_differ_and_left_alone_otherwise(tmp_path):
+    node = ctx(tmp_path)
+    done = {"missing_count": 0, "running": False, "peer": serving(node)}
+    assert DownloadWeights({"wait": False}).plan(done, node) == []
+    for stale in ({"secret_sha256": sha("old")}, {"manifest_sha256": sha("{}")}, {"running": False}):
+        facts = {**done, "peer": {**serving(node), **stale}}
+        names = [a.description for a in DownloadWeights({"wait": False}).plan(facts, node)]
+        assert names[-1] == "(re)start the peer server, detached", stale
+
+
+def test_download_start_promises_nothing_about_what_the_downloader_finishes(tmp_path):
+    # The detached downloader finished between apply and the re-check and left its token file:
+    # removing it belongs to the waiting step, so download-start's re-check plans nothing.
+    for doc in (four_nodes(download={"peers": False}), four_nodes()):
+        node = ctx(tmp_path, doc=doc)
+        facts = {"missing_count": 0, "running": False, "token_file": True, "peer": serving(node)}
+        assert DownloadWeights({"wait": False}).plan(facts, node) == []
+        (remove,) = DownloadWeights().plan(facts, node)
+        assert remove.argv == ("rm", "-f", "/mnt/nvme/.k3deploy/hf.env")
+
+
+def test_single_node_cluster_is_unchanged(tmp_path):
+    doc = four_nodes(nodes=[{"name": "solo", "address": "10.0.0.9"}])
+    node = ctx(tmp_path, rank=0, doc=doc)
+    assert "peers" not in json.loads(DownloadWeights()._manifest_json(node))
+    actions = DownloadWeights({"wait": False}).plan({"missing_count": 4, "running": False}, node)
+    assert not any("peer" in a.description for a in actions)
+
+
+def test_stop_peer_server_only_when_running(tmp_path):
+    node = ctx(tmp_path)
+    assert StopPeerServer().plan({"running": False}, node) == []
+    (stop,) = StopPeerServer().plan({"running": True}, node)
+    assert "grep -q peer_server /proc/$p/cmdline" in stop.argv[2] and "kill $p" in stop.argv[2]
+
+
+def test_hub_summary_states_hub_bytes_against_the_repo():
+    line = hub_summary([{"hub_bytes": 30e9, "peer_bytes": 90e9}, {"hub_bytes": 0.5e9},
+                        {}], 30e9)
+    assert line.startswith("weights: the Hub served 30.50 GB for a 30.00 GB repo (1.02x), "
+                           "peers 90.00 GB")
+    assert "served 28.8 MB for a 28.8 MB repo (1.00x), peers 0.0 MB" in hub_summary(
+        [{"hub_bytes": 28.8e6, "peer_bytes": None}], 28.8e6)
+
+
+def test_preflight_opens_the_peer_port_on_every_node_only_with_fan_out():
+    import random
+
+    from k3deploy.steps.portcheck import _ports_for
+    for doc, want in ((four_nodes(), True), (four_nodes(download={"peers": False}), False)):
+        run = RunContext(inv=inventory.parse(doc), session=None)
+        for name in ("node0", "node2"):
+            assert (8951 in _ports_for(run, name, "node0", random.Random(1))) is want, (name, want)
