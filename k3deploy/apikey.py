@@ -12,6 +12,7 @@ from pathlib import Path
 
 from k3deploy.errors import BadInputError
 from k3deploy.redact import register
+from k3deploy.secretfile import read_or_create
 
 
 def key_path(state_dir: Path) -> Path:
@@ -28,16 +29,8 @@ def load_or_create(inv, state_dir: Path, create: bool = True) -> str | None:
                                 "not set in this shell", hint=f"export {inv.engine.api_key_env}=...")
         register(key)
         return key
-    path = key_path(state_dir)
-    if path.exists():
-        key = path.read_text().strip()
-    elif create:
-        key = "k3-" + secrets.token_urlsafe(32)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key + "\n")
-    else:
+    key = read_or_create(key_path(state_dir), lambda: "k3-" + secrets.token_urlsafe(32), create)
+    if key is None:
         return None
     register(key)
     return key

@@ -98,6 +98,8 @@ def port_rules(inv) -> list[str]:
     ports = {"dist_init": inv.ports.dist_init, "serve": inv.ports.serve}
     if inv.engine.kind == "vllm" and len(inv.nodes) > 1:
         ports["ray"] = inv.ports.ray
+    if inv.guard.enabled:
+        ports["guard"] = inv.ports.guard
     dups = _duplicates([str(p) for p in ports.values()])
     return [f"ports: {d} is used for more than one purpose" for d in dups]
 

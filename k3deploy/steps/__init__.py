@@ -20,6 +20,8 @@ REGISTRY = {
     "teardown": "k3deploy.steps.teardown:RemoveContainers",
     "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
     "file": "k3deploy.steps.files:EnsureFile",
+    "guard": "k3deploy.steps.guard:StartGuard",
+    "guard-stop": "k3deploy.steps.guard:StopGuard",
 }
 
 
