@@ -144,16 +144,18 @@ class Guard:
             theirs = (peers[peer["node"]]["state"] or {}).get("incident")
             if theirs:
                 return rec.adopt(cfg, theirs, peer["node"])
+        quiet = {n for n, p in peers.items() if now - p["last_ok"] > max(5.0, 3 * cfg["poll"])}
         lost = [p for p in cfg["peers"] if now - peers[p["node"]]["last_ok"] > cfg["peer_timeout"]]
-        if lost and len(lost) == len(cfg["peers"]) > 1:
-            # Nobody answers: this node is the one cut off (partition, its NIC), not the rest.
+        if lost and len(quiet) == len(cfg["peers"]) > 1:
+            # Nobody answers (their polls fell silent within a round of each other): this
+            # node is the one cut off (partition, its NIC), not all the rest.
             first = rec.failure(cfg["node"], cfg["rank"], "unreachable",
-                                detail=f"this node reaches none of its {len(lost)} peers")
+                                detail=f"this node reaches none of its {len(quiet)} peers")
             return rec.incident(cfg, first, cfg["node"])
         if lost:
             seen = peers[lost[0]["node"]]
             first = rec.failure(lost[0]["node"], lost[0]["rank"], "unreachable",
-                                detail=f"no answer for {now - seen['last_ok']:.0f}s "
+                                detail=f"its guard gave no answer for {now - seen['last_ok']:.0f}s "
                                 f"({seen['error']})")
             return rec.incident(cfg, first, cfg["node"])
         return self.serving_failure(now)
