@@ -103,7 +103,7 @@ class StartGuard(Step):
                 *uploads,
                 upload("write the guard config", paths["config"], _json(cfg), sudo=True),
                 upload("write the guard secret (0600)", paths["secret"],
-                       node.run.shared["guard_secret"] + "\n", sudo=True),
+                       f"{node.run.shared['guard_secret'] or ''}\n", sudo=True),  # None: --check
                 cmd("start the guard, detached", "sh", "-c", detached, sudo=True)]
 
     def inputs(self, node):

@@ -13,27 +13,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
 import pytest
-from tbfixture import testbed
-
 from k3run import REPO, k3, out
+from tbfixture import testbed
 
 pytestmark = pytest.mark.integration
 
 GUARD = "/mnt/nvme/.k3deploy/guard"
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def engine_running(tb, node: str) -> bool:
@@ -177,7 +167,7 @@ def test_worker_engine_killed_stops_every_rank_and_up_restores(serving):
     snapshot_ps(tb)
 
 
-def test_head_engine_killed_after_the_laptop_died_right_after_up(serving):
+def test_head_engine_killed_after_the_laptop_died_right_after_up(serving, wait_for):
     tb = serving
     before = {n: guard_pids(tb, n) for n in tb.nodes}
     # A config change makes `up` replace every guard; the laptop dies as soon as they run.
@@ -232,6 +222,70 @@ def test_partition_stops_both_sides(serving):
     assert not engine_running(tb, "node1")  # its guard stopped it: it reached no peer
     failure = incident(tb, "node1")["failure"]
     assert failure["node"] == "node1" and "reaches none of its 3 peers" in failure["cause"]
+
+
+class Follow:
+    """`k3deploy watch` in the background; its output lines collected as they come."""
+
+    def __init__(self, tb, *args: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "k3deploy", "watch", "-i",
+                                      str(tb.inventory), "--interval", "1", *args], cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def seen(self, text: str, after: int = 0) -> int | None:
+        """Index of the first line from `after` on that contains text."""
+        return next((i for i, ln in enumerate(self.lines) if i >= after and text in ln), None)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def test_watch_restarts_once_then_gives_up_naming_both_incidents(serving, wait_for):
+    tb = serving
+    watch = Follow(tb, "--restart", "1")
+    try:
+        first = wait_for(lambda: watch.seen(": serving"), 60, "watch to say serving")
+        assert tb.ssh("node2", "docker kill k3").returncode == 0
+        stopped = wait_for(lambda: watch.seen("stopped by the guard", first), 60, "the incident")
+        assert "rank 2 (node2): engine exited with code 137" in watch.lines[stopped]
+        assert watch.seen("restart 1 of 1", stopped) is not None
+        back = wait_for(lambda: watch.seen(": serving", stopped), 180, "the bring-up by watch")
+        assert watch.seen("bring-up verified the endpoint again", stopped) is not None
+        assert all(engine_running(tb, n) for n in tb.nodes)
+        assert watch.proc.poll() is None
+        assert tb.ssh("node1", "docker kill k3").returncode == 0
+        code = wait_for(lambda: watch.proc.poll(), 90, "watch to give up")
+        text = "\n".join(watch.lines[back:])
+        assert code == 1, text
+        assert "incident 1: rank 2 (node2): engine exited with code 137" in text
+        assert "incident 2: rank 1 (node1): engine exited with code 137" in text
+    finally:
+        watch.stop()
+
+
+def test_ctrl_c_ends_watch_at_once_and_leaves_the_guards(serving, wait_for):
+    tb = serving
+    watch = Follow(tb)
+    try:
+        wait_for(lambda: watch.seen(": serving"), 60, "watch to say serving")
+        pids = {n: guard_pids(tb, n) for n in tb.nodes}
+        os.killpg(watch.proc.pid, signal.SIGINT)
+        started = time.monotonic()
+        watch.proc.wait(timeout=10)
+        assert time.monotonic() - started < 5 and watch.proc.returncode == 130
+        assert watch.seen("the guards keep running") is not None
+        assert {n: guard_pids(tb, n) for n in tb.nodes} == pids
+    finally:
+        watch.stop()
 
 
 def test_down_while_serving_is_no_incident_and_leaves_nothing(serving):

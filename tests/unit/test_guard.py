@@ -209,3 +209,56 @@ def test_stopped_by_guard_shows_the_earliest_failure_and_since_when():
     text = cluster_state.line("c", found)
     assert "stopped by the guard since 2026-01-01T00:00:02" in text
     assert "rank 2 (n2): engine exited with code 137" in text and "seen by n2" in text
+
+
+# -- watch -----------------------------------------------------------------------------------
+def scripted_watch(monkeypatch, states, restart):
+    """A Watch whose observations come from `states` and whose bring-ups are counted."""
+    from k3deploy import watch_cmd
+    monkeypatch.setattr(watch_cmd.time, "sleep", lambda s: None)
+    monkeypatch.setattr(watch_cmd, "say", lambda text: lines.append(text))
+    lines: list[str] = []
+    feed = iter(states)
+    w = watch_cmd.Watch("inv.yaml", restart, 1.0)
+    w.observe = lambda: next(feed)
+    w.bring_up = lambda: w.__dict__.setdefault("ups", []).append(1) or 0
+    return w, lines
+
+
+def stopped(node, rank, at):
+    failure = {"node": node, "rank": rank, "kind": "exited", "at": at,
+               "cause": f"rank {rank} ({node}): engine exited with code 137"}
+    return {"name": "c", "state": "stopped-by-guard", "since": at,
+            "incident": {"failure": failure, "seen_by": node}}
+
+
+def test_watch_restarts_once_then_names_both_incidents(monkeypatch):
+    up = {"name": "c", "state": "serving", "incident": None}
+    states = [up, up, stopped("n2", 2, "t1"), up, stopped("n1", 1, "t2")]
+    w, lines = scripted_watch(monkeypatch, states, restart=1)
+    assert w.run() == 1
+    assert w.ups == [1]
+    assert sum("serving" in ln for ln in lines) == 2  # one line per change, not per look
+    assert "restart 1 of 1 in 10s" in lines
+    assert any("incident 1: rank 2 (n2)" in ln for ln in lines)
+    assert any("incident 2: rank 1 (n1)" in ln for ln in lines)
+
+
+def test_watch_without_restart_only_follows(monkeypatch):
+    states = [stopped("n2", 2, "t1")] * 3
+    w, lines = scripted_watch(monkeypatch, states, restart=None)
+    with pytest.raises(StopIteration):
+        w.run()
+    assert "ups" not in w.__dict__ and len(lines) == 1
+
+
+def test_backoff_grows_and_is_capped():
+    from k3deploy.watch_cmd import backoff
+    assert [backoff(n) for n in (1, 2, 3)] == [10, 20, 40] and backoff(20) == 300
+
+
+def test_check_mode_without_a_secret_yet_plans_the_start(tmp_path):
+    node = node_ctx(tmp_path)
+    node.run.shared["guard_secret"] = None  # --check never creates it
+    actions = StartGuard().plan(facts([], "x"), node)
+    assert actions[-1].description == "start the guard, detached"
