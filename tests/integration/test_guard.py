@@ -243,27 +243,37 @@ class Follow:
         """Index of the first line from `after` on that contains text."""
         return next((i for i, ln in enumerate(self.lines) if i >= after and text in ln), None)
 
+    def wait(self, text: str, timeout: float, after: int = 0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.seen(text, after)
+            if found is not None:
+                return found
+            time.sleep(0.2)
+        raise AssertionError(f"watch never said {text!r} in {timeout}s:\n" + "\n".join(self.lines))
+
     def stop(self):
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
 
-def test_watch_restarts_once_then_gives_up_naming_both_incidents(serving, wait_for):
+def test_watch_restarts_once_then_gives_up_naming_both_incidents(serving):
     tb = serving
     watch = Follow(tb, "--restart", "1")
     try:
-        first = wait_for(lambda: watch.seen(": serving"), 60, "watch to say serving")
+        first = watch.wait(": serving", 60)
         assert tb.ssh("node2", "docker kill k3").returncode == 0
-        stopped = wait_for(lambda: watch.seen("stopped by the guard", first), 60, "the incident")
+        stopped = watch.wait("stopped by the guard", 60, first)
         assert "rank 2 (node2): engine exited with code 137" in watch.lines[stopped]
         assert watch.seen("restart 1 of 1", stopped) is not None
-        back = wait_for(lambda: watch.seen(": serving", stopped), 180, "the bring-up by watch")
+        back = watch.wait(": serving", 180, stopped)
         assert watch.seen("bring-up verified the endpoint again", stopped) is not None
         assert all(engine_running(tb, n) for n in tb.nodes)
         assert watch.proc.poll() is None
         assert tb.ssh("node1", "docker kill k3").returncode == 0
-        code = wait_for(lambda: watch.proc.poll(), 90, "watch to give up")
+        watch.wait("giving up", 90, back)
+        code = watch.proc.wait(timeout=30)
         text = "\n".join(watch.lines[back:])
         assert code == 1, text
         assert "incident 1: rank 2 (node2): engine exited with code 137" in text
@@ -272,11 +282,11 @@ def test_watch_restarts_once_then_gives_up_naming_both_incidents(serving, wait_f
         watch.stop()
 
 
-def test_ctrl_c_ends_watch_at_once_and_leaves_the_guards(serving, wait_for):
+def test_ctrl_c_ends_watch_at_once_and_leaves_the_guards(serving):
     tb = serving
     watch = Follow(tb)
     try:
-        wait_for(lambda: watch.seen(": serving"), 60, "watch to say serving")
+        watch.wait(": serving", 60)
         pids = {n: guard_pids(tb, n) for n in tb.nodes}
         os.killpg(watch.proc.pid, signal.SIGINT)
         started = time.monotonic()
