@@ -110,11 +110,13 @@ class Guard:
     # -- the other guards --------------------------------------------------------------
     def poll_peer(self, peer: dict) -> None:
         url = f"http://{peer['address']}:{self.cfg['port']}/state"
+        # Straight to the peer: an http_proxy in root's environment must not carry this.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         while True:
             ts = f"{time.time():.3f}"
             req = urllib.request.Request(url, headers={AUTH: f"{ts}:{sign(self.secret, 'GET', '/state', ts)}"})
             try:
-                with urllib.request.urlopen(req, timeout=max(1.0, self.cfg["poll"] * 2)) as resp:
+                with opener.open(req, timeout=max(1.0, self.cfg["poll"] * 2)) as resp:
                     state = json.loads(resp.read())
                 with self.lock:
                     self.peers[peer["node"]].update(last_ok=time.monotonic(), error=None, state=state)

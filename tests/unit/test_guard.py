@@ -262,3 +262,18 @@ def test_check_mode_without_a_secret_yet_plans_the_start(tmp_path):
     node.run.shared["guard_secret"] = None  # --check never creates it
     actions = StartGuard().plan(facts([], "x"), node)
     assert actions[-1].description == "start the guard, detached"
+
+
+def test_head_serving_port_refusing_past_the_timeout_is_not_serving(monkeypatch):
+    inv = inventory.parse(four_nodes())
+    cfg = guardcfg.with_digest(guardcfg.config(inv, inv.head.name), SECRET)
+    g = node_guard.Guard(cfg, SECRET)
+    g.evidence = lambda: {"log_tail": [], "kernel": []}
+    g.serving = lambda: False
+    now = time.monotonic()
+    assert g.serving_failure(now) is None                      # refused just now: wait
+    assert g.serving_failure(now + 10) is None
+    found = g.serving_failure(now + 21)
+    assert (found["failure"]["rank"], found["failure"]["kind"]) == (0, "not serving")
+    g.serving = lambda: True
+    assert g.serving_failure(now + 22) is None and g.refused_since is None
