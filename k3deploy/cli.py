@@ -189,6 +189,20 @@ def certificate_diff(a: str, b: str, json_out: Json = False) -> int:
     return run_diff(a, b, json_out)
 
 
+@app.command()
+def watch(inventory: Inv,
+          restart: Annotated[Optional[int], typer.Option(
+              "--restart", min=0, help="after an incident, run the bring-up again, at most N "
+              "times (with backoff); then exit 1 naming every incident")] = None,
+          interval: Annotated[float, typer.Option("--interval", min=1.0,
+                                                  help="seconds between looks")] = 5.0,
+          accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Follow the cluster (serving / stopped by the guard / down), one line per change."""
+    from k3deploy.watch_cmd import run_watch
+    return run_watch(inventory, restart=restart, interval=interval,
+                     accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
 def _print_error(err: K3Error) -> None:
     if _OUTPUT["log_json"]:
         klog.get().error("error", kind=type(err).__name__, lines=[redact(x) for x in err.lines()])

@@ -66,6 +66,15 @@ class Ports(_Model):
     serve: int = Field(default=8000, ge=1, le=65535)
     ray: int = Field(default=6379, ge=1, le=65535)
     peer: int = Field(default=8951, ge=1, le=65535)   # node-to-node weight fan-out
+    guard: int = Field(default=8952, ge=1, le=65535)
+
+
+class GuardSpec(_Model):
+    """The serve-time guard (steps/guard.py): fail-stop of the whole group when a rank dies."""
+    enabled: bool = True
+    peer_timeout: float = Field(default=20, ge=3, le=3600)  # a silent guard this long: failed
+    poll_seconds: float = Field(default=1.0, ge=0.2, le=60)
+    stop_grace: int = Field(default=30, ge=1, le=600)  # docker stop -t: SIGTERM, then SIGKILL
 
 
 class Paths(_Model):
@@ -130,6 +139,7 @@ class Inventory(_Model):
     engine: EngineSpec = EngineSpec()
     gpu: GpuSpec = GpuSpec()
     ports: Ports = Ports()
+    guard: GuardSpec = GuardSpec()
     paths: Paths = Paths()
     download: DownloadSpec = DownloadSpec()
     ssh: SshSpec = SshSpec()

@@ -123,6 +123,8 @@ def port_rules(inv) -> list[str]:
         ports["ray"] = inv.ports.ray
     if peers_enabled(inv):
         ports["peer"] = inv.ports.peer
+    if inv.guard.enabled:
+        ports["guard"] = inv.ports.guard
     dups = _duplicates([str(p) for p in ports.values()])
     return [f"ports: {d} is used for more than one purpose" for d in dups]
 

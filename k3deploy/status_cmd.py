@@ -9,10 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from rich.console import Console
 from rich.table import Table
 
+from k3deploy import cluster_state
 from k3deploy import facts as F
 from k3deploy import inventory as inventory_mod
 from k3deploy import status_cost, status_teardown
-from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, K3Error, LockError
+from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
 from k3deploy.identity import IDENTITY
 from k3deploy.redact import redact_obj
 from k3deploy.session import Session
@@ -24,13 +25,14 @@ STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "
 
 def _live(session, inv, name: str) -> dict:
     probe = [probes.container(inv.engine.container),
-             probes.file_json("download", f"{inv.paths.work}/download-progress.json"), *IDENTITY]
+             probes.file_json("download", f"{inv.paths.work}/download-progress.json"), *IDENTITY,
+             *cluster_state.live_probes(inv)]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
     return {"reachable": True, "container": probes.container_summary(found["container"]),
-            "download": found["download"],
+            "download": found["download"], "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
 
 
@@ -44,7 +46,8 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) ->
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
-    return redact_obj({"cluster": inv.cluster, "nodes": nodes, "run_active": not idle,
+    cluster = {"name": inv.cluster, **cluster_state.summarize(live)}
+    return redact_obj({"cluster": cluster, "nodes": nodes, "run_active": not idle,
                        "cost": status_cost.view(inv, nodes, time.time())})
 
 
@@ -99,7 +102,7 @@ def _step_columns(doc: dict) -> list[str]:
 
 
 def render(doc: dict) -> Table:
-    table = Table(title=f"cluster {doc['cluster']}")
+    table = Table(title=f"cluster {doc['cluster']['name']}")
     columns = _step_columns(doc)
     for col in ("node", "rank", *columns, "container", "download"):
         table.add_column(col)
@@ -121,9 +124,12 @@ def run_status(inv_path: str, *, json_out: bool, accept_new_host_keys: bool,
         probe = Console()  # not a terminal: rich would squash the table into 80 columns
         console = Console(width=None if probe.is_terminal else max(probe.width, 160))
         if status_teardown.note(doc["nodes"]):
-            console.print(f"cluster {doc['cluster']}: {status_teardown.note(doc['nodes'])}",
+            console.print(f"cluster {doc['cluster']['name']}: {status_teardown.note(doc['nodes'])}",
                           markup=False, highlight=False, soft_wrap=True)
         console.print(render(doc))
+        console.print(cluster_state.line(doc["cluster"]["name"], doc["cluster"]), markup=False)
         console.print(status_cost.line(doc["cost"]), markup=False, highlight=False)
     unreachable = any(not n["live"].get("reachable") for n in doc["nodes"].values())
-    return EXIT_PARTIAL if unreachable else EXIT_OK
+    if unreachable:
+        return EXIT_PARTIAL
+    return EXIT_OK if doc["cluster"]["state"] == cluster_state.SERVING else EXIT_STEP_FAILED

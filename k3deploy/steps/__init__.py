@@ -22,6 +22,8 @@ REGISTRY = {
     "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
     "stop-peer-server": "k3deploy.steps.peers:StopPeerServer",
     "file": "k3deploy.steps.files:EnsureFile",
+    "guard": "k3deploy.steps.guard:StartGuard",
+    "guard-stop": "k3deploy.steps.guard:StopGuard",
 }
 
 # The steps that start, or need, the engine containers: what a teardown undoes, and what keeps

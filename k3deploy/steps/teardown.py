@@ -8,7 +8,7 @@ import shlex
 import time
 from pathlib import Path
 
-from k3deploy import apikey, engines
+from k3deploy import apikey, engines, guardcfg
 from k3deploy import facts as F
 from k3deploy.redact import redact
 from k3deploy.state import atomic_write_json
@@ -25,6 +25,14 @@ def logs_dir(run) -> Path:
     return run.shared["logs_dir"]
 
 
+def guard_files(node) -> dict[str, str | None]:
+    """The guard's own log and its incident record, when there are any (one round trip)."""
+    paths = guardcfg.node_paths(node.inv)
+    wanted = {"guard": paths["log"], "incident": paths["incident"]}
+    return F.gather(node.conn, [F.Fact(kind, f"cat {shlex.quote(path)}", F.text, sudo=True)
+                                for kind, path in wanted.items()])
+
+
 class CollectLogs(Step):
     name = "collect-logs"
     summary = "save each node's engine log locally, named by node and rank"
@@ -34,12 +42,14 @@ class CollectLogs(Step):
     def prepare(self, run):
         # Registering the key makes redact() mask it: SGLang prints server_args, key included.
         apikey.load_or_create(run.inv, run.session.state_dir, create=False)
+        guardcfg.load_or_create_secret(run.session.state_dir, create=False)
 
     def facts(self, node):
         name = node.inv.engine.container
         logs = node.conn.run(engines.docker_logs_argv(name), sudo=True, check=False, step=self.name)
         dl = node.conn.run(["cat", f"{node.inv.paths.work}/download.log"], check=False)
-        found = {"engine": logs.output if logs.ok else None, "download": dl.stdout if dl.ok else None}
+        found = {"engine": logs.output if logs.ok else None, "download": dl.stdout if dl.ok else None,
+                 **guard_files(node)}
         if not node.run.check:
             found["saved"] = self._save(node, found)
         return found
@@ -50,7 +60,8 @@ class CollectLogs(Step):
         saved = []
         for kind, text in found.items():
             if text:
-                path = out / f"{node.name}-rank{node.rank}-{kind}.log"
+                ext = "json" if kind == "incident" else "log"
+                path = out / f"{node.name}-rank{node.rank}-{kind}.{ext}"
                 path.write_text(redact(text))
                 saved.append(str(path))
         return saved

@@ -36,9 +36,15 @@ def _running_node(state: TestbedState, name: str) -> dict:
 
 
 def kill_node(state: TestbedState, name: str) -> str:
-    """A spot reclaim: every process gone, the address unreachable (ARP fails, EHOSTUNREACH)."""
+    """A spot reclaim: every process gone, the address unreachable (ARP fails, EHOSTUNREACH).
+    The network goes first: a machine that vanishes sends no FIN or RST, so its peers' open
+    connections (NCCL's, a guard's) see silence, not a close."""
     record = state.node(name)
     state.update_node(name, status="killed")
+    try:
+        net.partition(record["netns"])
+    except Exception:  # noqa: BLE001 - already gone (a revive of a dead node): nothing to cut
+        pass
     node.kill_processes([record])
     net.delete_netns([record["netns"]])
     net.delete_link(record["veth"])

@@ -114,14 +114,16 @@ def test_state_files_status_and_a_replaced_node(tmp_path, k3, file_playbook, nod
             first[node] = doc
 
         status = k3("status", "-i", tb.inventory, "--json")
-        assert status.returncode == 0, status.output
+        assert status.returncode == 1, status.output  # every node answers; nothing serves
         doc = json.loads(status.stdout)  # one JSON document, nothing else on stdout
+        assert doc["cluster"]["state"] == "down" and doc["cluster"]["incident"] is None
         assert set(doc["nodes"]) == set(tb.nodes)
         for node in tb.nodes:
             assert doc["nodes"][node]["state"]["file"]["status"] == "changed"
             assert doc["nodes"][node]["live"]["reachable"] is True
         table = k3("status", "-i", tb.inventory)
-        assert table.returncode == 0 and "file" in table.stdout and "changed" in table.stdout
+        assert table.returncode == 1 and "file" in table.stdout and "changed" in table.stdout
+        assert "cluster tb" in table.stdout and ": down" in table.stdout
 
         tb.fault("kill-node", "node1")
         down = k3("status", "-i", tb.inventory, "--json")

@@ -329,15 +329,20 @@ def four_node_cmd(port, dist_port, rank, timeout=30):
                       "--tool-call-parser", "kimi_k3", tp=32)
 
 
-def test_four_ranks_form_a_group_and_rank0_serves_then_a_lost_rank_aborts_all(cluster,
-                                                                              tmp_path):
+def _four_ranks_serving(cluster, tmp_path, timeout=3600, faults=None):
     port, dist = free_port(), free_port()
-    runs = [make_node(tmp_path, f"node{r}", gpu="h100") for r in range(4)]
+    runs = [make_node(tmp_path, f"node{r}", gpu="h100", faults=faults) for r in range(4)]
     # Workers first: they retry until rank 0 listens, as the guide's launch order allows.
-    procs = [cluster.start(runs[r], four_node_cmd(port, dist, r)) for r in (3, 1, 2)]
-    head = cluster.start(runs[0], four_node_cmd(port, dist, 0),
-                         env={"SGLANG_HOST_IP": "127.0.0.1"})
+    procs = [cluster.start(runs[r], four_node_cmd(port, dist, r, timeout)) for r in (3, 1, 2)]
+    head = cluster.start(runs[0], four_node_cmd(port, dist, 0, timeout),
+                         env={"SGLANG_HOST_IP": "127.0.0.1", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
     wait_health(port, head)
+    return port, runs, head, procs
+
+
+def test_four_ranks_form_a_group_and_rank0_serves_then_a_lost_rank_hangs_the_rest(cluster,
+                                                                                  tmp_path):
+    port, runs, head, procs = _four_ranks_serving(cluster, tmp_path, timeout=8)
     assert "The server is fired up and ready to roll!" in log_of(head)
     status, reply = http(port, "/v1/chat/completions", CHAT)
     assert status == 200 and reply["choices"][0]["message"]["reasoning_content"]
@@ -346,25 +351,49 @@ def test_four_ranks_form_a_group_and_rank0_serves_then_a_lost_rank_aborts_all(cl
         assert len(used) == 8 and all(70000 < u < 72000 for u in used)
     assert all(p.poll() is None for p in procs)
     os.killpg(procs[1].pid, signal.SIGKILL)   # node rank 1 dies
+    killed = time.monotonic()
+    time.sleep(0.5)
+    # As in real life: the survivors sit in the collective, rank 0 takes requests and never
+    # answers them, its health check times out into 503.
+    with pytest.raises(OSError):  # urllib's timeout
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(CHAT).encode(),
+            headers={"Content-Type": "application/json"}), timeout=2)
+    assert http(port, "/health")[0] == 503
+    survivors = [head, procs[0], procs[2]]
+    assert all(p.poll() is None for p in survivors)
+    for proc in survivors:  # until the watchdog ends them at --dist-timeout (8 s)
+        assert wait_exit(proc, 20) == 1
+        assert "Watchdog caught collective operation timeout" in log_of(proc)
+        assert "NCCL communicator was aborted" not in log_of(proc)
+    assert time.monotonic() - killed >= 7
+
+
+def test_on_peer_loss_abort_makes_every_rank_exit_at_once(cluster, tmp_path):
+    _port, _runs, head, procs = _four_ranks_serving(cluster, tmp_path,
+                                                    faults={"on_peer_loss": "abort"})
+    os.killpg(procs[1].pid, signal.SIGKILL)
     for proc in [head, procs[0], procs[2]]:
         assert wait_exit(proc, 10) == 1
         assert "NCCL communicator was aborted" in log_of(proc)
 
 
-def test_a_rank_whose_shard_is_short_fails_and_the_group_aborts(cluster, tmp_path):
+def test_a_rank_whose_shard_is_short_fails_and_the_group_hangs(cluster, tmp_path):
     port, dist = free_port(), free_port()
     hf1, snap1 = make_hf_cache(tmp_path / "node1-disk")    # node1 has its own NVMe cache
     with open(snap1 / shard_name(11), "r+b") as f:
         f.truncate(40)
     cmd = lambda rank: sglang_cmd(port, "--nnodes", "2", "--node-rank", str(rank),  # noqa: E731
-                                  "--dist-init-addr", f"127.0.0.1:{dist}", tp=8)
+                                  "--dist-init-addr", f"127.0.0.1:{dist}", "--dist-timeout",
+                                  "4", tp=8)
     head = cluster.start(make_node(tmp_path, "node0", gpus=4), cmd(0),
                          env={"SGLANG_HOST_IP": "127.0.0.1"})
     worker = cluster.start(make_node(tmp_path, "node1", gpus=4), cmd(1), hf=hf1)
     assert wait_exit(worker, 10) == 1
     assert f"{shard_name(11)} is incomplete" in log_of(worker)
-    assert wait_exit(head, 10) == 1
-    assert "NCCL communicator was aborted" in log_of(head)
+    assert head.poll() is None  # waiting for a rank that will never report its load
+    assert wait_exit(head, 15) == 1
+    assert "Watchdog caught collective operation timeout" in log_of(head)
 
 
 @pytest.mark.parametrize("mistake", ["two ranks 0", "two ranks 1"])

@@ -2,6 +2,9 @@
 SGLang and vLLM answer with. Stdlib ThreadingHTTPServer; access lines in uvicorn's format.
 
 SGLang: /health and /health_generate answer 503 until the weights are loaded, then 200.
+A hung engine (a peer rank died, the scheduler sits in a collective) accepts every request:
+chat completions are never answered; SGLang's health check waits for the scheduler for
+SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and then answers 503.
 vLLM starts its API server only once loaded (the port refuses connections before).
 Both require `Authorization: Bearer KEY` on /v1/* when an api key is set.
 """
@@ -11,12 +14,16 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import os
+
 import chat
 import sse
 from common import EngineExit, say
 from pacing import Pacer
 
 VERSION = "0.0.0+k3tb.standin"  # what /version (vLLM) and /get_server_info (SGLang) report
+
+HEALTH_CHECK_TIMEOUT = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
 
 
 class Serving:
@@ -29,6 +36,7 @@ class Serving:
         self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
         self.auto_tool_choice = auto_tool_choice
         self.ready = threading.Event()
+        self.hung = threading.Event()
         self.created = int(time.time())
         self.pacer = Pacer(decode_tok_s)
 
@@ -96,6 +104,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         if path == "/health" or (path == "/health_generate" and sglang):
+            if self.state.hung.is_set():
+                time.sleep(HEALTH_CHECK_TIMEOUT)
+                return self._reply(503)
             return self._reply(200 if self.state.ready.is_set() else 503)
         if path == "/v1/models":
             return self._reply(200, self._models())
@@ -116,6 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(404, {"detail": "Not Found"})
         if not self._authorized():
             return
+        if self.state.hung.is_set():
+            threading.Event().wait()  # accepted, never answered
         if not self.state.ready.is_set():
             return self._error(503, "The server is not ready yet (loading weights)",
                                "ServiceUnavailableError")

@@ -4,8 +4,11 @@ Node rank 0 listens on the dist-init port (on SGLANG_HOST_IP when set, like a st
 node's own address, else on every address); the other ranks connect, retrying until the
 timeout, and announce {"rank", "nnodes"}. The group forms only when ranks 0..N-1 are each
 present exactly once; a duplicate or a missing rank never forms, and every rank gives up at
-the timeout. After forming, the connections stay open: when any rank's process dies, rank 0
-sees the connection close and aborts, and its exit tells the others to abort (as NCCL does).
+the timeout. After forming, the connections stay open. When a rank's process dies, the
+survivors hang by default, as real ranks do in a collective that never completes: they keep
+running (rank 0 keeps accepting requests and never answers them) until the watchdog fires at
+--dist-timeout. A node that vanishes closes no socket at all, so nobody notices before then.
+With on_peer_loss="abort" (faults.json) a lost connection aborts every rank at once instead.
 
 Wire format: one JSON object per line.
 """
@@ -54,8 +57,10 @@ def _store_timeout(timeout, joined, world):
 class Group:
     """One node's membership in the process group."""
 
-    def __init__(self, log, rank, nnodes, addr, timeout, bind_ip=None, procs_per_node=1):
+    def __init__(self, log, rank, nnodes, addr, timeout, bind_ip=None, procs_per_node=1,
+                 on_peer_loss="hang", on_hang=None):
         self.log, self.rank, self.nnodes, self.timeout = log, rank, nnodes, timeout
+        self.on_peer_loss, self.on_hang, self.hung = on_peer_loss, on_hang, False
         self.ppn = procs_per_node   # torch counts processes (one per GPU), not nodes
         self.host, self.port, self.ipv6 = parse_addr(addr)
         self.bind_ip = bind_ip or "0.0.0.0"
@@ -171,7 +176,7 @@ class Group:
                 self.lock.notify_all()
         with self.lock:
             if self.formed:
-                fatal(self._abort_text(f"node rank {rank}"))
+                self._peer_lost(f"node rank {rank}")
             if rank is not None and conn in self.members.get(rank, []):
                 self.members[rank].remove(conn)
                 if not self.members[rank]:
@@ -258,9 +263,28 @@ class Group:
         def watch_master():
             for _ in _lines(self.conn):
                 pass
-            fatal(self._abort_text("node rank 0"))
+            self._peer_lost("node rank 0")
 
         threading.Thread(target=watch_master, daemon=True).start()
+
+    def _peer_lost(self, who):
+        if self.on_peer_loss == "abort":
+            fatal(self._abort_text(who))
+        if self.hung:
+            return
+        self.hung = True
+        if self.on_hang is not None:
+            self.on_hang()
+        threading.Thread(target=self._watchdog, daemon=True).start()
+
+    def _watchdog(self):
+        """The collective in flight never completes; NCCL's watchdog ends it at the timeout."""
+        time.sleep(self.timeout)
+        ms = int(self.timeout * 1000)
+        fatal(f"[E ProcessGroupNCCL.cpp:632] [Rank {self.rank * self.ppn}] Watchdog caught "
+              f"collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, "
+              f"NumelOut=1, Timeout(ms)={ms}) ran for {ms + 1} milliseconds before timing out.\n"
+              "torch.distributed.DistBackendError: NCCL watchdog timeout; terminating the process.")
 
     def _abort_text(self, who):
         return (f"[E ProcessGroupNCCL.cpp:1537] [PG 0 Rank {self.rank}] Process group watchdog "

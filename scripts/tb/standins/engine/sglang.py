@@ -101,6 +101,7 @@ class Rank:
         max_len = self.context_length(snap)
         arm_crash_fault(ctx, self.crash_text)
         serving = self.start_http(snap, max_len) if args.node_rank == 0 else None
+        self.serving = serving
         group = self.form_group()
         self.load(snap)
         group.report_loaded()
@@ -135,7 +136,8 @@ class Rank:
         if args.nnodes > 1:
             group = rendezvous.Group(self.log, args.node_rank, args.nnodes, args.dist_init_addr,
                                      args.dist_timeout or DEFAULT_DIST_TIMEOUT,
-                                     self.ctx.env.get("SGLANG_HOST_IP"), self.ctx.gpus)
+                                     self.ctx.env.get("SGLANG_HOST_IP"), self.ctx.gpus,
+                                     self.ctx.faults().get("on_peer_loss", "hang"), self.hang)
             group.form()
             group.watch()
         self.log("Init torch distributed ends. mem usage=0.55 GB")
@@ -182,6 +184,11 @@ class Rank:
             "(Press CTRL+C to quit)")
         serving.ready.set()
         self.log("The server is fired up and ready to roll!")
+
+    def hang(self):
+        """A peer is gone: the scheduler sits in a collective, the HTTP side stays up."""
+        if getattr(self, "serving", None) is not None:
+            self.serving.hung.set()
 
     def crash_text(self):
         return (f"[{now_stamp()} {self.tag}] Scheduler hit an exception: Traceback (most recent "

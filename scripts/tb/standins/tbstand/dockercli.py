@@ -242,11 +242,12 @@ def main(argv):
                 "run": dockerrun.cmd_run, "exec": dockerrun.cmd_exec, "start": dockerctr.cmd_start,
                 "ps": dockerctr.cmd_ps, "inspect": dockerctr.cmd_inspect, "logs": dockerctr.cmd_logs,
                 "rm": dockerctr.cmd_rm, "stop": dockerctr.cmd_stop, "kill": dockerctr.cmd_kill,
+                "wait": dockerctr.cmd_wait,
                 "rmi": cmd_rmi}
     groups = {("image", "ls"): "images", ("image", "list"): "images", ("image", "pull"): "pull",
               ("image", "inspect"): cmd_image_inspect, ("image", "rm"): "rmi",
               ("container", "ls"): "ps", ("container", "list"): "ps"}
-    for verb in ("run", "exec", "start", "inspect", "logs", "rm", "stop", "kill"):
+    for verb in ("run", "exec", "start", "inspect", "logs", "rm", "stop", "kill", "wait"):
         groups[("container", verb)] = verb
     try:
         if argv[:1] in (["--version"], ["-v"]):

@@ -188,6 +188,25 @@ def cmd_stop(argv):
     return _for_each(args, "stop", lambda c: lifecycle.stop(c, timeout))
 
 
+def cmd_wait(argv):
+    """docker wait: block until each container stops, print its exit code (the daemon pushes
+    the event; here the record is polled, slowly, to stay cheap while a guard waits for days)."""
+    _opts, args = parse(argv, "wait", {})
+    if not args:
+        raise Exit(1, "\"docker wait\" requires at least 1 argument.\nSee 'docker wait --help'.")
+    state, code = connect(), 0
+    for ref in args:
+        c = containers.find(state["data_root"], ref)
+        while c is not None and c.exists() and c.reload().reconcile().running:
+            time.sleep(0.5)
+        if c is None or not c.exists():
+            err(NO_SUCH.format(ref))
+            code = 1
+            continue
+        print(c.state.get("exit_code"))
+    return code
+
+
 def cmd_kill(argv):
     opts, args = parse(argv, "kill", {"signal": ("str", "signal")}, {"s": "signal"})
     name = (opts["signal"] or "KILL").upper()

@@ -1,0 +1,266 @@
+"""The serve-time guard: one per node, started detached after verify, standard library only.
+
+When one rank of a multi-node engine dies, the others do not exit: they hang in NCCL holding
+their GPUs and the endpoint accepts requests it never answers. The guard fail-stops the group:
+it watches its own engine container (`docker wait`: no polling), the other nodes' guards (HTTP
+on the private network, authenticated with the cluster's guard secret) and, on the head, the
+serving port. On the first failure anywhere it writes an incident record and stops its local
+engine container (docker stop, the engine's grace period). It never restarts an engine: `up`
+does that, after which the guard step replaces this spent guard.
+
+usage: python3 guard.py CONFIG.json   (the secret is read from the file the config names)
+"""
+import hashlib
+import hmac
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.dont_write_bytecode = True  # nothing but its own files in the guard dir
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import guard_record as rec
+
+AUTH = "X-K3-Guard"
+SKEW = 300  # seconds of clock difference between nodes an authenticated request tolerates
+
+
+def sign(secret: str, method: str, path: str, ts: str) -> str:
+    return hmac.new(secret.encode(), f"{ts}:{method}:{path}".encode(), hashlib.sha256).hexdigest()
+
+
+def signed_ok(secret: str, method: str, path: str, header: str) -> bool:
+    ts, _, mac = (header or "").partition(":")
+    try:
+        fresh = abs(time.time() - float(ts)) < SKEW
+    except ValueError:
+        return False
+    return fresh and hmac.compare_digest(mac, sign(secret, method, path, ts))
+
+
+class Guard:
+    def __init__(self, cfg: dict, secret: str):
+        self.cfg, self.secret = cfg, secret
+        self.dir = cfg["dir"]
+        self.lock = threading.Lock()
+        self.engine = {"running": True, "exit_code": None, "id": None}
+        self.peers = {p["node"]: {"last_ok": time.monotonic(), "error": None, "state": None}
+                      for p in cfg["peers"]}
+        self.incident = None
+        self.refused_since = None
+        self.secrets = rec.secret_values(secret, cfg.get("secrets_dir"))
+
+    # -- log and state -------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        line = f"{rec.now_iso()} {self.cfg['node']} {rec.redact(text, self.secrets)}\n"
+        with open(os.path.join(self.dir, "guard.log"), "a", encoding="utf-8") as fh:
+            fh.write(line)
+
+    def write_state(self) -> None:
+        rec.atomic_write_json(os.path.join(self.dir, "state.json"), {
+            "pid": os.getpid(), "digest": self.cfg["digest"], "beat": time.time(),
+            "phase": "fired" if self.incident else "watching", "container_id": self.engine["id"]})
+
+    def public_state(self) -> dict:
+        with self.lock:
+            return {"node": self.cfg["node"], "rank": self.cfg["rank"],
+                    "digest": self.cfg["digest"], "engine": dict(self.engine),
+                    "incident": self.incident}
+
+    # -- the engine container ----------------------------------------------------------
+    def inspect(self) -> dict | None:
+        res = subprocess.run(["docker", "inspect", "--type", "container", self.cfg["container"]],
+                             capture_output=True, text=True, timeout=60, check=False)
+        try:
+            return json.loads(res.stdout)[0] if res.returncode == 0 else None
+        except (ValueError, IndexError):
+            return None
+
+    def watch_engine(self) -> None:
+        """Blocks in `docker wait` until the container stops; re-checks with inspect."""
+        while True:
+            subprocess.run(["docker", "wait", self.engine["id"]], capture_output=True, check=False)
+            info = self.inspect()
+            if info and info.get("Id") == self.engine["id"] and info["State"].get("Running"):
+                time.sleep(5)  # docker wait failed for another reason (daemon restart)
+                continue
+            code = info["State"].get("ExitCode") if info and info.get("Id") == self.engine["id"] \
+                else None
+            finished = info["State"].get("FinishedAt") if code is not None else None
+            with self.lock:
+                self.engine.update(running=False, exit_code=code, finished=finished)
+            return
+
+    def stop_engine(self) -> str:
+        if not self.engine["running"]:
+            return f"already exited ({self.engine['exit_code']})"
+        grace = str(int(self.cfg["stop_grace"]))
+        res = subprocess.run(["docker", "stop", "-t", grace, self.engine["id"]],
+                             capture_output=True, text=True, check=False)
+        self.log(f"docker stop -t {grace} {self.cfg['container']}: exit {res.returncode}")
+        return f"stopped by the guard at {rec.now_iso()}" if res.returncode == 0 else \
+            f"docker stop failed ({res.returncode}): {res.stderr.strip()[:200]}"
+
+    # -- the other guards --------------------------------------------------------------
+    def poll_peer(self, peer: dict) -> None:
+        url = f"http://{peer['address']}:{self.cfg['port']}/state"
+        # Straight to the peer: an http_proxy in root's environment must not carry this.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        while True:
+            ts = f"{time.time():.3f}"
+            req = urllib.request.Request(url, headers={AUTH: f"{ts}:{sign(self.secret, 'GET', '/state', ts)}"})
+            try:
+                with opener.open(req, timeout=max(1.0, self.cfg["poll"] * 2)) as resp:
+                    state = json.loads(resp.read())
+                with self.lock:
+                    self.peers[peer["node"]].update(last_ok=time.monotonic(), error=None, state=state)
+            except (OSError, ValueError) as err:
+                with self.lock:
+                    self.peers[peer["node"]]["error"] = str(err)[:200]
+            time.sleep(self.cfg["poll"])
+
+    def serving(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.cfg["serve_port"]), timeout=2).close()
+            return True
+        except OSError:
+            return False
+
+    # -- deciding ----------------------------------------------------------------------
+    def first_failure(self) -> dict | None:
+        """This round's reason to stop, as an incident record, or None."""
+        cfg, now = self.cfg, time.monotonic()
+        with self.lock:
+            engine, peers = dict(self.engine), {n: dict(p) for n, p in self.peers.items()}
+        if not engine["running"]:
+            first = rec.failure(cfg["node"], cfg["rank"], "exited", exit_code=engine["exit_code"],
+                                at=engine.get("finished"))
+            return rec.incident(cfg, first, cfg["node"], self.evidence())
+        for peer in cfg["peers"]:
+            theirs = (peers[peer["node"]]["state"] or {}).get("incident")
+            if theirs:
+                return rec.adopt(cfg, theirs, peer["node"])
+        quiet = {n for n, p in peers.items() if now - p["last_ok"] > max(5.0, 3 * cfg["poll"])}
+        lost = [p for p in cfg["peers"] if now - peers[p["node"]]["last_ok"] > cfg["peer_timeout"]]
+        if lost and len(quiet) == len(cfg["peers"]) > 1:
+            # Nobody answers (their polls fell silent within a round of each other): this
+            # node is the one cut off (partition, its NIC), not all the rest.
+            first = rec.failure(cfg["node"], cfg["rank"], "unreachable",
+                                detail=f"this node reaches none of its {len(quiet)} peers")
+            return rec.incident(cfg, first, cfg["node"])
+        if lost:
+            seen = peers[lost[0]["node"]]
+            first = rec.failure(lost[0]["node"], lost[0]["rank"], "unreachable",
+                                detail=f"its guard gave no answer for {now - seen['last_ok']:.0f}s "
+                                f"({seen['error']})")
+            return rec.incident(cfg, first, cfg["node"])
+        return self.serving_failure(now)
+
+    def serving_failure(self, now: float) -> dict | None:
+        if not self.cfg.get("serve_port"):
+            return None
+        if self.serving():
+            self.refused_since = None
+            return None
+        self.refused_since = self.refused_since or now
+        if now - self.refused_since <= self.cfg["peer_timeout"]:
+            return None
+        first = rec.failure(self.cfg["node"], self.cfg["rank"], "not serving",
+                            detail=f"port {self.cfg['serve_port']} refused for "
+                            f"{now - self.refused_since:.0f}s")
+        return rec.incident(self.cfg, first, self.cfg["node"], self.evidence())
+
+    def evidence(self) -> dict:
+        return {"log_tail": rec.log_tail(self.cfg["container"], self.secrets),
+                "kernel": rec.kernel_lines(self.secrets)}
+
+    def fire(self, found: dict) -> None:
+        with self.lock:
+            self.incident = found
+        self.log(f"incident: {found['failure']['cause']} (seen by {found['seen_by']}); "
+                 "stopping the local engine")
+        path = os.path.join(self.dir, "incident.json")
+        rec.atomic_write_json(path, found)  # on record before the slow stop
+        found = {**found, "local_engine": self.stop_engine()}
+        with self.lock:
+            self.incident = found
+        rec.atomic_write_json(path, found)
+        self.write_state()
+
+    # -- main --------------------------------------------------------------------------
+    def start(self) -> None:
+        info = self.inspect()
+        if not info or not info["State"].get("Running"):
+            self.log("no running engine container to guard; exiting")
+            sys.exit(1)
+        self.engine["id"] = info["Id"]
+        self.write_state()
+        serve(self)
+        threading.Thread(target=self.watch_engine, daemon=True).start()
+        for peer in self.cfg["peers"]:
+            threading.Thread(target=self.poll_peer, args=(peer,), daemon=True).start()
+        self.log(f"guarding {self.cfg['container']} (rank {self.cfg['rank']}), "
+                 f"{len(self.cfg['peers'])} peers, peer_timeout {self.cfg['peer_timeout']}s")
+
+    def run(self) -> None:
+        self.start()
+        last_beat = time.monotonic()
+        while True:
+            if self.incident is None:
+                found = self.first_failure()
+                if found:
+                    self.fire(found)
+            if time.monotonic() - last_beat > 10:
+                self.write_state()
+                last_beat = time.monotonic()
+            time.sleep(self.cfg["poll"])
+
+
+def serve(guard: Guard) -> None:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path != "/state" or not signed_ok(guard.secret, "GET", self.path,
+                                                      self.headers.get(AUTH, "")):
+                self.send_error(403 if self.path == "/state" else 404)
+                return
+            body = json.dumps(guard.public_state()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    server = Server((guard.cfg["bind"], guard.cfg["port"]), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def main(config_path: str) -> None:
+    with open(config_path, encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    with open(cfg["secret_file"], encoding="utf-8") as fh:
+        secret = fh.read().strip()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    guard = Guard(cfg, secret)
+
+    def stopped(*_):  # `down`, or a replacement: leave the engine alone
+        guard.log("stopped (SIGTERM); the engine is left as it is")
+        os._exit(0)
+    signal.signal(signal.SIGTERM, stopped)
+    guard.run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

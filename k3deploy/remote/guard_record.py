@@ -1,0 +1,112 @@
+"""The guard's incident record: what failed first, who saw it, the failed rank's last log lines
+and the kernel's OOM-killer / Xid lines. Standard library only; uploaded beside guard.py.
+
+Secrets never reach the record: the engine's log is masked with every value found in the
+node's secrets directory, the guard's own secret, and the patterns k3deploy's redact uses.
+"""
+import datetime
+import json
+import os
+import re
+import subprocess
+
+MASK = "***"
+PATTERNS = [
+    re.compile(r"hf_[A-Za-z0-9]{16,}"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"(?i)((?:token|api[_-]?key|secret|password)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]{4,}"),
+]
+KERNEL = re.compile(r"(?i)out of memory|oom-kill|killed process|NVRM: Xid")
+LOG_LINES = 200
+
+
+def now_iso() -> str:
+    # timezone.utc, not datetime.UTC: a node may run a python3 older than 3.11
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")  # noqa: UP017
+
+
+def atomic_write_json(path: str, data) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def read_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def secret_values(secret: str, secrets_dir: str | None) -> list[str]:
+    """The guard secret plus every `key: value` / `KEY=value` value in the secrets dir."""
+    found = [secret]
+    for name in sorted(os.listdir(secrets_dir)) if secrets_dir and os.path.isdir(secrets_dir) else []:
+        try:
+            with open(os.path.join(secrets_dir, name), encoding="utf-8") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            value = re.split(r"[:=]", line, maxsplit=1)[-1].strip().strip("'\"")
+            found.append(value)
+    return sorted({v for v in found if len(v) >= 6}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        text = text.replace(value, MASK)
+    for pattern in PATTERNS:
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + MASK, text)
+    return text
+
+
+def _run(argv: list[str], timeout: float = 20) -> tuple[int, str]:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return 255, str(err)
+    return res.returncode, res.stdout + res.stderr
+
+
+def log_tail(container: str, secrets: list[str]) -> list[str] | None:
+    code, out = _run(["docker", "logs", "--tail", str(LOG_LINES), container])
+    if code != 0:
+        return None
+    return [redact(line, secrets) for line in out.splitlines()[-LOG_LINES:]]
+
+
+def kernel_lines(secrets: list[str]) -> list[str] | str:
+    """OOM-killer and Xid lines, or why the kernel log could not be read."""
+    code, out = _run(["dmesg", "--ctime"])
+    if code != 0:
+        return f"kernel log not readable: {out.strip()[:200]}"
+    return [redact(line, secrets) for line in out.splitlines() if KERNEL.search(line)][-40:]
+
+
+def failure(node: str, rank: int, kind: str, *, exit_code=None, detail: str = "",
+            at: str | None = None) -> dict:
+    """kind: exited | unreachable | not serving; at: when it happened (docker's FinishedAt),
+    else now (when it was noticed)."""
+    what = {"exited": f"engine exited with code {exit_code}",
+            "unreachable": "unreachable", "not serving": "serving port refused"}
+    return {"node": node, "rank": rank, "kind": kind, "exit_code": exit_code,
+            "cause": f"rank {rank} ({node}): {what.get(kind, kind)}" + (f"; {detail}" if detail else ""),
+            "at": at or now_iso()}
+
+
+def incident(cfg: dict, first: dict, seen_by: str, evidence: dict | None = None) -> dict:
+    """This node's record of the cluster's first failure."""
+    evidence = evidence or {}
+    return {"cluster": cfg["cluster"], "failure": first, "seen_by": seen_by,
+            "recorded_by": cfg["node"], "recorded_at": now_iso(),
+            "log_tail": evidence.get("log_tail"), "kernel": evidence.get("kernel"),
+            "local_engine": None}
+
+
+def adopt(cfg: dict, theirs: dict, learned_from: str) -> dict:
+    """A peer's record of the first failure, kept as this node's own (the evidence included)."""
+    return {**theirs, "recorded_by": cfg["node"], "recorded_at": now_iso(),
+            "learned_from": learned_from, "local_engine": None}

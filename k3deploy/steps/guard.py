@@ -1,0 +1,138 @@
+"""guard / guard-stop: the serve-time guard on every node (remote/guard.py).
+
+`guard` runs after verify, so a guard never acts before its engine finished loading. A healthy
+guard with the same config digest is left alone; one with another digest, or one that already
+fired (it never acts twice), is replaced, and the incident it recorded is archived: verify has
+just passed, so the cluster serves again. `guard-stop` ends the guards first in `down` (a
+teardown is not an incident) and before `up --replace` swaps the containers they watch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+from pydantic import BaseModel, ConfigDict
+
+from k3deploy import facts as F
+from k3deploy import guardcfg
+from k3deploy.remote import script_text
+from k3deploy.steps import probes
+from k3deploy.steps.base import Action, Step, cmd, upload
+
+BEAT_STALE = 60  # seconds: the guard rewrites its state every 10 s while alive
+START_WAIT = 150  # tenths of a second the start waits for the new guard's first state
+
+
+def _pids(out: str, code: int) -> list[int]:
+    return [int(x) for x in out.split() if x.isdigit()]
+
+
+def guard_facts(inv) -> list[F.Fact]:
+    """One round trip: the guard's own state file, its processes, the node's clock, incident."""
+    paths = guardcfg.node_paths(inv)
+    # `[g]uard.py` keeps pgrep from matching the shell that runs this very probe.
+    pattern = re.escape(paths["dir"]) + r"/[g]uard\.py"
+    return [probes.file_json("guard_state", paths["state"], sudo=True),
+            F.Fact("guard_pids", f"pgrep -f -- {shlex.quote(pattern)} || true", _pids, sudo=True),
+            F.command("now", ["date", "+%s"], F.integer),
+            probes.file_json("incident", paths["incident"], sudo=True)]
+
+
+def healthy(found: dict, digest: str) -> bool:
+    state = found.get("guard_state") or {}
+    return (found["guard_pids"] == [state.get("pid")] and state.get("phase") == "watching"
+            and state.get("digest") == digest
+            and (found.get("now") or 0) - state.get("beat", 0) < BEAT_STALE)
+
+
+def stop_actions(found: dict) -> list[Action]:
+    pids = [str(p) for p in found["guard_pids"]]
+    if not pids:
+        return []
+    # SIGTERM ends a guard at once and leaves the engine alone; SIGKILL if it does not.
+    script = (f"kill {' '.join(pids)} 2>/dev/null; i=0; while kill -0 {' '.join(pids)} "
+              "2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; "
+              f"kill -9 {' '.join(pids)} 2>/dev/null; true")
+    return [cmd(f"stop the guard (pid {', '.join(pids)})", "sh", "-c", script, sudo=True)]
+
+
+def archive_action(inv) -> Action:
+    paths = guardcfg.node_paths(inv)
+    script = (f"mkdir -p {shlex.quote(paths['archive'])} && mv -f {shlex.quote(paths['incident'])}"
+              f" {shlex.quote(paths['archive'])}/incident-$(date +%Y%m%dT%H%M%S).json")
+    return cmd("archive the incident record", "sh", "-c", script, sudo=True)
+
+
+class StartGuard(Step):
+    name = "guard"
+    summary = "the serve-time guard: a dead rank stops the whole group"
+    needs_all_nodes = True
+
+    def prepare(self, run) -> None:
+        run.shared["guard_secret"] = guardcfg.load_or_create_secret(run.session.state_dir,
+                                                                    create=not run.check)
+
+    def config(self, node) -> dict:
+        return guardcfg.with_digest(guardcfg.config(node.inv, node.name),
+                                    node.run.shared["guard_secret"] or "")
+
+    def facts(self, node):
+        return F.gather(node.conn, guard_facts(node.inv), step=self.name)
+
+    def plan(self, facts, node):
+        if not node.inv.guard.enabled:
+            return stop_actions(facts)
+        if healthy(facts, self.config(node)["digest"]):
+            return []
+        return (stop_actions(facts) + ([archive_action(node.inv)] if facts["incident"] else [])
+                + self._start_actions(node))
+
+    def _start_actions(self, node) -> list[Action]:
+        paths, cfg = guardcfg.node_paths(node.inv), self.config(node)
+        argv = ["python3", paths["script"], paths["config"]]
+        state = shlex.quote(paths["state"])
+        detached = (f"rm -f {state}; setsid nohup {shlex.join(argv)} >> "
+                    f"{shlex.quote(paths['log'])} 2>&1 < /dev/null & i=0; while [ ! -s {state} ]"
+                    f" && [ $i -lt {START_WAIT} ]; do sleep 0.1; i=$((i+1)); done")
+        uploads = [upload(f"upload {name}", f"{paths['dir']}/{name}", script_text(name),
+                          mode=0o644, sudo=True) for name in guardcfg.SCRIPTS]
+        return [cmd("create the guard dir (0700)", "install", "-d", "-m", "700", paths["dir"],
+                    sudo=True, retry=True),
+                *uploads,
+                upload("write the guard config", paths["config"], _json(cfg), sudo=True),
+                upload("write the guard secret (0600)", paths["secret"],
+                       f"{node.run.shared['guard_secret'] or ''}\n", sudo=True),  # None: --check
+                cmd("start the guard, detached", "sh", "-c", detached, sudo=True)]
+
+    def inputs(self, node):
+        return {"guard": node.inv.guard.model_dump(), "port": node.inv.ports.guard}
+
+    def detail(self, facts, node):
+        state = facts.get("guard_state") or {}
+        return {"pid": state.get("pid"), "digest": state.get("digest")}
+
+
+class StopGuard(Step):
+    name = "guard-stop"
+    summary = "stop the guard (and archive its incident) before the containers go"
+    runs_after_failures = True
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        only_with_replace: bool = False  # before launch: only `up --replace` swaps containers
+        archive: bool = True
+
+    def facts(self, node):
+        return F.gather(node.conn, guard_facts(node.inv), step=self.name)
+
+    def plan(self, facts, node):
+        if self.p.only_with_replace and not node.run.option("replace"):
+            return []
+        archive = [archive_action(node.inv)] if self.p.archive and facts["incident"] else []
+        return stop_actions(facts) + archive
+
+
+def _json(doc: dict) -> str:
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
