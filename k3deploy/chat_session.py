@@ -8,7 +8,7 @@ locally and asks again, a bounded number of times.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from k3deploy import chat_tools
 from k3deploy.chat_stream import AssistantReply

@@ -4,11 +4,11 @@ against the endpoint: the laptop runs them and sends the result back."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 
 def _utc_now(_inv, _args: dict) -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _cluster_info(inv, _args: dict) -> str:

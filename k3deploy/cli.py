@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -26,7 +26,7 @@ Inv = Annotated[str, typer.Option("-i", "--inventory", help="inventory YAML file
 Check = Annotated[bool, typer.Option("--check", help="plan and print; change nothing")]
 AcceptNew = Annotated[bool, typer.Option("--accept-new-host-keys",
                                          help="trust and record unknown host keys (changed keys are still refused)")]
-StateDir = Annotated[Optional[str], typer.Option("--state-dir", help="where per-node state files live")]
+StateDir = Annotated[str | None, typer.Option("--state-dir", help="where per-node state files live")]
 Json = Annotated[bool, typer.Option("--json", help="one JSON document on stdout")]
 
 
@@ -46,16 +46,16 @@ def _run(inventory, steps, **kw) -> int:
 
 
 @app.command()
-def plan(gpu: Annotated[Optional[str], typer.Option(help="h100 h200 b200 b300 gb200")] = None,
-         nodes: Optional[int] = None,
-         gpus_per_node: Annotated[Optional[int], typer.Option("--gpus-per-node")] = None,
-         precision: Annotated[Optional[str], typer.Option(help="mxfp4 mxfp8 bf16")] = None,
-         engine: Annotated[Optional[str], typer.Option(help="sglang or vllm")] = None,
-         max_model_len: Annotated[Optional[int], typer.Option("--max-model-len")] = None,
-         mem_fraction_static: Annotated[Optional[float], typer.Option("--mem-fraction-static")] = None,
-         price: Annotated[Optional[float], typer.Option(
+def plan(gpu: Annotated[str | None, typer.Option(help="h100 h200 b200 b300 gb200")] = None,
+         nodes: int | None = None,
+         gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node")] = None,
+         precision: Annotated[str | None, typer.Option(help="mxfp4 mxfp8 bf16")] = None,
+         engine: Annotated[str | None, typer.Option(help="sglang or vllm")] = None,
+         max_model_len: Annotated[int | None, typer.Option("--max-model-len")] = None,
+         mem_fraction_static: Annotated[float | None, typer.Option("--mem-fraction-static")] = None,
+         price: Annotated[float | None, typer.Option(
              "--price", "--price-per-gpu-hour", help="price per GPU-hour: adds $/hour")] = None,
-         emit_inventory: Annotated[Optional[str], typer.Option("--emit-inventory")] = None,
+         emit_inventory: Annotated[str | None, typer.Option("--emit-inventory")] = None,
          json_out: Json = False) -> int:
     """Sizing arithmetic: which GPU configs fit. No arguments: every reference config."""
     from k3deploy.plan_cmd import run_plan
@@ -116,7 +116,7 @@ def verify(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: S
 
 
 @app.command()
-def logs(inventory: Inv, out: Annotated[Optional[str], typer.Option("--out")] = None,
+def logs(inventory: Inv, out: Annotated[str | None, typer.Option("--out")] = None,
          accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Collect each node's engine log, named by node and rank."""
     from k3deploy.commands import single
@@ -128,7 +128,7 @@ def logs(inventory: Inv, out: Annotated[Optional[str], typer.Option("--out")] = 
 def down(inventory: Inv,
          wipe_weights: Annotated[bool, typer.Option("--wipe-weights", help="also delete the "
                                                     "downloaded weights")] = False,
-         out: Annotated[Optional[str], typer.Option("--out", help="where logs go")] = None,
+         out: Annotated[str | None, typer.Option("--out", help="where logs go")] = None,
          check: Check = False, accept_new_host_keys: AcceptNew = False,
          state_dir: StateDir = None) -> int:
     """Capture logs, remove containers, report unreachable nodes (exit 3)."""
@@ -146,9 +146,9 @@ class Effort(str, Enum):
 
 @app.command()
 def chat(inventory: Inv,
-         message: Annotated[Optional[str], typer.Argument(help="ask once and exit (for "
+         message: Annotated[str | None, typer.Argument(help="ask once and exit (for "
                                                           "scripts); none: interactive")] = None,
-         effort: Annotated[Optional[Effort], typer.Option(
+         effort: Annotated[Effort | None, typer.Option(
              "--effort", help="reasoning_effort (default: low)")] = None,
          tools: Annotated[bool, typer.Option("--tools", help="offer the model local read-only "
                                              "tools (utc_now, cluster_info)")] = False,

@@ -248,5 +248,5 @@ def size_config(
 
 
 # The planner's entry points live in sizing_plan.py; imported last (they build on the above).
-from k3deploy.sizing_plan import (REFERENCE_CONFIGS, ReferenceConfig, explain,  # noqa: E402
+from k3deploy.sizing_plan import (REFERENCE_CONFIGS, ReferenceConfig, explain,  # noqa: E402, F401
                                   fits_inventory, fits_inventory_of, plan)

@@ -14,9 +14,9 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Mapping
+from collections.abc import Mapping
 
 TABLE_DIR = Path(__file__).with_name("cli_tables")
 ENGINES = ("sglang", "vllm", "ray")
@@ -48,7 +48,7 @@ class CliTable:
         return f"{self.command} {self.version}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_table(engine: str) -> CliTable:
     if engine not in ENGINES:
         raise ValueError(f"no CLI table for {engine!r}; known: {ENGINES}")

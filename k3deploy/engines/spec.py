@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 ENGINES = ("sglang", "vllm")
 # tp-ep: the guide's multi-node SGLang cell; dp-attention: its single-node B300 SGLang
@@ -30,7 +30,7 @@ _SECRET_ENV_SUFFIX = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD)$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _CONTAINER = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 
-FlagValue = Union[str, int, float, bool, None]
+FlagValue = str | int | float | bool | None
 
 
 class SpecError(ValueError):

@@ -131,7 +131,7 @@ class Manifest:
             raise BadInput("manifest: duplicate file paths")
 
     @classmethod
-    def load(cls, path: str) -> "Manifest":
+    def load(cls, path: str) -> Manifest:
         try:
             return cls(json.loads(Path(path).read_text()))
         except (OSError, ValueError) as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from typing import Callable
+from collections.abc import Callable
 
 from k3deploy import apikey, engines, interrupt
 from k3deploy import facts as F

@@ -11,7 +11,6 @@ from pathlib import Path
 from k3deploy import apikey, engines, guardcfg
 from k3deploy import facts as F
 from k3deploy.redact import redact
-from k3deploy.state import atomic_write_json
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step, cmd
 from k3deploy.steps.download import Paths as DownloadPaths

@@ -163,7 +163,7 @@ class HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 300  # idle keep-alive connections must not pin a thread forever
     server_version = "k3tb-mock-hub/1"
-    hub: "Hub"  # set on the subclass made per server
+    hub: Hub  # set on the subclass made per server
 
     def log_message(self, fmt, *args):  # request lines would flood the testbed log
         pass

@@ -22,14 +22,14 @@ class TestbedState:
         self._lock = threading.RLock()
 
     @classmethod
-    def load(cls, tb_dir: Path) -> "TestbedState | None":
+    def load(cls, tb_dir: Path) -> TestbedState | None:
         path = Path(tb_dir) / STATE_FILE
         if not path.exists():
             return None
         return cls(tb_dir, json.loads(path.read_text()))
 
     @classmethod
-    def create(cls, tb_dir: Path, **fields) -> "TestbedState":
+    def create(cls, tb_dir: Path, **fields) -> TestbedState:
         state = cls(tb_dir, {"dir": str(Path(tb_dir).resolve()), "nodes": {}, "iptables": [], **fields})
         state.save()
         return state

@@ -13,7 +13,6 @@ import string
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from tbfixture import testbed

@@ -1,6 +1,5 @@
 """Retry bounds of the transport, without a network: the connection opener is replaced."""
 
-import socket
 
 import pytest
 
@@ -19,7 +18,7 @@ def test_connect_gives_up_after_bounded_attempts(monkeypatch):
 
     def refuse():
         calls.append(1)
-        raise socket.timeout("timed out")
+        raise TimeoutError("timed out")
 
     monkeypatch.setattr(conn, "_open_once", refuse)
     monkeypatch.setattr("time.sleep", lambda s: None)
