@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from k3deploy import inventory, launch_contract  # noqa: E402
+from k3deploy.cluster import inventory  # noqa: E402
+from k3deploy.cli import launch_contract  # noqa: E402
 from k3deploy.engines import cli_contract  # noqa: E402
 
 

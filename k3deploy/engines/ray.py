@@ -31,18 +31,9 @@ def ray_worker_container_argv(spec: LaunchSpec) -> list[str]:
     return docker_run_argv(spec, cmd, entrypoint="ray")
 
 
-def ray_container_argv(spec: LaunchSpec) -> list[str]:
-    """The head or worker container, by this node's rank."""
-    return ray_head_container_argv(spec) if spec.is_head else ray_worker_container_argv(spec)
-
-
 def ray_status_argv(spec: LaunchSpec) -> list[str]:
     """`docker exec NAME ray status`: lists the live nodes and GPUs of the cluster."""
     return docker_exec_argv(spec.container_name, ["ray", "status"])
-
-
-def ray_stop_argv(spec: LaunchSpec) -> list[str]:
-    return docker_exec_argv(spec.container_name, ["ray", "stop"])
 
 
 def _check_ray_spec(spec: LaunchSpec, *, head: bool) -> None:

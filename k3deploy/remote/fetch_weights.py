@@ -122,7 +122,7 @@ class Manifest:
             self.sha, self.endpoint = str(doc["sha"]), str(doc["endpoint"]).rstrip("/")
             self.max_workers = max(1, int(doc.get("max_workers", 8)))
             self.files = [FileSpec(f) for f in doc["files"]]
-            self.peers = doc.get("peers")  # k3deploy.fanout.peer_block, or None
+            self.peers = doc.get("peers")  # k3deploy.cluster.fanout.peer_block, or None
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"manifest: missing or bad field: {e}") from None
         if not _HEX40.match(self.sha) or self.repo.count("/") != 1 or not self.files:
@@ -558,7 +558,7 @@ def describe_error(spec: FileSpec, error: BaseException) -> str | None:
 
 
 def load_peers(manifest: Manifest, progress: Progress):
-    """peer_fetch.Peers for a manifest with a `peers` block (k3deploy.fanout), else None."""
+    """peer_fetch.Peers for a manifest with a `peers` block (k3deploy.cluster.fanout), else None."""
     if not manifest.peers:
         return None
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer_fetch.py ships next to us

@@ -32,14 +32,6 @@ def atomic_write_json(path: str, data) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
 def secret_values(secret: str, secrets_dir: str | None) -> list[str]:
     """The guard secret plus every `key: value` / `KEY=value` value in the secrets dir."""
     found = [secret]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from k3deploy.errors import PlaybookError
+from k3deploy.core.errors import PlaybookError
 
 # name -> "module:Class"; imported lazily so `k3deploy plan` does not pay for SSH imports.
 REGISTRY = {
@@ -12,7 +12,7 @@ REGISTRY = {
     "nvme": "k3deploy.steps.nvme:MoveToNvme",
     "download": "k3deploy.steps.download:DownloadWeights",
     "image": "k3deploy.steps.image:PullImage",
-    "ray-cluster": "k3deploy.steps.ray:RayCluster",
+    "ray-cluster": "k3deploy.steps.ray_cluster:RayCluster",
     "launch": "k3deploy.steps.launch:LaunchEngine",
     "wait": "k3deploy.steps.wait:WaitHealthy",
     "verify": "k3deploy.steps.verify:VerifyEndpoint",

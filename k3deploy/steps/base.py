@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from k3deploy.errors import StepFailed
-from k3deploy.transport import quote
+from k3deploy.core.errors import StepFailed
+from k3deploy.node.transport import quote
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy import interrupt
-from k3deploy.errors import StepFailed
-from k3deploy.fanout import PEER_STALL_SECONDS, peers_enabled
-from k3deploy.hubmeta import manifest_for, token_from_env
-from k3deploy.log import get as get_log
+from k3deploy.core import interrupt
+from k3deploy.core.errors import StepFailed
+from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
+from k3deploy.cluster.hubmeta import manifest_for, token_from_env
+from k3deploy.core.log import get as get_log
 from k3deploy.remote import script_text
-from k3deploy.secretfile import peer_secret
+from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import peers
 from k3deploy.steps.base import Action, Step, cmd, upload
 

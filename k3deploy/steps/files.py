@@ -7,7 +7,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy import facts as F
+from k3deploy.node import facts as F
 from k3deploy.steps.base import Step, cmd, upload
 
 

@@ -15,8 +15,8 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
-from k3deploy import facts as F
-from k3deploy import guardcfg
+from k3deploy.node import facts as F
+from k3deploy.node import guard_config
 from k3deploy.remote import script_text
 from k3deploy.steps import probes
 from k3deploy.steps.base import Action, Step, cmd, upload
@@ -31,7 +31,7 @@ def _pids(out: str, code: int) -> list[int]:
 
 def guard_facts(inv) -> list[F.Fact]:
     """One round trip: the guard's own state file, its processes, the node's clock, incident."""
-    paths = guardcfg.node_paths(inv)
+    paths = guard_config.node_paths(inv)
     # `[g]uard.py` keeps pgrep from matching the shell that runs this very probe.
     pattern = re.escape(paths["dir"]) + r"/[g]uard\.py"
     return [probes.file_json("guard_state", paths["state"], sudo=True),
@@ -59,7 +59,7 @@ def stop_actions(found: dict) -> list[Action]:
 
 
 def archive_action(inv) -> Action:
-    paths = guardcfg.node_paths(inv)
+    paths = guard_config.node_paths(inv)
     script = (f"mkdir -p {shlex.quote(paths['archive'])} && mv -f {shlex.quote(paths['incident'])}"
               f" {shlex.quote(paths['archive'])}/incident-$(date +%Y%m%dT%H%M%S).json")
     return cmd("archive the incident record", "sh", "-c", script, sudo=True)
@@ -71,11 +71,11 @@ class StartGuard(Step):
     needs_all_nodes = True
 
     def prepare(self, run) -> None:
-        run.shared["guard_secret"] = guardcfg.load_or_create_secret(run.session.state_dir,
+        run.shared["guard_secret"] = guard_config.load_or_create_secret(run.session.state_dir,
                                                                     create=not run.check)
 
     def config(self, node) -> dict:
-        return guardcfg.with_digest(guardcfg.config(node.inv, node.name),
+        return guard_config.with_digest(guard_config.config(node.inv, node.name),
                                     node.run.shared["guard_secret"] or "")
 
     def facts(self, node):
@@ -90,14 +90,14 @@ class StartGuard(Step):
                 + self._start_actions(node))
 
     def _start_actions(self, node) -> list[Action]:
-        paths, cfg = guardcfg.node_paths(node.inv), self.config(node)
+        paths, cfg = guard_config.node_paths(node.inv), self.config(node)
         argv = ["python3", paths["script"], paths["config"]]
         state = shlex.quote(paths["state"])
         detached = (f"rm -f {state}; setsid nohup {shlex.join(argv)} >> "
                     f"{shlex.quote(paths['log'])} 2>&1 < /dev/null & i=0; while [ ! -s {state} ]"
                     f" && [ $i -lt {START_WAIT} ]; do sleep 0.1; i=$((i+1)); done")
         uploads = [upload(f"upload {name}", f"{paths['dir']}/{name}", script_text(name),
-                          mode=0o644, sudo=True) for name in guardcfg.SCRIPTS]
+                          mode=0o644, sudo=True) for name in guard_config.SCRIPTS]
         return [cmd("create the guard dir (0700)", "install", "-d", "-m", "700", paths["dir"],
                     sudo=True, retry=True),
                 *uploads,

@@ -3,9 +3,9 @@ already present under the current data-root."""
 
 from __future__ import annotations
 
-from k3deploy import facts as F
+from k3deploy.node import facts as F
 from k3deploy.engines import ImageChoiceError
-from k3deploy.errors import StepFailed
+from k3deploy.core.errors import StepFailed
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step, cmd
 from k3deploy.steps.preflight import image_for

@@ -10,12 +10,14 @@ import hashlib
 import shlex
 from collections.abc import Callable
 
-from k3deploy import apikey, engines, interrupt
-from k3deploy import facts as F
-from k3deploy import launchspec
+from k3deploy.node import apikey
+from k3deploy import engines
+from k3deploy.core import interrupt
+from k3deploy.node import facts as F
+from k3deploy.engines import spec_from_inventory
 from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
-from k3deploy.errors import StepFailed
-from k3deploy.hubmeta import manifest_for
+from k3deploy.core.errors import StepFailed
+from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.steps import probes, raylayout
 from k3deploy.steps.base import Step, cmd, upload
 from k3deploy.steps.image import chosen_image
@@ -30,7 +32,7 @@ def secret_file(spec) -> tuple[str, Callable[[str], str]]:
 
 def _key_path(inv) -> str:
     name = SGLANG_SECRET_FILE if inv.engine.kind == "sglang" else VLLM_ENV_FILE
-    return f"{launchspec.secrets_dir(inv)}/{name}"
+    return f"{spec_from_inventory.secrets_dir(inv)}/{name}"
 
 
 def _sha(text: str) -> str:
@@ -53,7 +55,7 @@ class LaunchEngine(Step):
 
     def spec(self, facts, node):
         run = node.run
-        spec = launchspec.build(node.inv, node.node, node.rank, chosen_image(facts, node),
+        spec = spec_from_inventory.build(node.inv, node.node, node.rank, chosen_image(facts, node),
                                 run.shared["manifest"].sha, with_key=bool(run.shared["api_key"]))
         return engines.with_config_label(spec, run.shared["api_key"])
 

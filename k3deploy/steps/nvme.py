@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from k3deploy import facts as F
-from k3deploy.errors import StepFailed
+from k3deploy.node import facts as F
+from k3deploy.core.errors import StepFailed
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step, cmd, upload
 

@@ -12,13 +12,12 @@ import hashlib
 import json
 import shlex
 
-from k3deploy import facts as F
-from k3deploy.fanout import peer_block
+from k3deploy.node import facts as F
+from k3deploy.cluster.fanout import peer_block
 from k3deploy.remote import script_text
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 SERVER = script_text("peer_server.py")
-CLIENT = script_text("peer_fetch.py")
 FETCHER = script_text("fetch_weights.py")  # the server imports its cache and ledger readers
 
 
@@ -40,7 +39,7 @@ class PeerPaths:
 
 def node_manifest(base_json: str, node, manifest, stall_seconds: float) -> str:
     """The manifest one node's downloader and peer server read: the pinned files plus the
-    split of the large ones (k3deploy.fanout)."""
+    split of the large ones (k3deploy.cluster.fanout)."""
     doc = json.loads(base_json)
     doc["peers"] = peer_block(node.inv, manifest, node.name, PeerPaths(node.inv).secret,
                               stall_seconds)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import shlex
 
-from k3deploy import facts as F
-from k3deploy import gpus as gpu_table
-from k3deploy import sizing
+from k3deploy.node import facts as F
+from k3deploy.cluster import gpus as gpu_table
+from k3deploy.cluster import sizing
 from k3deploy.engines import ImageChoiceError, choose_image
-from k3deploy.hubmeta import manifest_for
+from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
-from k3deploy.steps.portcheck import reachability_problems
+from k3deploy.steps.reachability import reachability_problems
 from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9

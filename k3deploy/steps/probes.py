@@ -6,7 +6,7 @@ import json
 import re
 import shlex
 
-from k3deploy import facts as F
+from k3deploy.node import facts as F
 
 CUDA = re.compile(r"CUDA Version:\s*([0-9]+\.[0-9]+)")
 DRIVER = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")

@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 import time
 
-from k3deploy import endpoint, engines, interrupt
-from k3deploy import facts as F
-from k3deploy.errors import StepFailed
+from k3deploy.node import http_probe
+from k3deploy import engines
+from k3deploy.core import interrupt
+from k3deploy.node import facts as F
+from k3deploy.core.errors import StepFailed
 from k3deploy.steps.base import Action, cmd
 
 RAY_STARTED = "Ray runtime started"   # printed by `ray start` once the node is registered
@@ -69,7 +71,7 @@ def serve_running(status: dict | None, healthy: bool) -> bool:
 
 
 def _healthy(node) -> bool:
-    res = endpoint.probe(node.conn, node.inv, ["health"], node.run.shared.get("api_key"))
+    res = http_probe.probe(node.conn, node.inv, ["health"], node.run.shared.get("api_key"))
     return res["health"]["status"] == 200
 
 

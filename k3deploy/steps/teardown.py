@@ -8,9 +8,10 @@ import shlex
 import time
 from pathlib import Path
 
-from k3deploy import apikey, engines, guardcfg
-from k3deploy import facts as F
-from k3deploy.redact import redact
+from k3deploy.node import apikey, guard_config
+from k3deploy import engines
+from k3deploy.node import facts as F
+from k3deploy.core.redact import redact
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step, cmd
 from k3deploy.steps.download import Paths as DownloadPaths
@@ -26,7 +27,7 @@ def logs_dir(run) -> Path:
 
 def guard_files(node) -> dict[str, str | None]:
     """The guard's own log and its incident record, when there are any (one round trip)."""
-    paths = guardcfg.node_paths(node.inv)
+    paths = guard_config.node_paths(node.inv)
     wanted = {"guard": paths["log"], "incident": paths["incident"]}
     return F.gather(node.conn, [F.Fact(kind, f"cat {shlex.quote(path)}", F.text, sudo=True)
                                 for kind, path in wanted.items()])
@@ -41,7 +42,7 @@ class CollectLogs(Step):
     def prepare(self, run):
         # Registering the key makes redact() mask it: SGLang prints server_args, key included.
         apikey.load_or_create(run.inv, run.session.state_dir, create=False)
-        guardcfg.load_or_create_secret(run.session.state_dir, create=False)
+        guard_config.load_or_create_secret(run.session.state_dir, create=False)
 
     def facts(self, node):
         name = node.inv.engine.container

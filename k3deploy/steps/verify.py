@@ -7,8 +7,8 @@ shows in memory. Both are checked here.
 
 from __future__ import annotations
 
-from k3deploy import apikey, endpoint
-from k3deploy import facts as F
+from k3deploy.node import apikey, http_probe
+from k3deploy.node import facts as F
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
 
@@ -108,7 +108,7 @@ class VerifyEndpoint(Step):
     def facts(self, node):
         found = F.gather(node.conn, [probes.gpus()], step=self.name)
         if node.is_head:
-            found["endpoint"] = endpoint.probe(node.conn, node.inv, ["models", "chat", "tools"],
+            found["endpoint"] = http_probe.probe(node.conn, node.inv, ["models", "chat", "tools"],
                                                node.run.shared["api_key"], step=self.name)
             node.run.shared["reasoning_field"] = reasoning_field(
                 _message(found["endpoint"].get("chat", {})))
@@ -125,9 +125,9 @@ class VerifyEndpoint(Step):
         key = apikey.key_path(run.session.state_dir)
         auth = f'-H "Authorization: Bearer $(cat {key})" ' if run.shared.get("api_key") else ""
         field = run.shared.get("reasoning_field")
-        return [f"endpoint: {endpoint.url(run.inv)}   model: {run.inv.model.repo}"
+        return [f"endpoint: {http_probe.url(run.inv)}   model: {run.inv.model.repo}"
                 + (f"   chain of thought in: {field}" if field else ""),
-                f"call it:  curl -s {endpoint.url(run.inv)}/chat/completions {auth}"
+                f"call it:  curl -s {http_probe.url(run.inv)}/chat/completions {auth}"
                 "-H 'Content-Type: application/json' -d '{\"model\": \"" + run.inv.model.repo +
                 "\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
                 "\"reasoning_effort\": \"low\"}'"]

@@ -8,9 +8,11 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy import apikey, endpoint, engines, interrupt
-from k3deploy import facts as F
-from k3deploy.errors import StepFailed
+from k3deploy.node import apikey, http_probe
+from k3deploy import engines
+from k3deploy.core import interrupt
+from k3deploy.node import facts as F
+from k3deploy.core.errors import StepFailed
 from k3deploy.steps import probes, raylayout
 from k3deploy.steps.base import Action, Step
 
@@ -75,7 +77,7 @@ class WaitHealthy(Step):
         state = container_state(node.conn, node.inv.engine.container)
         healthy = False
         if node.is_head and state and state["running"]:
-            res = endpoint.probe(node.conn, node.inv, ["health"], node.run.shared["api_key"],
+            res = http_probe.probe(node.conn, node.inv, ["health"], node.run.shared["api_key"],
                                  step=self.name)
             healthy = res["health"]["status"] == 200
         return {"container": state, "healthy": healthy}

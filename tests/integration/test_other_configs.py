@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k3deploy import inventory
-from k3deploy.apikey import key_path
-from k3deploy.state import state_dir_for
+from k3deploy.cluster import inventory
+from k3deploy.node.apikey import key_path
+from k3deploy.core.state import state_dir_for
 from tbfixture import testbed
 
 pytestmark = [pytest.mark.integration,

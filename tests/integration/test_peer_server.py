@@ -21,9 +21,9 @@ sys.path.insert(0, str(REPO_ROOT / "scripts"))
 
 from tb import hub as tbhub
 
-from k3deploy import fanout
-from k3deploy.hubmeta import Manifest as LaptopManifest
-from k3deploy.hubmeta import RepoFile
+from k3deploy.cluster import fanout
+from k3deploy.cluster.hubmeta import Manifest as LaptopManifest
+from k3deploy.cluster.hubmeta import RepoFile
 
 REMOTE = REPO_ROOT / "k3deploy" / "remote"
 SECRET = "peer-secret-for-tests-0123456789"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from k3deploy.errors import CommandError, UnreachableError
-from k3deploy.facts import MARK
-from k3deploy.state import NodeState
-from k3deploy.transport import Result, quote
+from k3deploy.core.errors import CommandError, UnreachableError
+from k3deploy.node.facts import MARK
+from k3deploy.core.state import NodeState
+from k3deploy.node.transport import Result, quote
 
 
 class FakeConn:

@@ -3,9 +3,11 @@
 import pytest
 from invdata import four_nodes
 
-from k3deploy import certificate, certificate_diff, cost, speed_figures
-from k3deploy.bench_stats import RequestRecord, level_summary, percentile, single_stream_decode
-from k3deploy.inventory import parse
+from k3deploy.serving import certificate, certificate_diff
+from k3deploy.cluster import cost
+from k3deploy.cli import speed_figures
+from k3deploy.serving.bench_stats import RequestRecord, level_summary, percentile, single_stream_decode
+from k3deploy.cluster.inventory import parse
 
 
 def record(started, times, kinds, done=True, error=None):
@@ -104,7 +106,7 @@ def test_cost_of_a_cluster():
 
 
 def test_status_cost_from_the_earliest_running_container():
-    from k3deploy import status_cost
+    from k3deploy.cli import status_cost
     inv = parse(four_nodes(price={"per_gpu_hour": 2.5}))
     started = status_cost.parse_started("2026-08-01T12:00:00.123456789Z")
     nodes = {"node0": {"live": {"container": {"running": True,
@@ -123,7 +125,7 @@ def test_status_cost_from_the_earliest_running_container():
 
 def test_ready_at_is_the_wall_clock_time_the_eta_points_to():
     import time as _time
-    from k3deploy.ui_columns import ready_at
+    from k3deploy.run.ui_columns import ready_at
     now = _time.mktime((2026, 8, 1, 12, 0, 0, 0, 0, -1))
     assert ready_at(1800, now) == "ready ~" + _time.strftime("%H:%M %Z", _time.localtime(now + 1800))
     assert ready_at(1800, now).startswith("ready ~12:30")

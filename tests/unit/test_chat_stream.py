@@ -4,9 +4,9 @@ import json
 
 from invdata import four_nodes
 
-from k3deploy import chat_tools
-from k3deploy.chat_stream import AssistantReply
-from k3deploy.inventory import parse
+from k3deploy.serving import chat_tools
+from k3deploy.serving.chat_stream import AssistantReply
+from k3deploy.cluster.inventory import parse
 
 
 def minimal_inventory():

@@ -6,8 +6,9 @@ import pytest
 import structlog
 import yaml
 
-from k3deploy import cli, inventory
-from k3deploy.keyfiles import missing_key_files
+from k3deploy.cli import app
+from k3deploy.cluster import inventory
+from k3deploy.node.keyfiles import missing_key_files
 from tests.unit.invdata import four_nodes
 
 
@@ -20,7 +21,7 @@ def _logging_reset():
 
 def exit_code(argv) -> int:
     with pytest.raises(SystemExit) as done:
-        cli.main(argv)
+        app.main(argv)
     return done.value.code
 
 
@@ -30,14 +31,14 @@ def exit_code(argv) -> int:
     ["-v", "plan", "--gpu", "h100", "--nodes", "4", "--log-json", "--json"],
 ])
 def test_global_options_before_or_after_the_subcommand(argv, capsys):
-    cli._OUTPUT["log_json"] = False
+    app._OUTPUT["log_json"] = False
     assert exit_code(argv) == 0
-    assert cli._OUTPUT["log_json"] is True
+    assert app._OUTPUT["log_json"] is True
     assert json.loads(capsys.readouterr().out)  # --json output still one document
 
 
 def test_global_flags_move_only_before_a_double_dash():
-    assert cli.global_flags_first(["up", "-i", "x", "--log-json", "--", "-v"]) == \
+    assert app.global_flags_first(["up", "-i", "x", "--log-json", "--", "-v"]) == \
         ["--log-json", "up", "-i", "x", "--", "-v"]
 
 

@@ -4,9 +4,9 @@ facts in, actions out."""
 import hashlib
 import json
 
-from k3deploy import inventory
-from k3deploy.context import NodeContext, RunContext
-from k3deploy.hubmeta import Manifest, RepoFile
+from k3deploy.cluster import inventory
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights, hub_summary
 from k3deploy.steps.peers import StopPeerServer
 from tests.unit.fakes import FakeSession
@@ -108,7 +108,7 @@ def test_hub_summary_states_hub_bytes_against_the_repo():
 def test_preflight_opens_the_peer_port_on_every_node_only_with_fan_out():
     import random
 
-    from k3deploy.steps.portcheck import _ports_for
+    from k3deploy.steps.reachability import _ports_for
     for doc, want in ((four_nodes(), True), (four_nodes(download={"peers": False}), False)):
         run = RunContext(inv=inventory.parse(doc), session=None)
         for name in ("node0", "node2"):

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k3deploy import inventory, launch_contract, plan_cmd
+from k3deploy.cluster import inventory
+from k3deploy.cli import launch_contract, plan_cmd
 from k3deploy.engines import cli_contract
-from k3deploy.errors import EXIT_BAD_INPUT, InventoryError
+from k3deploy.core.errors import EXIT_BAD_INPUT, InventoryError
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORIES = ROOT / "inventories"

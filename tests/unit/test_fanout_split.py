@@ -2,9 +2,9 @@
 
 import pytest
 
-from k3deploy import fanout, inventory
-from k3deploy.errors import InventoryError
-from k3deploy.hubmeta import RepoFile
+from k3deploy.cluster import fanout, inventory
+from k3deploy.core.errors import InventoryError
+from k3deploy.cluster.hubmeta import RepoFile
 from tests.unit.invdata import four_nodes
 
 
@@ -70,8 +70,8 @@ def test_peer_block_names_the_others_by_private_address():
 
 
 def test_peer_secret_is_made_once_0600_and_redacted(tmp_path):
-    from k3deploy.redact import redact
-    from k3deploy.secretfile import peer_secret
+    from k3deploy.core.redact import redact
+    from k3deploy.node.secretfile import peer_secret
     first = peer_secret(tmp_path)
     path = tmp_path / "secrets" / "peer-secret"
     assert oct(path.stat().st_mode & 0o777) == "0o600" and len(first) >= 32

@@ -5,9 +5,11 @@ import time
 
 import pytest
 
-from k3deploy import cluster_state, guardcfg, inventory
-from k3deploy.context import NodeContext, RunContext
-from k3deploy.errors import InventoryError
+from k3deploy.cli import cluster_state
+from k3deploy.node import guard_config
+from k3deploy.cluster import inventory
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.core.errors import InventoryError
 from k3deploy.remote import guard as node_guard
 from k3deploy.remote import guard_record
 from k3deploy.steps.guard import StartGuard, StopGuard, healthy
@@ -28,21 +30,21 @@ def node_ctx(tmp_path, rank=0, options=None, doc=None):
 def test_config_names_the_peers_and_only_the_head_watches_the_serving_port():
     inv = inventory.parse(four_nodes())
     head, worker = inv.ranked()[0][1].name, inv.ranked()[2][1].name
-    cfg = guardcfg.config(inv, worker)
+    cfg = guard_config.config(inv, worker)
     assert cfg["rank"] == 2 and cfg["port"] == 8952 and cfg["peer_timeout"] == 20
     assert [p["node"] for p in cfg["peers"]] == [n.name for _, n in inv.ranked() if n.name != worker]
     assert cfg["bind"] == inv.node(worker).self_ip
-    assert cfg["serve_port"] is None and guardcfg.config(inv, head)["serve_port"] == inv.ports.serve
-    assert SECRET not in str(guardcfg.with_digest(cfg, SECRET))
+    assert cfg["serve_port"] is None and guard_config.config(inv, head)["serve_port"] == inv.ports.serve
+    assert SECRET not in str(guard_config.with_digest(cfg, SECRET))
 
 
 def test_digest_follows_config_and_secret():
     inv = inventory.parse(four_nodes())
-    cfg = guardcfg.config(inv, inv.head.name)
-    one = guardcfg.with_digest(cfg, SECRET)["digest"]
-    assert one == guardcfg.with_digest(cfg, SECRET)["digest"]
-    assert one != guardcfg.with_digest({**cfg, "peer_timeout": 30}, SECRET)["digest"]
-    assert one != guardcfg.with_digest(cfg, SECRET + "x")["digest"]
+    cfg = guard_config.config(inv, inv.head.name)
+    one = guard_config.with_digest(cfg, SECRET)["digest"]
+    assert one == guard_config.with_digest(cfg, SECRET)["digest"]
+    assert one != guard_config.with_digest({**cfg, "peer_timeout": 30}, SECRET)["digest"]
+    assert one != guard_config.with_digest(cfg, SECRET + "x")["digest"]
 
 
 def test_guard_port_may_not_collide():
@@ -113,7 +115,7 @@ def test_guard_stop_before_launch_acts_only_with_replace(tmp_path):
 # -- the guard's decisions -----------------------------------------------------------------
 def guard(peer_timeout=20.0):
     inv = inventory.parse(four_nodes())
-    cfg = guardcfg.with_digest(guardcfg.config(inv, inv.ranked()[1][1].name), SECRET)
+    cfg = guard_config.with_digest(guard_config.config(inv, inv.ranked()[1][1].name), SECRET)
     cfg["peer_timeout"] = peer_timeout
     g = node_guard.Guard(cfg, SECRET)
     g.evidence = lambda: {"log_tail": ["last line"], "kernel": []}
@@ -214,7 +216,7 @@ def test_stopped_by_guard_shows_the_earliest_failure_and_since_when():
 # -- watch -----------------------------------------------------------------------------------
 def scripted_watch(monkeypatch, states, restart):
     """A Watch whose observations come from `states` and whose bring-ups are counted."""
-    from k3deploy import watch_cmd
+    from k3deploy.cli import watch_cmd
     monkeypatch.setattr(watch_cmd.time, "sleep", lambda s: None)
     monkeypatch.setattr(watch_cmd, "say", lambda text: lines.append(text))
     lines: list[str] = []
@@ -253,7 +255,7 @@ def test_watch_without_restart_only_follows(monkeypatch):
 
 
 def test_backoff_grows_and_is_capped():
-    from k3deploy.watch_cmd import backoff
+    from k3deploy.cli.watch_cmd import backoff
     assert [backoff(n) for n in (1, 2, 3)] == [10, 20, 40] and backoff(20) == 300
 
 
@@ -266,7 +268,7 @@ def test_check_mode_without_a_secret_yet_plans_the_start(tmp_path):
 
 def test_head_serving_port_refusing_past_the_timeout_is_not_serving(monkeypatch):
     inv = inventory.parse(four_nodes())
-    cfg = guardcfg.with_digest(guardcfg.config(inv, inv.head.name), SECRET)
+    cfg = guard_config.with_digest(guard_config.config(inv, inv.head.name), SECRET)
     g = node_guard.Guard(cfg, SECRET)
     g.evidence = lambda: {"log_tail": [], "kernel": []}
     g.serving = lambda: False

@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from k3deploy import interrupt, inventory
-from k3deploy.context import RunContext
-from k3deploy.errors import Interrupted
-from k3deploy.interrupt_notes import notes
-from k3deploy.runner import Runner, RunReport, StepResult
+from k3deploy.core import interrupt
+from k3deploy.cluster import inventory
+from k3deploy.node.context import RunContext
+from k3deploy.core.errors import Interrupted
+from k3deploy.run.interrupt_notes import notes
+from k3deploy.run.runner import Runner, RunReport, StepResult
 from k3deploy.steps.base import Step, cmd
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from k3deploy import engines, inventory, launchspec, sizing
-from k3deploy.inventory_skeleton import is_placeholder_address
+from k3deploy import engines
+from k3deploy.cluster import inventory, sizing
+from k3deploy.engines import spec_from_inventory
+from k3deploy.cluster.inventory_skeleton import is_placeholder_address
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -32,7 +34,7 @@ def test_example_loads_and_fits(name):
     inv = inventory.load(INVENTORIES / name)
     kind, nodes, gpu, layout = EXAMPLES[name]
     assert (inv.engine.kind, len(inv.nodes), inv.gpu.model, inv.gpu.count) == (kind, nodes, gpu, 8)
-    assert launchspec.layout_for(inv) == layout
+    assert spec_from_inventory.layout_for(inv) == layout
     fits, message = sizing.fits_inventory_of(inv)
     assert fits, message
     # The guide's advice: the traffic maximum, not the 1M architectural ceiling.
@@ -44,7 +46,7 @@ def test_example_loads_and_fits(name):
 def _argvs(inv) -> list[list[str]]:
     out = []
     for rank, node in inv.ranked():
-        spec = launchspec.build(inv, node, rank, "img:tag", SHA, with_key=True)
+        spec = spec_from_inventory.build(inv, node, rank, "img:tag", SHA, with_key=True)
         out += engines.node_launch_argvs(spec)
     return out
 

@@ -6,8 +6,8 @@ import pydantic
 import pytest
 import yaml
 
-from k3deploy import inventory
-from k3deploy.errors import InventoryError
+from k3deploy.cluster import inventory
+from k3deploy.core.errors import InventoryError
 from tests.unit.invdata import four_nodes
 
 

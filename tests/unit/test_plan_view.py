@@ -8,14 +8,14 @@ import pytest
 import yaml
 from rich.console import Console
 
-from k3deploy.inventory_skeleton import (
+from k3deploy.cluster.inventory_skeleton import (
     engine_args,
     is_placeholder_address,
     skeleton_for,
     skeleton_yaml,
 )
-from k3deploy.plan_view import launch_text, render_table, to_json
-from k3deploy.sizing import plan, size_config
+from k3deploy.cli.plan_view import launch_text, render_table, to_json
+from k3deploy.cluster.sizing import plan, size_config
 
 # The per-config keys issue 5 promises for `plan --json`, typed here (not imported) so that
 # dropping one from the code fails this test.
@@ -157,7 +157,7 @@ def test_skeleton_has_the_architecture_shape(config):
 
 
 def test_skeleton_passes_the_inventory_validator():
-    from k3deploy.inventory import parse
+    from k3deploy.cluster.inventory import parse
 
     for config in plan():
         inv = parse(skeleton_for(config))

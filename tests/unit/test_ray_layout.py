@@ -7,14 +7,15 @@ import json
 
 import pytest
 
-from k3deploy import engines, inventory
-from k3deploy.context import NodeContext, RunContext
-from k3deploy.errors import StepFailed
-from k3deploy.facts import MARK
-from k3deploy.hubmeta import Manifest, RepoFile
+from k3deploy import engines
+from k3deploy.cluster import inventory
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.core.errors import StepFailed
+from k3deploy.node.facts import MARK
+from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps import raylayout
 from k3deploy.steps.launch import LaunchEngine
-from k3deploy.steps.ray import RayCluster
+from k3deploy.steps.ray_cluster import RayCluster
 from k3deploy.steps.verify import endpoint_problems, reasoning_field
 from tests.unit.fakes import FakeConn, FakeSession
 

@@ -1,7 +1,7 @@
 """Redaction of known and unknown secrets; fact scripts composed into one round trip."""
 
-from k3deploy import facts as F
-from k3deploy.redact import redact, redact_obj, register
+from k3deploy.node import facts as F
+from k3deploy.core.redact import redact, redact_obj, register
 
 
 def test_registered_and_pattern_secrets_are_masked():

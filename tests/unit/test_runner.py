@@ -1,9 +1,9 @@
 """The step contract as the runner enforces it, against in-memory nodes."""
 
-from k3deploy import inventory
-from k3deploy.context import RunContext
-from k3deploy.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, StepFailed
-from k3deploy.runner import Runner
+from k3deploy.cluster import inventory
+from k3deploy.node.context import RunContext
+from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, StepFailed
+from k3deploy.run.runner import Runner
 from k3deploy.steps.base import Step, cmd
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes
@@ -167,7 +167,7 @@ def test_step_failed_error_names_node_and_step(tmp_path):
 
 
 def test_playbook_gives_repeated_steps_unique_labels(tmp_path):
-    from k3deploy import playbook
+    from k3deploy.run import playbook
     path = tmp_path / "pb.yaml"
     path.write_text("steps:\n  - {step: file, with: {path: /a, content: x}}\n"
                     "  - {step: file, with: {path: /b, content: y}}\n  - download\n"

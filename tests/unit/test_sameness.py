@@ -1,7 +1,7 @@
 """Which node preflight blames when the nodes differ: facts in, problems out."""
 
-from k3deploy import inventory
-from k3deploy.context import NodeContext, RunContext
+from k3deploy.cluster import inventory
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps.preflight import _gpu_problems
 from k3deploy.steps.sameness import majority, undeclared_problems
 from tests.unit.invdata import four_nodes

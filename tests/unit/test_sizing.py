@@ -1,15 +1,15 @@
 """The sizing planner against every figure the deployment guide prints (within 2%), one test each.
 
 Figures are typed in from ../shared/reference/kimi-k3-deployment-guide.txt, never taken from
-k3deploy.sizing's constants, so a changed constant shows up here as a broken guide figure.
+k3deploy.cluster.sizing's constants, so a changed constant shows up here as a broken guide figure.
 """
 
 import json
 
 import pytest
 
-from k3deploy.gpus import get_gpu, match_smi_name
-from k3deploy.sizing import (
+from k3deploy.cluster.gpus import get_gpu, match_smi_name
+from k3deploy.cluster.sizing import (
     REFERENCE_CONFIGS,
     fits_inventory,
     fits_inventory_of,
@@ -372,7 +372,7 @@ def test_fits_inventory_refuses_a_static_fraction_that_leaves_no_pool():
 
 
 def test_fits_inventory_of_reads_engine_and_fraction_from_an_inventory():
-    from k3deploy.inventory import parse
+    from k3deploy.cluster.inventory import parse
 
     def inventory(gpu, nodes, engine, args=None, **engine_fields):
         return parse({

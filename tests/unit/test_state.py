@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from k3deploy.errors import LockError
-from k3deploy.redact import register
-from k3deploy.state import ClusterLock, NodeState, atomic_write_json
+from k3deploy.core.errors import LockError
+from k3deploy.core.redact import register
+from k3deploy.core.state import ClusterLock, NodeState, atomic_write_json
 
 WRITER = """
 import sys
 from pathlib import Path
-from k3deploy.state import atomic_write_json
+from k3deploy.core.state import atomic_write_json
 path = Path(sys.argv[1])
 i = 0
 while True:
@@ -101,7 +101,7 @@ def test_atomic_write_replaces_whole_file(tmp_path):
 
 
 def test_status_marks_running_steps_of_a_dead_run_interrupted():
-    from k3deploy.status_cmd import _settled
+    from k3deploy.cli.status_cmd import _settled
     steps = {"download": {"status": "running"}, "nvme": {"status": "ok"}}
     assert _settled(steps, idle=True) == {"download": {"status": "interrupted"},
                                           "nvme": {"status": "ok"}}
@@ -109,7 +109,7 @@ def test_status_marks_running_steps_of_a_dead_run_interrupted():
 
 
 def test_status_shows_steps_of_a_replaced_machine_as_stale():
-    from k3deploy.status_cmd import _node_view
+    from k3deploy.cli.status_cmd import _node_view
     state = {"identity": {"boot_id": "a", "machine_id": "m"}, "steps": {"nvme": {"status": "ok"}}}
     same = _node_view(1, {"identity": {"boot_id": "a", "machine_id": "m"}}, state, idle=True)
     assert same["state"]["nvme"]["status"] == "ok" and not same["replaced"]

@@ -2,10 +2,11 @@
 
 import json
 
-from k3deploy import inventory, status_teardown
-from k3deploy.context import RunContext
-from k3deploy.facts import MARK
-from k3deploy.runner import Runner
+from k3deploy.cluster import inventory
+from k3deploy.cli import status_teardown
+from k3deploy.node.context import RunContext
+from k3deploy.node.facts import MARK
+from k3deploy.run.runner import Runner
 from k3deploy.steps.teardown import RemoveContainers
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes

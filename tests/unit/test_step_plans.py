@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from k3deploy import engines, inventory
-from k3deploy.context import NodeContext, RunContext
-from k3deploy.errors import StepFailed
-from k3deploy.hubmeta import Manifest, RepoFile
+from k3deploy import engines
+from k3deploy.cluster import inventory
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.core.errors import StepFailed
+from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights
 from k3deploy.steps.files import EnsureFile
 from k3deploy.steps.image import PullImage
@@ -187,7 +188,7 @@ def test_file_step_plans_content_then_mode(tmp_path):
 def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeypatch):
     from types import SimpleNamespace
 
-    from k3deploy import hubmeta
+    from k3deploy.cluster import hubmeta
 
     class Api:
         endpoint = "https://huggingface.co"
@@ -216,7 +217,7 @@ def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_pat
 
 
 def test_port_report_names_blocked_targets_with_the_reason():
-    from k3deploy.steps.portcheck import _report
+    from k3deploy.steps.reachability import _report
     results = {"node1": {"10.0.0.10:20000": "timed out", "10.0.0.12:40000": True},
                "node2": {"10.0.0.10:20000": True}}
     started = {"node1": ("12", {}), "node2": (None, {})}

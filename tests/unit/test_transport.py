@@ -3,8 +3,8 @@
 
 import pytest
 
-from k3deploy.errors import UnreachableError
-from k3deploy.transport import Endpoint, NodeConnection
+from k3deploy.core.errors import UnreachableError
+from k3deploy.node.transport import Endpoint, NodeConnection
 
 
 def endpoint():

@@ -1,0 +1,244 @@
+"""k3deploy's command line. Expected failures become a few lines and an exit code:
+0 done, 1 a step failed (or up/run lost a node), 2 bad input, 3 partial (down, logs, status,
+check: some nodes unreachable, the rest handled), 130/143 interrupted."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+try:  # typer >= 0.20 vendors click; its exceptions are the ones raised
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer uses the click package
+    from click import exceptions as click_exc
+
+from k3deploy.core import log as klog
+from k3deploy.core.errors import EXIT_BAD_INPUT, K3Error
+from k3deploy.core.redact import redact
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Bring Kimi K3 up on multi-node GPU clusters over SSH, verify it, tear it down.")
+
+Inv = Annotated[str, typer.Option("-i", "--inventory", help="inventory YAML file")]
+Check = Annotated[bool, typer.Option("--check", help="plan and print; change nothing")]
+AcceptNew = Annotated[bool, typer.Option("--accept-new-host-keys",
+                                         help="trust and record unknown host keys (changed keys are still refused)")]
+StateDir = Annotated[str | None, typer.Option("--state-dir", help="where per-node state files live")]
+Json = Annotated[bool, typer.Option("--json", help="one JSON document on stdout")]
+
+
+@app.callback()
+def _global(log_json: Annotated[bool, typer.Option("--log-json", help="log as JSON lines")] = False,
+            verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False):
+    _OUTPUT["log_json"] = log_json
+    klog.configure(json_lines=log_json, verbose=verbose)
+
+
+_OUTPUT = {"log_json": False}  # set by the global options, read by the commands
+
+
+def _run(inventory, steps, **kw) -> int:
+    from k3deploy.run.run_steps import run_steps
+    return run_steps(inventory, steps, log_json=_OUTPUT["log_json"], **kw).exit_code()
+
+
+@app.command()
+def plan(gpu: Annotated[str | None, typer.Option(help="h100 h200 b200 b300 gb200")] = None,
+         nodes: int | None = None,
+         gpus_per_node: Annotated[int | None, typer.Option("--gpus-per-node")] = None,
+         precision: Annotated[str | None, typer.Option(help="mxfp4 mxfp8 bf16")] = None,
+         engine: Annotated[str | None, typer.Option(help="sglang or vllm")] = None,
+         max_model_len: Annotated[int | None, typer.Option("--max-model-len")] = None,
+         mem_fraction_static: Annotated[float | None, typer.Option("--mem-fraction-static")] = None,
+         price: Annotated[float | None, typer.Option(
+             "--price", "--price-per-gpu-hour", help="price per GPU-hour: adds $/hour")] = None,
+         emit_inventory: Annotated[str | None, typer.Option("--emit-inventory")] = None,
+         json_out: Json = False) -> int:
+    """Sizing arithmetic: which GPU configs fit. No arguments: every reference config."""
+    from k3deploy.cli.plan_cmd import run_plan
+    return run_plan(gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node, precision=precision,
+                    engine=engine, max_model_len=max_model_len,
+                    mem_fraction_static=mem_fraction_static, price=price,
+                    emit_inventory=emit_inventory, json_out=json_out)
+
+
+@app.command()
+def check(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Read-only preflight on every node; prints every problem found."""
+    from k3deploy.run.run_steps import single
+    from k3deploy.cli.launch_contract import report_warnings
+    report_warnings(inventory, log_json=_OUTPUT["log_json"])
+    return _run(inventory, single("preflight"), accept_new_host_keys=accept_new_host_keys,
+                state_dir=state_dir)
+
+
+@app.command()
+def up(inventory: Inv, check: Check = False,
+       replace: Annotated[bool, typer.Option("--replace", help="replace a running container "
+                                             "whose configuration differs")] = False,
+       accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Run playbooks/bringup.yaml to a verified endpoint."""
+    from k3deploy.run.run_steps import playbook_steps
+    from k3deploy.cli.up_close import closing_for
+    return _run(inventory, playbook_steps("bringup"), check=check, options={"replace": replace},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
+                after=closing_for())
+
+
+@app.command("run")
+def run_playbook(playbook: str, inventory: Inv, check: Check = False,
+                 replace: Annotated[bool, typer.Option("--replace")] = False,
+                 accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Run any playbook by name (bringup, resume-download, teardown) or path."""
+    from k3deploy.run.run_steps import playbook_steps
+    return _run(inventory, playbook_steps(playbook), check=check, options={"replace": replace},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+@app.command()
+def status(inventory: Inv, json_out: Json = False, accept_new_host_keys: AcceptNew = False,
+           state_dir: StateDir = None) -> int:
+    """Per node and step: the state file plus live facts."""
+    from k3deploy.cli.status_cmd import run_status
+    return run_status(inventory, json_out=json_out, accept_new_host_keys=accept_new_host_keys,
+                      state_dir=state_dir)
+
+
+@app.command()
+def verify(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Endpoint and memory checks on a running cluster."""
+    from k3deploy.run.run_steps import single
+    return _run(inventory, single("verify"), accept_new_host_keys=accept_new_host_keys,
+                state_dir=state_dir)
+
+
+@app.command()
+def logs(inventory: Inv, out: Annotated[str | None, typer.Option("--out")] = None,
+         accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Collect each node's engine log, named by node and rank."""
+    from k3deploy.run.run_steps import single
+    return _run(inventory, single("collect-logs"), options={"out_dir": out},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+@app.command()
+def down(inventory: Inv,
+         wipe_weights: Annotated[bool, typer.Option("--wipe-weights", help="also delete the "
+                                                    "downloaded weights")] = False,
+         out: Annotated[str | None, typer.Option("--out", help="where logs go")] = None,
+         check: Check = False, accept_new_host_keys: AcceptNew = False,
+         state_dir: StateDir = None) -> int:
+    """Capture logs, remove containers, report unreachable nodes (exit 3)."""
+    from k3deploy.run.run_steps import playbook_steps, single
+    steps = playbook_steps("teardown") + (single("wipe-weights") if wipe_weights else [])
+    return _run(inventory, steps, check=check, options={"out_dir": out},
+                accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+class Effort(str, Enum):
+    low = "low"
+    medium = "medium"
+    high = "high"
+
+
+@app.command()
+def chat(inventory: Inv,
+         message: Annotated[str | None, typer.Argument(help="ask once and exit (for "
+                                                          "scripts); none: interactive")] = None,
+         effort: Annotated[Effort | None, typer.Option(
+             "--effort", help="reasoning_effort (default: low)")] = None,
+         tools: Annotated[bool, typer.Option("--tools", help="offer the model local read-only "
+                                             "tools (utc_now, cluster_info)")] = False,
+         json_out: Json = False, state_dir: StateDir = None) -> int:
+    """Talk to the endpoint; every assistant message goes back whole (reasoning_content too)."""
+    from k3deploy.cli.chat_cmd import run_chat
+    return run_chat(inventory, message, effort=effort and effort.value, json_out=json_out,
+                    tools=tools,
+                    state_dir=state_dir)
+
+
+@app.command()
+def bench(inventory: Inv,
+          concurrency: Annotated[str, typer.Option(help="concurrency levels (a single stream "
+                                                   "always comes first)")] = "1,4,8",
+          seconds: Annotated[float, typer.Option(help="time bound of each level",
+                                                 min=1, max=600)] = 20.0,
+          effort: Annotated[Effort, typer.Option("--effort", help="reasoning_effort")] = Effort.low,
+          max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512,
+          json_out: Json = False, accept_new_host_keys: AcceptNew = False,
+          state_dir: StateDir = None) -> int:
+    """Short bounded load test from this laptop; writes a bring-up certificate."""
+    from k3deploy.cli.bench_cmd import run_bench_cmd
+    return run_bench_cmd(inventory, levels=concurrency, seconds=seconds, effort=effort.value,
+                         max_tokens=max_tokens, json_out=json_out, state_dir=state_dir,
+                         accept_new_host_keys=accept_new_host_keys)
+
+
+certificate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                              help="Bring-up certificates (.k3deploy/CLUSTER/certificates/).")
+app.add_typer(certificate_app, name="certificate")
+
+
+@certificate_app.command("diff")
+def certificate_diff(a: str, b: str, json_out: Json = False) -> int:
+    """What changed between two bring-ups: flags, versions, latency moved by more than 10%."""
+    from k3deploy.cli.certificate_cmd import run_diff
+    return run_diff(a, b, json_out)
+
+
+@app.command()
+def watch(inventory: Inv,
+          restart: Annotated[int | None, typer.Option(
+              "--restart", min=0, help="after an incident, run the bring-up again, at most N "
+              "times (with backoff); then exit 1 naming every incident")] = None,
+          interval: Annotated[float, typer.Option("--interval", min=1.0,
+                                                  help="seconds between looks")] = 5.0,
+          accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """Follow the cluster (serving / stopped by the guard / down), one line per change."""
+    from k3deploy.cli.watch_cmd import run_watch
+    return run_watch(inventory, restart=restart, interval=interval,
+                     accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+def _print_error(err: K3Error) -> None:
+    if _OUTPUT["log_json"]:
+        klog.get().error("error", kind=type(err).__name__, lines=[redact(x) for x in err.lines()])
+        return
+    for line in err.lines():
+        print(redact(line), file=sys.stderr)
+
+
+GLOBAL_FLAGS = ("--log-json", "-v", "--verbose")
+
+
+def global_flags_first(argv: list[str]) -> list[str]:
+    """`k3deploy up -i inv.yaml --log-json` as well as `k3deploy --log-json up ...`: click only
+    takes group options before the subcommand, so the global flags (they take no value) move
+    there; anything after `--` stays where it is."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flags = [a for a in argv[:end] if a in GLOBAL_FLAGS]
+    return flags + [a for a in argv[:end] if a not in GLOBAL_FLAGS] + argv[end:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    command = typer.main.get_command(app)
+    argv = global_flags_first(sys.argv[1:] if argv is None else list(argv))
+    try:
+        code = command.main(args=argv, prog_name="k3deploy", standalone_mode=False)
+    except click_exc.NoArgsIsHelpError as err:
+        print(err.ctx.get_help() if err.ctx else str(err))
+        code = 0
+    except click_exc.ClickException as err:
+        err.show()
+        code = EXIT_BAD_INPUT
+    except typer.Exit as err:  # typer's own classes (click's in older typer), not click_exc's
+        code = err.exit_code
+    except typer.Abort:
+        code = 130
+    except K3Error as err:
+        _print_error(err)
+        code = err.exit_code
+    sys.exit(code if isinstance(code, int) else 0)

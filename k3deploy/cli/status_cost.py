@@ -1,0 +1,49 @@
+"""The cost lines of `k3deploy status`: time since the engine was launched (the earliest
+running container's start), what that time cost, and what the cluster burns per hour
+whether it serves or idles. Pure: the status document and the clock in."""
+
+from __future__ import annotations
+
+import calendar
+import time
+
+from k3deploy.cluster import cost
+
+
+def parse_started(text: str | None) -> float | None:
+    """Docker's RFC 3339 StartedAt (nanoseconds, UTC) as epoch seconds."""
+    if not text or text.startswith("0001-"):
+        return None
+    try:
+        return calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def launched_at(nodes: dict) -> float | None:
+    starts = [parse_started((info["live"].get("container") or {}).get("started"))
+              for info in nodes.values()
+              if (info["live"].get("container") or {}).get("running")]
+    starts = [s for s in starts if s is not None]
+    return min(starts) if starts else None
+
+
+def view(inv, nodes: dict, now: float) -> dict | None:
+    if inv.price is None:
+        return None
+    launched = launched_at(nodes)
+    since = None if launched is None else now - launched
+    out = cost.summary(inv, since or 0)
+    return {**out, "launched_at": launched, "seconds_since_launch": since,
+            "spent": out["spent"] if since is not None else None}
+
+
+def line(c: dict | None) -> str:
+    if c is None:
+        return "cost: no price in the inventory (price: {per_gpu_hour: 2.49, currency: USD})"
+    burn = (f"burns {cost.money(c['per_hour'], c['currency'])}/hour idle or busy "
+            f"({c['gpus']} GPUs at {cost.money(c['per_gpu_hour'], c['currency'])}/GPU-hour)")
+    if c["seconds_since_launch"] is None:
+        return f"cost: no engine running; while the nodes are rented the cluster {burn}"
+    return (f"cost: launched {cost.duration(c['seconds_since_launch'])} ago, "
+            f"{cost.money(c['spent'], c['currency'])} spent since; the cluster {burn}")

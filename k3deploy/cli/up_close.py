@@ -1,0 +1,40 @@
+"""What `up` adds after its summary table: how long the bring-up took and what it cost, and
+the bring-up certificate once verify has passed (over the run's own connections)."""
+
+from __future__ import annotations
+
+import time
+
+from k3deploy.cluster import cost
+
+
+def bringup_record(inv, started: float, finished: float) -> dict:
+    return {"started": started, "finished": finished,
+            "seconds": round(finished - started, 1),
+            "cost": cost.summary(inv, finished - started)}
+
+
+def cost_line(record: dict) -> str:
+    took = f"bring-up took {cost.duration(record['seconds'])}"
+    c = record["cost"]
+    if c is None:
+        return took + " (set price: {per_gpu_hour: ..} in the inventory to see its cost)"
+    return (f"{took}: {cost.money(c['spent'], c['currency'])} for {c['gpus']} GPUs at "
+            f"{cost.money(c['per_gpu_hour'], c['currency'])}/GPU-hour; the cluster burns "
+            f"{cost.money(c['per_hour'], c['currency'])}/hour while it is up, idle or not")
+
+
+def closing_for():
+    """The `after` hook for run_steps, started now (the bring-up's clock starts here)."""
+    started = time.time()
+
+    def closing(run, report) -> list[str]:
+        if run.check:
+            return []
+        record = bringup_record(run.inv, started, time.time())
+        lines = [cost_line(record)]
+        if report.exit_code() == 0:
+            from k3deploy.cli.certificate_cmd import write_after_up
+            lines.append(write_after_up(run.session, run.inv, record))
+        return lines
+    return closing

@@ -1,0 +1,116 @@
+"""k3deploy watch: follow the cluster from the laptop, one line per change of state.
+
+With --restart N, an incident (the guards stopped the group) is answered by running the
+bring-up again, at most N times, with a growing pause between attempts; past that, watch
+exits 1 naming every incident it saw. Ctrl-C ends watch at once; the guards keep running on
+the nodes (they never needed the laptop).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from rich.console import Console
+
+from k3deploy.cli import cluster_state
+from k3deploy.core.errors import EXIT_STEP_FAILED, K3Error
+from k3deploy.run.ui import Ui
+
+BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
+
+
+def backoff(attempt: int) -> float:
+    """Seconds before restart `attempt` (1-based): a crash loop should not hammer the nodes."""
+    return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempt - 1))
+
+
+def incident_key(incident: dict) -> tuple:
+    failure = incident.get("failure") or {}
+    return failure.get("node"), failure.get("at"), failure.get("kind")
+
+
+def say(text: str) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}", flush=True)
+
+
+class Watch:
+    def __init__(self, inv_path: str, restart: int | None, interval: float, **session):
+        self.inv_path, self.restart, self.interval = inv_path, restart, interval
+        self.session = session
+        self.incidents: list[dict] = []
+        self.attempts = 0
+        self.last_line = None
+
+    def observe(self) -> dict:
+        from k3deploy.cli.status_cmd import collect
+        try:
+            return collect(self.inv_path, self.session.get("accept_new_host_keys", False),
+                           self.session.get("state_dir"))["cluster"]
+        except K3Error as err:
+            return {"name": "?", "state": "unknown", "incident": None, "error": str(err)}
+
+    def show(self, cluster: dict) -> None:
+        line = cluster_state.line(cluster["name"], cluster) + (
+            f" ({cluster['error']})" if cluster.get("error") else "")
+        if line != self.last_line:
+            say(line)
+            self.last_line = line
+
+    def note(self, incident: dict) -> None:
+        if incident_key(incident) not in {incident_key(i) for i in self.incidents}:
+            self.incidents.append(incident)
+
+    def bring_up(self) -> int:
+        from k3deploy.run.run_steps import playbook_steps, run_steps
+        quiet = Ui(console=Console(stderr=True, quiet=True))
+        try:
+            report = run_steps(self.inv_path, playbook_steps("bringup"), ui=quiet,
+                               summary=False, state_dir=self.session.get("state_dir"),
+                               accept_new_host_keys=self.session.get("accept_new_host_keys",
+                                                                     False))
+        except K3Error as err:  # another run holds the cluster, an inventory now broken...
+            say(f"bring-up failed: {err.lines()[0]}")
+            return err.exit_code
+        failed = [f"{node}/{step}: {(r.error or [r.status])[0]}"
+                  for node, per in report.results.items() for step, r in per.items()
+                  if r.status in ("failed", "unreachable", "blocked")]
+        say(f"bring-up {'verified the endpoint again' if report.exit_code() == 0 else 'failed'}"
+            + (f": {failed[0]}" if failed else ""))
+        return report.exit_code()
+
+    def run(self) -> int:
+        while True:
+            cluster = self.observe()
+            self.show(cluster)
+            if cluster["state"] == cluster_state.STOPPED and self.restart is not None:
+                self.note(cluster["incident"])
+                if self.attempts >= self.restart:
+                    return self.give_up()
+                self.attempts += 1
+                pause = backoff(self.attempts)
+                say(f"restart {self.attempts} of {self.restart} in {pause:.0f}s")
+                time.sleep(pause)
+                self.bring_up()
+                self.last_line = None  # show the state after the bring-up, even if unchanged
+                continue
+            time.sleep(self.interval)
+
+    def give_up(self) -> int:
+        say(f"giving up after {self.attempts} restart(s); {len(self.incidents)} incident(s):")
+        for number, incident in enumerate(self.incidents, 1):
+            failure = incident.get("failure") or {}
+            say(f"  incident {number}: {failure.get('cause')} at {failure.get('at')} "
+                f"(seen by {incident.get('seen_by')})")
+        return EXIT_STEP_FAILED
+
+
+def run_watch(inv_path: str, *, restart: int | None, interval: float, **session) -> int:
+    try:
+        return Watch(inv_path, restart, interval, **session).run()
+    except KeyboardInterrupt:
+        say("watch ended; the guards keep running on the nodes")
+        sys.stdout.flush()
+        # At once: SSH threads of a status or bring-up in flight are not waited for.
+        os._exit(130)

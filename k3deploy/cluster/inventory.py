@@ -1,0 +1,218 @@
+"""The inventory: what the cluster is, validated completely before any SSH.
+
+Shape: docs/architecture.md. Values that end up in a remote command are constrained by
+pattern here, so the rest of the code can rely on them (they are still shlex-quoted).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from k3deploy.core.errors import InventoryError
+from k3deploy.cluster.inventory_partial import partial
+from k3deploy.cluster.inventory_rules import semantic_problems
+
+Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
+User = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
+Host = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")]
+Nic = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]{1,15}$")]
+AbsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+FlagName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
+Image = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9./_:@-]{0,254}$")]
+RepoId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$")]
+Revision = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._/-]{1,100}$")]
+# A value may hold spaces (it is quoted) but never a newline or NUL: those end a shell line.
+SafeValue = Annotated[str, StringConstraints(pattern=r"^[^\n\r\x00]*$")]
+GpuKind = Literal["h100", "h200", "b200", "b300", "gb200"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Model):
+    repo: RepoId = "moonshotai/Kimi-K3"
+    revision: Revision = "main"
+    endpoint: Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$")] | None = None
+    precision: Literal["mxfp4", "mxfp8", "bf16"] = "mxfp4"
+
+
+class EngineSpec(_Model):
+    kind: Literal["sglang", "vllm"] = "sglang"
+    image: Image | None = None
+    container: Name = "k3"
+    args: dict[FlagName, SafeValue | int | float | bool | None] = Field(default_factory=dict)
+    env: dict[EnvName, SafeValue | int | float] = Field(default_factory=dict)
+    context_length: int | None = Field(default=131072, ge=1024, le=1048576)
+    mem_fraction_static: float = Field(default=0.85, gt=0.1, le=0.98)
+    dist_timeout: int = Field(default=3600, ge=60)
+    api_key_env: EnvName | None = None
+    require_api_key: bool = True
+
+
+class GpuSpec(_Model):
+    model: GpuKind = "h100"
+    count: int = Field(default=8, ge=1, le=72)
+
+
+class Ports(_Model):
+    dist_init: int = Field(default=20000, ge=1, le=65535)
+    serve: int = Field(default=8000, ge=1, le=65535)
+    ray: int = Field(default=6379, ge=1, le=65535)
+    peer: int = Field(default=8951, ge=1, le=65535)   # node-to-node weight fan-out
+    guard: int = Field(default=8952, ge=1, le=65535)
+
+
+class GuardSpec(_Model):
+    """The serve-time guard (steps/guard.py): fail-stop of the whole group when a rank dies."""
+    enabled: bool = True
+    peer_timeout: float = Field(default=20, ge=3, le=3600)  # a silent guard this long: failed
+    poll_seconds: float = Field(default=1.0, ge=0.2, le=60)
+    stop_grace: int = Field(default=30, ge=1, le=600)  # docker stop -t: SIGTERM, then SIGKILL
+
+
+class Paths(_Model):
+    nvme: AbsPath = "/mnt/nvme"
+    hf_home: AbsPath | None = None
+    docker_root: AbsPath | None = None
+    # Room kept free beyond the checkpoint: the engine image (~13 GB) plus logs.
+    reserve_gb: float = Field(default=20.0, ge=0)
+
+    @property
+    def hf(self) -> str:
+        return self.hf_home or f"{self.nvme.rstrip('/')}/hf"
+
+    @property
+    def docker(self) -> str:
+        return self.docker_root or f"{self.nvme.rstrip('/')}/docker"
+
+    @property
+    def work(self) -> str:
+        """k3deploy's own files on the node (downloader, manifests, secrets, logs)."""
+        return f"{self.nvme.rstrip('/')}/.k3deploy"
+
+
+class DownloadSpec(_Model):
+    # null: on when the cluster has more than one node (k3deploy.cluster.fanout.peers_enabled)
+    peers: bool | None = None
+
+
+class SshSpec(_Model):
+    user: User | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    key: str | None = None
+    known_hosts: str | None = None
+    connect_timeout: float = Field(default=10, gt=0, le=300)
+    command_timeout: float = Field(default=600, gt=0)
+    use_ssh_config: bool = True
+
+
+class PriceSpec(_Model):
+    per_gpu_hour: float = Field(gt=0)
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] = "USD"
+
+
+class Node(_Model):
+    name: Name
+    address: Host
+    private_address: Host | None = None
+    nic: Nic = "eth0"
+    user: User | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    key: str | None = None
+    rank: int | None = Field(default=None, ge=0)
+
+    @property
+    def self_ip(self) -> str:
+        return self.private_address or self.address
+
+
+class Inventory(_Model):
+    cluster: Name
+    model: ModelSpec = ModelSpec()
+    engine: EngineSpec = EngineSpec()
+    gpu: GpuSpec = GpuSpec()
+    ports: Ports = Ports()
+    guard: GuardSpec = GuardSpec()
+    paths: Paths = Paths()
+    download: DownloadSpec = DownloadSpec()
+    ssh: SshSpec = SshSpec()
+    hf_token_env: EnvName = "HF_TOKEN"
+    price: PriceSpec | None = None
+    nodes: list[Node] = Field(min_length=1)
+    source: str = Field(default="<memory>", exclude=True)
+
+    def ranked(self) -> list[tuple[int, Node]]:
+        """(rank, node) pairs, head first."""
+        pairs = [(n.rank if n.rank is not None else i, n) for i, n in enumerate(self.nodes)]
+        return sorted(pairs, key=lambda p: p[0])
+
+    def rank_of(self, name: str) -> int:
+        return next(r for r, n in self.ranked() if n.name == name)
+
+    @property
+    def head(self) -> Node:
+        return self.ranked()[0][1]
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpu.count * len(self.nodes)
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def resolve_path(self, value: str | None) -> str | None:
+        """Paths in the inventory are relative to the inventory file."""
+        if value is None:
+            return None
+        path = Path(os.path.expanduser(value))
+        if not path.is_absolute() and self.source != "<memory>":
+            path = Path(self.source).parent / path
+        return str(path)
+
+
+def _format_pydantic(err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+        msg = e["msg"]
+        if e["type"] == "string_pattern_mismatch":
+            msg = f"{e['input']!r} is not allowed here (must match {e['ctx']['pattern']})"
+        elif e["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see inventories/ for examples)"
+        problems.append(f"{loc or '<top>'}: {msg}")
+    return problems
+
+
+def parse(data: dict, source: str = "<memory>") -> Inventory:
+    """Validate a loaded document; raise InventoryError with every problem at once."""
+    if not isinstance(data, dict):
+        raise InventoryError(source, ["<top>: the inventory must be a YAML mapping"])
+    try:
+        inv = Inventory.model_validate({**data, "source": source})
+    except ValidationError as err:
+        # The cross-field rules still run on what did parse: every problem in one run.
+        rest = semantic_problems(partial(Inventory, {**data, "source": source}))
+        raise InventoryError(source, _format_pydantic(err) + rest) from None
+    problems = semantic_problems(inv)
+    if problems:
+        raise InventoryError(source, problems)
+    return inv
+
+
+def load(path: str | os.PathLike) -> Inventory:
+    path = str(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise InventoryError(path, ["file not found"]) from None
+    except yaml.YAMLError as err:
+        raise InventoryError(path, [f"not valid YAML: {err}"]) from None
+    return parse(data, source=path)

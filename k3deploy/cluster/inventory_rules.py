@@ -1,0 +1,148 @@
+"""Cross-field inventory rules: the mistakes the guide warns cost an hour each.
+
+Each rule returns problem strings of the form "<field path>: <what is wrong>; <what to do>".
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+
+from k3deploy.cluster.inventory_engine_args import engine_arg_rules
+from k3deploy.cluster.fanout import peers_enabled
+
+# Env keys that carry secrets must never be inventory env overrides: those become
+# `docker run --env K=V`, i.e. argv on the node, visible in ps and docker inspect.
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+PARALLEL_FLAGS = ("tp-size", "tp", "ep-size", "ep")
+
+
+def _repeats(values: list) -> list[tuple[int, int]]:
+    """(index, index of the first holder) for every value seen before; None is no value (a
+    field that failed validation, reported already)."""
+    first: dict = {}
+    out = []
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        if value in first:
+            out.append((i, first[value]))
+        first.setdefault(value, i)
+    return out
+
+
+def _duplicates(values: list[str]) -> list[str]:
+    return [v for v, c in Counter(values).items() if c > 1]
+
+
+def unique_fields(inv) -> list[str]:
+    out = []
+    for field in ("name", "address"):
+        values = [getattr(n, field) for n in inv.nodes]
+        out += [f"nodes[{i}].{field}: {values[i]!r} is already used by nodes[{j}]; every node "
+                f"needs its own {field}" for i, j in _repeats(values)]
+    for i, j in _repeats([n.self_ip for n in inv.nodes]):
+        field = "private_address" if inv.nodes[i].private_address else "address"
+        out.append(f"nodes[{i}].{field}: {inv.nodes[i].self_ip!r} is already the private address "
+                   f"of nodes[{j}]; SGLANG_HOST_IP must be unique per node")
+    return out
+
+
+def rank_rules(inv) -> list[str]:
+    given = [n.rank for n in inv.nodes]
+    # None: not set, or set and failed validation (reported already, so not "missing" too).
+    absent = [i for i, n in enumerate(inv.nodes) if n.rank is None
+              and "rank" not in n.model_fields_set]
+    if len(absent) == len(given):
+        return []
+    if absent:
+        return [f"nodes[{i}].rank: missing while other nodes set one; set rank on every node or "
+                "on none (default: list order, the first node is rank 0, the head)"
+                for i in absent]
+    out = [f"nodes[{i}].rank: rank {given[i]} is already claimed by nodes[{j}] "
+           f"({inv.nodes[j].name}); two nodes with one rank never form a process group (they "
+           "wait until --dist-timeout)" for i, j in _repeats(given)]
+    if not out:  # distinct ranks that are not 0..N-1: some are out of range
+        out = [f"nodes[{i}].rank: {r} is outside 0..{len(given) - 1}; ranks must be exactly "
+               f"0..{len(given) - 1}" for i, r in enumerate(given)
+               if r is not None and r >= len(given)]
+    return out
+
+
+def address_rules(inv) -> list[str]:
+    out = []
+    for i, node in enumerate(inv.nodes):
+        if node.self_ip is None:  # the address failed validation: reported already
+            continue
+        where = f"nodes[{i}].{'private_address' if node.private_address else 'address'}"
+        try:
+            ip = ipaddress.ip_address(node.self_ip)
+        except ValueError:
+            out.append(f"{where}: {node.self_ip!r} is not an IP address; set the node's private "
+                       "IPv4 address (nodes[].private_address, SELF_IP)")
+            continue
+        if ip.version != 4:
+            out.append(f"{where}: {node.self_ip} is IPv6; an IPv6 --dist-init-addr silently "
+                       "fails to connect upstream, use IPv4")
+    return out
+
+
+def parallel_rules(inv) -> list[str]:
+    out = []
+    total = inv.total_gpus
+    for flag in PARALLEL_FLAGS:
+        value = inv.engine.args.get(flag)
+        if value is None or isinstance(value, bool):
+            continue
+        try:
+            ok = int(value) == total
+        except (TypeError, ValueError):
+            ok = False
+        if not ok and inv.engine.kind == "sglang" and len(inv.nodes) > 1:
+            out.append(f"engine.args.{flag}: {value} but the cluster has {total} GPUs "
+                       f"({len(inv.nodes)} nodes x {inv.gpu.count}); it must equal {total}")
+    return out
+
+
+def secret_rules(inv) -> list[str]:
+    out = []
+    for key in inv.engine.env:
+        if any(word in key.upper() for word in SECRET_WORDS):
+            out.append(f"engine.env.{key}: secrets must not be engine env overrides (they "
+                       "would be visible in argv); use hf_token_env / engine.api_key_env")
+    for flag in inv.engine.args:
+        if flag in ("api-key", "hf-token", "token"):
+            out.append(f"engine.args.{flag}: secrets must not be engine arguments (visible in "
+                       "ps on the node); the endpoint key is generated and passed in a 0600 file")
+    return out
+
+
+def port_rules(inv) -> list[str]:
+    ports = {"dist_init": inv.ports.dist_init, "serve": inv.ports.serve}
+    if inv.engine.kind == "vllm" and len(inv.nodes) > 1:
+        ports["ray"] = inv.ports.ray
+    if peers_enabled(inv):
+        ports["peer"] = inv.ports.peer
+    if inv.guard.enabled:
+        ports["guard"] = inv.ports.guard
+    dups = _duplicates([str(p) for p in ports.values()])
+    return [f"ports: {d} is used for more than one purpose" for d in dups]
+
+
+def engine_rules(inv) -> list[str]:
+    out = []
+    if inv.engine.kind == "vllm" and len(inv.nodes) > 2:
+        out.append("engine.kind: the vLLM reference configs are 1 node or 2 nodes over Ray; "
+                   f"{len(inv.nodes)} nodes is not a layout k3deploy knows")
+    return out
+
+
+RULES = (unique_fields, rank_rules, address_rules, parallel_rules, secret_rules, port_rules,
+         engine_rules, engine_arg_rules)
+
+
+def semantic_problems(inv) -> list[str]:
+    problems: list[str] = []
+    for rule in RULES:
+        problems.extend(rule(inv))
+    return problems

@@ -1,0 +1,116 @@
+"""`k3deploy plan ... --emit-inventory FILE`: an inventory skeleton for the chosen shape.
+
+The shape is the Inventory section of docs/architecture.md. Node addresses are placeholders
+from the RFC 5737 documentation ranges (they route nowhere), so a skeleton can pass validation
+yet never reach a real machine by accident; `is_placeholder_address` lets `check`/`up` refuse one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import yaml
+
+from k3deploy.cluster import sizing
+from k3deploy.cluster.gpus import get_gpu
+from k3deploy.cluster.sizing import SizingResult
+
+PLACEHOLDER_PUBLIC_NET = ipaddress.ip_network("203.0.113.0/24")  # TEST-NET-3
+PLACEHOLDER_PRIVATE_NET = ipaddress.ip_network("192.0.2.0/24")  # TEST-NET-1
+MODEL_REPO = "moonshotai/Kimi-K3"
+HF_ENDPOINT = "https://huggingface.co"
+
+
+def is_placeholder_address(address: str) -> bool:
+    """True for the documentation addresses a skeleton puts in place of real node IPs."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip in PLACEHOLDER_PUBLIC_NET or ip in PLACEHOLDER_PRIVATE_NET
+
+
+def engine_args(config: SizingResult) -> dict:
+    """engine.args overrides (flag without -- -> value, None removes a default flag).
+
+    The engine builders derive the parallel layout (TP/EP/DP, Ray) from engine kind, node
+    count and GPU model, so only what differs from their defaults is written here."""
+    shape = config.launch
+    if shape.engine == "vllm":
+        if shape.static_fraction != sizing.VLLM_GPU_MEMORY_UTILIZATION:
+            return {"gpu-memory-utilization": shape.static_fraction}
+        return {}
+    args: dict = {}
+    if shape.static_fraction != sizing.SGLANG_MEM_FRACTION_STATIC:
+        args["mem-fraction-static"] = shape.static_fraction
+    hopper_tp_ep = not shape.dp_attention and not get_gpu(config.gpu).fp4_native
+    if hopper_tp_ep and not shape.moe_runner_backend:
+        # the builder sets marlin on Hopper; it is the W4A16 kernel for mxfp4 only
+        args["moe-runner-backend"] = None
+    return args
+
+
+def _nodes(count: int) -> list[dict]:
+    public = PLACEHOLDER_PUBLIC_NET.network_address
+    private = PLACEHOLDER_PRIVATE_NET.network_address
+    return [
+        {
+            "name": f"node{i}",
+            "address": str(public + 10 + i),
+            "private_address": str(private + 10 + i),
+            "nic": "eth0",
+        }
+        for i in range(count)
+    ]
+
+
+def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
+    """An inventory dict for one sized config; rank = list order, node0 is the head.
+    ValueError for a shape k3deploy does not launch (vLLM beyond two nodes)."""
+    if config.engine == "vllm" and config.nodes > sizing.VLLM_MAX_NODES:
+        raise ValueError(
+            f"{config.label}: k3deploy launches vLLM on at most {sizing.VLLM_MAX_NODES} nodes; "
+            f"use --engine sglang for {config.nodes} nodes"
+        )
+    return {
+        "cluster": cluster or f"k3-{config.gpu}-{config.nodes}x{config.gpus_per_node}",
+        "model": {
+            "repo": MODEL_REPO, "revision": "main", "endpoint": HF_ENDPOINT,
+            "precision": config.precision,
+        },
+        "engine": {
+            "kind": config.engine,
+            "image": None,
+            "container": "k3",
+            "args": engine_args(config),
+            "env": {},
+            "context_length": config.launch.context_length or sizing.SUGGESTED_CONTEXT_LENGTH,
+        },
+        "gpu": {"model": config.gpu, "count": config.gpus_per_node},
+        "ports": {"dist_init": 20000, "serve": 8000, "ray": 6379},
+        "paths": {
+            "nvme": "/mnt/nvme", "hf_home": "/mnt/nvme/hf", "docker_root": "/mnt/nvme/docker",
+        },
+        "ssh": {
+            "user": "ubuntu", "port": 22, "key": "id_ed25519", "known_hosts": "known_hosts",
+            "connect_timeout": 10,
+        },
+        "hf_token_env": "HF_TOKEN",
+        "nodes": _nodes(config.nodes),
+    }
+
+
+def skeleton_yaml(config: SizingResult, cluster: str | None = None) -> str:
+    """The skeleton as YAML text with a header saying what to replace, for writing to FILE."""
+    header = [
+        f"# k3deploy inventory skeleton: {config.label}, {config.precision}, {config.engine}",
+        "# PLACEHOLDERS: every node address below is an RFC 5737 documentation address",
+        f"# ({PLACEHOLDER_PUBLIC_NET} public, {PLACEHOLDER_PRIVATE_NET} private), routing nowhere:",
+        "# replace address / private_address / nic with each node's real values, and point",
+        "# ssh.key / ssh.known_hosts (relative to this file) at your key and known_hosts.",
+        "# context_length: set it to your traffic maximum, not the 1,048,576 architectural max.",
+    ]
+    if not config.fits:
+        header.append("# WARNING: this shape does not fit; `k3deploy up` will refuse it.")
+    body = yaml.safe_dump(skeleton_for(config, cluster), sort_keys=False, default_flow_style=False)
+    return "\n".join(header) + "\n" + body

@@ -1,0 +1,154 @@
+"""The guide's reference configs and the planner's entry points (plan, explain,
+fits_inventory), on top of the arithmetic in sizing.py."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from k3deploy.cluster import sizing as S
+from k3deploy.cluster.gpus import GpuModel, get_gpu
+from k3deploy.cluster.sizing_notes import _fit_notes, _flag
+
+@dataclass(frozen=True)
+class ReferenceConfig:
+    label: str
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    precision: str
+    engine: str
+
+
+# Grouped by GPU, smallest first; rows that do not fit are kept where the guide warns about them.
+REFERENCE_CONFIGS: tuple[ReferenceConfig, ...] = tuple(
+    ReferenceConfig(*row)
+    for row in (
+        ("4x8 H100", "h100", 4, 8, "mxfp4", "sglang"),  # SGLang cookbook cell
+        ("4x8 H200", "h200", 4, 8, "mxfp4", "sglang"),  # "the same 4x8 topology with real KV"
+        ("4x8 H200", "h200", 4, 8, "mxfp8", "sglang"),
+        ("8x B200", "b200", 1, 8, "mxfp4", "vllm"),  # the trap: dies at ~94% of loading
+        ("2x8 B200", "b200", 2, 8, "mxfp4", "vllm"),  # DP16+EP16 over Ray
+        ("8x B300", "b300", 1, 8, "mxfp4", "vllm"),  # DP8+EP8, the only one-node option
+        ("8x B300", "b300", 1, 8, "mxfp4", "sglang"),  # --tp 8 --ep-size 8 --enable-dp-attention
+        ("2x8 B300", "b300", 2, 8, "mxfp8", "vllm"),  # "over 1.8TB of headroom"
+        ("3x8 B300", "b300", 3, 8, "bf16", "sglang"),  # "BF16 needs closer to three B300 nodes"
+        ("NVL72 slice, 16", "gb200", 4, 4, "mxfp8", "sglang"),  # bare weight-fit minimum
+        ("NVL72 slice, 32", "gb200", 8, 4, "bf16", "sglang"),  # 31 rounded up to whole trays
+        ("NVL72 rack, 72", "gb200", 18, 4, "mxfp4", "sglang"),
+        ("NVL72 rack, 72", "gb200", 18, 4, "mxfp8", "sglang"),
+        ("NVL72 rack, 72", "gb200", 18, 4, "bf16", "sglang"),
+    )
+)
+
+
+def _fewest_nodes_that_serve(gpu: GpuModel, per_node: int, precision: str, opts: dict) -> int:
+    fraction = opts["mem_fraction_static"]
+    if fraction is None:
+        fraction = S.default_static_fraction(opts["engine"] or S.default_engine(gpu, 1))
+    serve = S.min_gpus_to_serve(gpu, precision, fraction) or S.min_gpus(gpu, precision)
+    return max(1, math.ceil(serve / per_node))
+
+
+def _reference_results(model: GpuModel | None, precision: str | None, opts: dict) -> list:
+    """The reference configs for a GPU / precision filter; the engine option overrides theirs."""
+    chosen: dict[tuple, ReferenceConfig] = {}
+    for ref in REFERENCE_CONFIGS:
+        if model in (None, get_gpu(ref.gpu)) and precision in (None, ref.precision):
+            ref = replace(ref, engine=opts["engine"] or ref.engine)
+            key = (ref.gpu, ref.nodes, ref.gpus_per_node, ref.precision, ref.engine)
+            chosen.setdefault(key, ref)
+    return [
+        S.size_config(r.gpu, r.nodes, r.gpus_per_node, r.precision, label=r.label,
+                    **{**opts, "engine": r.engine})
+        for r in chosen.values()
+    ]
+
+
+def plan(
+    gpu: str | None = None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    precision: str | None = None,
+    engine: str | None = None,
+    max_model_len: int | None = None,
+    mem_fraction_static: float | None = None,
+    price_per_gpu_hour: float | None = None,
+) -> list[S.SizingResult]:
+    """No shape given: the guide's reference configs (filtered by gpu/precision, engine
+    overriding theirs; a GPU without one gets its smallest serving shape). A shape given (nodes
+    and/or GPUs per node): that shape at every precision unless one is named, nodes defaulting
+    to the fewest that serve. Bad input raises ValueError."""
+    opts = dict(
+        engine=engine, max_model_len=max_model_len,
+        mem_fraction_static=mem_fraction_static, price_per_gpu_hour=price_per_gpu_hour,
+    )
+    model = get_gpu(gpu) if gpu is not None else None
+    if precision is not None:
+        S.checkpoint_gb(precision)  # raises for an unknown precision
+    precisions = [precision] if precision else list(S.CHECKPOINT_GB)
+    if nodes is None and gpus_per_node is None:
+        results = _reference_results(model, precision, opts)
+        if results:
+            return results
+    if model is None:
+        raise ValueError("a cluster shape (--nodes / --gpus-per-node) needs --gpu")
+    per_node = model.gpus_per_node if gpus_per_node is None else gpus_per_node
+    if per_node < 1:
+        raise ValueError("GPUs per node must be at least 1")
+    return [
+        S.size_config(
+            model, _fewest_nodes_that_serve(model, per_node, p, opts) if nodes is None else nodes,
+            per_node, p, **opts,
+        )
+        for p in precisions
+    ]
+
+
+def explain(r: S.SizingResult) -> str:
+    """One paragraph with the arithmetic, for `plan`, `up` and `check` messages."""
+    gpu = get_gpu(r.gpu)
+    head = (
+        f"{r.label} ({r.gpus} x {gpu.memory_gb:g} GB {gpu.name} = {r.total_memory_gb:,.0f} GB) "
+        f"at {r.precision} ({r.checkpoint_gb:,.2f} GB checkpoint): "
+    )
+    if not r.fits:
+        return head + "; ".join(_fit_notes(r, gpu)) + "."
+    return head + (
+        f"fits with {r.headroom_gb:,.0f} GB headroom; per rank {r.per_rank_resident_gb:.1f} GB "
+        f"resident of {r.usable_per_gpu_gb:.1f} GB usable leaves a {r.kv_pool_per_gpu_gb:.1f} GB "
+        f"KV pool + {r.kda_state_per_gpu_gb:.1f} GB KDA state per GPU at "
+        f"{_flag(r.engine)} {r.launch.static_fraction:g}."
+    )
+
+
+def fits_inventory(
+    gpu: str,
+    nodes: int,
+    gpus_per_node: int,
+    precision: str,
+    engine: str | None = None,
+    mem_fraction_static: float | None = None,
+) -> tuple[bool, str]:
+    """For `up`/`check`: (False, why) for a cluster that cannot serve (8x B200 at mxfp4),
+    with the arithmetic in the message; (True, the same arithmetic) otherwise."""
+    result = S.size_config(gpu, nodes, gpus_per_node, precision, engine=engine,
+                         mem_fraction_static=mem_fraction_static)
+    return result.fits, explain(result)
+
+
+def fits_inventory_of(inv) -> tuple[bool, str]:
+    """fits_inventory for a loaded inventory (k3deploy.cluster.inventory.Inventory), with its engine
+    and static fraction: an engine.args override first, then SGLang's engine.mem_fraction_static."""
+    engine = inv.engine.kind
+    flag = "mem-fraction-static" if engine == "sglang" else "gpu-memory-utilization"
+    fraction = inv.engine.args.get(flag)
+    if fraction is None and engine == "sglang":
+        fraction = inv.engine.mem_fraction_static
+    if isinstance(fraction, bool):
+        fraction = None
+    return fits_inventory(
+        inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision, engine=engine,
+        mem_fraction_static=None if fraction is None else float(fraction),
+    )
+

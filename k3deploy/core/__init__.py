@@ -1,0 +1,1 @@
+"""Used by every layer: errors, logging, redaction, state files, interrupts."""

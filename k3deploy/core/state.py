@@ -1,0 +1,141 @@
+"""Per-node state files on the laptop, and the cluster lock.
+
+A state file is a record of what k3deploy did, not the truth (the node's facts are): it is
+written atomically (tmp + fsync + rename) so a SIGKILL at any moment leaves the old or the new
+file, never half of one. Secrets are redacted before anything is written.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+
+from k3deploy.core.errors import LockError
+from k3deploy.core.redact import redact_obj
+
+SCHEMA = 1
+
+
+def state_dir_for(inventory_source: str, cluster: str, override: str | None = None) -> Path:
+    base = override or os.environ.get("K3DEPLOY_STATE_DIR")
+    if base:
+        return Path(base) / cluster
+    return Path(inventory_source).resolve().parent / ".k3deploy" / cluster
+
+
+def atomic_write_json(path: Path, data: dict, mode: int = 0o600) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class NodeState:
+    def __init__(self, directory: Path, node: str):
+        self.path = directory / f"{node}.json"
+        self.node = node
+        self.data = self._read()
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("schema") == SCHEMA:
+                return data
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        return {"schema": SCHEMA, "node": self.node, "identity": None, "steps": {}}
+
+    def save(self) -> None:
+        atomic_write_json(self.path, redact_obj(self.data))
+
+    def check_identity(self, identity: dict) -> bool:
+        """Forget everything when the node is another machine now (spot replaced, rebooted
+        into a fresh image). Returns True when stale state was discarded."""
+        old = self.data.get("identity")
+        self.data["identity"] = identity
+        if old and old != identity:
+            self.data["steps"] = {}
+            self.data["discarded_at"] = time.time()
+            return True
+        return False
+
+    def step(self, name: str) -> dict:
+        return self.data["steps"].setdefault(name, {"status": "never", "attempts": 0})
+
+    def begin(self, name: str, digest: str) -> None:
+        rec = self.step(name)
+        rec.update(status="running", started=time.time(), inputs_digest=digest,
+                   attempts=rec.get("attempts", 0) + 1)
+        self.save()
+
+    def finish(self, name: str, status: str, *, error: str | None = None,
+               detail: dict | None = None) -> None:
+        rec = self.step(name)
+        rec.update(status=status, finished=time.time())
+        rec["last_error"] = error
+        if detail is not None:
+            rec["detail"] = detail
+        self.save()
+
+    def record_teardown(self, logs: str | None) -> None:
+        """When a teardown removed the engine here, and where its logs went. Only a teardown
+        that removes something writes it, so a second `down` keeps the first one's record."""
+        self.data["torn_down"] = {"at": time.time(), "logs": logs}
+        self.save()
+
+    def mark_interrupted(self) -> None:
+        """A step still running when the process must exit (Ctrl-C, SIGTERM)."""
+        running = [rec for rec in self.data["steps"].values() if rec.get("status") == "running"]
+        for rec in running:
+            rec.update(status="interrupted", finished=time.time())
+        if running:
+            self.save()
+
+
+class ClusterLock:
+    """flock on a file in the cluster's state dir: two runs against one cluster would
+    interleave docker restarts and launches. The kernel drops the lock if we are killed."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / ".lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise LockError(f"cluster is locked by {holder} ({self.path})",
+                            hint="wait for that run to finish; the lock is released when it "
+                            "exits, even if it is killed") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"k3deploy pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()

@@ -1,0 +1,34 @@
+"""From the inventory (plus facts of one node) to the engine's LaunchSpec."""
+
+from __future__ import annotations
+
+from k3deploy.engines import LaunchSpec, SpecError
+from k3deploy.core.errors import BadInputError
+
+
+def layout_for(inv) -> str:
+    if inv.engine.kind == "vllm":
+        return "dp-ep"
+    return "tp-ep" if len(inv.nodes) > 1 else "dp-attention"
+
+
+def secrets_dir(inv) -> str:
+    return f"{inv.paths.work}/secrets"
+
+
+def build(inv, node, rank: int, image: str, sha: str, with_key: bool) -> LaunchSpec:
+    head = inv.head
+    try:
+        return LaunchSpec(
+            engine=inv.engine.kind, image=image, container_name=inv.engine.container,
+            model_repo=inv.model.repo, revision_sha=sha, nnodes=len(inv.nodes), node_rank=rank,
+            gpus_per_node=inv.gpu.count, head_address=head.self_ip, self_address=node.self_ip,
+            nic=node.nic, layout=layout_for(inv), hf_cache_host_path=inv.paths.hf,
+            secrets_host_dir=secrets_dir(inv) if with_key else None, gpu_model=inv.gpu.model,
+            dist_init_port=inv.ports.dist_init, serve_port=inv.ports.serve,
+            ray_port=inv.ports.ray, mem_fraction_static=inv.engine.mem_fraction_static,
+            dist_timeout=inv.engine.dist_timeout, context_length=inv.engine.context_length,
+            extra_args=dict(inv.engine.args), extra_env={k: str(v) for k, v in inv.engine.env.items()})
+    except SpecError as err:
+        raise BadInputError(f"{inv.source}: engine settings cannot make a launch for "
+                            f"{node.name}: {err}") from None

@@ -1,0 +1,64 @@
+"""What the serve-time guard is told, where its files live on a node, and the cluster's guard
+secret (random per cluster, 0600 on the laptop; it reaches the nodes through SSH stdin).
+
+The config is a pure function of the inventory; its digest (config + the node-side scripts +
+the secret) tells a running guard that is still right from one that must be replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from pathlib import Path
+
+from k3deploy.engines import spec_from_inventory
+from k3deploy.core.redact import register
+from k3deploy.remote import script_text
+from k3deploy.node.secretfile import read_or_create
+
+SCRIPTS = ("guard.py", "guard_record.py")
+
+
+def guard_dir(inv) -> str:
+    return f"{inv.paths.work}/guard"
+
+
+def node_paths(inv) -> dict[str, str]:
+    base = guard_dir(inv)
+    return {"dir": base, "script": f"{base}/guard.py", "config": f"{base}/config.json",
+            "secret": f"{base}/secret", "state": f"{base}/state.json",
+            "incident": f"{base}/incident.json", "log": f"{base}/guard.log",
+            "archive": f"{base}/incidents"}
+
+
+def secret_path(state_dir: Path) -> Path:
+    return state_dir / "secrets" / "guard-secret"
+
+
+def load_or_create_secret(state_dir: Path, create: bool = True) -> str | None:
+    value = read_or_create(secret_path(state_dir), lambda: secrets.token_urlsafe(32), create)
+    if value is None:
+        return None
+    register(value)
+    return value
+
+
+def config(inv, node_name: str) -> dict:
+    """The guard's config for one node, without its digest."""
+    paths, rank = node_paths(inv), inv.rank_of(node_name)
+    me = inv.node(node_name)
+    return {"cluster": inv.cluster, "node": node_name, "rank": rank,
+            "container": inv.engine.container, "bind": me.self_ip, "port": inv.ports.guard,
+            "peers": [{"node": n.name, "rank": r, "address": n.self_ip}
+                      for r, n in inv.ranked() if n.name != node_name],
+            "peer_timeout": inv.guard.peer_timeout, "poll": inv.guard.poll_seconds,
+            "stop_grace": inv.guard.stop_grace,
+            "serve_port": inv.ports.serve if rank == 0 else None,
+            "dir": paths["dir"], "secret_file": paths["secret"],
+            "secrets_dir": spec_from_inventory.secrets_dir(inv)}
+
+
+def with_digest(cfg: dict, secret: str) -> dict:
+    blob = json.dumps(cfg, sort_keys=True) + "".join(script_text(s) for s in SCRIPTS) + secret
+    return {**cfg, "digest": hashlib.sha256(blob.encode()).hexdigest()[:16]}

@@ -1,0 +1,272 @@
+"""SSH to the nodes. The only module that knows about Fabric and Paramiko.
+
+One persistent connection per node per run: opened once, reused by every step, reopened only
+after a transport failure. Host keys are verified against known_hosts; unknown keys are
+refused unless the user asked for accept-new (as OpenSSH's StrictHostKeyChecking=accept-new).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import fabric
+import paramiko
+from tenacity import (Retrying, retry_if_exception_type, retry_if_not_exception_type,
+                      stop_after_attempt, wait_exponential)
+
+from k3deploy.core import interrupt
+from k3deploy.core.errors import CommandError, HostKeyError, UnreachableError
+from k3deploy.core.redact import redact
+
+KEEPALIVE_SECONDS = 15
+# A node that vanishes without a FIN/RST (spot reclaim, partition) would otherwise hold a
+# command until its timeout (minutes): unacknowledged keepalives drop the connection after this.
+DEAD_PEER_SECONDS = 20
+# Transport-level failures: the command's fate is unknown, the connection is not usable.
+TRANSPORT_ERRORS = (paramiko.SSHException, socket.error, EOFError, OSError)
+
+
+@dataclass(frozen=True)
+class Result:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def output(self) -> str:
+        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to reach one node; built from the inventory by `endpoint_for`."""
+
+    name: str
+    host: str
+    user: str | None
+    port: int | None
+    key: str | None
+    known_hosts: str
+    connect_timeout: float
+    command_timeout: float
+    use_ssh_config: bool = True
+
+
+class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+    """Trust a first-seen key and record it; a changed key still fails (BadHostKeyException
+    is raised by Paramiko before any policy is consulted)."""
+
+    def __init__(self, known_hosts: str, lock: threading.Lock):
+        self.known_hosts = known_hosts
+        self.lock = lock
+
+    def missing_host_key(self, client, hostname, key):
+        with self.lock:
+            Path(self.known_hosts).parent.mkdir(parents=True, exist_ok=True)
+            with open(self.known_hosts, "a", encoding="ascii") as fh:
+                fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+def _drain(chan, deadline: float) -> tuple[str, str]:
+    """Read stdout and stderr until the remote side closes both, without deadlocking on
+    either buffer filling up; TimeoutError (carrying stdout so far) past the deadline."""
+    out, err = bytearray(), bytearray()
+    while not (chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()
+               and chan.eof_received):
+        if time.monotonic() > deadline:
+            raise TimeoutError(out.decode(errors="replace"))
+        if interrupt.requested():  # Ctrl-C: stop reading; the remote command is left to itself
+            chan.close()
+            interrupt.check()
+        got = False
+        while chan.recv_ready():
+            out += chan.recv(65536)
+            got = True
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)
+            got = True
+        if not got:
+            if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            _wait_readable(chan)
+    return out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _detect_dead_peer(transport, connect_timeout: float) -> None:
+    """SSH keepalives plus TCP_USER_TIMEOUT (Linux): data unacknowledged for
+    DEAD_PEER_SECONDS (or 3 connect timeouts) fails the socket, so a silent node is noticed."""
+    interval = max(1, min(KEEPALIVE_SECONDS, int(connect_timeout)))
+    transport.set_keepalive(interval)
+    # Through a ProxyJump the "socket" is a channel of the jump host's transport: skip.
+    if hasattr(socket, "TCP_USER_TIMEOUT") and isinstance(transport.sock, socket.socket):
+        limit = max(DEAD_PEER_SECONDS, 3 * connect_timeout)
+        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(limit * 1000))
+
+
+def _wait_readable(chan) -> None:
+    # Paramiko channels are selectable; a short select avoids a busy loop.
+    import select
+    select.select([chan], [], [], 0.02)
+
+
+def quote(argv: list[str] | str) -> str:
+    return argv if isinstance(argv, str) else shlex.join([str(a) for a in argv])
+
+
+class NodeConnection:
+    def __init__(self, ep: Endpoint, *, accept_new_host_keys: bool = False,
+                 connect_attempts: int = 3):
+        self.ep = ep
+        self.accept_new = accept_new_host_keys
+        self.connect_attempts = connect_attempts
+        self._conn: fabric.Connection | None = None
+        self._lock = threading.Lock()
+
+    # -- connection -------------------------------------------------------------------
+    def _new_connection(self) -> fabric.Connection:
+        config = fabric.Config(runtime_ssh_path=os.devnull) if not self.ep.use_ssh_config \
+            else fabric.Config()
+        kwargs = {"key_filename": [self.ep.key]} if self.ep.key else {}
+        kwargs.update(banner_timeout=self.ep.connect_timeout, auth_timeout=self.ep.connect_timeout)
+        conn = fabric.Connection(self.ep.host, user=self.ep.user, port=self.ep.port, config=config,
+                                 connect_timeout=max(1, int(self.ep.connect_timeout)),
+                                 connect_kwargs=kwargs)
+        client = conn.client
+        if os.path.exists(self.ep.known_hosts):
+            client.load_host_keys(self.ep.known_hosts)
+        client.set_missing_host_key_policy(
+            _AcceptNewPolicy(self.ep.known_hosts, _KNOWN_HOSTS_LOCK) if self.accept_new
+            else paramiko.RejectPolicy())
+        return conn
+
+    def _open_once(self) -> None:
+        conn = self._new_connection()
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as err:
+            raise HostKeyError(self.ep.name, f"host key of {self.ep.host} CHANGED "
+                               f"(got {err.key.get_name()}); refusing to connect",
+                               hint=f"if the node was really rebuilt, remove its line from "
+                               f"{self.ep.known_hosts} (ssh-keygen -f {self.ep.known_hosts} "
+                               f"-R {self._host_entry()})") from None
+        except paramiko.SSHException as err:
+            if "not found in known_hosts" in str(err):
+                raise HostKeyError(self.ep.name, f"host key of {self.ep.host} is unknown",
+                                   hint=f"add it to {self.ep.known_hosts} (ssh-keyscan, then "
+                                   "check the fingerprint) or pass --accept-new-host-keys to "
+                                   "trust it on first use") from None
+            raise
+        _detect_dead_peer(conn.transport, self.ep.connect_timeout)
+        self._conn = conn
+
+    def open(self) -> None:
+        if self._conn is not None and self._conn.is_connected:
+            return
+        self.close()
+        # A refused key is not transient: retrying only adds failed logins (and fail2ban bans).
+        retry = (retry_if_exception_type(TRANSPORT_ERRORS)
+                 & retry_if_not_exception_type(paramiko.AuthenticationException))
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(self.connect_attempts),
+                                    wait=wait_exponential(multiplier=0.5, max=5),
+                                    retry=retry, reraise=True, sleep=interrupt.sleep):
+                with attempt:
+                    self._open_once()
+        except paramiko.AuthenticationException as err:
+            raise UnreachableError(self.ep.name, f"SSH authentication to {self._target()} failed: "
+                                   f"{err}", hint="check ssh.user / ssh.key in the inventory") from None
+        except TRANSPORT_ERRORS as err:
+            raise UnreachableError(self.ep.name, f"cannot reach {self._target()} after "
+                                   f"{self.connect_attempts} attempts: {err or type(err).__name__}",
+                                   hint="is the node up (spot reclaim?) and port open?") from None
+
+    def _host_entry(self) -> str:
+        """How known_hosts names this node: `[host]:port` unless the port is 22."""
+        port = self.ep.port or 22
+        return self.ep.host if port == 22 else f"[{self.ep.host}]:{port}"
+
+    def _target(self) -> str:
+        return f"{self.ep.user or ''}{'@' if self.ep.user else ''}{self.ep.host}:{self.ep.port or 22}"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # closing a dead connection may raise anything; it is gone either way
+                pass
+            self._conn = None
+
+    # -- commands ---------------------------------------------------------------------
+    def _wrap(self, command: str, sudo: bool) -> str:
+        if sudo and (self._conn.user or "root") != "root":
+            return "sudo -n -- sh -c " + shlex.quote(command)
+        return command
+
+    def _run_once(self, command: str, stdin: str | None, timeout: float | None) -> Result:
+        """One command on a fresh channel of the persistent connection. Invoke's runner is
+        not used: it feeds stdin one byte per 10 ms and polls with threads per command."""
+        self.open()
+        try:
+            chan = self._conn.transport.open_session(timeout=self.ep.connect_timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(command)
+            if stdin is not None:
+                chan.sendall(stdin.encode())
+            chan.shutdown_write()
+            out, err = _drain(chan, time.monotonic() + (timeout or 1e9))
+            code = chan.recv_exit_status()
+            if code == -1 and not self._conn.transport.is_active():
+                raise EOFError("connection dropped before the command finished")
+        except TimeoutError as late:
+            chan.close()
+            return Result(command, 124, str(late), f"(timed out after {timeout:.0f}s)")
+        except TRANSPORT_ERRORS:
+            self.close()
+            raise
+        return Result(command, code, out, err)
+
+    def run(self, argv: list[str] | str, *, sudo: bool = False, stdin: str | None = None,
+            timeout: float | None = None, check: bool = True, retry: bool = False,
+            step: str | None = None) -> Result:
+        """Run a command. `retry=True` marks it safe to repeat after a transport failure."""
+        command = self._wrap(quote(argv), sudo)
+        attempts = 3 if retry else 1
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(attempts),
+                                    wait=wait_exponential(multiplier=0.5, max=5),
+                                    retry=retry_if_exception_type(TRANSPORT_ERRORS), reraise=True,
+                                    sleep=interrupt.sleep):
+                with attempt, self._lock:
+                    result = self._run_once(command, stdin, timeout or self.ep.command_timeout)
+        except TRANSPORT_ERRORS as err:
+            raise UnreachableError(self.ep.name, f"connection lost while running "
+                                   f"{redact(quote(argv))}: {err or type(err).__name__}",
+                                   step=step) from None
+        if check and not result.ok:
+            raise CommandError(self.ep.name, redact(quote(argv)), result.exit_code,
+                               redact(result.output), step=step)
+        return result
+
+    def put_text(self, content: str, path: str, *, mode: int = 0o600, sudo: bool = False,
+                 step: str | None = None) -> None:
+        """Write a file atomically through stdin, so its content (a token, a key) never
+        appears in argv and a reader never sees half a file."""
+        tmp = f"{path}.k3tmp"
+        script = (f"umask 077 && cat > {shlex.quote(tmp)} && chmod {mode:o} {shlex.quote(tmp)}"
+                  f" && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+        self.run(["sh", "-c", script], sudo=sudo, stdin=content, retry=True, step=step)

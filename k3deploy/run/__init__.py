@@ -1,0 +1,1 @@
+"""Running a playbook over the cluster: runner, playbook loading, live display."""

@@ -1,0 +1,74 @@
+"""The work behind each CLI command, free of argument parsing."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from k3deploy.core import interrupt
+from k3deploy.cluster import inventory as inventory_mod
+from k3deploy.core import log as klog
+from k3deploy.run import playbook as playbook_mod
+from k3deploy.node.context import RunContext
+from k3deploy.core.errors import Interrupted
+from k3deploy.run.interrupt_notes import notes
+from k3deploy.run.runner import Runner, RunReport
+from k3deploy.node.session import Session
+from k3deploy.steps import step_class
+from k3deploy.run.ui import Ui
+
+
+def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None = None,
+              accept_new_host_keys: bool = False, state_dir: str | None = None,
+              ui: Ui | None = None, summary: bool = True, log_json: bool = False,
+              after=None) -> RunReport:
+    """after(run, report) -> lines: runs inside the session (its connections, no new
+    logins) once the steps are done; its lines are shown after the summary."""
+    inv = inventory_mod.load(inv_path)
+    # --log-json: stderr carries JSON lines only; the runner's events stand in for the Ui's text.
+    ui = ui or Ui(console=Console(stderr=True, quiet=True) if log_json else None)
+    options = {**(options or {}), "log_json": log_json}
+    with interrupt.handling(), Session(inv, accept_new_host_keys=accept_new_host_keys,
+                                      state_dir=state_dir) as session:
+        interrupt.at_forced_exit(lambda: _mark_interrupted(session))
+        run = RunContext(inv=inv, session=session, check=check, options=options, ui=ui)
+        report = Runner(run, steps).execute()
+        signum = interrupt.signum()
+        closing = after(run, report) if after and not signum else []
+    if report.problems:
+        ui.problems(report.problems, changed="changed" in report.statuses())
+    if summary:
+        ui.summary(report)
+    for line in closing:
+        ui.say(line, wrap=False)
+        if log_json:
+            klog.get().info("run.note", text=line)
+    if report.unreachable_nodes() and not report.partial_ok:
+        ui.say(f"not finished: {', '.join(report.unreachable_nodes())} could not be reached; "
+               "bring it back or replace it in the inventory, then re-run")
+    stopped = Interrupted(signum, notes(report, inv.source)) if signum else None
+    if log_json:
+        _log_report(report, stopped.exit_code if stopped else report.exit_code())
+    if stopped:
+        raise stopped
+    return report
+
+
+def _mark_interrupted(session) -> None:
+    for state in session.states.values():
+        state.mark_interrupted()
+
+
+def _log_report(report: RunReport, exit_code: int) -> None:
+    log = klog.get()
+    for node, check, message in report.problems:
+        log.info("run.problem", node=node, check=check, problem=message)
+    log.info("run.finished", exit_code=exit_code,
+             nodes={n: {s: r.status for s, r in per.items()} for n, per in report.results.items()})
+
+
+def playbook_steps(name: str):
+    return playbook_mod.load(name)[1]
+
+
+def single(step_name: str, **params):
+    return [step_class(step_name)(params or None)]

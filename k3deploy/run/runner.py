@@ -1,0 +1,237 @@
+"""Runs a playbook: for each step, on every node at once (or head first), facts -> plan ->
+apply -> re-check. A failing node fails its own steps; the others finish what they can."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from k3deploy.core import interrupt
+from k3deploy.core import log as klog
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
+                             StepFailed, UnreachableError)
+from k3deploy.node.identity import check_identities
+from k3deploy.core.redact import redact
+from k3deploy.steps.base import Step
+
+DONE = ("ok", "changed", "would-change")
+
+
+@dataclass
+class StepResult:
+    status: str
+    actions: list[str] = field(default_factory=list)
+    error: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class RunReport:
+    steps: list[str] = field(default_factory=list)
+    results: dict[str, dict[str, StepResult]] = field(default_factory=dict)
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
+    # Exit 3 ("partial") only where the goal is per-node work (down, logs, check): a bring-up
+    # that lost a node did not reach its goal, which is exit 1.
+    partial_ok: bool = True
+
+    def set(self, node: str, step: str, result: StepResult) -> None:
+        self.results.setdefault(node, {})[step] = result
+
+    def ordered(self, names: list[str]) -> None:
+        """Keep rows in rank order, not in the order threads happened to finish."""
+        self.results = {n: self.results.get(n, {}) for n in names} | self.results
+
+    def statuses(self) -> set[str]:
+        return {r.status for per in self.results.values() for r in per.values()}
+
+    def exit_code(self) -> int:
+        seen = self.statuses()
+        # In per-node work a problem row of a node that could not be reached ("could not be
+        # checked") restates the unreachable status: partial, not a failure.
+        gone = set(self.unreachable_nodes()) if self.partial_ok else set()
+        if [p for p in self.problems if p[0] not in gone] or seen & {"failed", "blocked"}:
+            return EXIT_STEP_FAILED
+        if "unreachable" in seen:
+            return EXIT_PARTIAL if self.partial_ok else EXIT_STEP_FAILED
+        return EXIT_OK
+
+    def unreachable_nodes(self) -> list[str]:
+        return [n for n, per in self.results.items()
+                if any(r.status == "unreachable" for r in per.values())]
+
+    def failed_nodes(self) -> set[str]:
+        return {n for n, per in self.results.items()
+                if any(r.status in ("failed", "unreachable", "blocked") for r in per.values())}
+
+
+class Runner:
+    def __init__(self, run: RunContext, steps: list[Step]):
+        self.run = run
+        self.steps = steps
+        self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
+            s.runs_after_failures or s.read_only for s in steps))
+        self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
+        # With --log-json these events are the output; otherwise the Ui is and they show with -v.
+        self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
+
+    def execute(self) -> RunReport:
+        self.report.ordered([c.name for c in self.contexts])
+        self._connect_all()
+        for step in self.steps:
+            if interrupt.requested() or not self._run_step(step):
+                break
+        return self.report
+
+    # -- connection and identity ---------------------------------------------------------
+    def _connect_all(self) -> None:
+        for name, err in check_identities(self.contexts).items():
+            status = ("unreachable" if isinstance(err, UnreachableError) else
+                      "interrupted" if isinstance(err, Interrupted) else "failed")
+            for step in self.steps:
+                self.report.set(name, step.label, StepResult(status, error=err.lines()))
+            self._say(name, None, status, err.lines())
+
+    # -- one step ------------------------------------------------------------------------
+    def _targets(self, step: Step) -> list[NodeContext]:
+        if step.runs_after_failures:
+            gone = {n for n, per in self.report.results.items()
+                    if any(r.status == "unreachable" for r in per.values())}
+        else:
+            gone = self.report.failed_nodes()
+        return [c for c in self.contexts if c.name not in gone]
+
+    def _run_step(self, step: Step) -> bool:
+        """Returns False when the playbook must stop here."""
+        targets = self._targets(step)
+        if step.needs_all_nodes and len(targets) < len(self.contexts):
+            self._block(step, targets)
+            return False
+        if not targets:
+            return False
+        try:
+            step.prepare(self.run)
+        except K3Error as err:
+            status = "interrupted" if isinstance(err, Interrupted) else "failed"
+            for ctx in targets:
+                self._record(ctx, step, StepResult(status, error=err.lines()))
+            return False
+        all_facts = self._fan_out(step, targets)
+        if interrupt.requested():  # what a cut-short step saw is no basis for cluster checks
+            return False
+        try:
+            return self._after_step(step, all_facts)
+        except Interrupted:  # during the cluster-wide checks (preflight's port probe)
+            return False
+
+    def _block(self, step: Step, targets: list[NodeContext]) -> None:
+        bad = sorted(self.report.failed_nodes())
+        msg = [f"not run on any node: {', '.join(bad)} failed earlier and {step.name} needs "
+               "every node"]
+        for ctx in targets:
+            self._record(ctx, step, StepResult("blocked", error=msg))
+
+    def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, dict]:
+        all_facts: dict[str, dict] = {}
+        groups = [targets[:1], targets[1:]] if step.head_first else [targets]
+        for group in groups:
+            if not group:
+                continue
+            with ThreadPoolExecutor(max_workers=min(32, len(group))) as pool:
+                for ctx, facts in zip(group, pool.map(lambda c: self._on_node(step, c), group)):
+                    all_facts[ctx.name] = facts
+            if step.head_first and self.report.results.get(group[0].name, {}).get(
+                    step.label, StepResult("ok")).status not in DONE:
+                break
+        return all_facts
+
+    def _after_step(self, step: Step, all_facts: dict[str, dict]) -> bool:
+        usable = {n: f for n, f in all_facts.items() if f is not None}
+        problems = step.cluster_problems(usable, self.run) if usable else []
+        for node, check, message in problems:
+            self.report.problems.append((node, check, message))
+        if step.read_only and self.report.problems:
+            return False
+        if self.run.ui and not self.run.check and not self.report.failed_nodes():
+            for line in step.closing_lines(self.run):
+                klog.get(step=step.label).log(self.event_level, "step.message", text=line)
+                self.run.ui.say(line)
+        return not (step.needs_all_nodes and self.report.failed_nodes())
+
+    # -- one node ------------------------------------------------------------------------
+    def _on_node(self, step: Step, ctx: NodeContext) -> dict | None:
+        started, culprit = time.monotonic(), None
+        if not self.run.check:
+            ctx.state.begin(step.label, step.inputs_digest(ctx))
+        try:
+            facts, result = self._contract(step, ctx)
+        except Interrupted as err:
+            facts, result = None, StepResult("interrupted", error=err.lines())
+        except UnreachableError as err:
+            facts, result = None, StepResult("unreachable", error=err.lines())
+        except K3Error as err:
+            facts, result = None, StepResult("failed", error=_lines(err, step.name))
+            culprit = getattr(err, "node", None)
+            if self._pending(ctx):
+                # --check: this step looks at what earlier steps would have changed; it cannot
+                # be judged before they run (Ansible's check mode has the same limit).
+                result = StepResult("would-change", actions=[
+                    f"depends on the changes above; not judged in --check ({err})"])
+        result.seconds = time.monotonic() - started
+        self._record(ctx, step, result, facts)
+        if result.status == "failed" and culprit != ctx.name and culprit in self.report.results:
+            # The head's wait found the fault on another node: the summary points there too.
+            self.report.set(culprit, step.label, StepResult("failed", error=result.error))
+        return facts
+
+    def _pending(self, ctx: NodeContext) -> bool:
+        return self.run.check and any(r.status == "would-change"
+                                      for r in self.report.results.get(ctx.name, {}).values())
+
+    def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
+        facts = step.facts(ctx)
+        found = step.problems(facts, ctx)
+        if found and self._pending(ctx):
+            return facts, StepResult("would-change", actions=[
+                "depends on the changes above; not judged in --check"])
+        for check, message in found:
+            self.report.problems.append((ctx.name, check, message))
+        if found:  # the details go into the problems table printed at the end
+            return facts, StepResult("failed", error=[f"{len(found)} problem(s): "
+                                                      + ", ".join(sorted({c for c, _ in found}))])
+        actions = step.plan(facts, ctx)
+        shown = [a.shown() for a in actions]
+        if not actions:
+            return facts, StepResult("ok")
+        if self.run.check:
+            return facts, StepResult("would-change", actions=shown)
+        step.apply(ctx, actions)
+        facts = step.facts(ctx)
+        left = step.plan(facts, ctx)
+        if left:
+            raise StepFailed(ctx.name, "applied, but the node is still not as the step promises; "
+                             f"still needed: {'; '.join(a.shown() for a in left)}", step=step.name)
+        return facts, StepResult("changed", actions=shown)
+
+    def _record(self, ctx: NodeContext, step: Step, result: StepResult, facts=None) -> None:
+        self.report.set(ctx.name, step.label, result)
+        if not self.run.check and result.status != "blocked":
+            detail = step.detail(facts, ctx) if facts is not None and result.status in DONE else None
+            ctx.state.finish(step.label, result.status,
+                             error=redact("\n".join(result.error)) or None, detail=detail)
+        self._say(ctx.name, step.label, result.status, result.error, result.actions)
+
+    def _say(self, node, step, status, error=(), actions=()):
+        klog.get(node=node, step=step).log(self.event_level, "step.result", status=status,
+                                           actions=list(actions), error=list(error))
+        if self.run.ui:
+            self.run.ui.step_result(node, step, status, list(error), list(actions))
+
+
+def _lines(err: K3Error, step: str) -> list[str]:
+    if getattr(err, "step", "x") is None:
+        err.step = step
+    return err.lines()
+

@@ -1,0 +1,1 @@
+"""Clients of a running endpoint: chat, bench, bring-up certificates."""

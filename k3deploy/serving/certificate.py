@@ -1,0 +1,80 @@
+"""The bring-up certificate: what was brought up and how it served, one JSON file per `up`
+(after verify) and per `bench`, in .k3deploy/<cluster>/certificates/<UTC time>.json, so two
+bring-ups can be compared. Building and reading only; the facts come from certificate_facts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from k3deploy import __version__
+from k3deploy.core.redact import redact_obj
+from k3deploy.core.state import atomic_write_json
+
+SCHEMA = 1
+
+
+def directory(state_dir: Path) -> Path:
+    return Path(state_dir) / "certificates"
+
+
+def flags_of(argv: list[str]) -> dict[str, object]:
+    """An engine command line's flags: `--name value` -> value, a bare `--name` -> True;
+    positional words (the program, `serve`, a model) are left out."""
+    flags: dict[str, object] = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word.startswith("-") and len(word) > 1:
+            name, eq, value = word.partition("=")
+            if eq:
+                flags[name] = value
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                flags[name] = argv[i + 1]
+                i += 1
+            else:
+                flags[name] = True
+        i += 1
+    return flags
+
+
+def build(kind: str, cluster: str, facts: dict, *, verify: dict, bench: dict | None = None,
+          bringup: dict | None = None, now: float | None = None) -> dict:
+    now = time.time() if now is None else now
+    head = facts.get("head") or {}
+    return {"schema": SCHEMA, "kind": kind, "cluster": cluster,
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            "versions": {"k3deploy": __version__, "image": head.get("image"),
+                         "image_digest": head.get("image_digest"),
+                         "engine": facts.get("engine_version")},
+            "launch": {"config_digest": head.get("config_digest"),
+                       "flags": flags_of(head.get("argv") or []),
+                       "config_digests": facts.get("config_digests", {})},
+            "gpu_memory_mib": facts.get("gpu_memory_mib", {}),
+            "verify": verify, "bench": bench, "bringup": bringup}
+
+
+def write(state_dir: Path, doc: dict, now: float | None = None) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    path = directory(state_dir) / f"{stamp}.json"
+    n = 1
+    while path.exists():   # two in one second (up, then bench at once): keep both
+        path = directory(state_dir) / f"{stamp}-{n}.json"
+        n += 1
+    atomic_write_json(path, redact_obj(doc), mode=0o644)
+    return path
+
+
+def load(path: str) -> dict:
+    from k3deploy.core.errors import BadInputError
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInputError(f"{path}: no such certificate") from None
+    except json.JSONDecodeError as err:
+        raise BadInputError(f"{path}: not JSON ({err})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise BadInputError(f"{path}: not a k3deploy certificate (schema {SCHEMA})")
+    return doc
