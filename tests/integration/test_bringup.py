@@ -73,8 +73,10 @@ def test_check_apply_apply_again_then_down(tmp_path):
 def torn_down_records(inv: str) -> dict:
     """status --json: which nodes show as torn down (when, logs); their engine steps say so."""
     proc = k3("status", "-i", inv, "--json")
-    assert proc.returncode == 0, out(proc)
-    nodes = json.loads(proc.stdout)["nodes"]
+    assert proc.returncode == 1, out(proc)  # every node answers; nothing serves
+    doc = json.loads(proc.stdout)
+    assert doc["cluster"]["state"] == "down" and doc["cluster"]["incident"] is None, doc["cluster"]
+    nodes = doc["nodes"]
     for info in nodes.values():
         if info["torn_down"]:
             assert {info["state"][s]["status"] for s in ("launch", "wait", "verify")} == \

@@ -169,8 +169,20 @@ def test_killed_node_others_finish_then_revived_node_completes(tmp_path):
         assert twice == {}
 
 
+def small_socket_buffers(tb) -> None:
+    """Bytes are counted where they were sent; what sat unread in a killed receiver's socket
+    buffer was sent but never received. Linux grows those buffers to megabytes, more than a whole
+    300 kB test shard, so cap them (per network namespace) well below SLACK: a whole shard sent
+    twice then means it was received twice."""
+    for node in tb.nodes:
+        cap = tb.ssh(node, "sysctl -qw net.ipv4.tcp_rmem='4096 32768 65536' "
+                     "net.ipv4.tcp_wmem='4096 32768 65536'")
+        assert cap.returncode == 0, cap.stderr
+
+
 def test_laptop_and_one_downloader_killed_mid_fanout(tmp_path):
     with testbed(tmp_path, nodes=4, hub_node_rate=1_000_000) as tb:
+        small_socket_buffers(tb)
         repo = tb.stats()["hub"]["repo_bytes"]
         run = k3_bg("up", "-i", str(tb.inventory))
         deadline = time.monotonic() + 60
