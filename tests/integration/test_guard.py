@@ -348,6 +348,13 @@ def test_kill_node_of_a_worker_is_unreachable_and_the_rest_stop(serving):
         assert found["failure"]["rank"] == 3 and found["log_tail"] is None
     code, doc = status(tb)
     assert code == 3 and doc["cluster"]["state"] == "stopped-by-guard"
-    # Last in the module: a revived node3 is a fresh machine whose download-start, alone and
-    # fast with an HF token, trips a race in the download step (token file removal), so the
-    # `up` after a revive is left out here.
+    # The reclaimed node comes back as a fresh machine (new machine-id and boot-id): `up`
+    # re-downloads what it lacks (its peers still have every file), relaunches the group head
+    # first and replaces the spent guards; the incident moves to the archive.
+    tb.fault("revive-node", "node3")
+    again = k3("up", "-i", str(tb.inventory), timeout=300)
+    assert again.returncode == 0, out(again)
+    code, doc = status(tb)
+    assert code == 0 and doc["cluster"]["state"] == "serving", doc["cluster"]
+    for node in rest:
+        assert incident(tb, node) is None and archived(tb, node), node
