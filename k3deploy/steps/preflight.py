@@ -103,9 +103,14 @@ def _software_problems(facts, node) -> list[tuple[str, str]]:
     elif "nvidia" not in (facts.get("runtimes") or ""):
         out.append(("docker", "docker has no nvidia runtime: `--gpus all` will fail; install "
                     "the NVIDIA container toolkit (nvidia-ctk runtime configure)"))
-    if facts.get("hub_client") is None:
+    hub = facts.get("hub_client")
+    if hub is None:
         out.append(("python", "python3 with huggingface_hub is missing on the node "
                     "(python3 -m pip install --user 'huggingface_hub>=1.0')"))
+    elif hub.split(".")[0].isdigit() and int(hub.split(".")[0]) < 1:
+        # remote/fetch_weights.py uses the 1.x HTTP client; 0.x would fail every file.
+        out.append(("python", f"huggingface_hub {hub} is too old on the node "
+                    "(python3 -m pip install --user --upgrade 'huggingface_hub>=1.0')"))
     return out
 
 
