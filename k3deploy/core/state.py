@@ -52,10 +52,11 @@ class NodeState:
     def _read(self) -> dict:
         try:
             data = json.loads(self.path.read_text())
-            if data.get("schema") == SCHEMA:
-                return data
-        except (FileNotFoundError, json.JSONDecodeError):
-            pass
+        except (FileNotFoundError, ValueError):  # ValueError: bad JSON or not UTF-8
+            data = None
+        if isinstance(data, dict) and data.get("schema") == SCHEMA \
+                and isinstance(data.get("steps"), dict):
+            return data
         return {"schema": SCHEMA, "node": self.node, "identity": None, "steps": {}}
 
     def save(self) -> None:
