@@ -1,0 +1,150 @@
+"""remote/fetch_weights.py's edge branches, in process, against a stdlib HTTP server on
+127.0.0.1 that misbehaves on purpose (tests/integration/test_fetch_weights.py runs the script
+against the mock Hub for the normal paths, resume after SIGKILL and dropped connections)."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import threading
+from collections import namedtuple
+from contextlib import contextmanager
+
+import pytest
+
+from k3deploy.remote import fetch_weights as fw
+
+BODY = bytes(range(256)) * 40  # 10,240 bytes
+SHA = "a" * 40
+
+
+class Misbehaving(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with what `self.server.answer(range_header)` says: (status, headers, body)."""
+    protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no length needed
+
+    def do_GET(self):
+        self.server.ranges.append(self.headers.get("Range"))
+        status, headers, body = self.server.answer(self.headers.get("Range"))
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def serving(answer):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Misbehaving)
+    server.answer, server.ranges = answer, []
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def setup(tmp_path, url: str, size: int = len(BODY)):
+    doc = {"repo": "moonshotai/Kimi-K3", "sha": SHA, "endpoint": url,
+           "files": [{"path": "model.safetensors", "size": size,
+                      "sha256": hashlib.sha256(BODY).hexdigest()}]}
+    manifest = fw.Manifest(doc)
+    spec = manifest.files[0]
+    cache = fw.RepoCache(str(tmp_path / "hf"), manifest.repo)
+    progress = fw.Progress(tmp_path / "progress.json", manifest.files)
+    return manifest, spec, cache, progress
+
+
+def fetch(tmp_path, server, partial: bytes = b""):
+    manifest, spec, cache, progress = setup(tmp_path, f"http://127.0.0.1:{server.server_port}")
+    cache.partial(spec.etag).write_bytes(partial)
+    part = fw.PartialBlob(cache.partial(spec.etag), spec, progress)
+    fw.Fetcher(manifest, None, progress.stop_event).fetch(spec, part)
+    return part
+
+
+def test_ignored_range_starts_the_file_over(tmp_path):
+    with serving(lambda rng: (200, {"Content-Length": str(len(BODY))}, BODY)) as server:
+        # Bytes that are not the file's prefix: appended to, they would fail the hash.
+        part = fetch(tmp_path, server, partial=b"x" * 4000)
+    assert server.ranges == ["bytes=4000-"]
+    assert part.path.read_bytes() == BODY and part.hasher.hexdigest() == part.spec.sha256
+
+
+def test_over_long_body_fails_and_empties_the_partial(tmp_path):
+    """A resumed range whose body runs past the file's end: no byte of it can be trusted, so
+    the partial (4,000 good bytes from before) is emptied too."""
+    headers = {"Content-Range": f"bytes 4000-{len(BODY) - 1}/{len(BODY)}"}
+    with serving(lambda rng: (206, headers, BODY[4000:] + b"extra")) as server:
+        with pytest.raises(fw.DownloadError, match="server sent more than the expected 10240 bytes"):
+            fetch(tmp_path, server, partial=BODY[:4000])
+    assert server.ranges == ["bytes=4000-"]
+    _, spec, cache, _ = setup(tmp_path, "http://127.0.0.1:9")
+    assert cache.partial(spec.etag).stat().st_size == 0
+
+
+def test_gives_up_after_attempts_without_progress(tmp_path, monkeypatch):
+    monkeypatch.setattr(fw, "BACKOFF_CAP_SECONDS", 0.0)
+    with serving(lambda rng: (503, {}, b"busy")) as server:
+        with pytest.raises(fw.DownloadError, match=r"gave up after 8 attempts without progress \(HTTP 503\)"):
+            fetch(tmp_path, server, partial=BODY[:100])
+    assert server.ranges == ["bytes=100-"] * fw.RETRIES_WITHOUT_PROGRESS
+
+
+def test_progress_resets_the_give_up_count(tmp_path, monkeypatch):
+    """Each answer brings 1,024 new bytes, then the connection ends early: ten short answers,
+    more than the give-up count, still finish the file."""
+    monkeypatch.setattr(fw, "BACKOFF_CAP_SECONDS", 0.0)
+
+    def answer(rng):
+        start = int(rng.removeprefix("bytes=").rstrip("-")) if rng else 0
+        end = min(start + 1024, len(BODY))
+        headers = {"Content-Range": f"bytes {start}-{len(BODY) - 1}/{len(BODY)}"}
+        return (206, headers, BODY[start:end]) if rng else (200, {}, BODY[:end])
+    with serving(answer) as server:
+        part = fetch(tmp_path, server)
+    assert len(server.ranges) == 10 and part.path.read_bytes() == BODY
+
+
+def test_partial_larger_than_the_file_is_dropped(tmp_path):
+    manifest, spec, cache, progress = setup(tmp_path, "http://127.0.0.1:9")
+    cache.partial(spec.etag).write_bytes(BODY + b"stale tail")
+    part = fw.PartialBlob(cache.partial(spec.etag), spec, progress)
+    assert part.have == 0 and cache.partial(spec.etag).stat().st_size == 0
+
+
+def test_partial_no_larger_than_the_file_is_kept_and_hashed(tmp_path):
+    manifest, spec, cache, progress = setup(tmp_path, "http://127.0.0.1:9")
+    cache.partial(spec.etag).write_bytes(BODY[:3000])
+    part = fw.PartialBlob(cache.partial(spec.etag), spec, progress)
+    assert part.have == part.resumed_from == 3000
+
+
+Usage = namedtuple("Usage", "total used free")
+
+
+@pytest.mark.parametrize("free, partial, blob_present, enough", [
+    (10240, b"", False, True),
+    (10239, b"", False, False),
+    (240, BODY[:10000], False, True),       # the partial's bytes are not needed again
+    (239, BODY[:10000], False, False),
+    (0, b"", True, True),                   # a verified blob needs nothing
+])
+def test_free_space_check(tmp_path, monkeypatch, free, partial, blob_present, enough):
+    manifest, spec, cache, progress = setup(tmp_path, "http://127.0.0.1:9")
+    if partial:
+        cache.partial(spec.etag).write_bytes(partial)
+    if blob_present:
+        cache.blob(spec.etag).write_bytes(BODY)
+    monkeypatch.setattr(fw.shutil, "disk_usage", lambda path: Usage(10**12, 0, free))
+    if enough:
+        fw.check_free_space(cache, manifest.files)
+    else:
+        need = len(BODY) - len(partial)
+        with pytest.raises(fw.DownloadError, match=f"need {need} more bytes, {free} free"):
+            fw.check_free_space(cache, manifest.files)
