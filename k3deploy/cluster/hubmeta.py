@@ -82,9 +82,8 @@ def resolve(repo: str, revision: str, endpoint: str | None, token: str | None) -
 
 def manifest_for(run) -> Manifest:
     """Resolve once per run, shared by preflight (disk space) and download."""
-    if "manifest" not in run.shared:
+    if run.inputs.manifest is None:
         inv = run.inv
-        token = token_from_env(inv.hf_token_env)
-        run.shared["manifest"] = resolve(inv.model.repo, inv.model.revision,
-                                         inv.model.endpoint, token)
-    return run.shared["manifest"]
+        run.inputs.manifest = resolve(inv.model.repo, inv.model.revision, inv.model.endpoint,
+                                      run.inputs.hf_token(inv.hf_token_env))
+    return run.inputs.manifest

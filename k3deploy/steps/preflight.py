@@ -125,7 +125,7 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
     if free is None:
         return [("disk", f"{node.inv.paths.nvme} does not exist on this node; mount the NVMe "
                  "there or set paths.nvme")]
-    manifest = node.run.shared["manifest"]
+    manifest = node.run.inputs.manifest
     need = manifest.total_bytes * 1.02 + node.inv.paths.reserve_gb * GB
     have = facts.get("have_bytes") or 0
     if free + have < need:

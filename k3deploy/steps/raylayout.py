@@ -71,7 +71,7 @@ def serve_running(status: dict | None, healthy: bool) -> bool:
 
 
 def _healthy(node) -> bool:
-    res = http_probe.probe(node.conn, node.inv, ["health"], node.run.shared.get("api_key"))
+    res = http_probe.probe(node.conn, node.inv, ["health"], node.run.inputs.api_key)
     return res["health"]["status"] == 200
 
 
