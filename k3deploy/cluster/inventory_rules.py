@@ -10,6 +10,7 @@ from collections import Counter
 
 from k3deploy.cluster.inventory_engine_args import engine_arg_rules
 from k3deploy.cluster.fanout import peers_enabled
+from k3deploy.engines.layout import inventory_runs_over_ray
 
 # Env keys that carry secrets must never be inventory env overrides: those become
 # `docker run --env K=V`, i.e. argv on the node, visible in ps and docker inspect.
@@ -119,7 +120,7 @@ def secret_rules(inv) -> list[str]:
 
 def port_rules(inv) -> list[str]:
     ports = {"dist_init": inv.ports.dist_init, "serve": inv.ports.serve}
-    if inv.engine.kind == "vllm" and len(inv.nodes) > 1:
+    if inventory_runs_over_ray(inv):
         ports["ray"] = inv.ports.ray
     if peers_enabled(inv):
         ports["peer"] = inv.ports.peer
