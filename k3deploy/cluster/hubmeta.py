@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from k3deploy.core.errors import BadInputError, K3Error
 from k3deploy.core.redact import register
+from k3deploy.remote.protocol import with_schema
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def to_json(self, max_workers: int = 16) -> dict:
-        return {"repo": self.repo, "revision": self.revision, "sha": self.sha,
-                "endpoint": self.endpoint, "max_workers": max_workers,
-                "files": [asdict(f) for f in self.files]}
+        return with_schema({"repo": self.repo, "revision": self.revision, "sha": self.sha,
+                            "endpoint": self.endpoint, "max_workers": max_workers,
+                            "files": [asdict(f) for f in self.files]})
 
 
 def token_from_env(var: str) -> str | None:

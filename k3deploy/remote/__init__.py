@@ -13,3 +13,12 @@ def script_text(name: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no node-side script {name!r} in {path.parent}")
     return path.read_text()
+
+
+@cache
+def bundled(name: str) -> str:
+    """A node-side script for `python3 -c`, with protocol.py ahead of it as module `protocol`
+    (a -c program has no directory to import its siblings from)."""
+    return ("import sys, types\n_protocol = types.ModuleType('protocol')\n"
+            "sys.modules['protocol'] = _protocol\n"
+            f"exec({script_text('protocol.py')!r}, _protocol.__dict__)\n" + script_text(name))

@@ -10,11 +10,13 @@ import json
 import os
 import sys
 
+import protocol  # bundled ahead of this program (k3deploy.remote.bundled)
+
 
 def verified_files(manifest, hf_home):
-    storage = os.path.join(hf_home, "hub", "models--" + manifest["repo"].replace("/", "--"))
+    storage = protocol.cache_storage(hf_home, manifest["repo"])
     try:
-        with open(os.path.join(storage, ".k3deploy-verified.json")) as fh:
+        with open(os.path.join(storage, protocol.LEDGER_NAME)) as fh:
             ledger = json.load(fh)
     except (OSError, ValueError):
         ledger = {}
@@ -87,9 +89,14 @@ def peer_server(pid_path, manifest_path, secret_path):
 
 
 def main():
-    manifest = json.load(sys.stdin)
+    try:
+        manifest = protocol.check_schema(json.load(sys.stdin), "manifest")
+        progress, alive = downloader(sys.argv[2], sys.argv[3])
+        if progress is not None:
+            protocol.check_schema(progress, f"progress file {sys.argv[2]}")
+    except protocol.SchemaMismatch as e:
+        sys.exit(f"weights_status: {e}")
     missing, partial, done_bytes = verified_files(manifest, sys.argv[1])
-    progress, alive = downloader(sys.argv[2], sys.argv[3])
     found = {"total": len(manifest["files"]), "missing_count": len(missing),
              "missing": missing[:5], "partial_bytes": partial,
              "verified_bytes": done_bytes, "running": alive, "progress": progress}

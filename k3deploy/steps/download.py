@@ -18,14 +18,16 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.log import get as get_log
-from k3deploy.remote import script_text
+from k3deploy.remote import bundled, script_text
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import peers
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 FETCHER = script_text("fetch_weights.py")
 PEER_CLIENT = script_text("peer_fetch.py")
-STATUS = script_text("weights_status.py")
+PROTOCOL = script_text("protocol.py")
+STATUS = bundled("weights_status.py")
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 
@@ -39,16 +41,9 @@ class DownloadParams(BaseModel):
     peer_stall_seconds: float = Field(default=PEER_STALL_SECONDS, gt=0)
 
 
-class Paths:
+class Paths(WorkPaths):
     def __init__(self, node):
-        self.work = node.inv.paths.work
-        self.fetcher = f"{self.work}/fetch_weights.py"
-        self.peer_client = f"{self.work}/peer_fetch.py"
-        self.manifest = f"{self.work}/manifest.json"
-        self.progress = f"{self.work}/download-progress.json"
-        self.log = f"{self.work}/download.log"
-        self.env = f"{self.work}/hf.env"
-        self.pid = f"{self.work}/download.pid"
+        super().__init__(node.inv.paths.work)
 
 
 class DownloadWeights(Step):
@@ -130,6 +125,7 @@ class DownloadWeights(Step):
         paths, token = Paths(node), node.run.inputs.hf_token(node.inv.hf_token_env)
         actions = [Action("create k3deploy work dir", ("mkdir", "-p", paths.work), retry=True),
                    upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
+                   upload("upload the node protocol", paths.protocol, PROTOCOL, mode=0o644),
                    upload("upload the pinned manifest", paths.manifest, self._manifest_json(node),
                           mode=0o644)]
         if peers_enabled(node.inv):

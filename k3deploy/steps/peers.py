@@ -19,6 +19,7 @@ from k3deploy.steps.base import Action, Step, cmd, upload
 
 SERVER = script_text("peer_server.py")
 FETCHER = script_text("fetch_weights.py")  # the server imports its cache and ledger readers
+PROTOCOL = script_text("protocol.py")       # which both import
 
 
 class PeerPaths:
@@ -62,6 +63,8 @@ def server_actions(facts: dict, node, manifest_json: str, secret: str,
     return [Action("create k3deploy work dir", ("mkdir", "-p", node.inv.paths.work), retry=True),
             upload("upload the peer server", paths.server, SERVER, mode=0o644),
             upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
+            upload("upload the node protocol", f"{node.inv.paths.work}/protocol.py", PROTOCOL,
+                   mode=0o644),
             upload("upload the cluster peer secret (0600)", paths.secret, secret),
             upload("upload the peer server's manifest", paths.manifest, manifest_json, mode=0o644),
             cmd("(re)start the peer server, detached", "sh", "-c", _start_script(node, paths, progress))]
