@@ -100,6 +100,7 @@ def test_full_run_writes_a_normal_hf_cache(hub, tmp_path):
     progress = node.read_progress()
     total = hub.repo.total_bytes
     assert progress | {"pid": 0, "updated": 0, "started": 0, "rate_bps": 0} == {
+        "schema": protocol.SCHEMA_VERSION,
         "pid": 0, "state": "done", "error": None, "bytes_total": total, "bytes_done": total, "rate_bps": 0,
         "files_total": len(hub.repo.files), "files_done": len(hub.repo.files), "shards_total": 4,
         "shards_done": 4, "started": 0, "updated": 0,
