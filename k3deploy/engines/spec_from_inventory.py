@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from k3deploy.engines import LaunchSpec, SpecError
 from k3deploy.engines.layout import parallel_layout
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.errors import BadInputError
 
 
@@ -12,7 +13,7 @@ def layout_for(inv) -> str:
 
 
 def secrets_dir(inv) -> str:
-    return f"{inv.paths.work}/secrets"
+    return WorkPaths(inv.paths.work).secrets
 
 
 def build(inv, node, rank: int, image: str, sha: str, with_key: bool) -> LaunchSpec:

@@ -43,7 +43,7 @@ def check_schema(doc, what: str):
 
 
 class WorkPaths:
-    """The files of the download in the node's k3deploy work dir (inventory paths.work)."""
+    """The files k3deploy keeps in a node's work dir (inventory paths.work)."""
 
     def __init__(self, work: str):
         self.work = work
@@ -55,3 +55,18 @@ class WorkPaths:
         self.log = f"{work}/download.log"
         self.env = f"{work}/hf.env"
         self.pid = f"{work}/download.pid"
+        self.secrets = f"{work}/secrets"   # the endpoint key, mounted into the engine container
+        self.guard = f"{work}/guard"
+        self.peer = PeerFiles(work)
+
+
+class PeerFiles:
+    """The fan-out peer server's files in the work dir."""
+
+    def __init__(self, work: str):
+        self.server = f"{work}/peer_server.py"
+        self.manifest, self.secret = f"{work}/peer-manifest.json", f"{work}/peer.secret"
+        self.pid, self.ready = f"{work}/peer.pid", f"{work}/peer.ready"
+        self.log, self.served = f"{work}/peer.log", f"{work}/peer-served.jsonl"
+        # Test hook (the testbed's peer-corrupt fault): while it exists, served bytes are flipped.
+        self.corrupt_flag = f"{work}/peer-corrupt.testhook"

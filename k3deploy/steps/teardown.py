@@ -47,7 +47,7 @@ class CollectLogs(Step):
     def facts(self, node):
         name = node.inv.engine.container
         logs = node.conn.run(engines.docker_logs_argv(name), sudo=True, check=False, step=self.name)
-        dl = node.conn.run(["cat", f"{node.inv.paths.work}/download.log"], check=False)
+        dl = node.conn.run(["cat", DownloadPaths(node).log], check=False)
         found = {"engine": logs.output if logs.ok else None, "download": dl.stdout if dl.ok else None,
                  **guard_files(node)}
         if not node.run.check:
