@@ -228,13 +228,12 @@ class Ledger:
             self.entries = {}
 
     def vouches_for(self, etag: str, st: os.stat_result) -> bool:
-        entry = self.entries.get(etag) or {}
-        return entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
+        return protocol.ledger_vouches(self.entries.get(etag), st.st_size, st.st_mtime_ns)
 
     def record(self, etag: str, blob: Path) -> None:
         st = blob.stat()
         with self.lock:
-            self.entries[etag] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "verified": time.time()}
+            self.entries[etag] = protocol.ledger_entry(st.st_size, st.st_mtime_ns, time.time())
             write_json_atomic(self.path, self.entries)
 
 

@@ -27,6 +27,17 @@ def cache_storage(hf_home: str, repo: str) -> str:
     return os.path.join(hf_home, "hub", cache_folder(repo))
 
 
+def ledger_entry(size: int, mtime_ns: int, verified: float) -> dict:
+    """What the ledger records for a blob verified by its hash."""
+    return {"size": size, "mtime_ns": mtime_ns, "verified": verified}
+
+
+def ledger_vouches(entry, size: int, mtime_ns: int) -> bool:
+    """The blob on disk is the one that was verified: same size and mtime."""
+    entry = entry or {}
+    return entry.get("size") == size and entry.get("mtime_ns") == mtime_ns
+
+
 def with_schema(doc: dict) -> dict:
     return {"schema": SCHEMA_VERSION, **doc}
 

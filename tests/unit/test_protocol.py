@@ -54,3 +54,11 @@ def test_a_bundled_program_gets_the_protocol_as_its_module(monkeypatch):
     assert source.index("SCHEMA_VERSION") < source.index("def verified_files")
     exec(compile(source, "bundle", "exec"), namespace)
     assert namespace["protocol"].SCHEMA_VERSION == protocol.SCHEMA_VERSION
+
+
+def test_the_ledger_vouches_only_for_the_blob_it_recorded():
+    entry = json.loads(json.dumps(protocol.ledger_entry(10, 123, 1.5)))
+    assert protocol.ledger_vouches(entry, 10, 123)
+    assert not protocol.ledger_vouches(entry, 11, 123)      # grew since
+    assert not protocol.ledger_vouches(entry, 10, 124)      # rewritten since
+    assert not protocol.ledger_vouches(None, 10, 123)       # never verified
