@@ -1,6 +1,7 @@
 """Scripts uploaded to and run on the nodes (standard library + huggingface_hub only).
 
-They are run as files or with `python3 -c`, never imported by the laptop side.
+They are run as files or with `python3 -c`, never imported by the laptop side, except
+protocol.py: the laptop<->node protocol both sides import.
 """
 from functools import cache
 from pathlib import Path
