@@ -18,6 +18,7 @@ from k3deploy.node.identity import IDENTITY
 from k3deploy.core.redact import redact_obj
 from k3deploy.node.session import Session
 from k3deploy.core.state import ClusterLock
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.steps import probes
 
 STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "teardown")
@@ -25,7 +26,7 @@ STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "
 
 def _live(session, inv, name: str) -> dict:
     probe = [probes.container(inv.engine.container),
-             probes.file_json("download", f"{inv.paths.work}/download-progress.json"), *IDENTITY,
+             probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
              *cluster_state.live_probes(inv)]
     try:
         found = F.gather(session.conn(name), probe)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from k3deploy.core.errors import BadInputError, K3Error
 from k3deploy.core.redact import register
+from k3deploy.remote.protocol import with_schema
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def to_json(self, max_workers: int = 16) -> dict:
-        return {"repo": self.repo, "revision": self.revision, "sha": self.sha,
-                "endpoint": self.endpoint, "max_workers": max_workers,
-                "files": [asdict(f) for f in self.files]}
+        return with_schema({"repo": self.repo, "revision": self.revision, "sha": self.sha,
+                            "endpoint": self.endpoint, "max_workers": max_workers,
+                            "files": [asdict(f) for f in self.files]})
 
 
 def token_from_env(var: str) -> str | None:
@@ -82,9 +83,8 @@ def resolve(repo: str, revision: str, endpoint: str | None, token: str | None) -
 
 def manifest_for(run) -> Manifest:
     """Resolve once per run, shared by preflight (disk space) and download."""
-    if "manifest" not in run.shared:
+    if run.inputs.manifest is None:
         inv = run.inv
-        token = token_from_env(inv.hf_token_env)
-        run.shared["manifest"] = resolve(inv.model.repo, inv.model.revision,
-                                         inv.model.endpoint, token)
-    return run.shared["manifest"]
+        run.inputs.manifest = resolve(inv.model.repo, inv.model.revision, inv.model.endpoint,
+                                      run.inputs.hf_token(inv.hf_token_env))
+    return run.inputs.manifest

@@ -10,6 +10,7 @@ from collections import Counter
 
 from k3deploy.cluster.inventory_engine_args import engine_arg_rules
 from k3deploy.cluster.fanout import peers_enabled
+from k3deploy.engines.layout import inventory_runs_over_ray, parallel_layout
 
 # Env keys that carry secrets must never be inventory env overrides: those become
 # `docker run --env K=V`, i.e. argv on the node, visible in ps and docker inspect.
@@ -98,7 +99,7 @@ def parallel_rules(inv) -> list[str]:
             ok = int(value) == total
         except (TypeError, ValueError):
             ok = False
-        if not ok and inv.engine.kind == "sglang" and len(inv.nodes) > 1:
+        if not ok and parallel_layout(inv.engine.kind, len(inv.nodes)) == "tp-ep":
             out.append(f"engine.args.{flag}: {value} but the cluster has {total} GPUs "
                        f"({len(inv.nodes)} nodes x {inv.gpu.count}); it must equal {total}")
     return out
@@ -119,7 +120,7 @@ def secret_rules(inv) -> list[str]:
 
 def port_rules(inv) -> list[str]:
     ports = {"dist_init": inv.ports.dist_init, "serve": inv.ports.serve}
-    if inv.engine.kind == "vllm" and len(inv.nodes) > 1:
+    if inventory_runs_over_ray(inv):
         ports["ray"] = inv.ports.ray
     if peers_enabled(inv):
         ports["peer"] = inv.ports.peer

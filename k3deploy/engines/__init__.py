@@ -14,6 +14,7 @@ from k3deploy.engines.docker import (docker_exec_argv, docker_logs_argv, docker_
                                      docker_run_argv, engine_env, vllm_env_host_path)
 from k3deploy.engines.images import (SGLANG_CU12, SGLANG_CU13, VLLM_DEFAULT, ImageChoiceError,
                                      choose_image, parse_cuda_version)
+from k3deploy.engines.layout import runs_over_ray
 from k3deploy.engines.ray import ray_head_container_argv, ray_status_argv, ray_worker_container_argv
 from k3deploy.engines.sglang import (check_api_key, sglang_launch_argv, sglang_secret_config,
                                      sglang_secret_container_path, sglang_secret_host_path,
@@ -37,7 +38,7 @@ __all__ = [
 
 
 def uses_ray(spec: LaunchSpec) -> bool:
-    return spec.engine == "vllm" and spec.nnodes > 1
+    return runs_over_ray(spec.engine, spec.nnodes)
 
 
 def node_launch_argvs(spec: LaunchSpec) -> list[list[str]]:

@@ -5,6 +5,7 @@ then gets `vllm serve` through `docker exec` once every node has joined."""
 from __future__ import annotations
 
 from k3deploy.engines.docker import docker_exec_argv, docker_run_argv
+from k3deploy.engines.layout import runs_over_ray
 from k3deploy.engines.spec import LaunchSpec, SpecError
 
 
@@ -37,7 +38,7 @@ def ray_status_argv(spec: LaunchSpec) -> list[str]:
 
 
 def _check_ray_spec(spec: LaunchSpec, *, head: bool) -> None:
-    if spec.engine != "vllm" or spec.nnodes < 2:
+    if not runs_over_ray(spec.engine, spec.nnodes):
         raise SpecError("a Ray cluster is only used for multi-node vLLM")
     if head != spec.is_head:
         want = "rank 0" if head else "a rank > 0"

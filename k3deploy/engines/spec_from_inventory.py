@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from k3deploy.engines import LaunchSpec, SpecError
+from k3deploy.engines.layout import parallel_layout
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.errors import BadInputError
 
 
 def layout_for(inv) -> str:
-    if inv.engine.kind == "vllm":
-        return "dp-ep"
-    return "tp-ep" if len(inv.nodes) > 1 else "dp-attention"
+    return parallel_layout(inv.engine.kind, len(inv.nodes))
 
 
 def secrets_dir(inv) -> str:
-    return f"{inv.paths.work}/secrets"
+    return WorkPaths(inv.paths.work).secrets
 
 
 def build(inv, node, rank: int, image: str, sha: str, with_key: bool) -> LaunchSpec:

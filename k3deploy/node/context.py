@@ -7,6 +7,7 @@ from typing import Any
 
 from k3deploy.core import log as klog
 from k3deploy.cluster.inventory import Inventory, Node
+from k3deploy.node.run_inputs import RunInputs
 
 
 @dataclass
@@ -15,7 +16,7 @@ class RunContext:
     session: Any                      # k3deploy.node.session.Session
     check: bool = False
     options: dict[str, Any] = field(default_factory=dict)   # replace, wipe_weights, out_dir...
-    shared: dict[str, Any] = field(default_factory=dict)    # values settled by prepare()
+    inputs: RunInputs = field(default_factory=RunInputs)    # settled once, by prepare()
     ui: Any = None                    # k3deploy.run.ui.Ui (progress, messages)
 
     def option(self, key: str, default=None):

@@ -15,13 +15,14 @@ from pathlib import Path
 from k3deploy.engines import spec_from_inventory
 from k3deploy.core.redact import register
 from k3deploy.remote import script_text
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import read_or_create
 
 SCRIPTS = ("guard.py", "guard_record.py")
 
 
 def guard_dir(inv) -> str:
-    return f"{inv.paths.work}/guard"
+    return WorkPaths(inv.paths.work).guard
 
 
 def node_paths(inv) -> dict[str, str]:

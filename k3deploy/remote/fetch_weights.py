@@ -54,6 +54,10 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # protocol.py, peer_fetch.py ship next to us
+sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
+import protocol  # noqa: E402
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
 VERIFY_ATTEMPTS = 3        # full fetches of one file whose hash keeps mismatching
 RETRIES_WITHOUT_PROGRESS = 8  # consecutive failed requests that brought no new byte
@@ -118,11 +122,14 @@ class FileSpec:
 class Manifest:
     def __init__(self, doc: dict):
         try:
+            protocol.check_schema(doc, "manifest")
             self.repo, self.revision = str(doc["repo"]), str(doc.get("revision") or doc["sha"])
             self.sha, self.endpoint = str(doc["sha"]), str(doc["endpoint"]).rstrip("/")
             self.max_workers = max(1, int(doc.get("max_workers", 8)))
             self.files = [FileSpec(f) for f in doc["files"]]
             self.peers = doc.get("peers")  # k3deploy.cluster.fanout.peer_block, or None
+        except protocol.SchemaMismatch as e:
+            raise BadInput(str(e)) from None
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"manifest: missing or bad field: {e}") from None
         if not _HEX40.match(self.sha) or self.repo.count("/") != 1 or not self.files:
@@ -159,7 +166,7 @@ class RepoCache:
 
     def __init__(self, hf_home: str, repo: str):
         self.root = Path(hf_home) / "hub"
-        self.folder = "models--" + repo.replace("/", "--")
+        self.folder = protocol.cache_folder(repo)
         self.storage = self.root / self.folder
         self.blobs = self.storage / "blobs"
         self.locks = self.root / ".locks" / self.folder
@@ -221,13 +228,12 @@ class Ledger:
             self.entries = {}
 
     def vouches_for(self, etag: str, st: os.stat_result) -> bool:
-        entry = self.entries.get(etag) or {}
-        return entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns
+        return protocol.ledger_vouches(self.entries.get(etag), st.st_size, st.st_mtime_ns)
 
     def record(self, etag: str, blob: Path) -> None:
         st = blob.stat()
         with self.lock:
-            self.entries[etag] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "verified": time.time()}
+            self.entries[etag] = protocol.ledger_entry(st.st_size, st.st_mtime_ns, time.time())
             write_json_atomic(self.path, self.entries)
 
 
@@ -266,7 +272,7 @@ class Progress:
             t0, r0 = self.samples[0]
             done = [f for f in self.files if f.path in self.verified]
             shards = [f for f in self.files if f.path.endswith(".safetensors")]
-            return {"pid": os.getpid(), "state": self.state, "error": self.error,
+            return protocol.with_schema({"pid": os.getpid(), "state": self.state, "error": self.error,
                     "bytes_total": sum(f.size for f in self.files),
                     "bytes_done": sum(f.size for f in done) + sum(self.on_disk.values()),
                     "rate_bps": int((self.received - r0) / (now - t0)) if now > t0 else 0,
@@ -276,7 +282,7 @@ class Progress:
                     "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
                     "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
                     "bad_peers": sorted(self.bad_peers),
-                    "started": self.started, "updated": now}
+                    "started": self.started, "updated": now})
 
     def write(self) -> None:
         write_json_atomic(self.path, self.document())
@@ -410,7 +416,7 @@ class Downloader:
                  peers=None):
         self.manifest, self.cache, self.fetcher, self.progress = manifest, cache, fetcher, progress
         self.peers = peers  # peer_fetch.Peers, or None: every file from the Hub
-        self.ledger = Ledger(cache.storage / ".k3deploy-verified.json")
+        self.ledger = Ledger(cache.storage / protocol.LEDGER_NAME)
 
     def ensure(self, spec: FileSpec, via_peers: bool = False) -> None:
         """Make one file present, verified and linked (the unit of work of a worker thread)."""
@@ -561,8 +567,6 @@ def load_peers(manifest: Manifest, progress: Progress):
     """peer_fetch.Peers for a manifest with a `peers` block (k3deploy.cluster.fanout), else None."""
     if not manifest.peers:
         return None
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer_fetch.py ships next to us
-    sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
     import peer_fetch
     try:
         return peer_fetch.load(manifest.peers, progress.stop_event, Stopped, log, progress.bad_peers)
@@ -581,7 +585,7 @@ def download_call(fn):
 
 def hold_run_lock(hf_home: str, repo: str):
     """One fetch_weights per cache and repo; returns the open lock fd, or None if another holds it."""
-    locks = Path(hf_home) / "hub" / ".locks" / ("models--" + repo.replace("/", "--"))
+    locks = Path(hf_home) / "hub" / ".locks" / protocol.cache_folder(repo)
     locks.mkdir(parents=True, exist_ok=True)
     fd = os.open(locks / "k3deploy-fetch-weights.lock", os.O_RDWR | os.O_CREAT, 0o664)
     try:

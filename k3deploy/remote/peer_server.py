@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
 from fetch_weights import BadInput, Ledger, Manifest, RepoCache  # shipped next to this file
+from protocol import LEDGER_NAME  # likewise
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY = 0, 2, 3
 _BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
@@ -55,7 +56,7 @@ class Blobs:
     def __init__(self, manifest: Manifest, cache: RepoCache, progress: Path | None = None):
         self.sizes, self.progress = {f.etag: f.size for f in manifest.files}, progress
         self.cache, self.lock, self.stamp = cache, threading.Lock(), None
-        self.ledger = Ledger(cache.storage / ".k3deploy-verified.json")
+        self.ledger = Ledger(cache.storage / LEDGER_NAME)
 
     def _current_ledger(self) -> Ledger:
         """Re-read when the downloader replaced it (it writes atomically)."""

@@ -10,11 +10,13 @@ import json
 import os
 import sys
 
+import protocol  # bundled ahead of this program (k3deploy.remote.bundled)
+
 
 def verified_files(manifest, hf_home):
-    storage = os.path.join(hf_home, "hub", "models--" + manifest["repo"].replace("/", "--"))
+    storage = protocol.cache_storage(hf_home, manifest["repo"])
     try:
-        with open(os.path.join(storage, ".k3deploy-verified.json")) as fh:
+        with open(os.path.join(storage, protocol.LEDGER_NAME)) as fh:
             ledger = json.load(fh)
     except (OSError, ValueError):
         ledger = {}
@@ -23,11 +25,10 @@ def verified_files(manifest, hf_home):
         etag = f.get("sha256") or f["oid"]
         blob = os.path.join(storage, "blobs", etag)
         link = os.path.join(storage, "snapshots", manifest["sha"], f["path"])
-        entry = ledger.get(etag) or {}
         try:
             st = os.stat(blob)
-            ok = (st.st_size == f["size"] == entry.get("size")
-                  and st.st_mtime_ns == entry.get("mtime_ns")
+            ok = (st.st_size == f["size"]
+                  and protocol.ledger_vouches(ledger.get(etag), st.st_size, st.st_mtime_ns)
                   and os.path.realpath(link) == os.path.realpath(blob))
         except OSError:
             ok = False
@@ -87,9 +88,14 @@ def peer_server(pid_path, manifest_path, secret_path):
 
 
 def main():
-    manifest = json.load(sys.stdin)
+    try:
+        manifest = protocol.check_schema(json.load(sys.stdin), "manifest")
+        progress, alive = downloader(sys.argv[2], sys.argv[3])
+        if progress is not None:
+            protocol.check_schema(progress, f"progress file {sys.argv[2]}")
+    except protocol.SchemaMismatch as e:
+        sys.exit(f"weights_status: {e}")
     missing, partial, done_bytes = verified_files(manifest, sys.argv[1])
-    progress, alive = downloader(sys.argv[2], sys.argv[3])
     found = {"total": len(manifest["files"]), "missing_count": len(missing),
              "missing": missing[:5], "partial_bytes": partial,
              "verified_bytes": done_bytes, "running": alive, "progress": progress}

@@ -16,16 +16,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from k3deploy.core import interrupt
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
-from k3deploy.cluster.hubmeta import manifest_for, token_from_env
+from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.log import get as get_log
-from k3deploy.remote import script_text
+from k3deploy.remote import bundled, script_text
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import peers
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 FETCHER = script_text("fetch_weights.py")
 PEER_CLIENT = script_text("peer_fetch.py")
-STATUS = script_text("weights_status.py")
+PROTOCOL = script_text("protocol.py")
+STATUS = bundled("weights_status.py")
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 
@@ -39,16 +41,9 @@ class DownloadParams(BaseModel):
     peer_stall_seconds: float = Field(default=PEER_STALL_SECONDS, gt=0)
 
 
-class Paths:
+class Paths(WorkPaths):
     def __init__(self, node):
-        self.work = node.inv.paths.work
-        self.fetcher = f"{self.work}/fetch_weights.py"
-        self.peer_client = f"{self.work}/peer_fetch.py"
-        self.manifest = f"{self.work}/manifest.json"
-        self.progress = f"{self.work}/download-progress.json"
-        self.log = f"{self.work}/download.log"
-        self.env = f"{self.work}/hf.env"
-        self.pid = f"{self.work}/download.pid"
+        super().__init__(node.inv.paths.work)
 
 
 class DownloadWeights(Step):
@@ -61,30 +56,32 @@ class DownloadWeights(Step):
 
     def prepare(self, run) -> None:
         manifest = manifest_for(run)
-        run.shared["token"] = token_from_env(run.inv.hf_token_env)
+        run.inputs.hf_token(run.inv.hf_token_env)
         for var in NO_OP_VARS:
             if os.environ.get(var) or var in run.inv.engine.env:
                 get_log(step=self.name).warning(
                     "hf_transfer.ignored", var=var, msg="a no-op in huggingface_hub >= 1.0; "
                     "k3deploy downloads with ranged HTTP through huggingface_hub's client and "
                     "resumes partial shards itself")
-        run.shared.setdefault("manifest_json", json.dumps(manifest.to_json(self.p.max_workers)))
+        if run.inputs.manifest_json is None:
+            run.inputs.manifest_json = json.dumps(manifest.to_json(self.p.max_workers))
         if peers_enabled(run.inv):
             # --check changes nothing, here neither: without a secret yet, the plan shows the
             # upload of one that matches no node's.
-            run.shared.setdefault("peer_secret", peer_secret(run.session.state_dir,
-                                                             create=not run.check) or "")
+            if run.inputs.peer_secret is None:
+                run.inputs.peer_secret = peer_secret(run.session.state_dir,
+                                                     create=not run.check) or ""
 
     def _manifest_json(self, node) -> str:
         """This node's manifest: with peers, each node's names its own share and its peers."""
-        base = node.run.shared["manifest_json"]
+        base = node.run.inputs.manifest_json
         if not peers_enabled(node.inv):
             return base
-        return peers.node_manifest(base, node, node.run.shared["manifest"],
+        return peers.node_manifest(base, node, node.run.inputs.manifest,
                                    self.p.peer_stall_seconds)
 
     def inputs(self, node):
-        m = node.run.shared.get("manifest")
+        m = node.run.inputs.manifest
         return {"params": self.params, "sha": m.sha if m else None}
 
     def facts(self, node):
@@ -111,7 +108,7 @@ class DownloadWeights(Step):
         waiting = [Action("wait until every file is verified", wait="download")] if self.p.wait else []
         if facts["running"]:
             return actions + waiting
-        if node.name in node.run.shared.get("download_started", ()):
+        if node.name in node.run.inputs.download_started:
             # Started by this run and already dead (e.g. a shard that keeps failing its
             # sha256): a restart would fetch the same bad bytes again; report it instead.
             self._failed(node, Paths(node), facts)
@@ -122,23 +119,23 @@ class DownloadWeights(Step):
         if not peers_enabled(node.inv):
             return []
         return peers.server_actions(facts, node, self._manifest_json(node),
-                                    node.run.shared["peer_secret"], Paths(node).progress)
+                                    node.run.inputs.peer_secret, Paths(node).progress)
 
     def _start_actions(self, node) -> list[Action]:
-        paths, run = Paths(node), node.run
+        paths, token = Paths(node), node.run.inputs.hf_token(node.inv.hf_token_env)
         actions = [Action("create k3deploy work dir", ("mkdir", "-p", paths.work), retry=True),
                    upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
+                   upload("upload the node protocol", paths.protocol, PROTOCOL, mode=0o644),
                    upload("upload the pinned manifest", paths.manifest, self._manifest_json(node),
                           mode=0o644)]
         if peers_enabled(node.inv):
             actions.append(upload("upload the downloader's peer client", paths.peer_client,
                                   PEER_CLIENT, mode=0o644))
-        if run.shared.get("token"):
-            actions.append(upload("upload the HF token (0600)", paths.env,
-                                  f"HF_TOKEN={run.shared['token']}\n"))
+        if token:
+            actions.append(upload("upload the HF token (0600)", paths.env, f"HF_TOKEN={token}\n"))
         argv = ["python3", paths.fetcher, "--manifest", paths.manifest, "--hf-home",
                 node.inv.paths.hf, "--progress", paths.progress]
-        if run.shared.get("token"):
+        if token:
             argv += ["--env-file", paths.env]
         # A dead downloader's progress file still names its pid and error: the first poll
         # after this start would report that stale failure. So it goes, the pid file (read by
@@ -158,7 +155,7 @@ class DownloadWeights(Step):
                 continue
             self.run_action(node, action)
             if action.description.startswith("start the downloader"):
-                node.run.shared.setdefault("download_started", set()).add(node.name)
+                node.run.inputs.download_started.add(node.name)
         if not self.p.wait:
             interrupt.sleep(0.5)  # let the downloader write its first progress before we re-check
 
@@ -194,7 +191,7 @@ class DownloadWeights(Step):
                          step=self.name, hint=_download_hint(error, node.inv.source))
 
     def detail(self, facts, node):
-        m = node.run.shared.get("manifest")
+        m = node.run.inputs.manifest
         progress = facts.get("progress") or {}
         return {"sha": m.sha if m else None, "files": facts["total"],
                 "verified": facts["total"] - facts["missing_count"],
@@ -203,11 +200,11 @@ class DownloadWeights(Step):
                 "bad_peers": progress.get("bad_peers") or []}
 
     def closing_lines(self, run):
-        if not self.p.wait or "manifest" not in run.shared:
+        if not self.p.wait or run.inputs.manifest is None:
             return []
         details = [run.session.states[n.name].step(self.label).get("detail") or {}
                    for n in run.inv.nodes]
-        lines = [hub_summary(details, run.shared["manifest"].total_bytes)]
+        lines = [hub_summary(details, run.inputs.manifest.total_bytes)]
         seen = {n.name: d.get("bad_peers") or [] for n, d in zip(run.inv.nodes, details)}
         for bad in sorted({p for found in seen.values() for p in found}):
             by = ", ".join(n for n, found in seen.items() if bad in found)

@@ -71,12 +71,12 @@ class StartGuard(Step):
     needs_all_nodes = True
 
     def prepare(self, run) -> None:
-        run.shared["guard_secret"] = guard_config.load_or_create_secret(run.session.state_dir,
-                                                                    create=not run.check)
+        run.inputs.guard_secret = guard_config.load_or_create_secret(run.session.state_dir,
+                                                                 create=not run.check)
 
     def config(self, node) -> dict:
         return guard_config.with_digest(guard_config.config(node.inv, node.name),
-                                    node.run.shared["guard_secret"] or "")
+                                    node.run.inputs.guard_secret or "")
 
     def facts(self, node):
         return F.gather(node.conn, guard_facts(node.inv), step=self.name)
@@ -103,7 +103,7 @@ class StartGuard(Step):
                 *uploads,
                 upload("write the guard config", paths["config"], _json(cfg), sudo=True),
                 upload("write the guard secret (0600)", paths["secret"],
-                       f"{node.run.shared['guard_secret'] or ''}\n", sudo=True),  # None: --check
+                       f"{node.run.inputs.guard_secret or ''}\n", sudo=True),  # None: --check
                 cmd("start the guard, detached", "sh", "-c", detached, sudo=True)]
 
     def inputs(self, node):

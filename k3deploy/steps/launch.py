@@ -49,15 +49,15 @@ class LaunchEngine(Step):
     serves_over_ray = True
 
     def prepare(self, run) -> None:
-        run.shared["api_key"] = apikey.load_or_create(run.inv, run.session.state_dir,
-                                                      create=not run.check)
+        run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
+                                                   create=not run.check)
         manifest_for(run)
 
     def spec(self, facts, node):
         run = node.run
         spec = spec_from_inventory.build(node.inv, node.node, node.rank, chosen_image(facts, node),
-                                run.shared["manifest"].sha, with_key=bool(run.shared["api_key"]))
-        return engines.with_config_label(spec, run.shared["api_key"])
+                                run.inputs.manifest.sha, with_key=bool(run.inputs.api_key))
+        return engines.with_config_label(spec, run.inputs.api_key)
 
     def facts(self, node):
         # One round trip: the key file's place depends on the inventory alone, not on facts.
@@ -93,7 +93,7 @@ class LaunchEngine(Step):
                               sudo=True)]
 
     def _secret_actions(self, facts, node):
-        spec, key = facts["spec"], node.run.shared["api_key"]
+        spec, key = facts["spec"], node.run.inputs.api_key
         if not spec.secrets_host_dir:
             return []
         path, render = secret_file(spec)

@@ -15,22 +15,19 @@ import shlex
 from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
 from k3deploy.remote import script_text
+from k3deploy.remote.protocol import PeerFiles, WorkPaths
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 SERVER = script_text("peer_server.py")
 FETCHER = script_text("fetch_weights.py")  # the server imports its cache and ledger readers
+PROTOCOL = script_text("protocol.py")       # which both import
 
 
-class PeerPaths:
+class PeerPaths(PeerFiles):
     def __init__(self, inv):
-        work = inv.paths.work
-        self.server, self.client = f"{work}/peer_server.py", f"{work}/peer_fetch.py"
-        self.fetcher = f"{work}/fetch_weights.py"
-        self.manifest, self.secret = f"{work}/peer-manifest.json", f"{work}/peer.secret"
-        self.pid, self.ready = f"{work}/peer.pid", f"{work}/peer.ready"
-        self.log, self.served = f"{work}/peer.log", f"{work}/peer-served.jsonl"
-        # Test hook (the testbed's peer-corrupt fault): while it exists, served bytes are flipped.
-        self.corrupt_flag = f"{work}/peer-corrupt.testhook"
+        super().__init__(inv.paths.work)
+        work = WorkPaths(inv.paths.work)
+        self.client, self.fetcher, self.protocol = work.peer_client, work.fetcher, work.protocol
 
     def status_args(self) -> list[str]:
         """weights_status.py's extra arguments: it reports the server's state as fact `peer`."""
@@ -62,6 +59,7 @@ def server_actions(facts: dict, node, manifest_json: str, secret: str,
     return [Action("create k3deploy work dir", ("mkdir", "-p", node.inv.paths.work), retry=True),
             upload("upload the peer server", paths.server, SERVER, mode=0o644),
             upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
+            upload("upload the node protocol", paths.protocol, PROTOCOL, mode=0o644),
             upload("upload the cluster peer secret (0600)", paths.secret, secret),
             upload("upload the peer server's manifest", paths.manifest, manifest_json, mode=0o644),
             cmd("(re)start the peer server, detached", "sh", "-c", _start_script(node, paths, progress))]

@@ -10,6 +10,7 @@ from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import sizing
 from k3deploy.engines import ImageChoiceError, choose_image
 from k3deploy.cluster.hubmeta import manifest_for
+from k3deploy.remote.protocol import cache_folder
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import reachability_problems
@@ -19,8 +20,7 @@ GB = 1e9
 
 
 def model_cache_dir(inv) -> str:
-    org, name = inv.model.repo.split("/")
-    return f"{inv.paths.hf}/hub/models--{org}--{name}"
+    return f"{inv.paths.hf}/hub/{cache_folder(inv.model.repo)}"
 
 
 def image_for(inv, cuda: str | None) -> str:
@@ -130,7 +130,7 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
     if free is None:
         return [("disk", f"{node.inv.paths.nvme} does not exist on this node; mount the NVMe "
                  "there or set paths.nvme")]
-    manifest = node.run.shared["manifest"]
+    manifest = node.run.inputs.manifest
     need = manifest.total_bytes * 1.02 + node.inv.paths.reserve_gb * GB
     have = facts.get("have_bytes") or 0
     if free + have < need:

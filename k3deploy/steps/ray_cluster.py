@@ -13,7 +13,6 @@ cluster (ray-project/ray#59778).
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,7 +43,6 @@ class RayCluster(LaunchEngine):
     def prepare(self, run) -> None:
         if raylayout.in_use(run.inv):
             super().prepare(run)
-            run.shared.setdefault("ray_join_lock", threading.Lock())
 
     def facts(self, node):
         if not raylayout.in_use(node.inv):
@@ -67,7 +65,7 @@ class RayCluster(LaunchEngine):
     def apply(self, node, actions):
         if node.is_head:
             return self._start(node, actions)
-        with node.run.shared["ray_join_lock"]:
+        with node.run.inputs.ray_join_lock:
             self._start(node, actions)
 
     def _start(self, node, actions):

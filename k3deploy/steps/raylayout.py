@@ -20,6 +20,7 @@ from k3deploy.core import interrupt
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.steps.base import Action, cmd
+from k3deploy.engines.layout import inventory_runs_over_ray
 
 RAY_STARTED = "Ray runtime started"   # printed by `ray start` once the node is registered
 _GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b", re.M)
@@ -30,8 +31,8 @@ SERVE_GONE_HINT = ("a detached `docker exec` keeps no output: on the head run th
 
 
 def in_use(inv) -> bool:
-    """Multi-node vLLM: the only layout that runs over Ray (mirrors engines.uses_ray)."""
-    return inv.engine.kind == "vllm" and len(inv.nodes) > 1
+    """Multi-node vLLM: the only layout that runs over Ray (engines/layout.py decides)."""
+    return inventory_runs_over_ray(inv)
 
 
 def parse_status(out: str, code: int) -> dict | None:
@@ -71,7 +72,7 @@ def serve_running(status: dict | None, healthy: bool) -> bool:
 
 
 def _healthy(node) -> bool:
-    res = http_probe.probe(node.conn, node.inv, ["health"], node.run.shared.get("api_key"))
+    res = http_probe.probe(node.conn, node.inv, ["health"], node.run.inputs.api_key)
     return res["health"]["status"] == 200
 
 

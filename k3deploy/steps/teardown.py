@@ -19,10 +19,10 @@ from k3deploy.steps.preflight import model_cache_dir
 
 
 def logs_dir(run) -> Path:
-    if "logs_dir" not in run.shared:
+    if run.inputs.logs_dir is None:
         out = run.option("out_dir") or run.session.state_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
-        run.shared["logs_dir"] = Path(out)
-    return run.shared["logs_dir"]
+        run.inputs.logs_dir = Path(out)
+    return run.inputs.logs_dir
 
 
 def guard_files(node) -> dict[str, str | None]:
@@ -47,7 +47,7 @@ class CollectLogs(Step):
     def facts(self, node):
         name = node.inv.engine.container
         logs = node.conn.run(engines.docker_logs_argv(name), sudo=True, check=False, step=self.name)
-        dl = node.conn.run(["cat", f"{node.inv.paths.work}/download.log"], check=False)
+        dl = node.conn.run(["cat", DownloadPaths(node).log], check=False)
         found = {"engine": logs.output if logs.ok else None, "download": dl.stdout if dl.ok else None,
                  **guard_files(node)}
         if not node.run.check:
@@ -90,7 +90,7 @@ class RemoveContainers(Step):
 
     def apply(self, node, actions):
         super().apply(node, actions)
-        logs = node.run.shared.get("logs_dir")  # set when collect-logs ran first, as in `down`
+        logs = node.run.inputs.logs_dir  # set when collect-logs ran first, as in `down`
         node.state.record_teardown(str(logs) if logs else None)
 
 

@@ -102,15 +102,16 @@ class VerifyEndpoint(Step):
     needs_all_nodes = True
 
     def prepare(self, run):
-        run.shared.setdefault("api_key", apikey.load_or_create(run.inv, run.session.state_dir,
-                                                               create=False))
+        if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
+            run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
+                                                       create=False)
 
     def facts(self, node):
         found = F.gather(node.conn, [probes.gpus()], step=self.name)
         if node.is_head:
             found["endpoint"] = http_probe.probe(node.conn, node.inv, ["models", "chat", "tools"],
-                                               node.run.shared["api_key"], step=self.name)
-            node.run.shared["reasoning_field"] = reasoning_field(
+                                               node.run.inputs.api_key, step=self.name)
+            node.run.inputs.reasoning_field = reasoning_field(
                 _message(found["endpoint"].get("chat", {})))
         return found
 
@@ -123,8 +124,8 @@ class VerifyEndpoint(Step):
 
     def closing_lines(self, run) -> list[str]:
         key = apikey.key_path(run.session.state_dir)
-        auth = f'-H "Authorization: Bearer $(cat {key})" ' if run.shared.get("api_key") else ""
-        field = run.shared.get("reasoning_field")
+        auth = f'-H "Authorization: Bearer $(cat {key})" ' if run.inputs.api_key else ""
+        field = run.inputs.reasoning_field
         return [f"endpoint: {http_probe.url(run.inv)}   model: {run.inv.model.repo}"
                 + (f"   chain of thought in: {field}" if field else ""),
                 f"call it:  curl -s {http_probe.url(run.inv)}/chat/completions {auth}"

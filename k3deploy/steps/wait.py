@@ -70,14 +70,15 @@ class WaitHealthy(Step):
     needs_all_nodes = True
 
     def prepare(self, run):
-        run.shared.setdefault("api_key", apikey.load_or_create(run.inv, run.session.state_dir,
-                                                               create=False))
+        if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
+            run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
+                                                       create=False)
 
     def facts(self, node):
         state = container_state(node.conn, node.inv.engine.container)
         healthy = False
         if node.is_head and state and state["running"]:
-            res = http_probe.probe(node.conn, node.inv, ["health"], node.run.shared["api_key"],
+            res = http_probe.probe(node.conn, node.inv, ["health"], node.run.inputs.api_key,
                                  step=self.name)
             healthy = res["health"]["status"] == 200
         return {"container": state, "healthy": healthy}

@@ -20,6 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 
 from tb import hub as tbhub  # noqa: E402
+from k3deploy.remote import bundled, protocol  # noqa: E402
 
 SCRIPT = REPO_ROOT / "k3deploy" / "remote" / "fetch_weights.py"
 STORAGE = "hub/models--moonshotai--Kimi-K3"
@@ -34,8 +35,8 @@ def clean_env(**extra) -> dict:
 def write_manifest(path: Path, hub, max_workers=4) -> Path:
     files = [{"path": f.path, "size": f.size, "sha256": f.sha256, "oid": None if f.is_lfs else f.git_oid}
              for f in hub.repo.files]
-    doc = {"repo": hub.repo.repo_id, "revision": "main", "sha": hub.repo.sha, "endpoint": hub.url,
-           "max_workers": max_workers, "files": files}
+    doc = protocol.with_schema({"repo": hub.repo.repo_id, "revision": "main", "sha": hub.repo.sha,
+                                "endpoint": hub.url, "max_workers": max_workers, "files": files})
     path.write_text(json.dumps(doc))
     return path
 
@@ -99,6 +100,7 @@ def test_full_run_writes_a_normal_hf_cache(hub, tmp_path):
     progress = node.read_progress()
     total = hub.repo.total_bytes
     assert progress | {"pid": 0, "updated": 0, "started": 0, "rate_bps": 0} == {
+        "schema": protocol.SCHEMA_VERSION,
         "pid": 0, "state": "done", "error": None, "bytes_total": total, "bytes_done": total, "rate_bps": 0,
         "files_total": len(hub.repo.files), "files_done": len(hub.repo.files), "shards_total": 4,
         "shards_done": 4, "started": 0, "updated": 0,
@@ -330,10 +332,31 @@ def test_token_comes_from_the_env_file_and_is_never_printed(tmp_path):
         assert token not in text
 
 
+def test_a_manifest_of_another_schema_version_is_refused_naming_both(hub, tmp_path):
+    node = Node(tmp_path / "node", hub)
+    doc = json.loads(node.manifest.read_text())
+    node.manifest.write_text(json.dumps({**doc, "schema": protocol.SCHEMA_VERSION + 1}))
+    result = node.run()
+    assert result.returncode == 2
+    assert (f"schema version {protocol.SCHEMA_VERSION + 1} but this node program speaks version "
+            f"{protocol.SCHEMA_VERSION}") in result.stderr
+    assert not list((node.hf_home / "hub").glob("models--*/blobs/*"))   # nothing fetched
+    # weights_status, bundled with the protocol for `python3 -c`, refuses it the same way
+    status = subprocess.run([sys.executable, "-c", bundled("weights_status.py"), str(node.hf_home),
+                             str(tmp_path / "none.json"), str(tmp_path / "none.pid")],
+                            input=node.manifest.read_text(), capture_output=True, text=True)
+    assert status.returncode == 1 and "speaks version" in status.stderr
+    status = subprocess.run([sys.executable, "-c", bundled("weights_status.py"), str(node.hf_home),
+                             str(tmp_path / "none.json"), str(tmp_path / "none.pid")],
+                            input=json.dumps(doc), capture_output=True, text=True)
+    assert status.returncode == 0 and json.loads(status.stdout)["missing_count"] == len(doc["files"])
+
+
 def test_bad_input_and_busy_cache_exit_codes(hub, tmp_path):
     node = Node(tmp_path / "node", hub)
     good = node.manifest.read_text()
-    node.manifest.write_text(json.dumps({"repo": "x/y", "sha": "abc", "endpoint": hub.url, "files": []}))
+    node.manifest.write_text(json.dumps(protocol.with_schema(
+        {"repo": "x/y", "sha": "abc", "endpoint": hub.url, "files": []})))
     result = node.run()
     assert result.returncode == 2 and "manifest" in result.stderr
     assert node.read_progress()["state"] == "failed"

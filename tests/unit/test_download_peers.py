@@ -6,6 +6,7 @@ import json
 
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.node.run_inputs import RunInputs
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights, hub_summary
 from k3deploy.steps.peers import StopPeerServer
@@ -20,8 +21,8 @@ MANIFEST = Manifest("moonshotai/Kimi-K3", "main", "a" * 40, "http://hub", FILES)
 def ctx(tmp_path, rank=1, doc=None):
     inv = inventory.parse(doc or four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
-    run.shared.update(manifest=MANIFEST, manifest_json=json.dumps(MANIFEST.to_json()),
-                      token="hf_tok", peer_secret=SECRET)
+    run.inputs = RunInputs(manifest=MANIFEST, manifest_json=json.dumps(MANIFEST.to_json()),
+                           token="hf_tok", token_read=True, peer_secret=SECRET)
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 

@@ -10,6 +10,7 @@ import pytest
 from k3deploy import engines
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.node.run_inputs import RunInputs
 from k3deploy.core.errors import StepFailed
 from k3deploy.node.facts import MARK
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
@@ -41,7 +42,7 @@ def b200_doc(nodes: int = 2, kind: str = "vllm") -> dict:
 def ctx_for(tmp_path, rank=0, doc=None, check=False, conns=None):
     inv = inventory.parse(doc or b200_doc())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns), check=check)
-    run.shared.update(api_key=KEY, manifest=Manifest(
+    run.inputs = RunInputs(api_key=KEY, manifest=Manifest(
         "moonshotai/Kimi-K3", "main", SHA, None, (RepoFile("config.json", 10, "b" * 64, None),)))
     return NodeContext(run, inv.ranked()[rank][1], rank)
 

@@ -5,6 +5,7 @@ import json
 from k3deploy.cluster import inventory
 from k3deploy.cli import status_teardown
 from k3deploy.node.context import RunContext
+from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.facts import MARK
 from k3deploy.run.runner import Runner
 from k3deploy.steps.teardown import RemoveContainers
@@ -32,7 +33,7 @@ class EngineConn(FakeConn):
 def test_only_a_teardown_that_removes_something_writes_the_record(tmp_path):
     inv = inventory.parse(four_nodes())
     session = FakeSession(inv, tmp_path, {n.name: EngineConn(n.name) for n in inv.nodes})
-    run = RunContext(inv=inv, session=session, shared={"logs_dir": tmp_path / "logs"})
+    run = RunContext(inv=inv, session=session, inputs=RunInputs(logs_dir=tmp_path / "logs"))
     first = Runner(run, [RemoveContainers()]).execute()
     assert {r["teardown"].status for r in first.results.values()} == {"changed"}
     records = {n: s.data["torn_down"] for n, s in session.states.items()}

@@ -7,6 +7,7 @@ import pytest
 from k3deploy import engines
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.node.run_inputs import RunInputs
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights
@@ -21,10 +22,10 @@ from tests.unit.invdata import four_nodes
 SHA = "a" * 40
 
 
-def node_ctx(tmp_path, rank=0, options=None, doc=None, **shared):
+def node_ctx(tmp_path, rank=0, options=None, doc=None, token=None, **inputs):
     inv = inventory.parse(doc or four_nodes())
-    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=options or {})
-    run.shared.update(shared)
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=options or {},
+                     inputs=RunInputs(token=token, token_read=True, **inputs))
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 

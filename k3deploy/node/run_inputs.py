@@ -1,0 +1,36 @@
+"""What a run settles once and every step reads: the manifest, the secrets, what it started.
+
+Steps settle these in prepare() (only the steps a playbook runs need them: `down` never asks
+the Hub for a manifest), so the holder is filled in as the run goes; each value is resolved
+once and read by name, never looked up by a string key.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from k3deploy.cluster.hubmeta import Manifest, token_from_env
+
+
+@dataclass
+class RunInputs:
+    manifest: Manifest | None = None                     # the pinned revision (hubmeta)
+    manifest_json: str | None = None                     # its JSON for the nodes, one copy per run
+    api_key: str | None = field(default=None, repr=False)        # the endpoint's key, if any
+    peer_secret: str | None = field(default=None, repr=False)    # fan-out's peer secret
+    guard_secret: str | None = field(default=None, repr=False)   # the serve-time guard's
+    reasoning_field: str | None = None                   # where verify found the chain of thought
+    logs_dir: Path | None = None                         # where collect-logs writes this run
+    download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
+    # Ray workers join one at a time (steps/ray_cluster.py).
+    ray_join_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    token: str | None = field(default=None, repr=False)          # read through hf_token()
+    token_read: bool = field(default=False, repr=False)
+
+    def hf_token(self, env_var: str) -> str | None:
+        """The Hugging Face token, read from the laptop's environment once per run."""
+        if not self.token_read:
+            self.token, self.token_read = token_from_env(env_var), True
+        return self.token

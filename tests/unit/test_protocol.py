@@ -1,0 +1,64 @@
+"""remote/protocol.py: the laptop<->node documents carry one schema version, checked on read."""
+
+import json
+import sys
+
+import pytest
+
+from k3deploy.cluster import inventory
+from k3deploy.cluster.hubmeta import Manifest, RepoFile
+from k3deploy.remote import bundled, protocol
+from k3deploy.steps.preflight import model_cache_dir
+from tests.unit.invdata import four_nodes
+
+MANIFEST = Manifest("moonshotai/Kimi-K3", "main", "a" * 40, "http://hub",
+                    (RepoFile("config.json", 10, None, "b" * 40),))
+
+
+def test_the_manifest_round_trips_with_the_schema_version():
+    doc = json.loads(json.dumps(MANIFEST.to_json(4)))
+    assert doc["schema"] == protocol.SCHEMA_VERSION
+    assert protocol.check_schema(doc, "manifest") == doc
+    assert (doc["repo"], doc["sha"], doc["max_workers"]) == ("moonshotai/Kimi-K3", "a" * 40, 4)
+    assert doc["files"] == [{"path": "config.json", "size": 10, "sha256": None, "oid": "b" * 40}]
+
+
+def test_a_progress_document_round_trips():
+    doc = protocol.with_schema({"pid": 7, "state": "running", "bytes_done": 3})
+    assert protocol.check_schema(json.loads(json.dumps(doc)), "progress") == doc
+
+
+@pytest.mark.parametrize("found", [protocol.SCHEMA_VERSION + 1, 0, None])
+def test_another_version_is_an_error_naming_both(found):
+    doc = {"repo": "o/m"} if found is None else {"schema": found, "repo": "o/m"}
+    with pytest.raises(protocol.SchemaMismatch) as err:
+        protocol.check_schema(doc, "manifest")
+    assert f"manifest has schema version {found} but this node program speaks version " \
+           f"{protocol.SCHEMA_VERSION}" in str(err.value)
+
+
+def test_the_cache_folder_and_work_paths_come_from_the_protocol():
+    inv = inventory.parse(four_nodes())
+    assert protocol.cache_folder("moonshotai/Kimi-K3") == "models--moonshotai--Kimi-K3"
+    assert model_cache_dir(inv) == protocol.cache_storage(inv.paths.hf, inv.model.repo)
+    work = protocol.WorkPaths(inv.paths.work)
+    assert work.manifest == f"{inv.paths.work}/manifest.json"
+    assert work.progress == f"{inv.paths.work}/download-progress.json"
+    assert work.protocol == f"{inv.paths.work}/protocol.py"
+
+
+def test_a_bundled_program_gets_the_protocol_as_its_module(monkeypatch):
+    monkeypatch.setitem(sys.modules, "protocol", None)   # the bundle registers it; undone after
+    namespace = {"__name__": "bundle_check"}
+    source = bundled("weights_status.py")
+    assert source.index("SCHEMA_VERSION") < source.index("def verified_files")
+    exec(compile(source, "bundle", "exec"), namespace)
+    assert namespace["protocol"].SCHEMA_VERSION == protocol.SCHEMA_VERSION
+
+
+def test_the_ledger_vouches_only_for_the_blob_it_recorded():
+    entry = json.loads(json.dumps(protocol.ledger_entry(10, 123, 1.5)))
+    assert protocol.ledger_vouches(entry, 10, 123)
+    assert not protocol.ledger_vouches(entry, 11, 123)      # grew since
+    assert not protocol.ledger_vouches(entry, 10, 124)      # rewritten since
+    assert not protocol.ledger_vouches(None, 10, 123)       # never verified
