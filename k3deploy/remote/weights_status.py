@@ -90,11 +90,16 @@ def peer_server(pid_path, manifest_path, secret_path):
 def main():
     try:
         manifest = protocol.check_schema(json.load(sys.stdin), "manifest")
-        progress, alive = downloader(sys.argv[2], sys.argv[3])
-        if progress is not None:
-            protocol.check_schema(progress, f"progress file {sys.argv[2]}")
     except protocol.SchemaMismatch as e:
         sys.exit(f"weights_status: {e}")
+    progress, alive = downloader(sys.argv[2], sys.argv[3])
+    try:
+        if progress is not None:
+            protocol.check_schema(progress, "progress file")
+    except protocol.SchemaMismatch:
+        # Left by a downloader of another k3deploy version (an upgrade mid-download): its numbers
+        # are not ours to read, but the files it verified are, so the download goes on.
+        progress = None
     missing, partial, done_bytes = verified_files(manifest, sys.argv[1])
     found = {"total": len(manifest["files"]), "missing_count": len(missing),
              "missing": missing[:5], "partial_bytes": partial,

@@ -350,6 +350,14 @@ def test_a_manifest_of_another_schema_version_is_refused_naming_both(hub, tmp_pa
                              str(tmp_path / "none.json"), str(tmp_path / "none.pid")],
                             input=json.dumps(doc), capture_output=True, text=True)
     assert status.returncode == 0 and json.loads(status.stdout)["missing_count"] == len(doc["files"])
+    # a progress file left by an older downloader (no schema) is not read, and does not stop
+    # the download from being judged by its verified files (an upgrade mid-download)
+    (tmp_path / "old.json").write_text(json.dumps({"state": "running", "bytes_done": 5}))
+    status = subprocess.run([sys.executable, "-c", bundled("weights_status.py"), str(node.hf_home),
+                             str(tmp_path / "old.json"), str(tmp_path / "none.pid")],
+                            input=json.dumps(doc), capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["progress"] is None
 
 
 def test_bad_input_and_busy_cache_exit_codes(hub, tmp_path):

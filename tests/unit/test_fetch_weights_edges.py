@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import pytest
 
 from k3deploy.remote import fetch_weights as fw
+from k3deploy.remote.protocol import SCHEMA_VERSION
 
 BODY = bytes(range(256)) * 40  # 10,240 bytes
 SHA = "a" * 40
@@ -50,7 +51,7 @@ def serving(answer):
 
 
 def setup(tmp_path, url: str, size: int = len(BODY)):
-    doc = {"repo": "moonshotai/Kimi-K3", "sha": SHA, "endpoint": url,
+    doc = {"schema": SCHEMA_VERSION, "repo": "moonshotai/Kimi-K3", "sha": SHA, "endpoint": url,
            "files": [{"path": "model.safetensors", "size": size,
                       "sha256": hashlib.sha256(BODY).hexdigest()}]}
     manifest = fw.Manifest(doc)

@@ -15,6 +15,7 @@ import pytest
 from k3deploy.cluster import inventory
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.engines import CONFIG_LABEL
+from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps.download import DownloadWeights
 from k3deploy.steps.image import PullImage
@@ -39,9 +40,11 @@ def manifest(total_bytes: int) -> Manifest:
 
 def node_ctx(case: dict, tmp_path) -> NodeContext:
     inv = inventory.parse(four_nodes(**case.get("inventory", {})))
-    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=case.get("options", {}))
     m = manifest(int(case.get("checkpoint_gb", 1000) * GB))
-    run.shared.update(manifest=m, manifest_json=json.dumps(m.to_json(4)), token=None, api_key=KEY)
+    inputs = RunInputs(manifest=m, manifest_json=json.dumps(m.to_json(4)), api_key=KEY,
+                       token=None, token_read=True)
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=case.get("options", {}),
+                     inputs=inputs)
     rank = case.get("rank", 0)
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
