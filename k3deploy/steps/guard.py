@@ -26,7 +26,13 @@ START_WAIT = 150  # tenths of a second the start waits for the new guard's first
 
 
 def _pids(out: str, code: int) -> list[int]:
-    return [int(x) for x in out.split() if x.isdigit()]
+    """Guard processes from `pid ppid` lines. A guard's subprocess.run (docker wait/inspect) is,
+    between its fork and exec, a copy with the guard's own command line: a pid whose parent is
+    itself a guard is that window, not a second guard."""
+    pairs = [tuple(int(x) for x in line.split()) for line in out.splitlines()
+             if len(line.split()) == 2 and all(x.isdigit() for x in line.split())]
+    found = {pid for pid, _ in pairs}
+    return [pid for pid, ppid in pairs if ppid not in found]
 
 
 def guard_facts(inv) -> list[F.Fact]:
@@ -35,7 +41,8 @@ def guard_facts(inv) -> list[F.Fact]:
     # `[g]uard.py` keeps pgrep from matching the shell that runs this very probe.
     pattern = re.escape(paths["dir"]) + r"/[g]uard\.py"
     return [probes.file_json("guard_state", paths["state"], sudo=True),
-            F.Fact("guard_pids", f"pgrep -f -- {shlex.quote(pattern)} || true", _pids, sudo=True),
+            F.Fact("guard_pids", f"for p in $(pgrep -f -- {shlex.quote(pattern)}); do "
+                   'echo "$p $(ps -o ppid= -p "$p")"; done; true', _pids, sudo=True),
             F.command("now", ["date", "+%s"], F.integer),
             probes.file_json("incident", paths["incident"], sudo=True)]
 

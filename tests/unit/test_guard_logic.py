@@ -12,6 +12,7 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import InventoryError
 from k3deploy.remote import guard as node_guard
 from k3deploy.remote import guard_record
+from k3deploy.steps import guard as guard_step
 from k3deploy.steps.guard import StartGuard, StopGuard, healthy
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
@@ -279,3 +280,11 @@ def test_head_serving_port_refusing_past_the_timeout_is_not_serving(monkeypatch)
     assert (found["failure"]["rank"], found["failure"]["kind"]) == (0, "not serving")
     g.serving = lambda: True
     assert g.serving_failure(now + 22) is None and g.refused_since is None
+
+
+def test_a_guard_mid_fork_is_not_a_second_guard():
+    # 471 is the guard's own subprocess between fork and exec (same command line, parent 464);
+    # 502 is a second guard (parent 1): only that one makes the node unhealthy.
+    assert guard_step._pids("464 1\n471 464\n", 0) == [464]
+    assert guard_step._pids("464 1\n502 1\n", 0) == [464, 502]
+    assert guard_step._pids("", 0) == [] and guard_step._pids("464\n", 0) == []
