@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 from pathlib import Path
 
 from k3deploy.engines import spec_from_inventory
-from k3deploy.core.redact import register
 from k3deploy.remote import script_text
 from k3deploy.remote.protocol import WorkPaths
-from k3deploy.node.secretfile import read_or_create
+from k3deploy.node.secretfile import cluster_secret
 
 SCRIPTS = ("guard.py", "guard_record.py")
 
@@ -33,16 +31,9 @@ def node_paths(inv) -> dict[str, str]:
             "archive": f"{base}/incidents"}
 
 
-def secret_path(state_dir: Path) -> Path:
-    return state_dir / "secrets" / "guard-secret"
-
-
 def load_or_create_secret(state_dir: Path, create: bool = True) -> str | None:
-    value = read_or_create(secret_path(state_dir), lambda: secrets.token_urlsafe(32), create)
-    if value is None:
-        return None
-    register(value)
-    return value
+    """The guards sign their requests to each other with it."""
+    return cluster_secret(state_dir, "guard-secret", create)
 
 
 def config(inv, node_name: str) -> dict:

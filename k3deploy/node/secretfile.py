@@ -29,9 +29,14 @@ def read_or_create(path: Path, make: Callable[[], str], create: bool = True) -> 
     return value
 
 
-def peer_secret(state_dir: Path, create: bool = True) -> str | None:
-    """The cluster's peer secret: every request to a node's peer server carries it. Its own
-    value, never the HF token, so a leaked peer secret opens nothing on the Hub."""
+def cluster_secret(state_dir: Path, name: str, create: bool = True) -> str | None:
+    """A random per-cluster secret in `secrets/<name>` (made once, 0600, registered for
+    redaction): the fan-out's peer secret and the guards' secret. Each has its own value, never
+    the HF token, so a leaked one opens nothing else."""
     import secrets
-    return read_or_create(state_dir / "secrets" / "peer-secret", lambda: secrets.token_urlsafe(32),
-                          create)
+    return read_or_create(state_dir / "secrets" / name, lambda: secrets.token_urlsafe(32), create)
+
+
+def peer_secret(state_dir: Path, create: bool = True) -> str | None:
+    """Every request to a node's peer server carries it."""
+    return cluster_secret(state_dir, "peer-secret", create)
