@@ -11,8 +11,7 @@ from k3deploy.core.errors import EXIT_OK, K3Error
 from k3deploy.node.session import Session
 
 
-def _write(session, inv, kind: str, **parts):
-    facts = certificate_facts.collect(session, inv)
+def _write(session, inv, kind: str, facts: dict, **parts):
     doc = certificate.build(kind, inv.cluster, facts,
                             verify=certificate_facts.verify_results(session), **parts)
     return certificate.write(session.state_dir, doc)
@@ -20,7 +19,8 @@ def _write(session, inv, kind: str, **parts):
 
 def write_after_up(session, inv, bringup: dict) -> str:
     try:
-        return f"certificate: {_write(session, inv, 'up', bringup=bringup)}"
+        facts = certificate_facts.from_verify(session, inv)
+        return f"certificate: {_write(session, inv, 'up', facts, bringup=bringup)}"
     except K3Error as err:   # the endpoint is up and verified: a missing certificate is a note
         return f"certificate not written: {err}"
 
@@ -31,7 +31,8 @@ def write_for_bench(inv, doc: dict, state_dir, accept_new_host_keys, console) ->
         # lock=False: reading facts beside a run is safe; bench may run beside `up`.
         with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                      lock=False) as session:
-            return str(_write(session, inv, "bench", bench=bench))
+            facts = certificate_facts.collect(session, inv)
+            return str(_write(session, inv, "bench", facts, bench=bench))
     except K3Error as err:
         console.print(f"certificate not written: {err}", markup=False)
         return None

@@ -18,6 +18,7 @@ class RunContext:
     options: dict[str, Any] = field(default_factory=dict)   # replace, wipe_weights, out_dir...
     inputs: RunInputs = field(default_factory=RunInputs)    # settled once, by prepare()
     ui: Any = None                    # k3deploy.run.ui.Ui (progress, messages)
+    waiter: Any = None                # (step, node, Wait) -> facts: the runner's one poll loop
 
     def option(self, key: str, default=None):
         return self.options.get(key, default)

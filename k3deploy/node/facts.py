@@ -1,14 +1,19 @@
 """Facts: small remote probes, each a shell snippet and a parser.
 
-A step asks for all the facts it needs in ONE round trip: the snippets are joined into one
-script with section markers, and each parser gets only its own section's output and exit code.
+Facts are asked for in ONE round trip per node: the snippets (of one step, or of every step of
+a playbook at once, each under its own prefix) are joined into one script with section markers,
+and each parser gets only its own section's output and exit code. The script travels on the
+command's stdin, not in argv: no length limit, and a fact's own input (a program, an API key)
+goes in a here-document that no `ps` on the node shows.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+import hashlib
+import secrets
+from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
@@ -21,14 +26,34 @@ class Fact:
     script: str                      # POSIX sh; may fail, its exit code is recorded
     parse: Callable[[str, int], Any]  # (output, exit code) -> value
     sudo: bool = False
+    stdin: str | None = field(default=None, repr=False)   # may hold a secret: never printed
+
+
+def _first_asker(facts: list[Fact]) -> dict[str, str]:
+    """fact name -> the name whose section answers it: the same command asked by several
+    steps (nvidia-smi, docker inspect) runs once per batch."""
+    first: dict[tuple, str] = {}
+    return {f.name: first.setdefault((f.script, f.sudo, f.stdin), f.name) for f in facts}
 
 
 def compose(facts: list[Fact]) -> str:
-    parts = []
+    parts, asker = [], _first_asker(facts)
     for fact in facts:
+        if asker[fact.name] != fact.name:
+            continue
         body = fact.script if not fact.sudo else _sudo(fact.script)
-        parts.append(f"echo {MARK}begin {fact.name}; ( {body} ) 2>&1; echo {MARK}end $?")
-    return "\n".join(parts)
+        # Every fact reads its own here-document or nothing: never the script being run.
+        parts.append(f"echo {MARK}begin {fact.name}; ( {body} ) 2>&1 {_stdin(fact)}"
+                     f"echo {MARK}end $?")
+    return "\n".join(parts) + "\n"
+
+
+def _stdin(fact: Fact) -> str:
+    if fact.stdin is None:
+        return "< /dev/null\n"
+    end = f"K3EOF{secrets.token_hex(8)}"
+    text = fact.stdin if fact.stdin.endswith("\n") else fact.stdin + "\n"
+    return f"<<'{end}'\n{text}{end}\n"
 
 
 def _sudo(script: str) -> str:
@@ -42,16 +67,37 @@ _SECTION = re.compile(rf"{MARK}begin (\S+)\n(.*?){MARK}end (\d+)", re.S)
 
 def parse_output(facts: list[Fact], output: str) -> dict[str, Any]:
     sections = {m.group(1): (m.group(2), int(m.group(3))) for m in _SECTION.finditer(output)}
-    values = {}
+    values, asker = {}, _first_asker(facts)
     for fact in facts:
-        text, code = sections.get(fact.name, ("", 255))
+        text, code = sections.get(asker[fact.name], ("", 255))
         values[fact.name] = fact.parse(text, code)
     return values
 
 
-def gather(conn, facts: list[Fact], step: str | None = None) -> dict[str, Any]:
-    result = conn.run(["sh", "-c", compose(facts)], check=False, retry=True, step=step)
+def gather(conn, facts: list[Fact], step: str | None = None,
+           timeout: float | None = None) -> dict[str, Any]:
+    if not facts:
+        return {}
+    result = conn.run(["sh", "-s"], stdin=compose(facts), check=False, retry=True, step=step,
+                      timeout=timeout)
     return parse_output(facts, result.stdout)
+
+
+def renamed(facts: list[Fact], prefix: str) -> list[Fact]:
+    """The same facts under `prefix` (one step's share of a batch for several steps)."""
+    return [Fact(f"{prefix}{f.name}", f.script, f.parse, f.sudo, f.stdin) for f in facts]
+
+
+def python(name: str, program: str, args: list[str], parse, stdin: str | None = None,
+           sudo: bool = False) -> Fact:
+    """A node-side Python program as a fact: the program is a here-document of the batch
+    (not a file to upload, not argv), its input another one."""
+    # A fixed end marker per program: the same program with the same input, asked by two
+    # steps, is one fact (compose runs it once).
+    end = f"K3PY{hashlib.sha256(program.encode()).hexdigest()[:16]}"
+    script = (f'prog=$(cat <<\'{end}\'\n{program}\n{end}\n); '
+              f'python3 -c "$prog" {shlex.join(args)}')
+    return Fact(name, script, parse, sudo, stdin)
 
 
 # -- common parsers ----------------------------------------------------------------------

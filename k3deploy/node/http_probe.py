@@ -7,17 +7,42 @@ inference port is usually scoped to a few addresses.
 from __future__ import annotations
 
 import json
+
+from k3deploy.node import facts as F
 from k3deploy.remote import script_text
 
 SCRIPT = script_text("endpoint_probe.py")
 
 
+def _config(inv, checks: list[str], key: str | None) -> str:
+    return json.dumps({"base": f"http://127.0.0.1:{inv.ports.serve}", "key": key,
+                       "model": inv.model.repo, "checks": checks})
+
+
 def probe(conn, inv, checks: list[str], key: str | None, step: str | None = None) -> dict:
-    cfg = {"base": f"http://127.0.0.1:{inv.ports.serve}", "key": key, "model": inv.model.repo,
-           "checks": checks}
-    res = conn.run(["python3", "-c", SCRIPT], stdin=json.dumps(cfg), retry=True, step=step,
-                   timeout=600)
+    res = conn.run(["python3", "-c", SCRIPT], stdin=_config(inv, checks, key), retry=True,
+                   step=step, timeout=600)
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact:
+    """The same probe as a fact, for a step's batch (the key in a here-document)."""
+    return F.python(name, SCRIPT, [], _last_json, stdin=_config(inv, checks, key))
+
+
+def unanswered(checks: list[str]) -> dict:
+    return {c: {"status": None, "error": "no probe result"} for c in checks}
+
+
+def _last_json(out: str, code: int) -> dict | None:
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def healthy(found: dict | None) -> bool:
+    return bool(found) and (found.get("health") or {}).get("status") == 200
 
 
 def url(inv) -> str:

@@ -21,8 +21,8 @@ class RunInputs:
     api_key: str | None = field(default=None, repr=False)        # the endpoint's key, if any
     peer_secret: str | None = field(default=None, repr=False)    # fan-out's peer secret
     guard_secret: str | None = field(default=None, repr=False)   # the serve-time guard's
-    reasoning_field: str | None = None                   # where verify found the chain of thought
     logs_dir: Path | None = None                         # where collect-logs writes this run
+    saved_logs: dict = field(default_factory=dict)       # node -> the files collect-logs wrote
     download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
     # Ray workers join one at a time (steps/ray_cluster.py).
     ray_join_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

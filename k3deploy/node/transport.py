@@ -124,6 +124,12 @@ def _wait_readable(chan) -> None:
     select.select([chan], [], [], 0.02)
 
 
+def _program(command: str) -> str:
+    words = command.split()
+    skip = {"sudo", "-n", "--", "sh", "-c", "-s"}
+    return next((w.strip("'\"") for w in words if w not in skip), "?")[:40]
+
+
 def quote(argv: list[str] | str) -> str:
     return argv if isinstance(argv, str) else shlex.join([str(a) for a in argv])
 
@@ -136,6 +142,9 @@ class NodeConnection:
         self.connect_attempts = connect_attempts
         self._conn: fabric.Connection | None = None
         self._lock = threading.Lock()
+        # What this run cost the node: `scripts/bench` prints these next to the seconds.
+        self.logins = 0
+        self.round_trips: list[str] = []   # one entry (the program run) per remote command
 
     # -- connection -------------------------------------------------------------------
     def _new_connection(self) -> fabric.Connection:
@@ -186,6 +195,7 @@ class NodeConnection:
                                     wait=wait_exponential(multiplier=0.5, max=5),
                                     retry=retry, reraise=True, sleep=interrupt.sleep):
                 with attempt:
+                    self.logins += 1
                     self._open_once()
         except paramiko.AuthenticationException as err:
             raise UnreachableError(self.ep.name, f"SSH authentication to {self._target()} failed: "
@@ -221,6 +231,7 @@ class NodeConnection:
         """One command on a fresh channel of the persistent connection. Invoke's runner is
         not used: it feeds stdin one byte per 10 ms and polls with threads per command."""
         self.open()
+        self.round_trips.append(_program(command))
         try:
             chan = self._conn.transport.open_session(timeout=self.ep.connect_timeout)
             chan.settimeout(timeout)
@@ -270,3 +281,7 @@ class NodeConnection:
         script = (f"umask 077 && cat > {shlex.quote(tmp)} && chmod {mode:o} {shlex.quote(tmp)}"
                   f" && mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
         self.run(["sh", "-c", script], sudo=sudo, stdin=content, retry=True, step=step)
+
+    def stats(self) -> dict:
+        return {"logins": self.logins, "round_trips": len(self.round_trips),
+                "programs": sorted(set(self.round_trips))}

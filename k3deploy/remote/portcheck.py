@@ -1,7 +1,10 @@
 """Node side of the TCP reachability check (stdlib only; shipped inline with python3 -c).
 
-listen PORT...  : accept and close connections on each port for SECONDS, then exit
-probe HOST:PORT...: try each, print one JSON object {"host:port": true | "why not"}
+mesh SECONDS PEERS PORT... -- HOST:PORT...: every node at once, in one command each: listen
+  on its own ports, probe the others' (a refused connection is retried until SECONDS: that
+  node's listeners may not be up yet), and keep listening until each of the PEERS other nodes
+  has connected to every port, or SECONDS. Prints {"ports": {port: "listening" | "busy"},
+  "probes": {"host:port": true | "why not"}}.
 NCCL and Gloo hang on a partially open TCP range instead of failing, so this runs before launch.
 """
 
@@ -12,7 +15,19 @@ import threading
 import time
 
 
-def listen(ports, seconds):
+def mesh(seconds, peers, ports, targets):
+    deadline = time.monotonic() + seconds
+    accepted = threading.Semaphore(0)
+    status = listen(ports, accepted)
+    results = probe(targets, deadline)
+    expected = peers * sum(1 for how in status.values() if how == "listening")
+    for _ in range(expected):
+        if not accepted.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            break
+    print(json.dumps({"ports": status, "probes": results}), flush=True)
+
+
+def listen(ports, accepted):
     """A port already in use is reported as busy: something listens there (a running engine's
     rendezvous), so probing it still tests reachability."""
     status = {}
@@ -26,42 +41,50 @@ def listen(ports, seconds):
             continue
         s.listen(1024)  # every other node probes at once
         status[port] = "listening"
-        threading.Thread(target=_accept, args=(s,), daemon=True).start()
-    print(json.dumps(status), flush=True)
-    time.sleep(seconds)
+        threading.Thread(target=_accept, args=(s, accepted), daemon=True).start()
+    return status
 
 
-def _accept(sock):
+def _accept(sock, accepted):
     while True:
         conn, _ = sock.accept()
         conn.close()
+        accepted.release()
 
 
-def probe(targets, timeout=5.0, parallel=16):
+def probe(targets, deadline, timeout=5.0, parallel=16):
     """Targets in parallel (bounded): with 32 nodes a sequential probe of a few blocked ports
-    would outlast the listeners, and all at once would flood their accept queues."""
+    would outlast the deadline, and all at once would flood the accept queues."""
     results = {}
     gate = threading.Semaphore(parallel)
 
     def one(target):
         host, port = target.rsplit(":", 1)
         with gate:
-            try:
-                socket.create_connection((host, int(port)), timeout=timeout).close()
-                results[target] = True
-            except OSError as err:  # the reason tells a firewall (timeout) from no listener
-                results[target] = getattr(err, "strerror", None) or str(err) or "timed out"
+            results[target] = _connect(host, int(port), timeout, deadline)
 
     threads = [threading.Thread(target=one, args=(t,)) for t in targets]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    print(json.dumps(results))
+    return results
+
+
+def _connect(host, port, timeout, deadline):
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return True
+        except ConnectionRefusedError as err:   # no listener yet, or a REJECT rule
+            if time.monotonic() + 0.1 > deadline:
+                return err.strerror or "connection refused"
+            time.sleep(0.1)
+        except OSError as err:  # the reason tells a firewall (timeout) from no listener
+            return getattr(err, "strerror", None) or str(err) or "timed out"
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "listen":
-        listen([int(p) for p in sys.argv[3:]], float(sys.argv[2]))
-    else:
-        probe(sys.argv[2:])
+    split = sys.argv.index("--")
+    mesh(float(sys.argv[2]), int(sys.argv[3]), [int(p) for p in sys.argv[4:split]],
+         sys.argv[split + 1:])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from rich.console import Console
 
 from k3deploy.core import interrupt
@@ -32,6 +34,8 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
         interrupt.at_forced_exit(lambda: _mark_interrupted(session))
         run = RunContext(inv=inv, session=session, check=check, options=options, ui=ui)
         report = Runner(run, steps).execute()
+        klog.get().log(logging.INFO if log_json else logging.DEBUG, "run.ssh",
+                       nodes={n: c.stats() for n, c in session.connections.items()})
         signum = interrupt.signum()
         closing = after(run, report) if after and not signum else []
     if report.problems:

@@ -13,7 +13,9 @@ from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
                              StepFailed, UnreachableError)
-from k3deploy.node.identity import check_identities
+from k3deploy.node.identity import IDENTITY, check_identities
+from k3deploy.run.observer import Observer
+from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
 from k3deploy.steps.base import Step
 
@@ -74,20 +76,38 @@ class Runner:
         self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
             s.runs_after_failures or s.read_only for s in steps))
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
+        self.observer = Observer(steps)
+        run.waiter = Waiter(self.contexts)
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
 
     def execute(self) -> RunReport:
         self.report.ordered([c.name for c in self.contexts])
+        if not self._prepare_all():
+            return self.report
         self._connect_all()
         for step in self.steps:
             if interrupt.requested() or not self._run_step(step):
                 break
         return self.report
 
+    def _prepare_all(self) -> bool:
+        """Every step settles its laptop-side inputs first (a revision, a key), so the first
+        round trip can look at everything every step needs."""
+        for step in self.steps:
+            try:
+                step.prepare(self.run)
+            except K3Error as err:
+                status = "interrupted" if isinstance(err, Interrupted) else "failed"
+                for ctx in self.contexts:
+                    self._record(ctx, step, StepResult(status, error=err.lines()))
+                return False
+        return True
+
     # -- connection and identity ---------------------------------------------------------
     def _connect_all(self) -> None:
-        for name, err in check_identities(self.contexts).items():
+        look = lambda ctx: self.observer.first_look(ctx, IDENTITY)  # noqa: E731
+        for name, err in check_identities(self.contexts, look).items():
             status = ("unreachable" if isinstance(err, UnreachableError) else
                       "interrupted" if isinstance(err, Interrupted) else "failed")
             for step in self.steps:
@@ -111,14 +131,10 @@ class Runner:
             return False
         if not targets:
             return False
-        try:
-            step.prepare(self.run)
-        except K3Error as err:
-            status = "interrupted" if isinstance(err, Interrupted) else "failed"
-            for ctx in targets:
-                self._record(ctx, step, StepResult(status, error=err.lines()))
-            return False
         all_facts = self._fan_out(step, targets)
+        if any(self.report.results.get(c.name, {}).get(step.label, StepResult("ok")).status
+               == "changed" for c in targets):
+            self.observer.changed()
         if interrupt.requested():  # what a cut-short step saw is no basis for cluster checks
             return False
         try:
@@ -191,7 +207,7 @@ class Runner:
                                       for r in self.report.results.get(ctx.name, {}).values())
 
     def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
-        facts = step.facts(ctx)
+        facts = self.observer.facts(step, ctx)
         found = step.problems(facts, ctx)
         if found and self._pending(ctx):
             return facts, StepResult("would-change", actions=[
@@ -208,11 +224,10 @@ class Runner:
         if self.run.check:
             return facts, StepResult("would-change", actions=shown)
         step.apply(ctx, actions)
-        facts = step.facts(ctx)
-        left = step.plan(facts, ctx)
+        facts, left = step.recheck(ctx)
         if left:
             raise StepFailed(ctx.name, "applied, but the node is still not as the step promises; "
-                             f"still needed: {'; '.join(a.shown() for a in left)}", step=step.name)
+                             f"still needed: {'; '.join(left)}", step=step.name)
         return facts, StepResult("changed", actions=shown)
 
     def _record(self, ctx: NodeContext, step: Step, result: StepResult, facts=None) -> None:

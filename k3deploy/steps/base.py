@@ -1,6 +1,12 @@
 """The step contract: look at a node (facts), yield what is still missing (plan), do it
 (apply), then look again: the plan must now be empty, or the step failed.
 
+A step declares what it looks at (`probes`: shell snippets with parsers) and the runner asks
+for them, batched with every other step's, in one round trip per node; `facts_from` turns the
+parsed values into the step's facts. `probes`, `facts_from` and `plan` are pure: no SSH, no
+sleep, no polling, no laptop-side effect; those happen in apply. Waiting is an action too (a
+`Wait`): the runner polls the step's facts until the plan no longer asks for it.
+
 `plan` is a pure function of the facts and the context's settled values, so it is unit-tested
 with fact fixtures: facts in, actions out.
 """
@@ -12,8 +18,22 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from k3deploy.core.errors import StepFailed
+from k3deploy.node import facts as F
 from k3deploy.node.transport import quote
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Until the step's plan no longer yields this wait (the runner polls the step's facts).
+    `stall`: fail when the step's progress marker has not changed for this long. `cluster`:
+    each poll looks at every node of the step, for `Step.check_cluster`."""
+
+    until: str
+    poll: float = 1.0
+    timeout: float | None = None
+    stall: float | None = None
+    cluster: bool = False
+    hint: str | None = None   # what to do when it times out or stalls
 
 
 @dataclass(frozen=True)
@@ -29,8 +49,12 @@ class Action:
     upload_to: str | None = None
     content: str | None = field(default=None, repr=False)
     mode: int = 0o600
-    wait: str | None = None   # a named wait the step implements in apply()
+    wait: Wait | None = None  # the runner polls until the plan no longer yields it
     timeout: float | None = None
+    tag: str | None = None    # what the step's own apply recognises the action by
+
+    def waits_for(self, other: Wait) -> bool:
+        return self.wait is not None and self.wait.until == other.until
 
     def shown(self) -> str:
         if self.upload_to:
@@ -38,6 +62,10 @@ class Action:
         if self.argv:
             return f"{self.description}: {'sudo ' if self.sudo else ''}{quote(list(self.argv))}"
         return self.description
+
+
+def wait(description: str, until: str, **how) -> Action:
+    return Action(description, wait=Wait(until, **how))
 
 
 def cmd(description: str, *argv: str, sudo: bool = False, retry: bool = False,
@@ -77,10 +105,19 @@ class Step:
 
     # -- hooks -----------------------------------------------------------------------
     def prepare(self, run) -> None:
-        """Once on the laptop before any node (resolve a revision, make a key)."""
+        """Once on the laptop, before any node is looked at (resolve a revision, make a key)."""
+
+    def probes(self, node) -> list[F.Fact]:
+        """What to look at on the node; gathered by the runner, batched with other steps'."""
+        return []
+
+    def facts_from(self, found: dict[str, Any], node) -> dict[str, Any]:
+        """The step's facts from its probes' parsed values (pure)."""
+        return found
 
     def facts(self, node) -> dict[str, Any]:
-        return {}
+        """Look now, in one round trip (the runner's waits and re-checks; status)."""
+        return self.facts_from(F.gather(node.conn, self.probes(node), step=self.name), node)
 
     def plan(self, facts: dict[str, Any], node) -> list[Action]:
         return []
@@ -97,6 +134,11 @@ class Step:
         for action in actions:
             self.run_action(node, action)
 
+    def recheck(self, node) -> tuple[dict[str, Any], list[str]]:
+        """After apply: the facts now, and what the plan still asks for (must be nothing)."""
+        facts = self.facts(node)
+        return facts, [a.shown() for a in self.plan(facts, node)]
+
     def closing_lines(self, run) -> list[str]:
         """Printed once after the step succeeded on every node (e.g. the endpoint URL)."""
         return []
@@ -108,6 +150,18 @@ class Step:
     def inputs(self, node) -> dict:
         return {"params": self.params}
 
+    def progress(self, facts: dict[str, Any], node) -> Any:
+        """While waiting: a marker that changes while work advances (bytes done); None when
+        the step has none. May raise StepFailed when what is awaited died."""
+        return None
+
+    def show_progress(self, facts: dict[str, Any], node) -> None:
+        """While waiting: tell the user (progress bar, the engine's last loading line)."""
+
+    def check_cluster(self, all_facts: dict[str, dict], run, waited: float) -> None:
+        """While a `cluster` wait polls: raise StepFailed (naming the culprit node) for a
+        fault only the whole cluster shows (a rank exited, duplicate ranks)."""
+
     # -- helpers ---------------------------------------------------------------------
     def inputs_digest(self, node) -> str:
         blob = json.dumps(self.inputs(node), sort_keys=True, default=str).encode()
@@ -118,7 +172,6 @@ class Step:
             return node.conn.put_text(action.content or "", action.upload_to, mode=action.mode,
                                       sudo=action.sudo, step=self.name)
         if action.wait:
-            raise StepFailed(node.name, f"step does not implement wait {action.wait!r}",
-                             step=self.name)
+            return node.run.waiter(self, node, action.wait)
         return node.conn.run(list(action.argv), sudo=action.sudo, stdin=action.stdin,
                              retry=action.retry, timeout=action.timeout, step=self.name)

@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy.core import interrupt
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.cluster.hubmeta import manifest_for
@@ -22,7 +20,8 @@ from k3deploy.remote import bundled, script_text
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import peers
-from k3deploy.steps.base import Action, Step, cmd, upload
+from k3deploy.node import facts as F
+from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
 FETCHER = script_text("fetch_weights.py")
 PEER_CLIENT = script_text("peer_fetch.py")
@@ -84,15 +83,21 @@ class DownloadWeights(Step):
         m = node.run.inputs.manifest
         return {"params": self.params, "sha": m.sha if m else None}
 
-    def facts(self, node):
+    def probes(self, node):
         paths = Paths(node)
         extra = peers.PeerPaths(node.inv).status_args() if peers_enabled(node.inv) else []
-        res = node.conn.run(["python3", "-c", STATUS, node.inv.paths.hf, paths.progress, paths.pid,
-                             *extra], stdin=self._manifest_json(node), retry=True, step=self.name)
-        found = json.loads(res.stdout.strip().splitlines()[-1])
-        if found["missing_count"] == 0:
-            found["token_file"] = node.conn.run(["test", "-e", paths.env], check=False).ok
-        return found
+        return [F.python("status", STATUS, [node.inv.paths.hf, paths.progress, paths.pid, *extra],
+                         _status, stdin=self._manifest_json(node)),
+                F.Fact("token_file", f"test -e {shlex.quote(paths.env)}", F.exit_ok),
+                F.Fact("log", f"tail -n 40 {shlex.quote(paths.log)}", F.text)]
+
+    def facts_from(self, found, node):
+        status = found["status"]
+        if "unreadable" in status:
+            raise StepFailed(node.name, "could not read the download's status on the node: "
+                             f"{status['unreadable']}", step=self.name, hint="is python3 "
+                             "installed there (k3deploy check)?")
+        return {**status, "token_file": found["token_file"], "log": found["log"] or ""}
 
     def plan(self, facts, node):
         actions = self._peer_actions(facts, node)
@@ -105,14 +110,31 @@ class DownloadWeights(Step):
                 actions.append(cmd("remove the HF token file (download complete)", "rm", "-f",
                                    Paths(node).env, retry=True))
             return actions
-        waiting = [Action("wait until every file is verified", wait="download")] if self.p.wait else []
+        waiting = self._waiting(node) if self.p.wait else []
         if facts["running"]:
             return actions + waiting
         if node.name in node.run.inputs.download_started:
             # Started by this run and already dead (e.g. a shard that keeps failing its
             # sha256): a restart would fetch the same bad bytes again; report it instead.
-            self._failed(node, Paths(node), facts)
+            self._failed(node, facts)
         return _once(actions + self._start_actions(node)) + waiting
+
+    def _waiting(self, node) -> list[Action]:
+        # The token file goes once the last file is verified: the waiting step promises that.
+        return [wait("wait until every file is verified", "every file verified",
+                     poll=self.p.poll_seconds, stall=self.p.stall_seconds,
+                     hint=f"see {Paths(node).log} on the node; re-run to resume"),
+                cmd("remove the HF token file (download complete)", "rm", "-f", Paths(node).env,
+                    retry=True)]
+
+    def progress(self, facts, node):
+        if facts["missing_count"] and not facts["running"]:
+            self._failed(node, facts)   # the downloader died while we waited
+        return (facts.get("progress") or {}).get("bytes_done", 0)
+
+    def show_progress(self, facts, node):
+        if node.run.ui:
+            node.run.ui.download(node.name, facts.get("progress") or {})
 
     def _peer_actions(self, facts, node) -> list[Action]:
         """The node's peer server runs (fan-out on): before the downloader, which asks peers."""
@@ -146,43 +168,17 @@ class DownloadWeights(Step):
                     f"{shlex.quote(paths.log)} 2>&1 < /dev/null & pid=$!; echo $pid > "
                     f"{shlex.quote(paths.pid)}; i=0; while [ ! -s {progress} ] && kill -0 $pid "
                     "2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done")
-        return actions + [Action("start the downloader, detached", ("sh", "-c", detached))]
+        return actions + [Action("start the downloader, detached", ("sh", "-c", detached),
+                                 tag="start-downloader")]
 
     def apply(self, node, actions):
         for action in actions:
-            if action.wait == "download":
-                self._wait(node)
-                continue
             self.run_action(node, action)
-            if action.description.startswith("start the downloader"):
+            if action.tag == "start-downloader":
                 node.run.inputs.download_started.add(node.name)
-        if not self.p.wait:
-            interrupt.sleep(0.5)  # let the downloader write its first progress before we re-check
 
-    def _wait(self, node) -> None:
-        paths, ui = Paths(node), node.run.ui
-        last_bytes, last_change = -1, time.monotonic()
-        while True:
-            facts = self.facts(node)
-            progress = facts.get("progress") or {}
-            if ui:
-                ui.download(node.name, progress)
-            if facts["missing_count"] == 0:
-                break
-            done = progress.get("bytes_done", 0)
-            if done != last_bytes:
-                last_bytes, last_change = done, time.monotonic()
-            if not facts["running"]:
-                self._failed(node, paths, facts)
-            if time.monotonic() - last_change > self.p.stall_seconds:
-                raise StepFailed(node.name, f"download stalled: no new byte for "
-                                 f"{self.p.stall_seconds:.0f}s", step=self.name,
-                                 hint=f"see {paths.log} on the node; re-run to resume")
-            interrupt.sleep(self.p.poll_seconds)
-        node.conn.run(["rm", "-f", paths.env], check=False)
-
-    def _failed(self, node, paths, facts) -> None:
-        log = node.conn.run(["tail", "-n", "40", paths.log], check=False).stdout.splitlines()
+    def _failed(self, node, facts) -> None:
+        log = facts["log"].splitlines()
         # The log is mostly "verified" lines; the reason is in its error lines.
         tail = [ln for ln in log if "error" in ln.lower()][-3:] or log[-5:]
         error = (facts.get("progress") or {}).get("error") or "the downloader exited"
@@ -223,6 +219,13 @@ def hub_summary(details: list[dict], repo_bytes: int) -> str:
 
 def _size(n: float) -> str:
     return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+
+
+def _status(out: str, code: int) -> dict:
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"unreadable": (out.strip() or f"exit code {code}")[-400:]}
 
 
 def _once(actions: list[Action]) -> list[Action]:

@@ -24,13 +24,13 @@ class EnsureFile(Step):
     summary = "a file with the given content and mode"
     Params = FileParams
 
-    def facts(self, node):
+    def probes(self, node):
         path = shlex.quote(self.p.path)
         probe = [
             F.Fact("sha256", f"sha256sum {path} | cut -d' ' -f1", F.text, sudo=self.p.sudo),
             F.Fact("mode", f"stat -c %a {path}", F.text, sudo=self.p.sudo),
         ]
-        return F.gather(node.conn, probe, step=self.name)
+        return probe
 
     def plan(self, facts, node):
         want = hashlib.sha256(self.p.content.encode()).hexdigest()

@@ -85,8 +85,8 @@ class StartGuard(Step):
         return guard_config.with_digest(guard_config.config(node.inv, node.name),
                                     node.run.inputs.guard_secret or "")
 
-    def facts(self, node):
-        return F.gather(node.conn, guard_facts(node.inv), step=self.name)
+    def probes(self, node):
+        return guard_facts(node.inv)
 
     def plan(self, facts, node):
         if not node.inv.guard.enabled:
@@ -131,8 +131,8 @@ class StopGuard(Step):
         only_with_replace: bool = False  # before launch: only `up --replace` swaps containers
         archive: bool = True
 
-    def facts(self, node):
-        return F.gather(node.conn, guard_facts(node.inv), step=self.name)
+    def probes(self, node):
+        return guard_facts(node.inv)
 
     def plan(self, facts, node):
         if self.p.only_with_replace and not node.run.option("replace"):

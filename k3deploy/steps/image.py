@@ -3,7 +3,6 @@ already present under the current data-root."""
 
 from __future__ import annotations
 
-from k3deploy.node import facts as F
 from k3deploy.engines import ImageChoiceError
 from k3deploy.core.errors import StepFailed
 from k3deploy.steps import probes
@@ -26,17 +25,14 @@ class PullImage(Step):
     name = "image"
     summary = "docker pull of the engine image"
 
-    def facts(self, node):
-        # One round trip: ask for every tag the driver could pick (cu13, cu12, or the pinned
-        # one) together with the driver's CUDA, then keep the answer for the chosen tag.
-        candidates = sorted({image_for(node.inv, cuda) for cuda in CUDA_CHOICES})
-        probe = [probes.cuda()] + [
-            F.command(f"present{i}", ["docker", "image", "inspect", tag], F.exit_ok, sudo=True)
-            for i, tag in enumerate(candidates)]
-        found = F.gather(node.conn, probe, step=self.name)
+    def probes(self, node):
+        # Ask for every tag the driver could pick (cu13, cu12, or the pinned one) together
+        # with the driver's CUDA, then keep the answer for the chosen tag.
+        return [probes.cuda(), probes.images(candidate_images(node.inv))]
+
+    def facts_from(self, found, node):
         image = chosen_image(found, node)
-        return {"cuda": found["cuda"], "image": image,
-                "present": found[f"present{candidates.index(image)}"]}
+        return {"cuda": found["cuda"], "image": image, "present": image in found["images"]}
 
     def plan(self, facts, node):
         if facts["present"]:
@@ -47,3 +43,7 @@ class PullImage(Step):
 
     def detail(self, facts, node):
         return {"image": facts["image"]}
+
+
+def candidate_images(inv) -> list[str]:
+    return sorted({image_for(inv, cuda) for cuda in CUDA_CHOICES})

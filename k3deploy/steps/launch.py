@@ -59,15 +59,20 @@ class LaunchEngine(Step):
                                 run.inputs.manifest.sha, with_key=bool(run.inputs.api_key))
         return engines.with_config_label(spec, run.inputs.api_key)
 
-    def facts(self, node):
-        # One round trip: the key file's place depends on the inventory alone, not on facts.
+    def probes(self, node):
+        # The key file's place depends on the inventory alone, not on facts.
         key_path = _key_path(node.inv)
-        probe = [probes.cuda(), probes.container(node.inv.engine.container),
+        found = [probes.cuda(), probes.container(node.inv.engine.container),
                  F.Fact("key", f"sha256sum {shlex.quote(key_path)} | cut -d' ' -f1", F.text,
                         sudo=True)]
-        found = F.gather(node.conn, probe, step=self.name)
+        if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
+            found += raylayout.head_probes(node)
+        return found
+
+    def facts_from(self, found, node):
+        found = dict(found)
         spec = self.spec(found, node)
-        ray = raylayout.head_facts(node, step=self.name) if (
+        ray = raylayout.head_facts(found) if (
             self.serves_over_ray and engines.uses_ray(spec) and node.is_head) else {}
         key_file = found.pop("key") if spec.secrets_host_dir else None
         return {**found, "spec": spec, "container": probes.container_summary(found["container"]),
@@ -107,7 +112,7 @@ class LaunchEngine(Step):
     def apply(self, node, actions):
         super().apply(node, actions)
         if self.serves_over_ray and raylayout.in_use(node.inv):
-            return raylayout.wait_serve_started(node)
+            return   # the plan's own wait saw the serve take the GPUs
         interrupt.sleep(1.0)  # an engine that dies on bad flags or CUDA mismatch does so at once
         state = probes.container_summary(F.gather(node.conn, [probes.container(
             node.inv.engine.container)])["container"])

@@ -31,7 +31,7 @@ class MoveToNvme(Step):
     name = "nvme"
     summary = "HF cache and docker data-root on NVMe"
 
-    def facts(self, node):
+    def probes(self, node):
         p = node.inv.paths
         hf = shlex.quote(p.hf)
         probe = [
@@ -42,7 +42,7 @@ class MoveToNvme(Step):
             F.Fact("daemon_json", f"cat {DAEMON_JSON}", _daemon_json, sudo=True),
             probes.docker_root(),
         ]
-        return F.gather(node.conn, probe, step=self.name)
+        return probe
 
     def plan(self, facts, node):
         p = node.inv.paths

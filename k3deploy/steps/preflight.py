@@ -13,7 +13,7 @@ from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote.protocol import cache_folder
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import reachability_problems
+from k3deploy.steps.reachability import listening_ports, reachability_problems
 from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9
@@ -32,15 +32,14 @@ def _facts(node) -> list[F.Fact]:
     nvme = shlex.quote(inv.paths.nvme)
     return [
         probes.gpus(), probes.cuda(), probes.driver(),
-        F.Fact("docker", "command -v docker >/dev/null && docker info --format '{{.ServerVersion}}'",
-               F.text, sudo=True),
-        F.Fact("runtimes", "docker info --format '{{json .Runtimes}}'", F.text, sudo=True),
+        probes.docker_info("docker", "ServerVersion"), probes.docker_info("runtimes", "Runtimes"),
         F.Fact("hub_client", "python3 -c 'import huggingface_hub as h; print(h.__version__)'", F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
         F.Fact("free_bytes", f"df -B1 --output=avail {nvme} | tail -n 1", F.integer),
         F.Fact("have_bytes", f"du -sbL {shlex.quote(model_cache_dir(inv))}/blobs 2>/dev/null "
                "|| echo 0", F.integer),
         F.Fact("sudo", 'test "$(id -u)" = 0 || sudo -n true', F.exit_ok),
+        F.Fact("listening", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", listening_ports),
     ]
 
 
@@ -52,8 +51,8 @@ class Preflight(Step):
     def prepare(self, run) -> None:
         manifest_for(run)
 
-    def facts(self, node):
-        return F.gather(node.conn, _facts(node), step=self.name)
+    def probes(self, node):
+        return _facts(node)
 
     def problems(self, facts, node):
         out = []

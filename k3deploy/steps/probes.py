@@ -8,18 +8,25 @@ import shlex
 
 from k3deploy.node import facts as F
 
-CUDA = re.compile(r"CUDA Version:\s*([0-9]+\.[0-9]+)")
-DRIVER = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
+# One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
+NVSMI = ["nvidia-smi", "-q"]
+CUDA = re.compile(r"^CUDA Version\s*:\s*([0-9]+\.[0-9]+)", re.M)
+DRIVER = re.compile(r"^Driver Version\s*:\s*([0-9][0-9.]*)", re.M)
+_GPU = re.compile(r"^GPU [0-9A-Fa-f:.]+$", re.M)
+_NAME = re.compile(r"^\s+Product Name\s*:\s*(.+?)\s*$", re.M)
+_FB = re.compile(r"FB Memory Usage\s*\n\s+Total\s*:\s*(\d+) MiB.*?\n\s+Used\s*:\s*(\d+) MiB",
+                 re.S)
 
 
 def parse_gpus(out: str, code: int) -> list[dict] | None:
     if code != 0:
         return None
     gpus = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3 and parts[1].isdigit():
-            gpus.append({"name": parts[0], "total_mib": int(parts[1]), "used_mib": int(parts[2])})
+    for section in _GPU.split(out)[1:]:
+        name, fb = _NAME.search(section), _FB.search(section)
+        if name and fb:
+            gpus.append({"name": name.group(1), "total_mib": int(fb.group(1)),
+                         "used_mib": int(fb.group(2))})
     return gpus
 
 
@@ -43,21 +50,42 @@ def parse_json(out: str, code: int):
 
 
 def gpus() -> F.Fact:
-    return F.command("gpus", ["nvidia-smi", "--query-gpu=name,memory.total,memory.used",
-                              "--format=csv,noheader,nounits"], parse_gpus)
+    return F.command("gpus", NVSMI, parse_gpus)
 
 
 def cuda() -> F.Fact:
-    return F.command("cuda", ["nvidia-smi"], parse_cuda)
+    return F.command("cuda", NVSMI, parse_cuda)
 
 
 def driver() -> F.Fact:
-    return F.command("driver", ["nvidia-smi"], parse_driver)
+    return F.command("driver", NVSMI, parse_driver)
+
+
+# One `docker info` serves every daemon fact; None when docker or its daemon is missing.
+DOCKER_INFO = "command -v docker >/dev/null && docker info --format '{{json .}}'"
+
+
+def docker_info(name: str, key: str) -> F.Fact:
+    """One field of `docker info`: a string as it is, anything else as JSON text."""
+    def parse(out: str, code: int):
+        data = parse_json(out, code)
+        value = data.get(key) if isinstance(data, dict) else None
+        return value if value is None or isinstance(value, str) else json.dumps(value)
+    return F.Fact(name, DOCKER_INFO, parse, sudo=True)
 
 
 def docker_root() -> F.Fact:
-    return F.command("docker_root", ["docker", "info", "--format", "{{.DockerRootDir}}"],
-                     F.text, sudo=True)
+    return docker_info("docker_root", "DockerRootDir")
+
+
+def images(tags: list[str]) -> F.Fact:
+    """Each present tag -> its image id and registry digests, in one `docker image inspect`
+    (it prints the ones it has and exits 1 when any is missing)."""
+    def parse(out: str, _code: int) -> dict:
+        data = parse_json(out, 0)
+        return {tag: {"id": doc.get("Id"), "digests": doc.get("RepoDigests") or []}
+                for doc in (data if isinstance(data, list) else []) for tag in doc.get("RepoTags") or []}
+    return F.Fact("images", f"docker image inspect {shlex.join(tags)} 2>/dev/null", parse, sudo=True)
 
 
 def container(name: str) -> F.Fact:

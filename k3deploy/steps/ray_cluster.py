@@ -13,16 +13,15 @@ cluster (ray-project/ray#59778).
 from __future__ import annotations
 
 import dataclasses
-import time
+import shlex
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy import engines
-from k3deploy.core import interrupt
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
-from k3deploy.steps import probes, raylayout
-from k3deploy.steps.base import Step
+from k3deploy.steps import raylayout
+from k3deploy.steps.base import Step, wait
 from k3deploy.steps.launch import LaunchEngine
 
 
@@ -44,10 +43,23 @@ class RayCluster(LaunchEngine):
         if raylayout.in_use(run.inv):
             super().prepare(run)
 
-    def facts(self, node):
+    def probes(self, node):
+        if not raylayout.in_use(node.inv):
+            return []
+        name = node.inv.engine.container
+        # The whole log for the "registered" line (a long-running head's has scrolled past
+        # any tail); its end for the messages.
+        joined = (f"{shlex.join(engines.docker_logs_argv(name))} 2>&1 | grep -qF "
+                  f"{shlex.quote(raylayout.RAY_STARTED)}")
+        return super().probes(node) + [
+            F.Fact("joined", joined, F.exit_ok, sudo=True),
+            F.command("log", engines.docker_logs_argv(name, tail=40), _output, sudo=True)]
+
+    def facts_from(self, found, node):
         if not raylayout.in_use(node.inv):
             return {"ray_layout": False}
-        return {**super().facts(node), "ray_layout": True}
+        return {**super().facts_from(found, node), "ray_layout": True, "log": found["log"] or "",
+                "joined": found["joined"]}
 
     def plan(self, facts, node):
         if not facts["ray_layout"]:
@@ -56,7 +68,19 @@ class RayCluster(LaunchEngine):
         if actions:   # LaunchEngine calls it "start rank N"; say what it is here
             what = "start the Ray head" if node.is_head else f"join the Ray cluster (rank {node.rank})"
             actions[-1] = dataclasses.replace(actions[-1], description=what)
+        if actions or not facts["joined"]:
+            actions.append(wait("wait until `ray start` registered this node",
+                                "`ray start` registered this node", poll=self.p.poll_seconds,
+                                timeout=self.p.join_timeout, hint=f"check that the node reaches "
+                                f"{node.inv.head.self_ip}:{node.inv.ports.ray} (k3deploy check)"))
         return actions
+
+    def progress(self, facts, node):
+        state = facts.get("container")
+        if facts["ray_layout"] and state and not state["running"]:
+            raise StepFailed(node.name, f"the Ray container exited ({state.get('exit_code')}) "
+                             f"before its node registered:\n{_tail(facts['log'])}", step=self.name)
+        return None
 
     def _secret_actions(self, facts, node):
         # Only the head's container carries the endpoint key (vllm serve runs there).
@@ -69,26 +93,7 @@ class RayCluster(LaunchEngine):
             self._start(node, actions)
 
     def _start(self, node, actions):
-        Step.apply(self, node, actions)
-        name = node.inv.engine.container
-        deadline = time.monotonic() + self.p.join_timeout
-        while True:
-            log = node.conn.run(engines.docker_logs_argv(name, tail=40), sudo=True,
-                                check=False).output
-            if raylayout.joined(log):
-                return
-            state = probes.container_summary(F.gather(node.conn, [probes.container(name)])
-                                             ["container"])
-            if not state or not state["running"]:
-                raise StepFailed(node.name, f"the Ray container exited "
-                                 f"({(state or {}).get('exit_code')}) before its node "
-                                 f"registered:\n{_tail(log)}", step=self.name)
-            if time.monotonic() > deadline:
-                raise StepFailed(node.name, f"`ray start` did not register this node within "
-                                 f"{self.p.join_timeout:.0f}s:\n{_tail(log)}", step=self.name,
-                                 hint=f"check that the node reaches {node.inv.head.self_ip}:"
-                                 f"{node.inv.ports.ray} (k3deploy check)")
-            interrupt.sleep(self.p.poll_seconds)
+        Step.apply(self, node, actions)   # with its wait: one node joins at a time
 
     def detail(self, facts, node):
         if not facts.get("ray_layout"):
@@ -98,3 +103,7 @@ class RayCluster(LaunchEngine):
 
 def _tail(log: str, lines: int = 12) -> str:
     return "\n".join(log.splitlines()[-lines:])
+
+
+def _output(out: str, code: int) -> str | None:
+    return out if code == 0 else None

@@ -12,14 +12,12 @@ Ray can: a running serve holds the cluster's GPUs in placement groups, and `ray 
 from __future__ import annotations
 
 import re
-import time
 
 from k3deploy.node import http_probe
 from k3deploy import engines
-from k3deploy.core import interrupt
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
-from k3deploy.steps.base import Action, cmd
+from k3deploy.steps.base import Action, cmd, wait
 from k3deploy.engines.layout import inventory_runs_over_ray
 
 RAY_STARTED = "Ray runtime started"   # printed by `ray start` once the node is registered
@@ -51,11 +49,6 @@ def status_fact(container: str) -> F.Fact:
                      parse_status, sudo=True)
 
 
-def cluster_status(conn, container: str, step: str | None = None) -> dict | None:
-    """The Ray cluster as the head container sees it; None when Ray does not answer."""
-    return F.gather(conn, [status_fact(container)], step=step)["ray"]
-
-
 def whole_problem(status: dict | None, inv) -> str | None:
     """Why the cluster is not ready for `vllm serve`, or None when every node and GPU joined."""
     nodes, gpus = len(inv.nodes), inv.total_gpus
@@ -71,15 +64,15 @@ def serve_running(status: dict | None, healthy: bool) -> bool:
     return healthy or bool(status and status["gpus_used"] > 0)
 
 
-def _healthy(node) -> bool:
-    res = http_probe.probe(node.conn, node.inv, ["health"], node.run.inputs.api_key)
-    return res["health"]["status"] == 200
+def head_probes(node) -> list[F.Fact]:
+    """On the head: the cluster (every node joined?) and whether a serve already answers."""
+    return [status_fact(node.inv.engine.container),
+            http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key)]
 
 
-def head_facts(node, step: str | None = None) -> dict:
-    """On the head: the cluster (every node joined?) and whether a serve already runs."""
-    status = cluster_status(node.conn, node.inv.engine.container, step=step)
-    return {"ray": status, "healthy": bool(status) and _healthy(node)}
+def head_facts(found: dict) -> dict:
+    status = found.get("ray")
+    return {"ray": status, "healthy": bool(status) and http_probe.healthy(found.get("health"))}
 
 
 def _runs_this_config(facts) -> bool:
@@ -105,7 +98,7 @@ def launch_plan(facts, node) -> list[Action]:
         raise StepFailed(node.name, problem, step="launch",
                          hint="k3deploy up joins the workers (ray-cluster step); k3deploy logs "
                          "-i INV shows a worker's `ray start` output")
-    return [serve_action(spec)]
+    return [serve_action(spec), serve_wait()]
 
 
 def serve_action(spec) -> Action:
@@ -113,34 +106,20 @@ def serve_action(spec) -> Action:
                *engines.vllm_exec_serve_argv(spec), sudo=True)
 
 
-def wait_serve_started(node, timeout: float = SERVE_START_SECONDS, poll: float = 1.0) -> None:
+def serve_wait() -> Action:
     """After the exec: until Ray reports the serve's placement groups (or it answers)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if serve_running(**_serve_view(node)):
-            return
-        interrupt.sleep(poll)
-    raise StepFailed(node.name, f"vllm serve did not take the Ray cluster's GPUs within "
-                     f"{timeout:.0f}s: it exited or is stuck before placing its ranks",
-                     step="launch", hint=SERVE_GONE_HINT)
+    return wait("wait until vllm serve holds the Ray cluster's GPUs",
+                "vllm serve holds the Ray cluster's GPUs", timeout=SERVE_START_SECONDS,
+                hint=SERVE_GONE_HINT)
 
 
-def _serve_view(node) -> dict:
-    facts = head_facts(node)
-    return {"status": facts["ray"], "healthy": facts["healthy"]}
-
-
-
-def check_serve_alive(node, step: str = "wait") -> bool:
+def serve_alive(status: dict | None, healthy: bool, head: str) -> bool:
     """During wait: True while the serve holds the GPUs; StepFailed once it let them go
     without answering (it exited), instead of waiting out the timeout."""
-    view = _serve_view(node)
-    if view["status"] and view["status"]["gpus_used"] > 0:
+    if serve_running(status, healthy):
         return True
-    if view["healthy"]:
-        return True
-    raise StepFailed(node.name, "vllm serve in the Ray head is not running (Ray holds none of "
-                     "the GPUs and the endpoint does not answer)", step=step,
+    raise StepFailed(head, "vllm serve in the Ray head is not running (Ray holds none of "
+                     "the GPUs and the endpoint does not answer)", step="wait",
                      hint=SERVE_GONE_HINT)
 
 

@@ -1,11 +1,11 @@
 """Cross-node TCP reachability: every node must reach the head's dist-init port and a sample
-of ephemeral ports on every other node. Temporary listeners exit by themselves."""
+of ephemeral ports on every other node. One command per node, all at once (remote/portcheck.py
+mesh); its temporary listeners exit by themselves."""
 
 from __future__ import annotations
 
 import json
 import random
-import shlex
 from concurrent.futures import ThreadPoolExecutor
 
 from k3deploy.core.errors import Interrupted, K3Error
@@ -14,45 +14,39 @@ from k3deploy.remote import script_text
 from k3deploy.steps import raylayout
 
 SCRIPT = script_text("portcheck.py")
-LISTEN_SECONDS = 60  # an upper bound: the check stops them as soon as it is done
+MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
 SAMPLE = 2
 
 
-def _ports_for(run, name: str, head: str, rng: random.Random) -> list[int]:
-    ports = [rng.randint(33000, 60000) for _ in range(SAMPLE)]
-    if peers_enabled(run.inv):  # weights fan-out: every node fetches from every other
-        ports.append(run.inv.ports.peer)
-    if name != head:
-        return ports
-    # Multi-node vLLM: the workers' `ray start --address` needs the head's Ray GCS port.
-    ray = [run.inv.ports.ray] if raylayout.in_use(run.inv) else []
-    return ports + [run.inv.ports.dist_init] + ray
+def listening_ports(out: str, code: int) -> set[int]:
+    """TCP ports in LISTEN, from /proc/net/tcp and tcp6 (the node's network namespace)."""
+    ports = set()
+    for line in out.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) > 3 and parts[3] == "0A" and ":" in parts[1]:
+            ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
-def _start(run, name: str, ports: list[int]) -> tuple[str | None, dict]:
-    """Start the node's listeners; returns their pid (None when they did not start) and
-    {port: "listening" | "busy"}."""
-    argv = ["python3", "-c", SCRIPT, "listen", str(LISTEN_SECONDS), *map(str, ports)]
-    # Wait (bounded) for the listeners to report: python3 starts slowly on a loaded node.
-    cmd = (f'out=$(mktemp); {shlex.join(argv)} > "$out" 2>/dev/null & pid=$!; i=0; '
-           'while [ ! -s "$out" ] && kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do '
-           'sleep 0.1; i=$((i+1)); done; kill -0 $pid 2>/dev/null && echo $pid && cat "$out"; '
-           'rm -f "$out"')
-    res = run.session.conn(name).run(["sh", "-c", cmd], check=False)
-    lines = res.stdout.split()
-    try:
-        return lines[0], {int(k): v for k, v in json.loads(" ".join(lines[1:])).items()}
-    except (IndexError, ValueError):
-        return None, {}
+def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) -> list[int]:
+    """A port something already listens on is left out: its owner (a running engine's
+    rendezvous, NCCL's bootstrap) must not get a stray connection, and it proves little."""
+    ports = []
+    while len(ports) < SAMPLE:
+        port = rng.randint(33000, 60000)
+        if port not in busy and port not in ports:
+            ports.append(port)
+    fixed = [run.inv.ports.peer] if peers_enabled(run.inv) else []  # every node fetches from every other
+    if name == head:
+        # Multi-node vLLM: the workers' `ray start --address` needs the head's Ray GCS port.
+        fixed += [run.inv.ports.dist_init] + ([run.inv.ports.ray] if raylayout.in_use(run.inv) else [])
+    return ports + [p for p in fixed if p not in busy]
 
 
-def _stop(run, name: str, pid: str | None) -> None:
-    if pid:
-        run.session.conn(name).run(["kill", pid], check=False)
-
-
-def _probe(run, name: str, targets: list[str]) -> dict:
-    res = run.session.conn(name).run(["python3", "-c", SCRIPT, "probe", *targets], check=False)
+def _mesh(run, name: str, ports: list[int], targets: list[str], peers: int) -> dict:
+    argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), str(peers), *map(str, ports),
+            "--", *targets]
+    res = run.session.conn(name).run(argv, check=False, timeout=MESH_SECONDS + 60)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -60,33 +54,32 @@ def _probe(run, name: str, targets: list[str]) -> dict:
 
 
 def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
+    """Every node listens and probes every other at once: one command per node."""
     names = [n for n in all_facts if all_facts[n].get("hub_client") is not None]
     if len(names) < 2:
         return []
-    head = run.inv.head.name
     rng = random.Random()
-    plan = {n: _ports_for(run, n, head, rng) for n in names}
+    plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].get("listening") or set())
+            for n in names}
+    targets = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n for p in plan[m]]
+               for n in names}
     try:
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            started = dict(zip(names, pool.map(lambda n: _start(run, n, plan[n]), names)))
-            # A busy port has an owner (a running engine's rendezvous): nothing to learn there.
-            probes = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n
-                          for p, how in started[m][1].items() if how == "listening"]
-                      for n in names}
-            results = dict(zip(names, pool.map(lambda n: _probe(run, n, probes[n]), names)))
-            list(pool.map(lambda n: _stop(run, n, started[n][0]), names))
+            found = dict(zip(names, pool.map(
+                lambda n: _mesh(run, n, plan[n], targets[n], len(names) - 1), names)))
     except Interrupted:
         raise
     except K3Error as err:
         return [(getattr(err, "node", "cluster"), "ports", str(err))]
-    return _report(run, results, started)
+    return _report(found)
 
 
-def _report(run, results: dict, started: dict) -> list[tuple[str, str, str]]:
-    out = [(n, "ports", "could not start a test listener (python3 missing?)")
-           for n, (pid, _) in started.items() if not pid]
-    for name, res in results.items():
-        blocked = sorted(f"{t} ({why})" for t, why in res.items() if why is not True)
+def _report(found: dict) -> list[tuple[str, str, str]]:
+    out = [(n, "ports", "could not run the port check (python3 missing?)")
+           for n, res in found.items() if "probes" not in res]
+    for name, res in found.items():
+        blocked = sorted(f"{t} ({why})" for t, why in (res.get("probes") or {}).items()
+                         if why is not True)
         if blocked:
             out.append((name, "ports", f"cannot reach {', '.join(blocked)}: open the full TCP "
                         "range between the nodes (NCCL/Gloo hang on a partial range)"))

@@ -13,7 +13,7 @@ from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.core.redact import redact
 from k3deploy.steps import probes
-from k3deploy.steps.base import Step, cmd
+from k3deploy.steps.base import Action, Step, cmd
 from k3deploy.steps.download import Paths as DownloadPaths
 from k3deploy.steps.preflight import model_cache_dir
 
@@ -25,12 +25,16 @@ def logs_dir(run) -> Path:
     return run.inputs.logs_dir
 
 
-def guard_files(node) -> dict[str, str | None]:
-    """The guard's own log and its incident record, when there are any (one round trip)."""
+def guard_files(node) -> list[F.Fact]:
+    """The guard's own log and its incident record, when there are any."""
     paths = guard_config.node_paths(node.inv)
     wanted = {"guard": paths["log"], "incident": paths["incident"]}
-    return F.gather(node.conn, [F.Fact(kind, f"cat {shlex.quote(path)}", F.text, sudo=True)
-                                for kind, path in wanted.items()])
+    return [F.Fact(kind, f"cat {shlex.quote(path)}", F.text, sudo=True)
+            for kind, path in wanted.items()]
+
+
+def _output(out: str, code: int) -> str | None:
+    return out if code == 0 else None
 
 
 class CollectLogs(Step):
@@ -44,15 +48,27 @@ class CollectLogs(Step):
         apikey.load_or_create(run.inv, run.session.state_dir, create=False)
         guard_config.load_or_create_secret(run.session.state_dir, create=False)
 
-    def facts(self, node):
-        name = node.inv.engine.container
-        logs = node.conn.run(engines.docker_logs_argv(name), sudo=True, check=False, step=self.name)
-        dl = node.conn.run(["cat", DownloadPaths(node).log], check=False)
-        found = {"engine": logs.output if logs.ok else None, "download": dl.stdout if dl.ok else None,
-                 **guard_files(node)}
-        if not node.run.check:
-            found["saved"] = self._save(node, found)
-        return found
+    def probes(self, node):
+        logs = engines.docker_logs_argv(node.inv.engine.container)
+        return [F.command("engine", logs, _output, sudo=True),
+                F.command("download", ["cat", DownloadPaths(node).log], _output),
+                *guard_files(node)]
+
+    def plan(self, facts, node):
+        kinds = [kind for kind, text in facts.items() if text]
+        if not kinds or node.run.check:   # --check writes nothing on the laptop either
+            return []
+        return [Action(f"save the {', '.join(kinds)} log(s) in {logs_dir(node.run)}",
+                       tag="save")]
+
+    def apply(self, node, actions):
+        facts = self.facts(node)   # the log as it is now, not as the plan saw it
+        node.run.inputs.saved_logs[node.name] = self._save(node, facts)
+
+    def recheck(self, node):
+        # A running engine's log grows between two looks: what is checked is the copies.
+        saved = node.run.inputs.saved_logs.get(node.name, [])
+        return {"saved": saved}, [f"{p} was not written" for p in saved if not Path(p).is_file()]
 
     def _save(self, node, found) -> list[str]:
         out = logs_dir(node.run)
@@ -78,8 +94,10 @@ class RemoveContainers(Step):
     summary = "remove the engine container"
     runs_after_failures = True
 
-    def facts(self, node):
-        found = F.gather(node.conn, [probes.container(node.inv.engine.container)], step=self.name)
+    def probes(self, node):
+        return [probes.container(node.inv.engine.container)]
+
+    def facts_from(self, found, node):
         return {"container": probes.container_summary(found["container"])}
 
     def plan(self, facts, node):
@@ -102,12 +120,12 @@ class StopDownload(Step):
     summary = "stop the detached weight downloader"
     runs_after_failures = True
 
-    def facts(self, node):
+    def probes(self, node):
         pid = shlex.quote(DownloadPaths(node).pid)
         # The pid file's process, only while it still is the downloader (pids are reused).
         alive = (f"p=$(cat {pid}) && tr '\\0' ' ' < /proc/$p/cmdline | grep -q fetch_weights "
                  "&& echo $p")
-        return F.gather(node.conn, [F.Fact("downloader", alive, F.text)], step=self.name)
+        return [F.Fact("downloader", alive, F.text)]
 
     def plan(self, facts, node):
         pid = facts["downloader"]
@@ -127,10 +145,9 @@ class WipeWeights(Step):
     def targets(self, node) -> list[str]:
         return [model_cache_dir(node.inv), node.inv.paths.work]
 
-    def facts(self, node):
-        checks = [F.Fact(f"exists{i}", f"test -e {shlex.quote(p)}", F.exit_ok, sudo=True)
-                  for i, p in enumerate(self.targets(node))]
-        return F.gather(node.conn, checks, step=self.name)
+    def probes(self, node):
+        return [F.Fact(f"exists{i}", f"test -e {shlex.quote(p)}", F.exit_ok, sudo=True)
+                for i, p in enumerate(self.targets(node))]
 
     def plan(self, facts, node):
         present = [p for i, p in enumerate(self.targets(node)) if facts[f"exists{i}"]]

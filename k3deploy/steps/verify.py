@@ -8,12 +8,14 @@ shows in memory. Both are checked here.
 from __future__ import annotations
 
 from k3deploy.node import apikey, http_probe
-from k3deploy.node import facts as F
-from k3deploy.steps import probes
+from k3deploy.steps import certify
 from k3deploy.steps.base import Step
 
 GIB_MIB = 1024
 SHORT_FRACTION = 0.85  # below this share of the expected memory a rank did not load its shard
+
+
+CHECKS = ["models", "chat", "tools"]
 
 
 def expected_used_mib(inv, total_mib: int) -> float:
@@ -106,13 +108,19 @@ class VerifyEndpoint(Step):
             run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
                                                        create=False)
 
-    def facts(self, node):
-        found = F.gather(node.conn, [probes.gpus()], step=self.name)
-        if node.is_head:
-            found["endpoint"] = http_probe.probe(node.conn, node.inv, ["models", "chat", "tools"],
-                                               node.run.inputs.api_key, step=self.name)
-            node.run.inputs.reasoning_field = reasoning_field(
-                _message(found["endpoint"].get("chat", {})))
+    def probes(self, node):
+        # What the certificate records, GPUs included; on the head one endpoint probe for
+        # both (its checks and the engine's version).
+        key = node.run.inputs.api_key
+        found = certify.node_probes(node.inv, False, node.run.inputs.api_key)
+        if not node.is_head:
+            return found
+        return found + [http_probe.fact("endpoint", node.inv, CHECKS + [certify.ENDPOINT_CHECK],
+                                        key)]
+
+    def facts_from(self, found, node):
+        if node.is_head and found.get("endpoint") is None:
+            found = {**found, "endpoint": http_probe.unanswered(CHECKS)}
         return found
 
     def problems(self, facts, node):
@@ -125,7 +133,8 @@ class VerifyEndpoint(Step):
     def closing_lines(self, run) -> list[str]:
         key = apikey.key_path(run.session.state_dir)
         auth = f'-H "Authorization: Bearer $(cat {key})" ' if run.inputs.api_key else ""
-        field = run.inputs.reasoning_field
+        head = run.session.states[run.inv.head.name].step(self.label)
+        field = (head.get("detail") or {}).get("reasoning_field")
         return [f"endpoint: {http_probe.url(run.inv)}   model: {run.inv.model.repo}"
                 + (f"   chain of thought in: {field}" if field else ""),
                 f"call it:  curl -s {http_probe.url(run.inv)}/chat/completions {auth}"
@@ -135,7 +144,8 @@ class VerifyEndpoint(Step):
 
     def detail(self, facts, node):
         gpus = facts.get("gpus") or []
-        out = {"used_gib": [round(g["used_mib"] / GIB_MIB, 1) for g in gpus]}
+        out = {"used_gib": [round(g["used_mib"] / GIB_MIB, 1) for g in gpus],
+               "certificate": certify.node_record(facts)}
         if "endpoint" in facts:
             out["reasoning_field"] = reasoning_field(_message(facts["endpoint"].get("chat", {})))
         return out

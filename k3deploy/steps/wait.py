@@ -4,17 +4,15 @@ the process group cannot form, instead of sitting at the barrier until --dist-ti
 from __future__ import annotations
 
 import re
-import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.node import apikey, http_probe
 from k3deploy import engines
-from k3deploy.core import interrupt
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.steps import probes, raylayout
-from k3deploy.steps.base import Action, Step
+from k3deploy.steps.base import Step, wait
 
 LOADING = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)%")
 READY = "The server is fired up"
@@ -25,11 +23,6 @@ class WaitParams(BaseModel):
     timeout: float | None = Field(default=None, gt=0)  # default: --dist-timeout + 10 min
     form_timeout: float = Field(default=900, gt=0)     # no weight loading by then: no group
     poll_seconds: float = Field(default=2.0, gt=0)
-
-
-def container_state(node_ctx_conn, name: str) -> dict | None:
-    found = F.gather(node_ctx_conn, [probes.container(name)])
-    return probes.container_summary(found["container"])
 
 
 def rank_problem(cmds: dict[str, list[str]],
@@ -73,15 +66,23 @@ class WaitHealthy(Step):
         if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
             run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
                                                        create=False)
+        self._formed, self._shown = False, ""
 
-    def facts(self, node):
-        state = container_state(node.conn, node.inv.engine.container)
-        healthy = False
-        if node.is_head and state and state["running"]:
-            res = http_probe.probe(node.conn, node.inv, ["health"], node.run.inputs.api_key,
-                                 step=self.name)
-            healthy = res["health"]["status"] == 200
-        return {"container": state, "healthy": healthy}
+    def probes(self, node):
+        name = node.inv.engine.container
+        found = [probes.container(name),
+                 F.command("log", engines.docker_logs_argv(name, tail=30), _output, sudo=True)]
+        if not node.is_head:
+            return found
+        found.append(http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key))
+        if raylayout.in_use(node.inv):
+            found.append(raylayout.status_fact(name))
+        return found
+
+    def facts_from(self, found, node):
+        return {"container": probes.container_summary(found["container"]),
+                "healthy": http_probe.healthy(found.get("health")), "log": found["log"] or "",
+                "ray": found.get("ray")}
 
     def plan(self, facts, node):
         state = facts["container"]
@@ -93,65 +94,69 @@ class WaitHealthy(Step):
                              "why; fix it, then re-run `k3deploy up` (exited containers are "
                              "replaced)")
         if node.is_head and not facts["healthy"]:
-            return [Action("wait until rank 0 answers /health", wait="healthy")]
+            return [wait("wait until rank 0 answers /health", "rank 0 answers /health",
+                         poll=self.p.poll_seconds, cluster=True,
+                         timeout=self.p.timeout or node.inv.engine.dist_timeout + 600)]
         return []
 
-    def apply(self, node, actions):
-        deadline = time.monotonic() + (self.p.timeout or node.inv.engine.dist_timeout + 600)
-        started, formed, last_shown = time.monotonic(), False, ""
-        while time.monotonic() < deadline:
-            self._check_ranks(node)
-            log = node.conn.run(engines.docker_logs_argv(node.inv.engine.container, tail=30),
-                                sudo=True, check=False).output
-            formed = formed or bool(LOADING.search(log)) or READY in log
-            if raylayout.in_use(node.inv):
-                # The exec'd serve logs nowhere docker keeps; its ranks being placed on every
-                # node (Ray holds the GPUs) is the sign the group formed, and losing them
-                # without answering means it exited.
-                formed = raylayout.check_serve_alive(node, self.name) or formed
-            last_shown = self._show(node, log, last_shown)
-            if self.facts(node)["healthy"]:
-                return
-            if not formed and time.monotonic() - started > self.p.form_timeout:
-                raise StepFailed(node.name, f"no rank started loading weights within "
-                                 f"{self.p.form_timeout:.0f}s: the process group did not form",
-                                 step=self.name, hint="check that every node reaches "
-                                 f"{node.inv.head.self_ip}:{node.inv.ports.dist_init} and the "
-                                 "ranks are 0..N-1 (k3deploy check)")
-            interrupt.sleep(self.p.poll_seconds)
-        raise StepFailed(node.name, "endpoint not healthy before the timeout", step=self.name)
-
-    def _check_ranks(self, head):
-        run, name = head.run, head.run.inv.engine.container
-        states = {n.name: container_state(run.session.conn(n.name), name) for n in run.inv.nodes}
+    def check_cluster(self, all_facts, run, waited):
+        """Fails fast: a rank's container exited, the ranks cannot form one group, or no rank
+        started loading weights in time; instead of sitting out the timeout."""
+        states = {n: f["container"] for n, f in all_facts.items()}
         gone = [n for n, state in states.items() if not state or not state["running"]]
         if gone:
-            raise self._exited(run, gone, states)
-        cmds = {n: [str(c) for c in state["cmd"]] for n, state in states.items()}
-        found = rank_problem(cmds, {n.name: run.inv.rank_of(n.name) for n in run.inv.nodes})
-        if found:
-            problem, stray = found
-            removes = "; ".join(f"on {n}: docker rm -f {name}" for n in stray)
-            hint = (f"remove the stray container ({removes}), then re-run `k3deploy up`"
-                    if stray else "fix nodes[].rank, then k3deploy up --replace")
-            raise StepFailed(stray[0] if stray else head.name, problem, step=self.name, hint=hint)
+            raise _exited(run, gone, all_facts)
+        _check_ranks(run, states)
+        head = all_facts[run.inv.head.name]
+        logs = "\n".join(f["log"] for f in all_facts.values())
+        self._formed = self._formed or bool(LOADING.search(logs)) or READY in logs
+        if raylayout.in_use(run.inv):
+            # The exec'd serve logs nowhere docker keeps; its ranks being placed on every
+            # node (Ray holds the GPUs) is the sign the group formed, and losing them
+            # without answering means it exited.
+            self._formed = raylayout.serve_alive(head["ray"], head["healthy"],
+                                                 run.inv.head.name) or self._formed
+        if not self._formed and waited > self.p.form_timeout:
+            raise StepFailed(run.inv.head.name, f"no rank started loading weights within "
+                             f"{self.p.form_timeout:.0f}s: the process group did not form",
+                             step=self.name, hint="check that every node reaches "
+                             f"{run.inv.head.self_ip}:{run.inv.ports.dist_init} and the "
+                             "ranks are 0..N-1 (k3deploy check)")
 
-    def _exited(self, run, gone: list[str], states: dict) -> StepFailed:
-        # One rank dying makes the others abort (NCCL): the first to exit is the cause.
-        first = min(gone, key=lambda n: _finished_key(states[n]))
-        logs = engines.docker_logs_argv(run.inv.engine.container, tail=15)
-        tail = run.session.conn(first).run(logs, sudo=True, check=False).output
-        what = (f"container exited ({states[first]['exit_code']})" if states[first]
-                else "container is gone")
-        after = [n for n in gone if n != first]
-        also = f" ({', '.join(after)} exited after it: ranks abort when a peer dies)" if after else ""
-        return StepFailed(first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was "
-                          f"up{also}; the end of its log:\n{tail}", step=self.name,
-                          hint=f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix "
-                          "the cause, then re-run `k3deploy up` (exited containers are replaced)")
-
-    def _show(self, node, log: str, last: str) -> str:
-        lines = [ln for ln in log.splitlines() if LOADING.search(ln) or READY in ln]
-        if lines and lines[-1] != last and node.run.ui:
+    def show_progress(self, facts, node):
+        lines = [ln for ln in facts["log"].splitlines() if LOADING.search(ln) or READY in ln]
+        if lines and lines[-1] != self._shown and node.run.ui:
             node.run.ui.say(f"{'':>14}{node.name}: {lines[-1].strip()[:120]}")
-        return lines[-1] if lines else last
+            self._shown = lines[-1]
+
+
+def _output(out: str, code: int) -> str | None:
+    return out if code == 0 else None
+
+
+def _check_ranks(run, states: dict) -> None:
+    name = run.inv.engine.container
+    cmds = {n: [str(c) for c in state["cmd"]] for n, state in states.items()}
+    found = rank_problem(cmds, {n.name: run.inv.rank_of(n.name) for n in run.inv.nodes})
+    if found:
+        problem, stray = found
+        removes = "; ".join(f"on {n}: docker rm -f {name}" for n in stray)
+        hint = (f"remove the stray container ({removes}), then re-run `k3deploy up`"
+                if stray else "fix nodes[].rank, then k3deploy up --replace")
+        raise StepFailed(stray[0] if stray else run.inv.head.name, problem, step="wait",
+                         hint=hint)
+
+
+def _exited(run, gone: list[str], all_facts: dict) -> StepFailed:
+    # One rank dying makes the others abort (NCCL): the first to exit is the cause.
+    states = {n: f["container"] for n, f in all_facts.items()}
+    first = min(gone, key=lambda n: _finished_key(states[n]))
+    tail = "\n".join(all_facts[first]["log"].splitlines()[-15:])
+    what = (f"container exited ({states[first]['exit_code']})" if states[first]
+            else "container is gone")
+    after = [n for n in gone if n != first]
+    also = f" ({', '.join(after)} exited after it: ranks abort when a peer dies)" if after else ""
+    return StepFailed(first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was "
+                      f"up{also}; the end of its log:\n{tail}", step="wait",
+                      hint=f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix "
+                      "the cause, then re-run `k3deploy up` (exited containers are replaced)")

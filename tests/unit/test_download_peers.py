@@ -113,4 +113,10 @@ def test_preflight_opens_the_peer_port_on_every_node_only_with_fan_out():
     for doc, want in ((four_nodes(), True), (four_nodes(download={"peers": False}), False)):
         run = RunContext(inv=inventory.parse(doc), session=None)
         for name in ("node0", "node2"):
-            assert (8951 in _ports_for(run, name, "node0", random.Random(1))) is want, (name, want)
+            assert (8951 in _ports_for(run, name, "node0", random.Random(1), set())) is want, \
+                (name, want)
+    # A peer server (or an engine) already listening: its port gets no stray connection.
+    run = RunContext(inv=inventory.parse(four_nodes()), session=None)
+    ports = _ports_for(run, "node0", "node0", random.Random(1), {8951, 20000})
+    assert 8951 not in ports and 20000 not in ports and len(ports) == 2
+    assert 20000 in _ports_for(run, "node0", "node0", random.Random(1), {8951})

@@ -3,7 +3,6 @@ verify accepts: facts in, actions out; no I/O."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -12,13 +11,12 @@ from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.core.errors import StepFailed
-from k3deploy.node.facts import MARK
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps import raylayout
 from k3deploy.steps.launch import LaunchEngine
 from k3deploy.steps.ray_cluster import RayCluster
 from k3deploy.steps.verify import endpoint_problems, reasoning_field
-from tests.unit.fakes import FakeConn, FakeSession
+from tests.unit.fakes import FakeSession
 
 SHA = "a" * 40
 KEY = "k3-testkey-0123456789"
@@ -47,13 +45,13 @@ def ctx_for(tmp_path, rank=0, doc=None, check=False, conns=None):
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 
-def facts_for(ctx, running=True, ray=None, healthy=False, label=None):
+def facts_for(ctx, running=True, ray=None, healthy=False, label=None, joined=True):
     spec = LaunchEngine().spec({"cuda": "13.0"}, ctx)
     want = label or spec.labels[engines.CONFIG_LABEL]
     container = {"running": running, "labels": {engines.CONFIG_LABEL: want}} if running \
         is not None else None
     return {"spec": spec, "container": container, "key_file_sha": None, "ray": ray,
-            "healthy": healthy, "ray_layout": True}
+            "healthy": healthy, "ray_layout": True, "joined": joined, "log": ""}
 
 
 # -- ray status ---------------------------------------------------------------------------
@@ -77,9 +75,11 @@ def test_launch_execs_serve_on_the_head_once_every_node_joined(tmp_path):
     ctx = ctx_for(tmp_path)
     actions = LaunchEngine().plan(facts_for(ctx, ray={"nodes": 2, "gpus": 16.0,
                                                       "gpus_used": 0.0}), ctx)
-    (serve,) = actions
+    serve, placed = actions
     assert list(serve.argv[:6]) == ["docker", "exec", "-d", "k3", "vllm", "serve"] and serve.sudo
     assert KEY not in " ".join(serve.argv)
+    # Then the runner waits until Ray shows the serve's placement groups.
+    assert placed.wait.until == "vllm serve holds the Ray cluster's GPUs" and placed.wait.timeout
 
 
 def test_launch_refuses_to_serve_on_a_partial_cluster(tmp_path):
@@ -126,44 +126,35 @@ def test_ray_cluster_starts_the_head_with_the_key_file_and_workers_without(tmp_p
     actions = RayCluster().plan(facts_for(head, running=None), head)
     assert [a.description for a in actions] == ["create secrets dir (0700)",
                                                  "write the endpoint key (0600)",
-                                                 "start the Ray head"]
-    run = list(actions[-1].argv)
+                                                 "start the Ray head",
+                                                 "wait until `ray start` registered this node"]
+    assert actions[-1].wait.timeout == 120
+    run = list(actions[-2].argv)
     assert run[run.index("--entrypoint") + 1] == "ray" and "--head" in run
     assert "--env-file" in run and KEY not in " ".join(run)
     worker = ctx_for(tmp_path, rank=1)
-    (join,) = RayCluster().plan(facts_for(worker, running=None), worker)
-    assert join.description == "join the Ray cluster (rank 1)"
+    join, registered = RayCluster().plan(facts_for(worker, running=None), worker)
+    assert join.description == "join the Ray cluster (rank 1)" and registered.wait
     assert "--address=10.0.0.10:6379" in join.argv and "--env-file" not in join.argv
 
 
 def test_ray_cluster_same_config_is_left_alone_other_needs_replace(tmp_path):
     ctx = ctx_for(tmp_path, rank=1)
     assert RayCluster().plan(facts_for(ctx), ctx) == []
+    # Started (by a run that was cut short) but not registered yet: only the wait is left.
+    (left,) = RayCluster().plan(facts_for(ctx, joined=False), ctx)
+    assert left.wait.until == "`ray start` registered this node"
     with pytest.raises(StepFailed, match="runs another configuration"):
         RayCluster().plan(facts_for(ctx, label="old"), ctx)
 
 
-class RayConn(FakeConn):
-    """Answers `ray status` and the endpoint probe like a head whose serve is gone."""
-
-    def __init__(self, name, status, health=None):
-        super().__init__(name)
-        self.status, self.health = status, health
-
-    def respond(self, command):
-        if "ray status" in command:
-            return 0, f"{MARK}begin ray\n{self.status}{MARK}end 0\n"
-        if "python3 -c" in command:
-            return 0, json.dumps({"health": {"status": self.health}}) + "\n"
-        return 0, ""
-
-
-def test_wait_fails_fast_once_the_serve_let_go_of_the_gpus(tmp_path):
-    held = {"node0": RayConn("node0", status_text(2, 16.0, 16.0)), "node1": FakeConn("node1")}
-    assert raylayout.check_serve_alive(ctx_for(tmp_path, conns=held)) is True
-    gone = {"node0": RayConn("node0", status_text(2, 16.0)), "node1": FakeConn("node1")}
+def test_wait_fails_fast_once_the_serve_let_go_of_the_gpus():
+    held = raylayout.parse_status(status_text(2, 16.0, 16.0), 0)
+    assert raylayout.serve_alive(held, False, "node0") is True
+    assert raylayout.serve_alive(raylayout.parse_status(status_text(2, 16.0), 0), True, "node0")
+    gone = raylayout.parse_status(status_text(2, 16.0), 0)
     with pytest.raises(StepFailed, match="vllm serve in the Ray head is not running"):
-        raylayout.check_serve_alive(ctx_for(tmp_path, conns=gone))
+        raylayout.serve_alive(gone, False, "node0")
 
 
 # -- verify: vLLM's reply shapes ----------------------------------------------------------

@@ -6,10 +6,9 @@ from k3deploy.cluster import inventory
 from k3deploy.cli import status_teardown
 from k3deploy.node.context import RunContext
 from k3deploy.node.run_inputs import RunInputs
-from k3deploy.node.facts import MARK
 from k3deploy.run.runner import Runner
 from k3deploy.steps.teardown import RemoveContainers
-from tests.unit.fakes import FakeConn, FakeSession
+from tests.unit.fakes import FakeConn, FakeSession, section
 from tests.unit.invdata import four_nodes
 
 CONTAINER = [{"State": {"Status": "running", "Running": True}, "Config": {"Image": "x"}}]
@@ -27,7 +26,7 @@ class EngineConn(FakeConn):
             self.container = False
             return 0, ""
         found = json.dumps(CONTAINER) if self.container else ""
-        return 0, f"{MARK}begin container\n{found}\n{MARK}end {0 if self.container else 1}\n"
+        return 0, section(command, "container", found, 0 if self.container else 1)
 
 
 def test_only_a_teardown_that_removes_something_writes_the_record(tmp_path):

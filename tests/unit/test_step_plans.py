@@ -102,17 +102,21 @@ def test_download_start_uploads_token_file_and_detaches(tmp_path):
     actions = DownloadWeights().plan({"missing_count": 3, "running": False}, ctx)
     env = next(a for a in actions if a.upload_to == "/mnt/nvme/.k3deploy/hf.env")
     assert env.content == "HF_TOKEN=hf_tok\n" and env.mode == 0o600
-    start = actions[-2]
+    start, waiting, remove = actions[-3:]
     assert start.argv[:2] == ("sh", "-c") and "setsid nohup python3" in start.argv[2]
+    assert start.tag == "start-downloader"
     assert "--env-file /mnt/nvme/.k3deploy/hf.env" in start.argv[2]
     assert "hf_tok" not in " ".join(shown(actions))
-    assert actions[-1].wait == "download"
+    # The runner waits (stall limit from the params), then the token file goes.
+    assert waiting.wait.until == "every file verified" and waiting.wait.stall == 600
+    assert remove.argv == ("rm", "-f", "/mnt/nvme/.k3deploy/hf.env")
 
 
 def test_download_running_is_reattached_not_restarted(tmp_path):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
     assert shown(DownloadWeights().plan({"missing_count": 3, "running": True}, ctx)) == \
-        ["wait until every file is verified"]
+        ["wait until every file is verified",
+         "remove the HF token file (download complete): rm -f /mnt/nvme/.k3deploy/hf.env"]
     assert DownloadWeights({"wait": False}).plan({"missing_count": 3, "running": True}, ctx) == []
 
 
@@ -210,20 +214,19 @@ def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeyp
 def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_path):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None,
                    download_started={"node0"})
-    ctx.run.session.connections["node0"].respond = lambda command: (0, "ERROR: sha256 mismatch\n")
-    facts = {"missing_count": 1, "total": 2, "running": False,
+    facts = {"missing_count": 1, "total": 2, "running": False, "log": "ERROR: sha256 mismatch\n",
              "progress": {"state": "failed", "error": "model-00007: sha256 mismatch after 3"}}
-    with pytest.raises(StepFailed, match="download failed: model-00007: sha256 mismatch"):
+    with pytest.raises(StepFailed, match="download failed: model-00007: sha256 mismatch") as err:
         DownloadWeights().plan(facts, ctx)
+    assert "ERROR: sha256 mismatch" in str(err.value)   # the log's error line, from the facts
 
 
 def test_port_report_names_blocked_targets_with_the_reason():
     from k3deploy.steps.reachability import _report
-    results = {"node1": {"10.0.0.10:20000": "timed out", "10.0.0.12:40000": True},
-               "node2": {"10.0.0.10:20000": True}}
-    started = {"node1": ("12", {}), "node2": (None, {})}
-    found = _report(None, results, started)
-    assert ("node2", "ports", "could not start a test listener (python3 missing?)") in found
+    found = _report({"node1": {"probes": {"10.0.0.10:20000": "timed out",
+                                          "10.0.0.12:40000": True}},
+                     "node2": {}})
+    assert ("node2", "ports", "could not run the port check (python3 missing?)") in found
     (blocked,) = [p for p in found if p[0] == "node1"]
     assert blocked[2].startswith("cannot reach 10.0.0.10:20000 (timed out): open the full TCP")
 
@@ -233,3 +236,13 @@ def test_launch_key_path_matches_the_engine_builders(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
     assert _key_path(ctx.inv) == secret_file(facts["spec"])[0] == \
         "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"
+
+
+def test_listening_ports_come_from_proc_net_tcp():
+    from k3deploy.steps.reachability import listening_ports
+    proc = ("  sl  local_address rem_address   st tx_queue rx_queue\n"
+            "   0: 0A0DD50A:1D4C 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n"
+            "   1: 0A0DD50A:0016 0A0DD501:C350 01 00000000:00000000 00:00000000 00000000\n"
+            "  sl  local_address                         remote_address   st\n"
+            "   0: 00000000000000000000000000000000:22F7 00000000000000000000000000000000:0000 0A\n")
+    assert listening_ports(proc, 0) == {0x1D4C, 0x22F7}   # 7500 and 8951; not the ESTABLISHED 22

@@ -113,6 +113,28 @@ def render_csv(rows, names, table, fmt):
     return 0
 
 
+def render_query(node, rows):
+    """`nvidia-smi -q`: the driver's full report, abridged to the sections a real one starts
+    with (same labels, same 42-column alignment)."""
+    def row(label, value, indent=0):
+        return f"{' ' * indent}{label:<{42 - indent}}: {value}"
+    lines = ["", "==============NVSMI LOG==============", "",
+             row("Timestamp", time.strftime("%a %b %d %H:%M:%S %Y")),
+             row("Driver Version", node["driver"]), row("CUDA Version", node["cuda"]), "",
+             row("Attached GPUs", len(rows))]
+    for g in rows:
+        lines += [f"GPU {g.bus_id}", row("Product Name", node["gpu_name"], 4),
+                  row("Product Brand", "NVIDIA", 4), row("Persistence Mode", "Enabled", 4),
+                  row("GPU UUID", g.uuid, 4), row("Minor Number", g.index, 4),
+                  "    FB Memory Usage", row("Total", f"{g.total} MiB", 8),
+                  row("Reserved", "0 MiB", 8), row("Used", f"{g.used} MiB", 8),
+                  row("Free", f"{g.total - g.used} MiB", 8), "    BAR1 Memory Usage",
+                  row("Total", "131072 MiB", 8), row("Used", "1 MiB", 8),
+                  row("Free", "131071 MiB", 8)]
+    print("\n".join(lines))
+    return 0
+
+
 def render_table(node, rows):
     bar = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
     head = (f"| NVIDIA-SMI {node['driver']:<23}Driver Version: {node['driver']:<15}"
@@ -147,7 +169,8 @@ def render_table(node, rows):
 
 def parse_args(argv):
     """Return a dict of recognised options or None if the combination is not one we answer."""
-    opts = {"query_gpu": None, "query_apps": None, "format": None, "ids": None, "list": False}
+    opts = {"query_gpu": None, "query_apps": None, "format": None, "ids": None, "list": False,
+            "query": False}
     keys = {"--query-gpu": "query_gpu", "--query-compute-apps": "query_apps", "--format": "format",
             "-i": "ids", "--id": "ids"}
     args = list(argv)
@@ -156,6 +179,8 @@ def parse_args(argv):
         name, eq, value = arg.partition("=")
         if arg in ("-L", "--list-gpus"):
             opts["list"] = True
+        elif arg in ("-q", "--query"):
+            opts["query"] = True
         elif name in keys:
             if not eq:
                 if not args:
@@ -186,6 +211,8 @@ def main(argv):
         print("No devices were found")
         return 6
     rows = select(gpus(node), opts["ids"])
+    if opts["query"]:
+        return render_query(node, rows)
     if opts["list"]:
         for g in rows:
             print(f"GPU {g.index}: {node['gpu_name']} (UUID: {g.uuid})")

@@ -1,0 +1,52 @@
+"""The one polling loop: a step's `Wait` action, run by the runner.
+
+Each poll looks at the step's facts on the waiting node (a `cluster` wait: on every node of the
+step, in parallel) and asks the step's plan whether it still yields the wait. The step names
+what it waits for, how often to look, the timeout and the stall limit; the loop is the same for
+the download, the endpoint's health, a Ray worker's join and `vllm serve` taking the GPUs.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from k3deploy.core import interrupt
+from k3deploy.core.errors import StepFailed
+from k3deploy.steps.base import Step, Wait
+
+
+class Waiter:
+    def __init__(self, contexts):
+        self.contexts = contexts   # every node of the run, in rank order
+
+    def __call__(self, step: Step, node, wait: Wait) -> dict:
+        started = time.monotonic()
+        marker, changed = object(), started
+        while True:
+            facts = self._look(step, node, wait, time.monotonic() - started)
+            step.show_progress(facts, node)
+            if not any(a.waits_for(wait) for a in step.plan(facts, node)):
+                return facts
+            now, seen = time.monotonic(), step.progress(facts, node)
+            if seen != marker:
+                marker, changed = seen, now
+            if wait.stall and now - changed > wait.stall:
+                raise StepFailed(node.name, f"waited for: {wait.until}; no progress for "
+                                 f"{wait.stall:.0f}s", step=step.name, hint=wait.hint or
+                                 "re-run to resume; `k3deploy logs` collects the node's logs")
+            if wait.timeout and now - started > wait.timeout:
+                raise StepFailed(node.name, f"waited for: {wait.until}; not so within "
+                                 f"{wait.timeout:.0f}s", step=step.name, hint=wait.hint)
+            interrupt.sleep(wait.poll)
+
+    def _look(self, step: Step, node, wait: Wait, waited: float) -> dict:
+        if not wait.cluster:
+            return step.facts(node)
+        others = [c for c in self.contexts if c.name != node.name]
+        with ThreadPoolExecutor(max_workers=min(32, len(others) + 1)) as pool:
+            seen = dict(zip([c.name for c in others], pool.map(step.facts, others)))
+            facts = step.facts(node)
+        seen[node.name] = facts
+        step.check_cluster({c.name: seen[c.name] for c in self.contexts}, node.run, waited)
+        return facts

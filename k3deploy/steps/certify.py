@@ -1,0 +1,39 @@
+"""What a bring-up certificate records of one node, as facts: the engine container (image,
+command line, config label, start time), the image's registry digest, per-GPU memory; on the
+head also the engine's version as the server reports it (vLLM /version, SGLang
+/get_server_info). verify looks at these in its own round trip and keeps them in its record;
+`bench` gathers them afresh (serving/certificate_facts.py)."""
+
+from __future__ import annotations
+
+from k3deploy.engines import CONFIG_LABEL
+from k3deploy.node import facts as F
+from k3deploy.node import http_probe
+from k3deploy.steps import probes
+from k3deploy.steps.image import candidate_images
+
+
+ENDPOINT_CHECK = "version"
+
+
+def node_probes(inv, is_head: bool, key: str | None) -> list[F.Fact]:
+    """The same facts the image and launch steps ask for (a batch runs each once); the
+    head's version comes from verify's endpoint probe, or this one when bench asks."""
+    found = [probes.container(inv.engine.container), probes.images(candidate_images(inv)),
+             probes.gpus()]
+    return found + ([http_probe.fact("endpoint", inv, [ENDPOINT_CHECK], key)] if is_head else [])
+
+
+def node_record(found: dict) -> dict:
+    info = found.get("container") or {}
+    config = info.get("Config") or {}
+    image = (found.get("images") or {}).get(config.get("Image")) or {"id": info.get("Image")}
+    out = {"image": config.get("Image"), "argv": list(config.get("Cmd") or []),
+           "config_digest": (config.get("Labels") or {}).get(CONFIG_LABEL),
+           "started_at": (info.get("State") or {}).get("StartedAt"),
+           "image_digest": (image.get("digests") or [image.get("id")])[0],
+           "gpus": found.get("gpus") or []}
+    if "endpoint" in found:
+        version = (found["endpoint"] or {}).get(ENDPOINT_CHECK) or {}
+        out["engine_version"] = version.get("body") if version.get("status") == 200 else None
+    return out
