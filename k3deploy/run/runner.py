@@ -228,7 +228,9 @@ class Runner:
         if left:
             raise StepFailed(ctx.name, "applied, but the node is still not as the step promises; "
                              f"still needed: {'; '.join(left)}", step=step.name)
-        return facts, StepResult("changed", actions=shown)
+        # Like Ansible, "changed" is about the node: saving its logs on the laptop is not.
+        changed = any(not a.on_laptop for a in actions)
+        return facts, StepResult("changed" if changed else "ok", actions=shown)
 
     def _record(self, ctx: NodeContext, step: Step, result: StepResult, facts=None) -> None:
         self.report.set(ctx.name, step.label, result)

@@ -52,6 +52,7 @@ class Action:
     wait: Wait | None = None  # the runner polls until the plan no longer yields it
     timeout: float | None = None
     tag: str | None = None    # what the step's own apply recognises the action by
+    on_laptop: bool = False   # writes only on the laptop (saved logs): the node is unchanged
 
     def waits_for(self, other: Wait) -> bool:
         return self.wait is not None and self.wait.until == other.until

@@ -59,7 +59,7 @@ class CollectLogs(Step):
         if not kinds or node.run.check:   # --check writes nothing on the laptop either
             return []
         return [Action(f"save the {', '.join(kinds)} log(s) in {logs_dir(node.run)}",
-                       tag="save")]
+                       on_laptop=True)]
 
     def apply(self, node, actions):
         facts = self.facts(node)   # the log as it is now, not as the plan saw it
