@@ -1,9 +1,9 @@
 """Node side of the TCP reachability check (stdlib only; shipped inline with python3 -c).
 
-mesh SECONDS PEERS PORT... -- HOST:PORT...: every node at once, in one command each: listen
-  on its own ports, probe the others' (a refused connection is retried until SECONDS: that
-  node's listeners may not be up yet), and keep listening until each of the PEERS other nodes
-  has connected to every port, or SECONDS. Prints {"ports": {port: "listening" | "busy"},
+mesh SECONDS PORT... -- HOST:PORT...: every node at once, in one command each: listen on its
+  own ports, probe the others' (a refused connection is retried until SECONDS: that node's
+  listeners may not be up yet), and keep listening until every node it probes (they probe it
+  back) has connected to every port, or SECONDS. Prints {"ports": {port: "listening" | "busy"},
   "probes": {"host:port": true | "why not"}}.
 NCCL and Gloo hang on a partially open TCP range instead of failing, so this runs before launch.
 """
@@ -15,19 +15,21 @@ import threading
 import time
 
 
-def mesh(seconds, peers, ports, targets):
+def mesh(seconds, ports, targets):
     deadline = time.monotonic() + seconds
-    accepted = threading.Semaphore(0)
-    status = listen(ports, accepted)
+    seen, arrived = set(), threading.Condition()
+    status = listen(ports, seen, arrived)
     results = probe(targets, deadline)
-    expected = peers * sum(1 for how in status.values() if how == "listening")
-    for _ in range(expected):
-        if not accepted.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            break
+    # Counted by (peer, port): a stray client (an engine retrying its rendezvous on this very
+    # port) must not end the listening before every peer got through.
+    peers = {t.rsplit(":", 1)[0] for t in targets}
+    wanted = {(p, port) for p in peers for port, how in status.items() if how == "listening"}
+    with arrived:
+        arrived.wait_for(lambda: wanted <= seen, timeout=max(0.0, deadline - time.monotonic()))
     print(json.dumps({"ports": status, "probes": results}), flush=True)
 
 
-def listen(ports, accepted):
+def listen(ports, seen, arrived):
     """A port already in use is reported as busy: something listens there (a running engine's
     rendezvous), so probing it still tests reachability."""
     status = {}
@@ -41,15 +43,17 @@ def listen(ports, accepted):
             continue
         s.listen(1024)  # every other node probes at once
         status[port] = "listening"
-        threading.Thread(target=_accept, args=(s, accepted), daemon=True).start()
+        threading.Thread(target=_accept, args=(s, port, seen, arrived), daemon=True).start()
     return status
 
 
-def _accept(sock, accepted):
+def _accept(sock, port, seen, arrived):
     while True:
-        conn, _ = sock.accept()
+        conn, (peer, _) = sock.accept()[:2]
         conn.close()
-        accepted.release()
+        with arrived:
+            seen.add((peer, port))
+            arrived.notify_all()
 
 
 def probe(targets, deadline, timeout=5.0, parallel=16):
@@ -86,5 +90,4 @@ def _connect(host, port, timeout, deadline):
 
 if __name__ == "__main__":
     split = sys.argv.index("--")
-    mesh(float(sys.argv[2]), int(sys.argv[3]), [int(p) for p in sys.argv[4:split]],
-         sys.argv[split + 1:])
+    mesh(float(sys.argv[2]), [int(p) for p in sys.argv[3:split]], sys.argv[split + 1:])

@@ -43,9 +43,8 @@ def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) ->
     return ports + [p for p in fixed if p not in busy]
 
 
-def _mesh(run, name: str, ports: list[int], targets: list[str], peers: int) -> dict:
-    argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), str(peers), *map(str, ports),
-            "--", *targets]
+def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
+    argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), *map(str, ports), "--", *targets]
     res = run.session.conn(name).run(argv, check=False, timeout=MESH_SECONDS + 60)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
@@ -66,7 +65,7 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
     try:
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
             found = dict(zip(names, pool.map(
-                lambda n: _mesh(run, n, plan[n], targets[n], len(names) - 1), names)))
+                lambda n: _mesh(run, n, plan[n], targets[n]), names)))
     except Interrupted:
         raise
     except K3Error as err:
