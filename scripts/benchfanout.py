@@ -76,7 +76,7 @@ SECRET = "bench-peer-secret-0123456789abcdef"
 
 def _node(root: Path, name: str, blob: bytes | None, etag: str, owner_ip: str) -> Path:
     sys.path.insert(0, str(REMOTE))
-    from fetch_weights import Ledger, RepoCache
+    from fetch_cache import Ledger, RepoCache
     home = root / name
     cache = RepoCache(str(home / "hf"), "bench/blob")
     (home / "peer.secret").write_text(SECRET)
@@ -88,7 +88,7 @@ def _node(root: Path, name: str, blob: bytes | None, etag: str, owner_ip: str) -
     (home / "manifest.json").write_text(json.dumps(doc))
     if blob is not None:
         cache.blob(etag).write_bytes(blob)
-        Ledger(cache.storage / ".k3deploy-verified.json").record(etag, cache.blob(etag))
+        Ledger(cache.ledger).record(etag, cache.blob(etag))
     return home
 
 

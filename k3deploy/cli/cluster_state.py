@@ -1,20 +1,40 @@
-"""The cluster at a glance, from what `status` saw on each node: serving, stopped by the guard
-(since when, the first failure and its cause), down, or in between.
+"""What state the cluster is in, decided here only: serving, stopped by the guard (since when,
+the first failure and its cause), down, or in between, from every node's live facts; and torn
+down, from a node's state file.
 
-Pure functions over per-node live facts, so `status` and `watch` agree on one answer.
+The two views of "down" are decided side by side so they cannot drift apart: live, no rank's
+engine container runs; recorded, a teardown removed the engine after the last engine step
+(k3deploy.steps.ENGINE_STEPS) ran. Pure functions, so `status` and `watch` agree on one answer.
 """
 
 from __future__ import annotations
 
 from k3deploy.node import facts as F
 from k3deploy.node import guard_config
-from k3deploy.steps import probes
+from k3deploy.steps import ENGINE_STEPS, probes
 
 SERVING, STOPPED, DOWN = "serving", "stopped-by-guard", "down"
 DEGRADED, UNREACHABLE = "degraded", "unreachable"
 LABELS = {SERVING: "serving", STOPPED: "stopped by the guard", DOWN: "down",
           DEGRADED: "degraded (not every rank's engine runs, no guard incident)",
           UNREACHABLE: "unknown (a node is unreachable, no guard incident on the others)"}
+TORN_DOWN = "torn down"   # an engine step's status in `status` once a teardown undid it
+
+
+def engine_step(label: str) -> bool:
+    """A step a teardown undoes, by its label in the state file (`name#2` included)."""
+    return label.partition("#")[0] in ENGINE_STEPS
+
+
+def torn_down(state: dict) -> dict | None:
+    """One node's teardown record ({"at", "logs"}), unless an engine step ran after it (the
+    cluster is up again)."""
+    rec = state.get("torn_down")
+    if not rec:
+        return None
+    later = [s.get("finished") or 0 for label, s in state.get("steps", {}).items()
+             if engine_step(label) and s.get("status") not in (TORN_DOWN, "never")]
+    return rec if rec["at"] > max(later, default=0) else None
 
 
 def live_probes(inv) -> list[F.Fact]:
@@ -33,9 +53,13 @@ def summarize(nodes: dict[str, dict]) -> dict:
                 "recorded_on": sorted(i.get("recorded_by") for i in incidents)}
     if any(not n.get("reachable") for n in lives):
         return {"state": UNREACHABLE, "incident": None}
+    return {"state": _engines(lives), "incident": None}
+
+
+def _engines(lives: list[dict]) -> str:
+    """Live: down when no rank's engine container runs, serving when every one does."""
     running = [bool((n.get("container") or {}).get("running")) for n in lives]
-    state = SERVING if all(running) else DOWN if not any(running) else DEGRADED
-    return {"state": state, "incident": None}
+    return SERVING if all(running) else DOWN if not any(running) else DEGRADED
 
 
 def line(name: str, cluster: dict) -> str:

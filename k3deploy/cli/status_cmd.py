@@ -59,7 +59,7 @@ def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
                     and live["identity"] != state["identity"])
     if replaced:
         steps = {name: {**rec, "status": "stale"} for name, rec in steps.items()}
-    down = None if replaced else status_teardown.torn_down(state)
+    down = None if replaced else status_teardown.view(state)
     return {"rank": rank, "live": live, "state": status_teardown.mark(steps, down),
             "replaced": replaced, "torn_down": down}
 

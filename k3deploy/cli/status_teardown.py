@@ -1,31 +1,27 @@
-"""`status` after `down`: the engine steps' old records (launch, wait, verify ok) describe a
-cluster that is gone; show when it was torn down and where its logs went instead."""
+"""How `status` shows a teardown: the engine steps' old records (launch, wait, verify ok)
+describe a cluster that is gone; show when it was torn down and where its logs went instead.
+Whether a node counts as torn down is cluster_state's decision."""
 
 from __future__ import annotations
 
 import time
 
-from k3deploy.steps import ENGINE_STEPS
-
-TORN_DOWN = "torn down"
+from k3deploy.cli import cluster_state
 
 
-def torn_down(state: dict) -> dict | None:
-    """The teardown record, unless an engine step ran after it (the cluster is up again)."""
-    rec = state.get("torn_down")
-    if not rec:
-        return None
-    later = [s.get("finished") or 0 for name, s in state.get("steps", {}).items()
-             if name in ENGINE_STEPS and s.get("status") not in (TORN_DOWN, "never")]
-    return {**rec, "when": when(rec["at"])} if rec["at"] > max(later, default=0) else None
+def view(state: dict) -> dict | None:
+    """cluster_state.torn_down's record, with a readable time."""
+    rec = cluster_state.torn_down(state)
+    return {**rec, "when": when(rec["at"])} if rec else None
 
 
 def mark(steps: dict, rec: dict | None) -> dict:
     """The engine steps' statuses as torn down when `rec` holds."""
     if not rec:
         return steps
-    return {name: ({**r, "status": TORN_DOWN} if name in ENGINE_STEPS else r)
-            for name, r in steps.items()}
+    return {label: ({**r, "status": cluster_state.TORN_DOWN}
+                    if cluster_state.engine_step(label) else r)
+            for label, r in steps.items()}
 
 
 def when(at: float) -> str:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from k3deploy.core.errors import InventoryError
 from k3deploy.cluster.inventory_partial import partial
 from k3deploy.cluster.inventory_rules import semantic_problems
+from k3deploy.remote import protocol
 
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")]
 User = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
@@ -84,18 +85,19 @@ class Paths(_Model):
     # Room kept free beyond the checkpoint: the engine image (~13 GB) plus logs.
     reserve_gb: float = Field(default=20.0, ge=0)
 
+    # The defaults under the NVMe mount are node path rules: remote/protocol.py holds them all.
     @property
     def hf(self) -> str:
-        return self.hf_home or f"{self.nvme.rstrip('/')}/hf"
+        return self.hf_home or protocol.default_hf_home(self.nvme)
 
     @property
     def docker(self) -> str:
-        return self.docker_root or f"{self.nvme.rstrip('/')}/docker"
+        return self.docker_root or protocol.default_docker_root(self.nvme)
 
     @property
     def work(self) -> str:
         """k3deploy's own files on the node (downloader, manifests, secrets, logs)."""
-        return f"{self.nvme.rstrip('/')}/.k3deploy"
+        return protocol.work_dir(self.nvme)
 
 
 class DownloadSpec(_Model):

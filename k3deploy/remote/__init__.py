@@ -6,6 +6,8 @@ protocol.py: the laptop<->node protocol both sides import.
 from functools import cache
 from pathlib import Path
 
+from k3deploy.remote import protocol
+
 
 @cache
 def script_text(name: str) -> str:
@@ -14,6 +16,12 @@ def script_text(name: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no node-side script {name!r} in {path.parent}")
     return path.read_text()
+
+
+def downloader_files(work: str) -> list[tuple[str, str]]:
+    """(path on the node, source) of every file the node-side downloader needs, side by side
+    in the work dir (protocol.DOWNLOADER_FILES)."""
+    return [(f"{work}/{name}", script_text(name)) for name in protocol.DOWNLOADER_FILES]
 
 
 @cache

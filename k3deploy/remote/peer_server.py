@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Node-side peer server: serves this node's verified blobs of the pinned manifest to its peers.
 
-Runs on a GPU node (standard library; imports fetch_weights.py from its own directory), started
+Runs on a GPU node (standard library; imports the downloader's manifest and cache readers from
+its own directory, where they are uploaded with it), started
 detached by k3deploy's download step and stopped by `k3deploy down`:
 
     python3 peer_server.py --manifest M.json --hf-home DIR --listen IP:PORT --secret-file F
@@ -40,8 +41,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
-from fetch_weights import BadInput, Ledger, Manifest, RepoCache  # shipped next to this file
-from protocol import LEDGER_NAME  # likewise
+# The downloader's modules ship next to this file (protocol.DOWNLOADER_FILES).
+from fetch_base import BadInput
+from fetch_cache import Ledger, RepoCache
+from fetch_manifest import Manifest
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY = 0, 2, 3
 _BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
@@ -56,7 +59,7 @@ class Blobs:
     def __init__(self, manifest: Manifest, cache: RepoCache, progress: Path | None = None):
         self.sizes, self.progress = {f.etag: f.size for f in manifest.files}, progress
         self.cache, self.lock, self.stamp = cache, threading.Lock(), None
-        self.ledger = Ledger(cache.storage / LEDGER_NAME)
+        self.ledger = Ledger(cache.ledger)
 
     def _current_ledger(self) -> Ledger:
         """Re-read when the downloader replaced it (it writes atomically)."""

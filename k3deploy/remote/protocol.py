@@ -1,5 +1,6 @@
-"""The laptop<->node protocol: work-dir paths, the HF cache folder, the ledger name, and the
-schema version of the manifest and progress documents.
+"""The laptop<->node protocol: every node path rule (the defaults under the NVMe mount, the
+work-dir files, the HF cache layout), the ledger, and the schema version of the manifest and
+progress documents.
 
 Standard library only. The laptop imports it as k3deploy.remote.protocol; the node-side
 programs import it as `protocol` from their own directory (it is uploaded next to them), or
@@ -18,13 +19,59 @@ class SchemaMismatch(ValueError):
     pass
 
 
+# -- under the NVMe mount: the defaults of the inventory's paths ------------------------------
+def work_dir(nvme: str) -> str:
+    """k3deploy's own files on the node (downloader, manifests, secrets, logs): see WorkPaths."""
+    return f"{nvme.rstrip('/')}/.k3deploy"
+
+
+def default_hf_home(nvme: str) -> str:
+    return f"{nvme.rstrip('/')}/hf"
+
+
+def default_docker_root(nvme: str) -> str:
+    return f"{nvme.rstrip('/')}/docker"
+
+
+# -- the Hugging Face cache, as huggingface_hub lays it out -----------------------------------
+def hub_cache(hf_home: str) -> str:
+    return os.path.join(hf_home, "hub")
+
+
 def cache_folder(repo: str) -> str:
     """The Hugging Face cache's folder name for a model repo: models--{owner}--{name}."""
     return "models--" + repo.replace("/", "--")
 
 
 def cache_storage(hf_home: str, repo: str) -> str:
-    return os.path.join(hf_home, "hub", cache_folder(repo))
+    return os.path.join(hub_cache(hf_home), cache_folder(repo))
+
+
+def cache_locks(hf_home: str, repo: str) -> str:
+    """huggingface_hub's lock files of a repo (.locks/<folder>/<etag>.lock)."""
+    return os.path.join(hub_cache(hf_home), ".locks", cache_folder(repo))
+
+
+def blobs_dir(storage: str) -> str:
+    return os.path.join(storage, "blobs")
+
+
+def blob_path(storage: str, etag: str) -> str:
+    return os.path.join(blobs_dir(storage), etag)
+
+
+def partial_path(storage: str, etag: str) -> str:
+    """A blob being downloaded (resumed with HTTP Range): blobs/<etag>.incomplete."""
+    return blob_path(storage, etag) + ".incomplete"
+
+
+def ledger_path(storage: str) -> str:
+    return os.path.join(storage, LEDGER_NAME)
+
+
+def snapshot_path(storage: str, sha: str, path: str) -> str:
+    """The link a revision's file is read through: snapshots/<sha>/<path> -> ../../blobs/<etag>."""
+    return os.path.join(storage, "snapshots", sha, path)
 
 
 def ledger_entry(size: int, mtime_ns: int, verified: float) -> dict:
@@ -53,14 +100,19 @@ def check_schema(doc, what: str):
     return doc
 
 
+# The node-side downloader: fetch_weights.py and every module it imports by plain name from its
+# own directory. Uploaded side by side into the work dir, by the download step and by the peer
+# server's start (which imports the manifest and cache readers from the same files).
+DOWNLOADER_FILES = ("fetch_weights.py", "fetch_base.py", "fetch_manifest.py", "fetch_cache.py",
+                    "fetch_progress.py", "fetch_hub.py", "peer_fetch.py", "protocol.py")
+
+
 class WorkPaths:
     """The files k3deploy keeps in a node's work dir (inventory paths.work)."""
 
     def __init__(self, work: str):
         self.work = work
-        self.fetcher = f"{work}/fetch_weights.py"
-        self.peer_client = f"{work}/peer_fetch.py"
-        self.protocol = f"{work}/protocol.py"
+        self.fetcher = f"{work}/fetch_weights.py"   # the entry of DOWNLOADER_FILES
         self.manifest = f"{work}/manifest.json"
         self.progress = f"{work}/download-progress.json"
         self.log = f"{work}/download.log"

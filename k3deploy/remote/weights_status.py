@@ -16,15 +16,15 @@ import protocol  # bundled ahead of this program (k3deploy.remote.bundled)
 def verified_files(manifest, hf_home):
     storage = protocol.cache_storage(hf_home, manifest["repo"])
     try:
-        with open(os.path.join(storage, protocol.LEDGER_NAME)) as fh:
+        with open(protocol.ledger_path(storage)) as fh:
             ledger = json.load(fh)
     except (OSError, ValueError):
         ledger = {}
     missing, partial, done_bytes = [], 0, 0
     for f in manifest["files"]:
         etag = f.get("sha256") or f["oid"]
-        blob = os.path.join(storage, "blobs", etag)
-        link = os.path.join(storage, "snapshots", manifest["sha"], f["path"])
+        blob = protocol.blob_path(storage, etag)
+        link = protocol.snapshot_path(storage, manifest["sha"], f["path"])
         try:
             st = os.stat(blob)
             ok = (st.st_size == f["size"]
@@ -37,7 +37,7 @@ def verified_files(manifest, hf_home):
             continue
         missing.append(f["path"])
         try:
-            partial += os.stat(blob + ".incomplete").st_size
+            partial += os.stat(protocol.partial_path(storage, etag)).st_size
         except OSError:
             pass
     return missing, partial, done_bytes

@@ -16,16 +16,13 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.log import get as get_log
-from k3deploy.remote import bundled, script_text
+from k3deploy.remote import bundled
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import peers
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
-FETCHER = script_text("fetch_weights.py")
-PEER_CLIENT = script_text("peer_fetch.py")
-PROTOCOL = script_text("protocol.py")
 STATUS = bundled("weights_status.py")
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
@@ -146,13 +143,9 @@ class DownloadWeights(Step):
     def _start_actions(self, node) -> list[Action]:
         paths, token = Paths(node), node.run.inputs.hf_token(node.inv.hf_token_env)
         actions = [Action("create k3deploy work dir", ("mkdir", "-p", paths.work), retry=True),
-                   upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
-                   upload("upload the node protocol", paths.protocol, PROTOCOL, mode=0o644),
+                   *peers.downloader_uploads(paths.work),
                    upload("upload the pinned manifest", paths.manifest, self._manifest_json(node),
                           mode=0o644)]
-        if peers_enabled(node.inv):
-            actions.append(upload("upload the downloader's peer client", paths.peer_client,
-                                  PEER_CLIENT, mode=0o644))
         if token:
             actions.append(upload("upload the HF token (0600)", paths.env, f"HF_TOKEN={token}\n"))
         argv = ["python3", paths.fetcher, "--manifest", paths.manifest, "--hf-home",

@@ -14,20 +14,23 @@ import shlex
 
 from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
-from k3deploy.remote import script_text
-from k3deploy.remote.protocol import PeerFiles, WorkPaths
+from k3deploy.remote import downloader_files, script_text
+from k3deploy.remote.protocol import PeerFiles
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 SERVER = script_text("peer_server.py")
-FETCHER = script_text("fetch_weights.py")  # the server imports its cache and ledger readers
-PROTOCOL = script_text("protocol.py")       # which both import
+
+
+def downloader_uploads(work: str) -> list[Action]:
+    """The downloader's files (remote.downloader_files): the download step uploads them, and so
+    does the server's start, since the server imports its manifest and cache readers."""
+    return [upload(f"upload {path.rpartition('/')[2]}", path, text, mode=0o644)
+            for path, text in downloader_files(work)]
 
 
 class PeerPaths(PeerFiles):
     def __init__(self, inv):
         super().__init__(inv.paths.work)
-        work = WorkPaths(inv.paths.work)
-        self.client, self.fetcher, self.protocol = work.peer_client, work.fetcher, work.protocol
 
     def status_args(self) -> list[str]:
         """weights_status.py's extra arguments: it reports the server's state as fact `peer`."""
@@ -58,8 +61,7 @@ def server_actions(facts: dict, node, manifest_json: str, secret: str,
         return []
     return [Action("create k3deploy work dir", ("mkdir", "-p", node.inv.paths.work), retry=True),
             upload("upload the peer server", paths.server, SERVER, mode=0o644),
-            upload("upload the downloader", paths.fetcher, FETCHER, mode=0o644),
-            upload("upload the node protocol", paths.protocol, PROTOCOL, mode=0o644),
+            *downloader_uploads(node.inv.paths.work),
             upload("upload the cluster peer secret (0600)", paths.secret, secret),
             upload("upload the peer server's manifest", paths.manifest, manifest_json, mode=0o644),
             cmd("(re)start the peer server, detached", "sh", "-c", _start_script(node, paths, progress))]

@@ -1,6 +1,7 @@
 """`testbed fault`: spot reclaims, partitions, full disks and a misbehaving Hub."""
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -11,10 +12,23 @@ from tb.state import TestbedState
 from tb.testbed import start_nodes
 
 FILL_FILE = ".k3tb-fill"
-# A test hook of k3deploy's peer server (k3deploy/steps/peers.py, PeerPaths.corrupt_flag): while
-# this file exists in the node's k3deploy work dir, the server flips every byte it serves.
-PEER_CORRUPT_FLAG = "/mnt/nvme/.k3deploy/peer-corrupt.testhook"
 FILL_LEAVE_FREE = 512 * 1024
+
+
+def _k3deploy_protocol():
+    """k3deploy's node path rules, k3deploy/remote/protocol.py: standard library only, so it
+    loads by path without the package (the testbed does not depend on k3deploy's venv)."""
+    path = Path(__file__).resolve().parents[2] / "k3deploy" / "remote" / "protocol.py"
+    spec = importlib.util.spec_from_file_location("k3deploy_node_protocol", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# A test hook of k3deploy's peer server (PeerFiles.corrupt_flag): while this file exists in the
+# node's k3deploy work dir (on the testbed's NVMe, /mnt/nvme), it flips every byte it serves.
+_PROTOCOL = _k3deploy_protocol()
+PEER_CORRUPT_FLAG = _PROTOCOL.WorkPaths(_PROTOCOL.work_dir("/mnt/nvme")).peer.corrupt_flag
 
 
 class FaultError(RuntimeError):

@@ -5,6 +5,8 @@ against the mock Hub for the normal paths, resume after SIGKILL and dropped conn
 from __future__ import annotations
 
 import hashlib
+import shutil
+import sys
 import http.server
 import threading
 from collections import namedtuple
@@ -14,6 +16,10 @@ import pytest
 
 from k3deploy.remote import fetch_weights as fw
 from k3deploy.remote.protocol import SCHEMA_VERSION
+
+# fetch_weights' sibling modules, by the plain names it imports them under (it puts its own
+# directory on sys.path, as on a node): patching k3deploy.remote.fetch_hub would miss them.
+hub = sys.modules["fetch_hub"]
 
 BODY = bytes(range(256)) * 40  # 10,240 bytes
 SHA = "a" * 40
@@ -90,17 +96,17 @@ def test_over_long_body_fails_and_empties_the_partial(tmp_path):
 
 
 def test_gives_up_after_attempts_without_progress(tmp_path, monkeypatch):
-    monkeypatch.setattr(fw, "BACKOFF_CAP_SECONDS", 0.0)
+    monkeypatch.setattr(hub, "BACKOFF_CAP_SECONDS", 0.0)
     with serving(lambda rng: (503, {}, b"busy")) as server:
         with pytest.raises(fw.DownloadError, match=r"gave up after 8 attempts without progress \(HTTP 503\)"):
             fetch(tmp_path, server, partial=BODY[:100])
-    assert server.ranges == ["bytes=100-"] * fw.RETRIES_WITHOUT_PROGRESS
+    assert server.ranges == ["bytes=100-"] * hub.RETRIES_WITHOUT_PROGRESS
 
 
 def test_progress_resets_the_give_up_count(tmp_path, monkeypatch):
     """Each answer brings 1,024 new bytes, then the connection ends early: ten short answers,
     more than the give-up count, still finish the file."""
-    monkeypatch.setattr(fw, "BACKOFF_CAP_SECONDS", 0.0)
+    monkeypatch.setattr(hub, "BACKOFF_CAP_SECONDS", 0.0)
 
     def answer(rng):
         start = int(rng.removeprefix("bytes=").rstrip("-")) if rng else 0
@@ -142,7 +148,7 @@ def test_free_space_check(tmp_path, monkeypatch, free, partial, blob_present, en
         cache.partial(spec.etag).write_bytes(partial)
     if blob_present:
         cache.blob(spec.etag).write_bytes(BODY)
-    monkeypatch.setattr(fw.shutil, "disk_usage", lambda path: Usage(10**12, 0, free))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**12, 0, free))
     if enough:
         fw.check_free_space(cache, manifest.files)
     else:

@@ -1,13 +1,15 @@
 """remote/protocol.py: the laptop<->node documents carry one schema version, checked on read."""
 
 import json
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
 from k3deploy.cluster import inventory
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
-from k3deploy.remote import bundled, protocol
+from k3deploy.remote import bundled, downloader_files, protocol
 from k3deploy.steps.preflight import model_cache_dir
 from tests.unit.invdata import four_nodes
 
@@ -44,7 +46,31 @@ def test_the_cache_folder_and_work_paths_come_from_the_protocol():
     work = protocol.WorkPaths(inv.paths.work)
     assert work.manifest == f"{inv.paths.work}/manifest.json"
     assert work.progress == f"{inv.paths.work}/download-progress.json"
-    assert work.protocol == f"{inv.paths.work}/protocol.py"
+    assert work.fetcher == f"{inv.paths.work}/fetch_weights.py"
+
+
+def test_every_node_path_default_is_the_protocols():
+    inv = inventory.parse(four_nodes())
+    assert inv.paths.work == protocol.work_dir("/mnt/nvme/") == "/mnt/nvme/.k3deploy"
+    assert inv.paths.hf == protocol.default_hf_home("/mnt/nvme") == "/mnt/nvme/hf"
+    assert inv.paths.docker == protocol.default_docker_root("/mnt/nvme") == "/mnt/nvme/docker"
+    storage = protocol.cache_storage("/h", "o/m")
+    assert storage == "/h/hub/models--o--m"
+    assert protocol.partial_path(storage, "e") == "/h/hub/models--o--m/blobs/e.incomplete"
+    assert protocol.cache_locks("/h", "o/m") == "/h/hub/.locks/models--o--m"
+    assert protocol.snapshot_path(storage, "s", "a/b") == "/h/hub/models--o--m/snapshots/s/a/b"
+
+
+def test_the_downloader_ships_with_every_module_it_imports():
+    # Each node-side module's plain-name imports of its siblings must be in the upload list.
+    remote = Path(protocol.__file__).parent
+    shipped = {name.removesuffix(".py") for name in protocol.DOWNLOADER_FILES}
+    for name in (*protocol.DOWNLOADER_FILES, "peer_server.py"):
+        source = (remote / name).read_text()
+        imported = set(re.findall(r"^\s*(?:from|import) (\w+)", source, re.M))
+        local = {m for m in imported if (remote / f"{m}.py").exists()}
+        assert local <= shipped, (name, local - shipped)
+    assert [path for path, _ in downloader_files("/w")][0] == "/w/fetch_weights.py"
 
 
 def test_a_bundled_program_gets_the_protocol_as_its_module(monkeypatch):

@@ -3,7 +3,7 @@
 import json
 
 from k3deploy.cluster import inventory
-from k3deploy.cli import status_teardown
+from k3deploy.cli import cluster_state, status_teardown
 from k3deploy.node.context import RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.runner import Runner
@@ -56,20 +56,35 @@ def state(launched: float, down_at: float | None) -> dict:
 
 def test_engine_steps_show_torn_down_until_a_later_launch():
     doc = state(launched=1000, down_at=2000)
-    rec = status_teardown.torn_down(doc)
+    rec = status_teardown.view(doc)
     assert rec["when"] == "1970-01-01 00:33:20 UTC"
     marked = status_teardown.mark(doc["steps"], rec)
     assert {s: r["status"] for s, r in marked.items()} == {
         "download": "ok", "launch": "torn down", "wait": "torn down", "verify": "torn down"}
-    assert status_teardown.torn_down(state(launched=3000, down_at=2000)) is None  # up again
-    assert status_teardown.torn_down(state(launched=1000, down_at=None)) is None
+    assert status_teardown.view(state(launched=3000, down_at=2000)) is None  # up again
+    assert status_teardown.view(state(launched=1000, down_at=None)) is None
     assert status_teardown.mark(doc["steps"], None) == doc["steps"]
 
 
 def test_note_names_the_nodes_when_not_all_were_torn_down():
-    rec = status_teardown.torn_down(state(1000, 2000))
+    rec = status_teardown.view(state(1000, 2000))
     assert status_teardown.note({"a": {"torn_down": rec}, "b": {"torn_down": rec}}) == \
         "torn down 1970-01-01 00:33:20 UTC, logs in /l"
     assert status_teardown.note({"a": {"torn_down": rec}, "b": {"torn_down": None}}) == \
         "torn down on a 1970-01-01 00:33:20 UTC, logs in /l"
     assert status_teardown.note({"a": {"torn_down": None}}) is None
+
+
+def test_down_is_decided_in_cluster_state_for_both_views():
+    # recorded: the teardown record, as long as no engine step (by label) finished after it
+    doc = state(launched=1000, down_at=2000)
+    assert cluster_state.torn_down(doc) == {"at": 2000, "logs": "/l"}
+    doc["steps"]["verify#2"] = {"status": "ok", "finished": 2500}
+    assert cluster_state.torn_down(doc) is None
+    doc["steps"]["verify#2"]["status"] = "torn down"   # an old record already marked
+    assert cluster_state.torn_down(doc) is not None
+    assert cluster_state.engine_step("launch") and not cluster_state.engine_step("download")
+    # live: no rank's engine runs
+    lives = {"a": {"reachable": True, "container": None},
+             "b": {"reachable": True, "container": {"running": False}}}
+    assert cluster_state.summarize(lives)["state"] == cluster_state.DOWN

@@ -1,0 +1,72 @@
+"""The progress document the laptop polls (k3deploy.steps.download, remote/weights_status.py):
+bytes and files done, the rate, and where the bytes came from (Hub or which peer)."""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from pathlib import Path
+
+import protocol
+from fetch_base import write_json_atomic
+from fetch_manifest import FileSpec
+
+
+class Progress:
+    """Counters the laptop polls, written atomically about once a second and at the end."""
+
+    def __init__(self, path: Path, files: list[FileSpec]):
+        self.path, self.lock, self.files = path, threading.Lock(), files
+        self.verified: set[str] = set()
+        self.on_disk: dict[str, int] = {}  # partial bytes of files in flight
+        self.received, self.samples = 0, collections.deque(maxlen=12)
+        self.by_source: dict[str, int] = {}  # "hub" or a peer's name -> bytes received
+        self.bad_peers: set[str] = set()      # peers that served bytes failing a checksum
+        self.started, self.state, self.error = time.time(), "running", None
+        self.stop_event = threading.Event()
+
+    def partial(self, spec: FileSpec, have: int) -> None:
+        with self.lock:
+            self.on_disk[spec.path] = have
+
+    def received_bytes(self, spec: FileSpec, n: int, source: str = "hub") -> None:
+        with self.lock:
+            self.on_disk[spec.path] = self.on_disk.get(spec.path, 0) + n
+            self.received += n
+            self.by_source[source] = self.by_source.get(source, 0) + n
+
+    def file_done(self, spec: FileSpec) -> None:
+        with self.lock:
+            self.on_disk.pop(spec.path, None)
+            self.verified.add(spec.path)
+
+    def document(self) -> dict:
+        with self.lock:
+            now = time.time()
+            self.samples.append((now, self.received))
+            t0, r0 = self.samples[0]
+            done = [f for f in self.files if f.path in self.verified]
+            shards = [f for f in self.files if f.path.endswith(".safetensors")]
+            return protocol.with_schema({"pid": os.getpid(), "state": self.state, "error": self.error,
+                    "bytes_total": sum(f.size for f in self.files),
+                    "bytes_done": sum(f.size for f in done) + sum(self.on_disk.values()),
+                    "rate_bps": int((self.received - r0) / (now - t0)) if now > t0 else 0,
+                    "files_total": len(self.files), "files_done": len(done),
+                    "shards_total": len(shards), "shards_done": sum(f.path in self.verified for f in shards),
+                    "hub_bytes": self.by_source.get("hub", 0),
+                    "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
+                    "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
+                    "bad_peers": sorted(self.bad_peers),
+                    "started": self.started, "updated": now})
+
+    def write(self) -> None:
+        write_json_atomic(self.path, self.document())
+
+    def run_reporter(self) -> threading.Thread:
+        def loop():
+            while not self.stop_event.wait(1.0):
+                self.write()
+        thread = threading.Thread(target=loop, name="progress", daemon=True)
+        thread.start()
+        return thread
