@@ -11,6 +11,7 @@ import shlex
 
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
+from k3deploy.remote import protocol
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step, cmd, upload
 
@@ -71,9 +72,9 @@ class MoveToNvme(Step):
         if facts.get("hf_owner") != user or not facts.get("hf_writable"):
             # The downloader runs as the login user, so it must own the cache and work dir.
             actions += [cmd("create HF cache and k3deploy work dirs", "mkdir", "-p",
-                            f"{p.hf}/hub", p.work, sudo=True, retry=True),
+                            protocol.hub_cache(p.hf), p.work, sudo=True, retry=True),
                         cmd("give them to the login user", "chown", f"{user}:", p.hf,
-                            f"{p.hf}/hub", p.work, sudo=True, retry=True)]
+                            protocol.hub_cache(p.hf), p.work, sudo=True, retry=True)]
         return actions
 
     def detail(self, facts, node):

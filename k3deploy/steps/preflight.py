@@ -10,7 +10,7 @@ from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import sizing
 from k3deploy.engines import ImageChoiceError, choose_image
 from k3deploy.cluster.hubmeta import manifest_for
-from k3deploy.remote.protocol import cache_folder
+from k3deploy.remote import protocol
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import listening_ports, reachability_problems
@@ -20,7 +20,7 @@ GB = 1e9
 
 
 def model_cache_dir(inv) -> str:
-    return f"{inv.paths.hf}/hub/{cache_folder(inv.model.repo)}"
+    return protocol.cache_storage(inv.paths.hf, inv.model.repo)
 
 
 def image_for(inv, cuda: str | None) -> str:
@@ -36,7 +36,7 @@ def _facts(node) -> list[F.Fact]:
         F.Fact("hub_client", "python3 -c 'import huggingface_hub as h; print(h.__version__)'", F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
         F.Fact("free_bytes", f"df -B1 --output=avail {nvme} | tail -n 1", F.integer),
-        F.Fact("have_bytes", f"du -sbL {shlex.quote(model_cache_dir(inv))}/blobs 2>/dev/null "
+        F.Fact("have_bytes", f"du -sbL {shlex.quote(protocol.blobs_dir(model_cache_dir(inv)))} 2>/dev/null "
                "|| echo 0", F.integer),
         F.Fact("sudo", 'test "$(id -u)" = 0 || sudo -n true', F.exit_ok),
         F.Fact("listening", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", listening_ports),
