@@ -17,14 +17,10 @@ IDENTITY = [
 ]
 
 
-def _gather(ctx) -> dict:
-    return F.gather(ctx.conn, IDENTITY)
-
-
-def _identify(ctx, look) -> K3Error | None:
+def _identify(ctx) -> K3Error | None:
     try:
         ctx.conn.open()
-        values = look(ctx)
+        values = F.gather(ctx.conn, IDENTITY)
     except K3Error as err:  # unreachable, or a host key we must not trust
         return err
     if ctx.state.check_identity(values):
@@ -34,12 +30,9 @@ def _identify(ctx, look) -> K3Error | None:
     return None
 
 
-def check_identities(contexts, look=_gather) -> dict[str, K3Error]:
-    """look(ctx) -> the IDENTITY values (the runner's look also fetches every step's facts in
-    the same round trip)."""
+def check_identities(contexts) -> dict[str, K3Error]:
     if not contexts:
         return {}
     with ThreadPoolExecutor(max_workers=min(32, len(contexts))) as pool:
-        errors = dict(zip([c.name for c in contexts],
-                          pool.map(lambda c: _identify(c, look), contexts)))
+        errors = dict(zip([c.name for c in contexts], pool.map(_identify, contexts)))
     return {name: err for name, err in errors.items() if err is not None}

@@ -1,5 +1,6 @@
-"""Facts for every step of a playbook, batched: one round trip per node looks at what all the
-steps still to come will need; it is repeated only after a step changed something.
+"""Facts for every step of a playbook, batched: one round trip per node, in the first step,
+looks at what all the steps still to come will need; it is repeated only after a step changed
+something.
 
 A change on one node can change what another node's later steps see (a relaunched worker makes
 the head's endpoint unhealthy), so any change anywhere drops every node's batch.
@@ -12,23 +13,16 @@ import threading
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Step
 
-IDENTITY = "@identity."
-
-
 class Observer:
     def __init__(self, steps: list[Step]):
         self.steps = steps
         self._batches: dict[str, dict[str, dict]] = {}   # node -> step label -> parsed values
         self._lock = threading.Lock()
 
-    def first_look(self, ctx, identity: list[F.Fact]) -> dict:
-        """The node's identity and every step's facts, in the run's first round trip."""
-        return _part(self._fill(ctx, 0, F.renamed(identity, IDENTITY)), IDENTITY)
-
     def facts(self, step: Step, ctx) -> dict:
         found = self._pop(ctx, step)
         if found is None:
-            self._fill(ctx, self.steps.index(step), [])
+            self._fill(ctx, self.steps.index(step))
             found = self._pop(ctx, step)
         return step.facts_from(found, ctx)
 
@@ -40,16 +34,14 @@ class Observer:
         with self._lock:
             return self._batches.get(ctx.name, {}).pop(step.label, None)
 
-    def _fill(self, ctx, start: int, extra: list[F.Fact]) -> dict:
-        """Looks for the steps from `start` on; keeps their parts, returns all values."""
+    def _fill(self, ctx, start: int) -> None:
+        """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
-        batch = list(extra) + [f for label, mine in probes.items()
-                               for f in F.renamed(mine, f"{label}.")]
+        batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         values = F.gather(ctx.conn, batch,
                           step=self.steps[start].name if start < len(self.steps) else None)
         with self._lock:
             self._batches[ctx.name] = {label: _part(values, f"{label}.") for label in probes}
-        return values
 
 
 def _part(values: dict, prefix: str) -> dict:
