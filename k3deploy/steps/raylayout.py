@@ -121,7 +121,3 @@ def serve_alive(status: dict | None, healthy: bool, head: str) -> bool:
     raise StepFailed(head, "vllm serve in the Ray head is not running (Ray holds none of "
                      "the GPUs and the endpoint does not answer)", step="wait",
                      hint=SERVE_GONE_HINT)
-
-
-def joined(log: str) -> bool:
-    return RAY_STARTED in log

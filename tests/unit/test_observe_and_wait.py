@@ -1,0 +1,184 @@
+"""The runner's batched look (run/observer.py), the one polling loop (run/waiter.py) and the
+fact batch itself (node/facts.py), against in-memory nodes."""
+
+import re
+import subprocess
+
+import pytest
+
+from k3deploy.cluster import inventory
+from k3deploy.core.errors import StepFailed
+from k3deploy.node import facts as F
+from k3deploy.node.context import RunContext
+from k3deploy.run.runner import Runner
+from k3deploy.steps.base import Step, cmd, wait
+from tests.unit.fakes import FakeConn, FakeSession, section
+from tests.unit.invdata import four_nodes
+
+
+class Asks(Step):
+    """Looks at `cat /<name>`; wants it to say "yes"."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def probes(self, node):
+        return [F.command("value", ["cat", f"/{self.name}"])]
+
+    def plan(self, facts, node):
+        return [] if facts["value"] == "yes" else [cmd(f"set {self.name}", "set", self.name)]
+
+
+class World(FakeConn):
+    """Answers every `cat /X` of a batch from its own dict; `set X` makes X say yes."""
+
+    def __init__(self, name, values):
+        super().__init__(name)
+        self.values = values
+        self.batches = 0
+
+    def respond(self, command):
+        if command.startswith("set "):
+            self.values[command.split()[1]] = "yes"
+            return 0, ""
+        if "@@k3fact@@" not in command:
+            return 0, ""
+        self.batches += 1
+        asked = re.findall(r"@@k3fact@@begin (\S+); \( cat /(\w+) \)", command)
+        return 0, "".join(section(command, name, self.values[key]) for name, key in asked)
+
+
+def run_with(tmp_path, values_per_node, steps):
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: World(n.name, dict(values_per_node)) for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns))
+    return Runner(run, steps).execute(), conns
+
+
+def test_a_no_op_run_looks_once_per_node_for_every_step(tmp_path):
+    report, conns = run_with(tmp_path, {"a": "yes", "b": "yes", "c": "yes"},
+                             [Asks("a"), Asks("b"), Asks("c")])
+    assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
+    assert {c.batches for c in conns.values()} == {2}   # the identity check, then one look
+
+
+def test_a_change_anywhere_makes_the_next_step_look_again(tmp_path):
+    report, conns = run_with(tmp_path, {"a": "no", "b": "yes", "c": "yes"},
+                             [Asks("a"), Asks("b"), Asks("c")])
+    assert report.results["node0"]["a"].status == "changed"
+    # identity, the first look (a, b, c), a's re-check, then b looks again for b and c, and
+    # c uses that.
+    assert {c.batches for c in conns.values()} == {4}
+
+
+def test_the_same_command_asked_twice_runs_once_and_answers_both():
+    facts = [F.command("cuda", ["echo", "13.0"]), F.command("again", ["echo", "13.0"]),
+             F.Fact("key", "cat", F.text, stdin="sk-secret")]
+    script = F.compose(facts)
+    assert script.count("echo 13.0") == 1
+    assert "sk-secret" in script   # as a here-document on stdin, never in argv
+    out = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True).stdout
+    assert F.parse_output(facts, out) == {"cuda": "13.0", "again": "13.0", "key": "sk-secret"}
+
+
+class Waits(Step):
+    """Waits until the node's counter reaches `goal`; the counter moves by `step` per look."""
+
+    name = "waits"
+
+    def __init__(self, goal, step=1, stall=None, timeout=None, dies_at=None):
+        super().__init__()
+        self.goal, self.step, self.stall, self.timeout, self.dies_at = \
+            goal, step, stall, timeout, dies_at
+        self.seen = 0
+
+    def facts(self, node):
+        self.seen += self.step
+        return {"count": self.seen}
+
+    def plan(self, facts, node):
+        if facts["count"] >= self.goal:
+            return []
+        return [wait("wait for the count", "count reached", poll=0.01, stall=self.stall,
+                     timeout=self.timeout)]
+
+    def progress(self, facts, node):
+        if self.dies_at is not None and facts["count"] >= self.dies_at:
+            raise StepFailed(node.name, "the counter died", step=self.name)
+        return facts["count"]
+
+
+def waiter_for(tmp_path):
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    runner = Runner(run, [])
+    return run.waiter, runner.contexts[0]
+
+
+def test_the_wait_ends_when_the_plan_no_longer_asks_for_it(tmp_path):
+    waiter, node = waiter_for(tmp_path)
+    step = Waits(goal=5)
+    assert waiter(step, node, step.plan({"count": 0}, node)[0].wait) == {"count": 5}
+
+
+def test_a_wait_without_progress_fails_at_its_stall_limit_with_the_hint(tmp_path):
+    waiter, node = waiter_for(tmp_path)
+    step = Waits(goal=5, step=0, stall=0.05)
+    with pytest.raises(StepFailed, match="count reached; no progress for 0s"):
+        waiter(step, node, step.plan({"count": 0}, node)[0].wait)
+
+
+def test_a_wait_fails_at_its_timeout_even_while_progressing(tmp_path):
+    waiter, node = waiter_for(tmp_path)
+    step = Waits(goal=10**9, timeout=0.05)
+    with pytest.raises(StepFailed, match="not so within 0s"):
+        waiter(step, node, step.plan({"count": 0}, node)[0].wait)
+
+
+def test_what_is_awaited_dying_fails_the_wait_at_once(tmp_path):
+    waiter, node = waiter_for(tmp_path)
+    step = Waits(goal=100, dies_at=3)
+    with pytest.raises(StepFailed, match="the counter died"):
+        waiter(step, node, step.plan({"count": 0}, node)[0].wait)
+    assert step.seen == 3
+
+
+def engine(running=True, rank=0, finished="", code=0):
+    return {"running": running, "exit_code": code, "finished": finished,
+            "cmd": ["python3", "-m", "sglang.launch_server", "--node-rank", str(rank)],
+            "labels": {}}
+
+
+def test_the_endpoint_wait_blames_the_rank_that_exited_first_with_its_log(tmp_path):
+    from k3deploy.steps.wait import WaitHealthy
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    step = WaitHealthy()
+    step.prepare(run)
+    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
+            for i in range(4)}
+    step.check_cluster(seen, run, waited=1.0)   # all running, none loading yet: keep waiting
+    seen["node3"]["container"] = engine(False, 3, "2026-11-30T10:00:02.5Z", 1)
+    seen["node1"] = {**seen["node1"], "container": engine(False, 1, "2026-11-30T10:00:02.25Z", 1),
+                     "log": "loading\nCUDA error: an illegal memory access"}
+    with pytest.raises(StepFailed) as err:
+        step.check_cluster(seen, run, waited=2.0)
+    assert err.value.node == "node1" and "illegal memory access" in str(err.value)
+    assert "node3 exited after it" in str(err.value)
+
+
+def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
+    from k3deploy.steps.wait import WaitHealthy
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    step = WaitHealthy({"form_timeout": 5})
+    step.prepare(run)
+    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
+            for i in range(4)}
+    with pytest.raises(StepFailed, match="no rank started loading weights within 5s"):
+        step.check_cluster(seen, run, waited=6.0)
+    seen["node2"]["log"] = "Loading safetensors checkpoint shards:  10% Completed"
+    fresh = WaitHealthy({"form_timeout": 5})
+    fresh.prepare(run)
+    fresh.check_cluster(seen, run, waited=6.0)   # one rank loading: the group formed
