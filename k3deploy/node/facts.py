@@ -37,15 +37,20 @@ def _first_asker(facts: list[Fact]) -> dict[str, str]:
 
 
 def compose(facts: list[Fact]) -> str:
-    parts, asker = [], _first_asker(facts)
-    for fact in facts:
-        if asker[fact.name] != fact.name:
-            continue
+    """Every fact runs at once (they only read), each into its own file; then the files are
+    printed in order, each between its markers. A batch takes its slowest fact's time."""
+    asker = _first_asker(facts)
+    unique = [f for f in facts if asker[f.name] == f.name]
+    runs, prints = [], []
+    for i, fact in enumerate(unique):
         body = fact.script if not fact.sudo else _sudo(fact.script)
         # Every fact reads its own here-document or nothing: never the script being run.
-        parts.append(f"echo {MARK}begin {fact.name}; ( {body} ) 2>&1 {_stdin(fact)}"
-                     f"echo {MARK}end $?")
-    return "\n".join(parts) + "\n"
+        runs.append(f'{{ ( {body} ) > "$k3d/{i}" 2>&1 {_stdin(fact)}'
+                    f'echo $? > "$k3d/{i}.rc"; }} &')
+        prints.append(f'echo {MARK}begin {fact.name}; cat "$k3d/{i}"; '
+                      f'echo {MARK}end "$(cat "$k3d/{i}.rc")"')
+    return "\n".join(['k3d=$(mktemp -d) || exit 1', 'trap \'rm -rf "$k3d"\' EXIT', *runs,
+                      "wait", *prints]) + "\n"
 
 
 def _stdin(fact: Fact) -> str:

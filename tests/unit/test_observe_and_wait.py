@@ -3,6 +3,7 @@ fact batch itself (node/facts.py), against in-memory nodes."""
 
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -45,8 +46,10 @@ class World(FakeConn):
         if "@@k3fact@@" not in command:
             return 0, ""
         self.batches += 1
-        asked = re.findall(r"@@k3fact@@begin (\S+); \( cat /(\w+) \)", command)
-        return 0, "".join(section(command, name, self.values[key]) for name, key in asked)
+        runs = dict((i, key) for key, i in re.findall(r'\( cat /(\w+) \) > "\$k3d/(\d+)"', command))
+        asked = re.findall(r'@@k3fact@@begin (\S+); cat "\$k3d/(\d+)"', command)
+        return 0, "".join(section(command, name, self.values[runs[i]]) for name, i in asked
+                          if i in runs)
 
 
 def run_with(tmp_path, values_per_node, steps):
@@ -74,12 +77,24 @@ def test_a_change_anywhere_makes_the_next_step_look_again(tmp_path):
 
 def test_the_same_command_asked_twice_runs_once_and_answers_both():
     facts = [F.command("cuda", ["echo", "13.0"]), F.command("again", ["echo", "13.0"]),
-             F.Fact("key", "cat", F.text, stdin="sk-secret")]
+             F.Fact("key", "cat", F.text, stdin="sk-secret"), F.Fact("failing", "exit 3", F.integer),
+             F.Fact("code", "echo 7; exit 4", lambda out, code: (out.strip(), code))]
     script = F.compose(facts)
     assert script.count("echo 13.0") == 1
     assert "sk-secret" in script   # as a here-document on stdin, never in argv
     out = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True).stdout
-    assert F.parse_output(facts, out) == {"cuda": "13.0", "again": "13.0", "key": "sk-secret"}
+    assert F.parse_output(facts, out) == {"cuda": "13.0", "again": "13.0", "key": "sk-secret",
+                                          "failing": None, "code": ("7", 4)}
+
+
+def test_the_facts_of_a_batch_run_at_once():
+    facts = [F.Fact(f"slow{i}", "sleep 0.5; echo done", F.text) for i in range(6)]
+    started = time.monotonic()
+    out = subprocess.run(["sh", "-s"], input=F.compose(facts), capture_output=True,
+                         text=True).stdout
+    took = time.monotonic() - started
+    assert set(F.parse_output(facts, out).values()) == {"done"}
+    assert took < 2.5, took   # one after another: 3 s
 
 
 class Waits(Step):
