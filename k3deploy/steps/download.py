@@ -16,10 +16,10 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.log import get as get_log
-from k3deploy.remote import bundled
+from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
-from k3deploy.steps import peers
+from k3deploy.steps import node_files, peers
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
@@ -83,8 +83,10 @@ class DownloadWeights(Step):
     def probes(self, node):
         paths = Paths(node)
         extra = peers.PeerPaths(node.inv).status_args() if peers_enabled(node.inv) else []
+        programs = [p for p, _ in downloader_files(paths.work)] + [peers.PeerPaths(node.inv).server]
         return [F.python("status", STATUS, [node.inv.paths.hf, paths.progress, paths.pid, *extra],
                          _status, stdin=self._manifest_json(node)),
+                node_files.fact(programs),
                 F.Fact("token_file", f"test -e {shlex.quote(paths.env)}", F.exit_ok),
                 F.Fact("log", f"tail -n 40 {shlex.quote(paths.log)}", F.text)]
 
@@ -94,7 +96,8 @@ class DownloadWeights(Step):
             raise StepFailed(node.name, "could not read the download's status on the node: "
                              f"{status['unreadable']}", step=self.name, hint="is python3 "
                              "installed there (k3deploy check)?")
-        return {**status, "token_file": found["token_file"], "log": found["log"] or ""}
+        return {**status, "token_file": found["token_file"], "log": found["log"] or "",
+                node_files.FACT: found.get(node_files.FACT) or {}}
 
     def plan(self, facts, node):
         actions = self._peer_actions(facts, node)
@@ -114,7 +117,8 @@ class DownloadWeights(Step):
             # Started by this run and already dead (e.g. a shard that keeps failing its
             # sha256): a restart would fetch the same bad bytes again; report it instead.
             self._failed(node, facts)
-        return _once(actions + self._start_actions(node)) + waiting
+        started = _once(actions + self._start_actions(node))
+        return node_files.changed_only(started, facts.get(node_files.FACT)) + waiting
 
     def _waiting(self, node) -> list[Action]:
         # The token file goes once the last file is verified: the waiting step promises that.
@@ -137,8 +141,10 @@ class DownloadWeights(Step):
         """The node's peer server runs (fan-out on): before the downloader, which asks peers."""
         if not peers_enabled(node.inv):
             return []
-        return peers.server_actions(facts, node, self._manifest_json(node),
-                                    node.run.inputs.peer_secret, Paths(node).progress)
+        return node_files.changed_only(
+            peers.server_actions(facts, node, self._manifest_json(node),
+                                 node.run.inputs.peer_secret, Paths(node).progress),
+            facts.get(node_files.FACT))
 
     def _start_actions(self, node) -> list[Action]:
         paths, token = Paths(node), node.run.inputs.hf_token(node.inv.hf_token_env)

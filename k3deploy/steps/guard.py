@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from k3deploy.node import facts as F
 from k3deploy.node import guard_config
 from k3deploy.remote import script_text
-from k3deploy.steps import probes
+from k3deploy.steps import node_files, probes
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 BEAT_STALE = 60  # seconds: the guard rewrites its state every 10 s while alive
@@ -86,7 +86,9 @@ class StartGuard(Step):
                                     node.run.inputs.guard_secret or "")
 
     def probes(self, node):
-        return guard_facts(node.inv)
+        paths = guard_config.node_paths(node.inv)
+        scripts = [f"{paths['dir']}/{name}" for name in guard_config.SCRIPTS]
+        return guard_facts(node.inv) + [node_files.fact(scripts, sudo=True)]
 
     def plan(self, facts, node):
         if not node.inv.guard.enabled:
@@ -94,7 +96,7 @@ class StartGuard(Step):
         if healthy(facts, self.config(node)["digest"]):
             return []
         return (stop_actions(facts) + ([archive_action(node.inv)] if facts["incident"] else [])
-                + self._start_actions(node))
+                + node_files.changed_only(self._start_actions(node), facts.get(node_files.FACT)))
 
     def _start_actions(self, node) -> list[Action]:
         paths, cfg = guard_config.node_paths(node.inv), self.config(node)

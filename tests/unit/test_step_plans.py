@@ -246,3 +246,20 @@ def test_listening_ports_come_from_proc_net_tcp():
             "  sl  local_address                         remote_address   st\n"
             "   0: 00000000000000000000000000000000:22F7 00000000000000000000000000000000:0000 0A\n")
     assert listening_ports(proc, 0) == {0x1D4C, 0x22F7}   # 7500 and 8951; not the ESTABLISHED 22
+
+
+def test_download_uploads_only_the_programs_the_node_does_not_have(tmp_path):
+    import hashlib
+
+    from k3deploy.remote import downloader_files
+    from k3deploy.steps import node_files
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
+    files = downloader_files("/mnt/nvme/.k3deploy")
+    same, stale = files[0], files[1]
+    present = {same[0]: hashlib.sha256(same[1].encode()).hexdigest(), stale[0]: "0" * 64}
+    facts = {"missing_count": 3, "running": False, node_files.FACT: present}
+    uploads = [a.upload_to for a in DownloadWeights().plan(facts, ctx) if a.upload_to]
+    assert same[0] not in uploads and stale[0] in uploads
+    assert len(uploads) == (len(files) - 1) + 1   # the other programs, and the manifest
+    out = f"{present[same[0]]}  {same[0]}\nsha256sum: {stale[0]}: No such file or directory\n"
+    assert node_files.fact([same[0], stale[0]]).parse(out, 1) == {same[0]: present[same[0]]}
