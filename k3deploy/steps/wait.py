@@ -88,15 +88,17 @@ class WaitHealthy(Step):
         state = facts["container"]
         if not state:
             raise StepFailed(node.name, "no engine container; run launch first", step=self.name)
+        if node.is_head and not facts["healthy"]:
+            # Also when rank 0 itself exited: the wait's first poll looks at every rank and
+            # blames the one that exited first (ranks abort when a peer dies), with its log.
+            return [wait("wait until rank 0 answers /health", "rank 0 answers /health",
+                         poll=self.p.poll_seconds, cluster=True,
+                         timeout=self.p.timeout or node.inv.engine.dist_timeout + 600)]
         if not state["running"]:
             raise StepFailed(node.name, f"rank {node.rank} container exited ({state['exit_code']})",
                              step=self.name, hint=f"`k3deploy logs -i {node.inv.source}` shows "
                              "why; fix it, then re-run `k3deploy up` (exited containers are "
                              "replaced)")
-        if node.is_head and not facts["healthy"]:
-            return [wait("wait until rank 0 answers /health", "rank 0 answers /health",
-                         poll=self.p.poll_seconds, cluster=True,
-                         timeout=self.p.timeout or node.inv.engine.dist_timeout + 600)]
         return []
 
     def check_cluster(self, all_facts, run, waited):
