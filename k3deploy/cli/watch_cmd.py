@@ -7,14 +7,15 @@ the nodes (they never needed the laptop).
 
 Pauses are interrupt.sleep, the one stop mechanism: it ends at once on a stop request (raised
 as Interrupted, as during a bring-up, whose run installs the handlers) and on a plain Ctrl-C
-(KeyboardInterrupt, raised out of the wait by Python's default handler). watch installs no
-handler of its own: it has nothing to record, and a Ctrl-C during a status round should not
-wait for that round's SSH threads.
+(KeyboardInterrupt, raised out of the wait by Python's default handler, which run_watch
+installs). watch installs no stop-event handler: it has nothing to record, and a Ctrl-C
+during a status round should not wait for that round's SSH threads.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -116,6 +117,9 @@ class Watch:
 
 
 def run_watch(inv_path: str, *, restart: int | None, interval: float, **session) -> int:
+    # Explicitly, as a run's handlers are (interrupt.handling): a shell starts background jobs
+    # with SIGINT ignored, and Python then installs no KeyboardInterrupt of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return Watch(inv_path, restart, interval, **session).run()
     except (KeyboardInterrupt, Interrupted) as err:
