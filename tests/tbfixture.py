@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 TESTBED = REPO / "scripts" / "testbed"
 if str(REPO / "scripts") not in sys.path:
@@ -37,10 +39,17 @@ class TestbedCommandError(AssertionError):
     __test__ = False  # not a pytest test class despite the name
 
 
-def run_testbed(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run scripts/testbed with args; on failure (check) raise with its stdout/stderr."""
-    proc = subprocess.run([sys.executable, str(TESTBED), *args], capture_output=True, text=True,
-                          timeout=timeout)
+def run_testbed(*args: str, check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run scripts/testbed with args; on failure (check) raise with its stdout/stderr. The bound
+    is below pytest's per-test ceiling (300 s), so a hang is reported here with the output."""
+    try:
+        proc = subprocess.run([sys.executable, str(TESTBED), *args], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        said = [(o.decode(errors="replace") if isinstance(o, bytes) else o or "")
+                for o in (err.stdout, err.stderr)]
+        raise TestbedCommandError(f"testbed {shlex.join(args)} did not end within {timeout:g}s\n"
+                                  f"stdout:\n{said[0]}\nstderr:\n{said[1]}") from None
     if check and proc.returncode != 0:
         raise TestbedCommandError(f"testbed {shlex.join(args)} exited {proc.returncode}\n"
                                   f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
@@ -132,6 +141,19 @@ def testbed(tmp_path: Path, nodes: int = 4, check_clean: bool = True, **options)
 
 
 testbed.__test__ = False  # test modules import it by name; pytest must not collect it
+
+
+def inventory_copy(tb: Testbed, where: Path, **ssh) -> Path:
+    """A copy of tb's inventory in the directory `where` (a run's state files, lock and secrets
+    go next to its inventory), key and known_hosts made absolute, `ssh` settings changed."""
+    doc = yaml.safe_load(Path(tb.inventory).read_text())
+    for key in ("key", "known_hosts"):
+        doc["ssh"][key] = str((Path(tb.inventory).parent / doc["ssh"][key]).resolve())
+    doc["ssh"].update(ssh)
+    taken = len(list(Path(where).glob("inventory*.yaml")))
+    path = Path(where) / (f"inventory-{taken}.yaml" if taken else "inventory.yaml")
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 # --- leftovers ---------------------------------------------------------------------------------

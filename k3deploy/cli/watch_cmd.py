@@ -4,18 +4,26 @@ With --restart N, an incident (the guards stopped the group) is answered by runn
 bring-up again, at most N times, with a growing pause between attempts; past that, watch
 exits 1 naming every incident it saw. Ctrl-C ends watch at once; the guards keep running on
 the nodes (they never needed the laptop).
+
+Pauses are interrupt.sleep, the one stop mechanism: it ends at once on a stop request (raised
+as Interrupted, as during a bring-up, whose run installs the handlers) and on a plain Ctrl-C
+(KeyboardInterrupt, raised out of the wait by Python's default handler, which run_watch
+installs). watch installs no stop-event handler: it has nothing to record, and a Ctrl-C
+during a status round should not wait for that round's SSH threads.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
 from rich.console import Console
 
 from k3deploy.cli import cluster_state
-from k3deploy.core.errors import EXIT_STEP_FAILED, K3Error
+from k3deploy.core import interrupt
+from k3deploy.core.errors import EXIT_STEP_FAILED, Interrupted, K3Error
 from k3deploy.run.ui import Ui
 
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
@@ -70,6 +78,8 @@ class Watch:
                                summary=False, state_dir=self.session.get("state_dir"),
                                accept_new_host_keys=self.session.get("accept_new_host_keys",
                                                                      False))
+        except Interrupted:  # Ctrl-C during the bring-up ends watch too, not just this attempt
+            raise
         except K3Error as err:  # another run holds the cluster, an inventory now broken...
             say(f"bring-up failed: {err.lines()[0]}")
             return err.exit_code
@@ -91,11 +101,11 @@ class Watch:
                 self.attempts += 1
                 pause = backoff(self.attempts)
                 say(f"restart {self.attempts} of {self.restart} in {pause:.0f}s")
-                time.sleep(pause)
+                interrupt.sleep(pause)
                 self.bring_up()
                 self.last_line = None  # show the state after the bring-up, even if unchanged
                 continue
-            time.sleep(self.interval)
+            interrupt.sleep(self.interval)
 
     def give_up(self) -> int:
         say(f"giving up after {self.attempts} restart(s); {len(self.incidents)} incident(s):")
@@ -107,10 +117,13 @@ class Watch:
 
 
 def run_watch(inv_path: str, *, restart: int | None, interval: float, **session) -> int:
+    # Explicitly, as a run's handlers are (interrupt.handling): a shell starts background jobs
+    # with SIGINT ignored, and Python then installs no KeyboardInterrupt of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return Watch(inv_path, restart, interval, **session).run()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted) as err:
         say("watch ended; the guards keep running on the nodes")
         sys.stdout.flush()
         # At once: SSH threads of a status or bring-up in flight are not waited for.
-        os._exit(130)
+        os._exit(getattr(err, "exit_code", 130))

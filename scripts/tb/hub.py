@@ -105,6 +105,20 @@ class HubServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024
+    answering = 0  # connections whose handler still runs (HubHandle.answering)
+    _answering_lock = threading.Lock()
+
+    def process_request(self, request, client_address):
+        with self._answering_lock:
+            self.answering += 1
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._answering_lock:
+                self.answering -= 1
 
 
 def start(hub_dir, listen: str = "127.0.0.1:0", repo_id: str = hubrepo.DEFAULT_REPO,
@@ -131,6 +145,11 @@ class HubHandle:
         self.server, self.hub, self.url, self.repo, self.dir = server, hub, hub.url, hub.repo, hub.dir
         self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         self.thread.start()
+
+    def answering(self) -> int:
+        """Connections the hub still serves. A killed client's end when the hub's next write to
+        it fails; only then are the bytes it sent that client all counted."""
+        return self.server.answering
 
     def stats(self) -> dict:
         """stats.json as of now (flushed first)."""

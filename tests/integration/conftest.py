@@ -1,5 +1,6 @@
 """Fixtures for the core integration tests (test_core_*.py): run the k3deploy CLI as a user
-would, write small `file`-step playbooks, and read what each node's sshd logged.
+would, write small `file`-step playbooks, read what each node's sshd logged, and share one
+2-node testbed between the tests of a module that leave no trace another test could see.
 
 The testbed's sshd runs with `-e`, so its log (one "Accepted publickey" line per authenticated
 connection, "[preauth]" lines for connections that never logged in) lands in
@@ -7,16 +8,21 @@ DIR/nodes/<name>/init.log: that is where connections are counted, at the server 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
+from k3run import bounded_run
+from polling import wait_until
+from tbfixture import inventory_copy, testbed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,9 +38,8 @@ def k3():
     """k3(*args, timeout=..) -> CompletedProcess with .output (stdout+stderr) and .seconds."""
     def run(*args, timeout: float = 120, env: dict | None = None, cwd=REPO):
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "k3deploy", *map(str, args)],
-                              capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                              env=_env(env))
+        proc = bounded_run([sys.executable, "-m", "k3deploy", *map(str, args)], timeout,
+                           cwd=cwd, env=_env(env))
         proc.seconds = time.monotonic() - started
         proc.output = proc.stdout + proc.stderr
         return proc
@@ -99,13 +104,46 @@ def state_path(tb, node: str) -> Path:
 
 @pytest.fixture
 def wait_for():
-    """wait_for(predicate, timeout, what) polls until predicate() is truthy."""
-    def poll(predicate, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-    return poll
+    """wait_for(predicate, timeout, what): wait_until as a fixture."""
+    return wait_until
+
+
+# --- one 2-node testbed per module, for tests that leave no trace --------------------------------
+
+NODE_RESET = (Path(__file__).parent / "node_reset.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def shared_2node(tmp_path_factory):
+    """A 2-node testbed for the whole module; node1 logs in as ubuntu (sudo), node0 as root.
+    Taken down, with the leftover check, when the module's last test is done. `.baseline` is
+    what each node held at the start (node_reset.py's view)."""
+    with testbed(tmp_path_factory.mktemp("shared"), nodes=2,
+                 overrides={"node1": {"user": "ubuntu"}}) as tb:
+        tb.baseline = dict(zip(tb.nodes, _on_each(tb, lambda node: _node_reset(tb, node))))
+        yield tb
+
+
+@pytest.fixture
+def tb2(shared_2node, tmp_path):
+    """The module's shared testbed through an inventory of this test's own (in tmp_path): state
+    files, the cluster lock and secrets sit next to the inventory, so no test sees another's.
+    Afterwards, pass or fail, each node is put back to its baseline: what the test left in /tmp
+    and /mnt/nvme is removed, processes it left (a probe blocked on a FIFO) are killed."""
+    tb = shared_2node
+    yield dataclasses.replace(tb, inventory=inventory_copy(tb, tmp_path))
+    _on_each(tb, lambda node: _node_reset(tb, node, tb.baseline[node]))
+
+
+def _on_each(tb, fn) -> list:
+    """fn(node) on every node at once (each is an SSH round trip)."""
+    with ThreadPoolExecutor(len(tb.nodes)) as pool:
+        return list(pool.map(fn, tb.nodes))
+
+
+def _node_reset(tb, node: str, baseline: dict | None = None) -> dict | None:
+    """node_reset.py on the node: what it holds now, or (given a baseline) put it back to that."""
+    argv = ["python3", "-c", NODE_RESET] + ([json.dumps(baseline)] if baseline else [])
+    res = tb.ssh(node, argv, user="root")
+    assert res.returncode == 0, f"{node}: {res.stderr}"
+    return None if baseline else json.loads(res.stdout)

@@ -9,12 +9,29 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# A CLI call's bound: below the per-test ceiling (pyproject's `timeout = 300`), so a hang is
+# reported here, with what the command printed, rather than by pytest-timeout's kill.
+CLI_TIMEOUT = 240
 
 
-def k3(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def bounded_run(argv: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=True, text=True) that, past `timeout`, fails with
+    the command's output so far instead of a bare TimeoutExpired."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as err:
+        said = [_text(err.stdout), _text(err.stderr)]
+        raise AssertionError(f"{' '.join(map(str, argv))[:300]} did not end within {timeout:g}s; "
+                             f"its output so far:\n{said[0]}\n{said[1]}") from None
+
+
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+
+
+def k3(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "k3deploy", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO, env=full_env)
+    return bounded_run([sys.executable, "-m", "k3deploy", *args], timeout, cwd=REPO, env=full_env)
 
 
 def k3_bg(*args: str, env: dict | None = None) -> subprocess.Popen:

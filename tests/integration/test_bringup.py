@@ -92,7 +92,9 @@ def test_teardown_with_a_reclaimed_spot_node(tmp_path):
         tb.fault("kill-node", "node2")
         started = time.monotonic()
         down = k3("down", "-i", inv, "--out", str(tmp_path / "logs"))
-        assert time.monotonic() - started < 60
+        # The dead node costs its connect attempts, not a hang: room for a loaded machine, far
+        # below the 600 s command timeout.
+        assert time.monotonic() - started < 120
         assert down.returncode == 3, out(down)
         assert "unreachable node2" in out(down)
         saved = sorted(p.name for p in (tmp_path / "logs").iterdir())

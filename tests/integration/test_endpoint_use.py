@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from k3run import CLI_TIMEOUT, bounded_run
 from tbfixture import testbed
 
 pytestmark = [pytest.mark.integration,
@@ -25,10 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 RATE = 40.0
 
 
-def k3deploy(*args: str, stdin: str | None = None, timeout: float = 240):
+def k3deploy(*args: str, stdin: str | None = None, timeout: float = CLI_TIMEOUT):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "K3DEPLOY_"))}
-    proc = subprocess.run([sys.executable, "-m", "k3deploy", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO, env=env, input=stdin)
+    proc = bounded_run([sys.executable, "-m", "k3deploy", *args], timeout, cwd=REPO, env=env,
+                       input=stdin)
     proc.output = proc.stdout + proc.stderr
     return proc
 

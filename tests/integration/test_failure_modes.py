@@ -17,7 +17,7 @@ import time
 import pytest
 from tbfixture import testbed
 
-from k3run import REPO, changing_calls
+from k3run import CLI_TIMEOUT, REPO, bounded_run, changing_calls, state
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +35,8 @@ def k3_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "k3deploy", *args]
 
 
-def run(*args: str, env: dict | None = None, timeout: float = 300):
-    return subprocess.run(k3_argv(*args), capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env=k3_env(env))
+def run(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT):
+    return bounded_run(k3_argv(*args), timeout, cwd=REPO, env=k3_env(env))
 
 
 def said(proc) -> str:
@@ -53,6 +52,20 @@ def problem_rows(text: str) -> list[tuple[str, str, str]]:
         if len(cells) == 5 and cells[1].startswith("node"):
             rows.append((cells[1], cells[2], cells[3]))
     return rows
+
+
+def problem_tables(text: str) -> list[list[tuple[str, str, str]]]:
+    """The rows of each problems table the output holds, table by table."""
+    tables, rows = [], None
+    for line in text.splitlines():
+        if line.startswith("┃ node") and "┃ problem" in line:
+            rows = []
+            tables.append(rows)
+        elif rows is not None and line.startswith("└"):
+            rows = None
+        elif rows is not None:
+            rows += problem_rows(line)
+    return tables
 
 
 def summary(text: str) -> dict[str, dict[str, str]]:
@@ -125,54 +138,38 @@ def test_cuda12_on_every_node_runs_the_cu12_image(tmp_path):
             assert images == {"lmsysorg/sglang:kimi-k3-cu12"}, (node, images)
 
 
-def test_one_cuda12_node_among_cuda13_is_refused_by_preflight(tmp_path):
-    with testbed(tmp_path, nodes=4, overrides={"node2": {"cuda": "12.8"}}) as tb:
+# -- 2. preflight refusals: one CUDA 12 node among CUDA 13 ones, a node with 7 GPUs, too little
+# disk. All three at once, as a real cluster can have them: one run must name each problem in
+# its one problems table, and change nothing anywhere.
+
+def test_every_preflight_problem_is_in_one_table_and_nothing_changes(tmp_path):
+    faults = {"node1": {"gpus": 7}, "node2": {"cuda": "12.8"}, "node3": {"disk": "20M"}}
+    with testbed(tmp_path, nodes=4, overrides=faults) as tb:
         before = {n: daemon_json(tb, n) for n in tb.nodes}
         proc = run("up", "-i", str(tb.inventory))
         assert proc.returncode == 1, said(proc)
-        rows = problem_rows(said(proc))
-        assert [(n, c) for n, c, _ in rows] == [("node2", "identical")], said(proc)
-        message = rows[0][2]
-        assert "CUDA 12.8 differs" in message and "CUDA 13.0" in message
-        assert "install the others' driver (CUDA 13.0)" in message  # what to do
-        assert "nothing was changed" in said(proc)
-        assert_nothing_changed(tb, before)
+        (table,) = problem_tables(said(proc))  # one table, not one per node or per check
+        assert sorted((n, c) for n, c, _ in table) == \
+            [("node1", "gpus"), ("node2", "identical"), ("node3", "disk")], said(proc)
+        message = {n: m for n, _, m in table}
+        assert "7 GPUs, the inventory expects 8" in message["node1"]
+        assert "replace the node" in message["node1"]  # what to do
+        assert "CUDA 12.8 differs" in message["node2"] and "CUDA 13.0" in message["node2"]
+        assert "install the others' driver (CUDA 13.0)" in message["node2"]
+        found = re.search(r"([\d.]+) GB free on /mnt/nvme .* < ([\d.]+) GB needed", message["node3"])
+        assert found, message["node3"]
+        free, need = map(float, found.groups())
+        assert free == pytest.approx(0.02, abs=0.006) and need > free
+        assert "mount a larger NVMe" in message["node3"]
+        assert "3 problem(s) found; nothing was changed" in said(proc)
+        assert "failed node1/preflight" in said(proc) and "failed node3/preflight" in said(proc)
 
-
-# -- 2. a node with 7 GPUs -------------------------------------------------------------------
-
-def test_seven_gpu_node_is_named_and_nothing_changes(tmp_path):
-    with testbed(tmp_path, nodes=4, overrides={"node1": {"gpus": 7}}) as tb:
-        before = {n: daemon_json(tb, n) for n in tb.nodes}
-        proc = run("up", "-i", str(tb.inventory))
-        assert proc.returncode == 1, said(proc)
-        rows = problem_rows(said(proc))
-        assert {n for n, _, _ in rows} == {"node1"}, said(proc)
-        gpus = next(m for n, c, m in rows if c == "gpus")
-        assert "7 GPUs, the inventory expects 8" in gpus and "replace the node" in gpus
-        assert "failed node1/preflight" in said(proc)
         assert_nothing_changed(tb, before)
         # The run's first look asks every step's read-only questions at once; nothing else ran.
         reads = (["docker", "info"], ["docker", "image", "inspect"], ["docker", "inspect"],
                  ["docker", "logs"], ["nvidia-smi", "-q"])
         calls = [a for found in node_calls(tb).values() for a in found]
         assert calls and all(any(a[:len(r)] == r for r in reads) for a in calls), calls
-
-
-# -- 3. too little disk ----------------------------------------------------------------------
-
-def test_small_disk_names_the_node_free_and_needed(tmp_path):
-    with testbed(tmp_path, nodes=4, overrides={"node3": {"disk": "20M"}}) as tb:
-        proc = run("up", "-i", str(tb.inventory))
-        assert proc.returncode == 1, said(proc)
-        rows = problem_rows(said(proc))
-        assert [(n, c) for n, c, _ in rows] == [("node3", "disk")], said(proc)
-        found = re.search(r"([\d.]+) GB free on /mnt/nvme .* < ([\d.]+) GB needed", rows[0][2])
-        assert found, rows[0][2]
-        free, need = map(float, found.groups())
-        assert free == pytest.approx(0.02, abs=0.006) and need > free
-        assert "mount a larger NVMe" in rows[0][2]
-        assert changing_calls(tb.stats()) == []
 
 
 # -- 4. a partitioned node -------------------------------------------------------------------
@@ -187,7 +184,9 @@ def test_partitioned_node_is_reported_quickly_and_nothing_changes(shared):
     started = time.monotonic()
     proc = run("up", "-i", str(tb.inventory), timeout=120)
     took = time.monotonic() - started
-    assert took < 60, took
+    # Quickly: by the 3 connect attempts (5 s connect timeout each), not by the kernel's SYN
+    # retries (~130 s) or the 600 s command timeout; with room for a loaded machine.
+    assert took < 100, took
     assert proc.returncode == 1, said(proc)
     text = said(proc)
     assert "unreachable node3" in text
@@ -273,21 +272,26 @@ def test_short_load_names_the_rank_and_its_memory(shared):
 # -- 8. a rank that crashes while loading ----------------------------------------------------
 
 def test_crashing_rank_fails_wait_fast_with_its_log(tmp_path):
-    load = 40  # every rank loads this long; node1 crashes 3 s after its start
+    # Every rank loads for `load` s; node1's dies `crash` s after its start. The crash must come
+    # after launch's check (1 s after each start) and wait's first look at the containers: a
+    # crash before either is reported by that step, without this message. A stand-in rank
+    # whose peer died hangs (as a real one does), so node1 is the only container that exits.
+    load, crash = 90, 10
     with testbed(tmp_path, nodes=4, load_seconds=load) as tb:
-        set_fault(tb, "node1", {"crash_after_seconds": 3})
-        started = time.monotonic()
+        set_fault(tb, "node1", {"crash_after_seconds": crash})
         proc = run("up", "-i", str(tb.inventory), timeout=200)
-        took = time.monotonic() - started
         assert proc.returncode == 1, said(proc)
-        assert took < load, took  # it did not wait for the load, let alone a timeout
         text = said(proc)
         assert re.search(r"\[node1/wait\] rank 1 container exited \(1\) before the endpoint "
-                         r"was up", text), text
+                         r"was up; the end of its log", text), text
         assert "CUDA error: an illegal memory access" in text  # the log tail
-        assert "[node0/wait] rank 0" not in text  # rank 0 only aborted because rank 1 died
+        assert "[node0/wait] rank 0" not in text and "exited after it" not in text  # no other rank
         assert summary(text)["node1"]["wait"] == "failed"
         assert "k3deploy logs -i" in text
+        # Fast: wait's own time, not the whole `up` (slow on a loaded machine): a wait that
+        # missed the exit would sit out the load (90 s), or the health timeout after it.
+        record = state(tb.inventory, "node0")["steps"]["wait"]
+        assert record["finished"] - record["started"] < load - crash, record
 
 
 # -- 9. a duplicate rank ---------------------------------------------------------------------
@@ -306,7 +310,9 @@ def test_duplicate_rank_is_detected_instead_of_waiting(shared):
     proc = run("up", "-i", str(tb.inventory), timeout=200)
     took = time.monotonic() - started
     assert proc.returncode == 1, said(proc)
-    assert took < 60, took  # not --dist-timeout (3600 s)
+    # Room for a loaded machine, yet far below what a wait that missed the duplicate would sit
+    # out: the form timeout (900 s), --dist-timeout (3600 s).
+    assert took < 150, took
     text = said(proc)
     assert "[node3/wait] the process group can never form: node3 runs --node-rank 1, the " \
            "inventory gives it rank 3" in text, text
@@ -332,7 +338,7 @@ def test_no_token_or_api_key_anywhere(tmp_path):
             try:
                 while proc.poll() is None and time.monotonic() < deadline:
                     seen += [tb.ssh(n, "ps -eo args").stdout for n in tb.nodes]
-                    time.sleep(0.2)
+                    time.sleep(0.2)  # a sampling interval: argv is looked at all along the run
             finally:
                 if proc.poll() is None:
                     proc.kill()

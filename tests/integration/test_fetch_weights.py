@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO_ROOT / "scripts"))
 
 from tb import hub as tbhub  # noqa: E402
 from k3deploy.remote import bundled, protocol  # noqa: E402
+from polling import wait_until  # noqa: E402
 
 SCRIPT = REPO_ROOT / "k3deploy" / "remote" / "fetch_weights.py"
 STORAGE = "hub/models--moonshotai--Kimi-K3"
@@ -80,6 +81,12 @@ def hub(tmp_path):
 
 def served(hub) -> dict:
     return hub.stats()["by_node"].get("127.0.0.1", {"files": {}, "requests": 0, "authorized_requests": 0})
+
+
+def hub_done(hub) -> None:
+    """Wait until the hub has ended every connection of a killed or stopped downloader: only
+    then does `served` count all the bytes it sent to it."""
+    wait_until(lambda: hub.answering() == 0, 10, "the hub to end the dead client's connections")
 
 
 def gets_and_bytes(stats: dict, path: str) -> tuple[int, int]:
@@ -185,7 +192,7 @@ def test_sigkill_mid_download_then_rerun_resumes(tmp_path):
             proc.wait()
         assert seen_running["state"] == "running" and seen_running["pid"] == proc.pid
         assert 0 < seen_running["bytes_done"] < slow.repo.total_bytes
-        time.sleep(0.3)  # let the hub notice the dead connections
+        hub_done(slow)
         verified = {f.path for f in slow.repo.files if node.blob(f).exists()}
         partial = {f.path: (node.storage / "blobs" / f"{f.etag}.incomplete").stat().st_size
                    for f in shards if (node.storage / "blobs" / f"{f.etag}.incomplete").exists()}
@@ -239,7 +246,7 @@ def test_adopts_the_orphan_a_killed_huggingface_hub_left(tmp_path):
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        time.sleep(0.3)
+        hub_done(slow)
         kept = orphan.stat().st_size
         before = served(slow)
         result = node.run()
@@ -396,7 +403,7 @@ def test_sigterm_stops_cleanly_and_keeps_partial_bytes(tmp_path):
         assert progress["state"] == "failed" and progress["error"] == "stopped by a signal"
         kept = {f.path: p.stat().st_size for f, p in zip(shards, partials)}
         assert all(size >= 30_000 for size in kept.values())
-        time.sleep(0.3)
+        hub_done(slow)
         before = served(slow)
         assert node.run().returncode == 0
         after = served(slow)

@@ -17,6 +17,7 @@ import yaml
 from k3deploy.cluster import inventory
 from k3deploy.node.apikey import key_path
 from k3deploy.core.state import state_dir_for
+from k3run import CLI_TIMEOUT, bounded_run
 from tbfixture import testbed
 
 pytestmark = [pytest.mark.integration,
@@ -28,10 +29,9 @@ BRINGUP = ["preflight", "nvme", "download-start", "image", "download", "ray-clus
 STARTS = (("docker", "run"), ("docker", "exec", "-d"))   # what would (re)start an engine
 
 
-def k3deploy(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def k3deploy(*args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    return subprocess.run([sys.executable, "-m", "k3deploy", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO, env=env)
+    return bounded_run([sys.executable, "-m", "k3deploy", *args], timeout, cwd=REPO, env=env)
 
 
 def ok(proc: subprocess.CompletedProcess) -> str:

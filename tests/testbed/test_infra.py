@@ -139,7 +139,8 @@ def test_partition_drops_packets_and_heal_restores(tb):
     tb.fault("partition", "node2")
     started = time.monotonic()
     proc = tb.ssh("node2", "true", connect_timeout=2)
-    assert proc.returncode == 255 and time.monotonic() - started < 6, proc.stderr
+    # ssh gave up at its 2 s connect timeout, not after the kernel's ~2 min of SYN retries.
+    assert proc.returncode == 255 and time.monotonic() - started < 20, proc.stderr
     assert "timed out" in proc.stderr
     assert _ok(tb.ssh("node0", "true"))  == ""  # the rest of the cluster is unaffected
     tb.fault("heal", "node2")
@@ -186,7 +187,8 @@ def test_kill_node_is_a_spot_reclaim_and_revive_a_fresh_machine(tb):
     started = time.monotonic()
     proc = tb.ssh("node0", "true", connect_timeout=30)
     elapsed = time.monotonic() - started
-    assert proc.returncode == 255 and elapsed < 8, f"{elapsed:.1f} s: {proc.stderr}"
+    # Refused at once (no route), well before the 30 s connect timeout it was given.
+    assert proc.returncode == 255 and elapsed < 20, f"{elapsed:.1f} s: {proc.stderr}"
     assert "No route to host" in proc.stderr
     tb.fault("revive-node", "node0")
     after = _ok(tb.ssh("node0", "cat /proc/sys/kernel/random/boot_id /etc/machine-id")).split()
@@ -282,4 +284,7 @@ def test_32_nodes_up_and_down(tmp_path):
             "NVIDIA B300 SXM6 AC") == 8
     total = time.monotonic() - started
     print(f"32 nodes: up {up_seconds:.1f} s, up+down {total:.1f} s")
-    assert up_seconds < 60
+    # 2.9 s on an idle 2-core VM (nodes are set up together: one `ip -batch`, sshds started
+    # side by side). 120 s leaves any load room, and still fails if nodes came up one after
+    # another with a wait of a few seconds each (32 x 4 s).
+    assert up_seconds < 120

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from polling import wait_until
 
 ENGINE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "tb", "standins",
                           "engine")
@@ -352,14 +353,13 @@ def test_four_ranks_form_a_group_and_rank0_serves_then_a_lost_rank_hangs_the_res
     assert all(p.poll() is None for p in procs)
     os.killpg(procs[1].pid, signal.SIGKILL)   # node rank 1 dies
     killed = time.monotonic()
-    time.sleep(0.5)
     # As in real life: the survivors sit in the collective, rank 0 takes requests and never
-    # answers them, its health check times out into 503.
+    # answers them, its health check times out (here after 1 s) into 503.
+    wait_until(lambda: http(port, "/health")[0] == 503, 15, "rank 0 to hang on the lost rank")
     with pytest.raises(OSError):  # urllib's timeout
         urllib.request.urlopen(urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(CHAT).encode(),
             headers={"Content-Type": "application/json"}), timeout=2)
-    assert http(port, "/health")[0] == 503
     survivors = [head, procs[0], procs[2]]
     assert all(p.poll() is None for p in survivors)
     for proc in survivors:  # until the watchdog ends them at --dist-timeout (8 s)
@@ -410,8 +410,9 @@ def test_a_duplicate_rank_never_forms_and_every_rank_times_out(cluster, tmp_path
     procs = [cluster.start(run, four_node_cmd(http_port, dist, rank, timeout=3),
                            env={"SGLANG_HOST_IP": ip} if ip else {})
              for run, (rank, ip, http_port) in zip(runs, ranks)]
-    time.sleep(1.5)
-    assert http(port, "/health")[0] == 503   # loading never starts: no group
+    # Rank 0 answers, not ready: loading never starts without a group (every rank's barrier
+    # timeout below proves it never formed).
+    assert wait_until(lambda: health_or_none(port), 10, "rank 0's HTTP server") == 503
     for proc in procs:
         assert wait_exit(proc, 10) == 1
         log = log_of(proc)
@@ -638,6 +639,14 @@ def test_ray_stop_in_the_head_container_ends_its_block(cluster, tmp_path):
     stop = cluster.run(run, ["ray", "stop"], exec_in=head.config)
     assert "Stopped all 1 Ray processes." in stop.stdout
     assert wait_exit(head, 10) == 0
+
+
+def health_or_none(port):
+    """/health's status, or None while nothing listens on the port yet."""
+    try:
+        return http(port, "/health")[0]
+    except OSError:
+        return None
 
 
 def wait_for_line(proc, text, timeout=15):

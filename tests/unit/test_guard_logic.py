@@ -218,7 +218,7 @@ def test_stopped_by_guard_shows_the_earliest_failure_and_since_when():
 def scripted_watch(monkeypatch, states, restart):
     """A Watch whose observations come from `states` and whose bring-ups are counted."""
     from k3deploy.cli import watch_cmd
-    monkeypatch.setattr(watch_cmd.time, "sleep", lambda s: None)
+    monkeypatch.setattr(watch_cmd.interrupt, "sleep", lambda s: None)
     monkeypatch.setattr(watch_cmd, "say", lambda text: lines.append(text))
     lines: list[str] = []
     feed = iter(states)

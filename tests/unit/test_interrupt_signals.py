@@ -115,3 +115,69 @@ def test_notes_while_waiting_for_the_engine():
     assert lines[0].startswith("stopped during wait")
     assert not any("downloader" in ln for ln in lines)
     assert "the engine containers keep running" in lines[1]
+
+
+# -- watch: its pauses are interrupt.sleep ----------------------------------------------------
+def serving_watch(monkeypatch, interval=60.0, restart=None, state="serving"):
+    from k3deploy.cli import watch_cmd
+    monkeypatch.setattr(watch_cmd, "say", lambda text: None)
+    monkeypatch.setattr(watch_cmd.Watch, "observe", lambda self: {
+        "name": "c", "state": state, "incident": {"failure": {"node": "n1", "at": "t"}}})
+    return watch_cmd.Watch("inv.yaml", restart, interval)
+
+
+def test_ctrl_c_ends_a_watch_pause_at_once(monkeypatch):
+    # run_watch installs Python's KeyboardInterrupt handler itself (SIGINT may have been
+    # ignored since this process started, as in a shell's background job): it ends the 60 s
+    # pause, and watch exits 130.
+    from k3deploy.cli import watch_cmd
+    serving_watch(monkeypatch)
+
+    def exit_now(code):
+        raise SystemExit(code)
+    monkeypatch.setattr(watch_cmd.os, "_exit", exit_now)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        signal_soon(signal.SIGINT)
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as exited:
+            watch_cmd.run_watch("inv.yaml", restart=None, interval=60.0)
+        took = time.monotonic() - started
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert exited.value.code == 130 and took < 5, took
+
+
+def test_a_stop_request_ends_a_watch_pause_at_once(monkeypatch):
+    # With the run's handlers installed a signal only sets the stop event: time.sleep would
+    # sleep on through it (PEP 475); interrupt.sleep ends and raises. The grace timer is put
+    # off so that a pause that does not end fails this test instead of exiting pytest.
+    monkeypatch.setattr(interrupt, "GRACE_SECONDS", 30)
+    watch = serving_watch(monkeypatch, interval=8.0)
+    looks = iter(range(2))
+    observe = watch.observe
+    watch.observe = lambda: (next(looks), observe())[1]  # a third look: StopIteration
+    with interrupt.handling():
+        signal_soon(signal.SIGTERM)
+        started = time.monotonic()
+        with pytest.raises(Interrupted):
+            watch.run()
+        assert time.monotonic() - started < 5
+
+
+def test_ctrl_c_during_a_restart_ends_watch_with_the_run_exit_code(monkeypatch):
+    from k3deploy.cli import watch_cmd
+    from k3deploy.run import run_steps
+
+    def interrupted_run(*args, **kwargs):
+        raise Interrupted(signal.SIGINT)
+    monkeypatch.setattr(run_steps, "run_steps", interrupted_run)
+    monkeypatch.setattr(watch_cmd.interrupt, "sleep", lambda s: None)
+    serving_watch(monkeypatch, state="stopped-by-guard")
+
+    def exit_now(code):
+        raise SystemExit(code)
+    monkeypatch.setattr(watch_cmd.os, "_exit", exit_now)
+    with pytest.raises(SystemExit) as exited:  # not "bring-up failed", then the next restart
+        watch_cmd.run_watch("inv.yaml", restart=3, interval=1.0)
+    assert exited.value.code == 130

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from k3deploy.core.errors import LockError
 from k3deploy.core.redact import register
 from k3deploy.core.state import ClusterLock, NodeState, atomic_write_json
+from polling import wait_until
 
 WRITER = """
 import sys
@@ -26,11 +26,23 @@ while True:
 """
 
 
+def stamp(path):
+    """What changes with every atomic replace of path (None while it does not exist)."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_mtime_ns
+
+
 def test_sigkill_mid_write_leaves_a_readable_file(tmp_path):
     path = tmp_path / "node0.json"
     for _ in range(5):
+        before = stamp(path)
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)])
-        time.sleep(0.3)
+        # Once this writer has replaced the file it writes without pause: the kill lands in
+        # the middle of a write (a fixed sleep could end before a slow start wrote anything).
+        wait_until(lambda before=before: stamp(path) != before, 30, "the writer's first write")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         data = json.loads(path.read_text())
