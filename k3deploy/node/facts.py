@@ -110,6 +110,11 @@ def text(out: str, code: int) -> str | None:
     return out.strip() if code == 0 else None
 
 
+def raw(out: str, code: int) -> str | None:
+    """The output as it is (a log keeps its blank lines and indentation)."""
+    return out if code == 0 else None
+
+
 def lines(out: str, code: int) -> list[str]:
     return [ln for ln in out.splitlines() if ln.strip()] if code == 0 else []
 

@@ -53,7 +53,7 @@ class RayCluster(LaunchEngine):
                   f"{shlex.quote(raylayout.RAY_STARTED)}")
         return super().probes(node) + [
             F.Fact("joined", joined, F.exit_ok, sudo=True),
-            F.command("log", engines.docker_logs_argv(name, tail=40), _output, sudo=True)]
+            F.command("log", engines.docker_logs_argv(name, tail=40), F.raw, sudo=True)]
 
     def facts_from(self, found, node):
         if not raylayout.in_use(node.inv):
@@ -103,7 +103,3 @@ class RayCluster(LaunchEngine):
 
 def _tail(log: str, lines: int = 12) -> str:
     return "\n".join(log.splitlines()[-lines:])
-
-
-def _output(out: str, code: int) -> str | None:
-    return out if code == 0 else None

@@ -33,10 +33,6 @@ def guard_files(node) -> list[F.Fact]:
             for kind, path in wanted.items()]
 
 
-def _output(out: str, code: int) -> str | None:
-    return out if code == 0 else None
-
-
 class CollectLogs(Step):
     name = "collect-logs"
     summary = "save each node's engine log locally, named by node and rank"
@@ -50,8 +46,8 @@ class CollectLogs(Step):
 
     def probes(self, node):
         logs = engines.docker_logs_argv(node.inv.engine.container)
-        return [F.command("engine", logs, _output, sudo=True),
-                F.command("download", ["cat", DownloadPaths(node).log], _output),
+        return [F.command("engine", logs, F.raw, sudo=True),
+                F.command("download", ["cat", DownloadPaths(node).log], F.raw),
                 *guard_files(node)]
 
     def plan(self, facts, node):

@@ -71,7 +71,7 @@ class WaitHealthy(Step):
     def probes(self, node):
         name = node.inv.engine.container
         found = [probes.container(name),
-                 F.command("log", engines.docker_logs_argv(name, tail=30), _output, sudo=True)]
+                 F.command("log", engines.docker_logs_argv(name, tail=30), F.raw, sudo=True)]
         if not node.is_head:
             return found
         found.append(http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key))
@@ -130,10 +130,6 @@ class WaitHealthy(Step):
         if lines and lines[-1] != self._shown and node.run.ui:
             node.run.ui.say(f"{'':>14}{node.name}: {lines[-1].strip()[:120]}")
             self._shown = lines[-1]
-
-
-def _output(out: str, code: int) -> str | None:
-    return out if code == 0 else None
 
 
 def _check_ranks(run, states: dict) -> None:
