@@ -187,7 +187,10 @@ def test_peer_server_refuses_everything_but_verified_blobs_with_the_secret(nodes
 
 
 def test_fan_out_fetches_each_large_file_from_the_hub_once(nodes, hub):
-    cluster = nodes(["node0", "node1", "node2"])
+    # Every owner is alive here: a stall bound a loaded 2-core CI box cannot reach by accident
+    # (3 s did, once: a slow owner's file then came from the Hub too). The fallback itself is
+    # test_dead_owner_falls_back_to_the_hub_after_the_stall_bound's.
+    cluster = nodes(["node0", "node1", "node2"], stall=30.0)
     for node in cluster:
         node.start_server()
     procs = [node.start_fetch() for node in cluster]
