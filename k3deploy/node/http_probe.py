@@ -19,12 +19,6 @@ def _config(inv, checks: list[str], key: str | None) -> str:
                        "model": inv.model.repo, "checks": checks})
 
 
-def probe(conn, inv, checks: list[str], key: str | None, step: str | None = None) -> dict:
-    res = conn.run(["python3", "-c", SCRIPT], stdin=_config(inv, checks, key), retry=True,
-                   step=step, timeout=600)
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact:
     """The same probe as a fact, for a step's batch (the key in a here-document)."""
     return F.python(name, SCRIPT, [], _last_json, stdin=_config(inv, checks, key))
