@@ -83,9 +83,12 @@ class Runner:
 
     def execute(self) -> RunReport:
         self.report.ordered([c.name for c in self.contexts])
-        if not self._prepare_all():
-            return self.report
-        self._connect_all()
+        # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            prepared = pool.submit(self._prepare_all)
+            self._connect_all()
+            if not prepared.result():
+                return self.report
         for step in self.steps:
             if interrupt.requested() or not self._run_step(step):
                 break
