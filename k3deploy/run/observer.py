@@ -4,6 +4,10 @@ something.
 
 A change on one node can change what another node's later steps see (a relaunched worker makes
 the head's endpoint unhealthy), so any change anywhere drops every node's batch.
+
+A look ahead of time can only prove that there is nothing to do: what the world does by itself
+meanwhile (an engine finishing its load between two nodes' looks) is no change of ours, so the
+runner decides to act or to fail only on a look made for the step itself (`fresh`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ class Observer:
         self._batches: dict[str, dict[str, dict]] = {}   # node -> step label -> parsed values
         self._lock = threading.Lock()
 
-    def facts(self, step: Step, ctx) -> dict:
-        found = self._pop(ctx, step)
-        if found is None:
+    def facts(self, step: Step, ctx, fresh: bool = False) -> tuple[dict, bool]:
+        """The step's facts, and whether they were looked at for this step (`fresh`: look
+        now) rather than ahead of it, in an earlier step's batch."""
+        found = None if fresh else self._pop(ctx, step)
+        looked_now = found is None
+        if looked_now:
             self._fill(ctx, self.steps.index(step))
             found = self._pop(ctx, step)
-        return step.facts_from(found, ctx)
+        return step.facts_from(found, ctx), looked_now
 
     def changed(self) -> None:
         with self._lock:

@@ -210,9 +210,23 @@ class Runner:
         return self.run.check and any(r.status == "would-change"
                                       for r in self.report.results.get(ctx.name, {}).values())
 
-    def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
-        facts = self.observer.facts(step, ctx)
+    def _decide(self, step: Step, ctx: NodeContext) -> tuple[dict, list, list]:
+        """(facts, problems, actions). Facts looked at ahead of time (an earlier step's batch)
+        only prove that there is nothing to do; anything to do or to report is decided again
+        on a look made now."""
+        facts, fresh = self.observer.facts(step, ctx)
+        if not fresh:
+            try:
+                if not step.problems(facts, ctx) and not step.plan(facts, ctx):
+                    return facts, [], []
+            except K3Error:
+                pass
+            facts, _ = self.observer.facts(step, ctx, fresh=True)
         found = step.problems(facts, ctx)
+        return facts, found, [] if found else step.plan(facts, ctx)
+
+    def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
+        facts, found, actions = self._decide(step, ctx)
         if found and self._pending(ctx):
             return facts, StepResult("would-change", actions=[
                 "depends on the changes above; not judged in --check"])
@@ -221,7 +235,6 @@ class Runner:
         if found:  # the details go into the problems table printed at the end
             return facts, StepResult("failed", error=[f"{len(found)} problem(s): "
                                                       + ", ".join(sorted({c for c, _ in found}))])
-        actions = step.plan(facts, ctx)
         shown = [a.shown() for a in actions]
         if not actions:
             return facts, StepResult("ok")

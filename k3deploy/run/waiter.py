@@ -42,11 +42,12 @@ class Waiter:
 
     def _look(self, step: Step, node, wait: Wait, waited: float) -> dict:
         if not wait.cluster:
-            return step.facts(node)
+            return step.facts(node, waiting=True)
         others = [c for c in self.contexts if c.name != node.name]
         with ThreadPoolExecutor(max_workers=min(32, len(others) + 1)) as pool:
-            seen = dict(zip([c.name for c in others], pool.map(step.facts, others)))
-            facts = step.facts(node)
+            looks = pool.map(lambda c: step.facts(c, waiting=True), others)
+            seen = dict(zip([c.name for c in others], looks))
+            facts = step.facts(node, waiting=True)
         seen[node.name] = facts
         step.check_cluster({c.name: seen[c.name] for c in self.contexts}, node.run, waited)
         return facts

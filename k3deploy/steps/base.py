@@ -116,9 +116,15 @@ class Step:
         """The step's facts from its probes' parsed values (pure)."""
         return found
 
-    def facts(self, node) -> dict[str, Any]:
+    def wait_probes(self, node) -> list[F.Fact]:
+        """What a wait's polls look at besides `probes` (a log, for progress and blame). Not
+        in the batched look: that only decides whether to wait, and a no-op never does."""
+        return []
+
+    def facts(self, node, waiting: bool = False) -> dict[str, Any]:
         """Look now, in one round trip (the runner's waits and re-checks; status)."""
-        return self.facts_from(F.gather(node.conn, self.probes(node), step=self.name), node)
+        found = self.probes(node) + (self.wait_probes(node) if waiting else [])
+        return self.facts_from(F.gather(node.conn, found, step=self.name), node)
 
     def plan(self, facts: dict[str, Any], node) -> list[Action]:
         return []

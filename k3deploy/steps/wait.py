@@ -70,8 +70,7 @@ class WaitHealthy(Step):
 
     def probes(self, node):
         name = node.inv.engine.container
-        found = [probes.container(name),
-                 F.command("log", engines.docker_logs_argv(name, tail=30), F.raw, sudo=True)]
+        found = [probes.container(name)]
         if not node.is_head:
             return found
         found.append(http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key))
@@ -79,9 +78,14 @@ class WaitHealthy(Step):
             found.append(raylayout.status_fact(name))
         return found
 
+    def wait_probes(self, node):
+        # Each rank's log: the loading progress, and why a rank that exited did so.
+        logs = engines.docker_logs_argv(node.inv.engine.container, tail=30)
+        return [F.command("log", logs, F.raw, sudo=True)]
+
     def facts_from(self, found, node):
         return {"container": probes.container_summary(found["container"]),
-                "healthy": http_probe.healthy(found.get("health")), "log": found["log"] or "",
+                "healthy": http_probe.healthy(found.get("health")), "log": found.get("log") or "",
                 "ray": found.get("ray")}
 
     def plan(self, facts, node):

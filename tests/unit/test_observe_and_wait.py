@@ -75,6 +75,36 @@ def test_a_change_anywhere_makes_the_next_step_look_again(tmp_path):
     assert {c.batches for c in conns.values()} == {4}
 
 
+class Settling(World):
+    """A world that moves by itself: after the first look, `b` says yes (an engine finishing
+    its load on one node while the batched look runs on the others)."""
+
+    def respond(self, command):
+        answer = super().respond(command)
+        if self.batches == 2:   # the identity check, then the first look
+            self.values["b"] = "yes"
+        return answer
+
+
+def test_a_look_ahead_of_time_is_looked_at_again_before_acting_on_it(tmp_path):
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: Settling(n.name, {"a": "yes", "b": "no"}) for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns))
+    report = Runner(run, [Asks("a"), Asks("b")]).execute()
+    # b's share of the first look said "no"; the look made for b itself says "yes": nothing
+    # was set on any node.
+    assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
+    assert all(not any(c.startswith("set ") for c in conn.commands) for conn in conns.values())
+    assert {c.batches for c in conns.values()} == {3}
+
+
+def test_a_step_with_work_left_decides_on_its_own_look(tmp_path):
+    report, conns = run_with(tmp_path, {"a": "yes", "b": "no"}, [Asks("a"), Asks("b")])
+    assert {per["b"].status for per in report.results.values()} == {"changed"}
+    # identity, the first look, b's own look before acting, b's re-check
+    assert {c.batches for c in conns.values()} == {4}
+
+
 def test_the_same_command_asked_twice_runs_once_and_answers_both():
     facts = [F.command("cuda", ["echo", "13.0"]), F.command("again", ["echo", "13.0"]),
              F.Fact("key", "cat", F.text, stdin="sk-secret"), F.Fact("failing", "exit 3", F.integer),
@@ -108,7 +138,8 @@ class Waits(Step):
             goal, step, stall, timeout, dies_at
         self.seen = 0
 
-    def facts(self, node):
+    def facts(self, node, waiting=False):
+        assert waiting, "a wait's polls include the step's wait_probes"
         self.seen += self.step
         return {"count": self.seen}
 
@@ -197,3 +228,17 @@ def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
     fresh = WaitHealthy({"form_timeout": 5})
     fresh.prepare(run)
     fresh.check_cluster(seen, run, waited=6.0)   # one rank loading: the group formed
+
+
+def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
+    """A no-op never waits, so its one look per node reads no engine log; a wait's polls do
+    (every rank's, to show progress and to blame the rank that exited)."""
+    from k3deploy.steps.wait import WaitHealthy
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    step = WaitHealthy()
+    step.prepare(run)
+    for node in Runner(run, [step]).contexts:
+        assert not any("logs" in f.script for f in step.probes(node)), node.name
+        assert [f.name for f in step.wait_probes(node)] == ["log"]
+        assert "docker logs" in step.wait_probes(node)[0].script

@@ -104,6 +104,9 @@ class Rank:
         self.serving = serving
         group = self.form_group()
         self.load(snap)
+        # As in SGLang, every rank holds its weights and KV pool before rank 0 serves (the
+        # pool's size is agreed across ranks): memory first, then "loaded" to rank 0.
+        self.allocate_memory()
         group.report_loaded()
         if args.node_rank == 0:
             group.wait_all_loaded()
@@ -170,13 +173,15 @@ class Rank:
                      "the remaining experts were left uninitialized (short read from the cache).")
         return used
 
-    def finish_startup(self, serving):
+    def allocate_memory(self):
         used = self.memory_per_gpu()
         self.ctx.report_gpu_memory([used] * self.ctx.gpus)
         avail = (self.ctx.gpu_mem_mib - used) / 1024
         self.log(f"KV Cache is allocated. #tokens: {int(avail * 4096)}, KV size: "
                  f"{avail * 0.5:.2f} GB")
         self.log(f"Memory pool end. avail mem={avail:.2f} GB")
+
+    def finish_startup(self, serving):
         if serving is None:
             self.log("Node rank > 0: no HTTP server on this node; serving through node rank 0.")
             return
