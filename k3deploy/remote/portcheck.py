@@ -1,9 +1,11 @@
 """Node side of the TCP reachability check (stdlib only; shipped inline with python3 -c).
 
-mesh SECONDS PORT... -- HOST:PORT...: every node at once, in one command each: listen on its
+mesh SECONDS ME PORT... -- HOST:PORT...: every node at once, in one command each: listen on its
   own ports, probe the others' (a refused connection is retried until SECONDS: that node's
   listeners may not be up yet), and keep listening until every node it probes (they probe it
-  back) has connected to every port, or SECONDS. Prints {"ports": {port: "listening" | "busy"},
+  back) has connected to every port, or SECONDS. ME is the address the others probe this node
+  at; each probe names it (a node whose traffic leaves by another address still counts, a
+  stray client never does). Prints {"ports": {port: "listening" | "busy"},
   "probes": {"host:port": true | "why not"}}.
 NCCL and Gloo hang on a partially open TCP range instead of failing, so this runs before launch.
 """
@@ -14,14 +16,16 @@ import sys
 import threading
 import time
 
+HELLO = "k3mesh"
 
-def mesh(seconds, ports, targets):
+
+def mesh(seconds, me, ports, targets):
     deadline = time.monotonic() + seconds
     seen, arrived = set(), threading.Condition()
     status = listen(ports, seen, arrived)
-    results = probe(targets, deadline)
-    # Counted by (peer, port): a stray client (an engine retrying its rendezvous on this very
-    # port) must not end the listening before every peer got through.
+    results = probe(targets, deadline, me)
+    # Counted by (peer, port) as the peers name themselves: a stray client (an engine
+    # retrying its rendezvous on this very port) must not end the listening early.
     peers = {t.rsplit(":", 1)[0] for t in targets}
     wanted = {(p, port) for p in peers for port, how in status.items() if how == "listening"}
     with arrived:
@@ -49,14 +53,25 @@ def listen(ports, seen, arrived):
 
 def _accept(sock, port, seen, arrived):
     while True:
-        conn, (peer, _) = sock.accept()[:2]
+        conn = sock.accept()[0]
+        threading.Thread(target=_greeted, args=(conn, port, seen, arrived), daemon=True).start()
+
+
+def _greeted(conn, port, seen, arrived):
+    try:
+        conn.settimeout(2.0)
+        words = conn.recv(256).decode(errors="replace").split()
+    except OSError:
+        words = []
+    finally:
         conn.close()
+    if len(words) == 2 and words[0] == HELLO:
         with arrived:
-            seen.add((peer, port))
+            seen.add((words[1], port))
             arrived.notify_all()
 
 
-def probe(targets, deadline, timeout=5.0, parallel=16):
+def probe(targets, deadline, me, timeout=5.0, parallel=16):
     """Targets in parallel (bounded): with 32 nodes a sequential probe of a few blocked ports
     would outlast the deadline, and all at once would flood the accept queues."""
     results = {}
@@ -65,7 +80,7 @@ def probe(targets, deadline, timeout=5.0, parallel=16):
     def one(target):
         host, port = target.rsplit(":", 1)
         with gate:
-            results[target] = _connect(host, int(port), timeout, deadline)
+            results[target] = _connect(host, int(port), timeout, deadline, me)
 
     threads = [threading.Thread(target=one, args=(t,)) for t in targets]
     for t in threads:
@@ -75,10 +90,14 @@ def probe(targets, deadline, timeout=5.0, parallel=16):
     return results
 
 
-def _connect(host, port, timeout, deadline):
+def _connect(host, port, timeout, deadline, me):
     while True:
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
+            with socket.create_connection((host, port), timeout=timeout) as conn:
+                try:
+                    conn.sendall(f"{HELLO} {me}\n".encode())
+                except OSError:
+                    pass   # connected is reached; a listener that is not ours may hang up
             return True
         except ConnectionRefusedError as err:   # no listener yet, or a REJECT rule
             if time.monotonic() + 0.1 > deadline:
@@ -90,4 +109,5 @@ def _connect(host, port, timeout, deadline):
 
 if __name__ == "__main__":
     split = sys.argv.index("--")
-    mesh(float(sys.argv[2]), [int(p) for p in sys.argv[3:split]], sys.argv[split + 1:])
+    mesh(float(sys.argv[2]), sys.argv[3], [int(p) for p in sys.argv[4:split]],
+         sys.argv[split + 1:])

@@ -44,7 +44,9 @@ def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) ->
 
 
 def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
-    argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), *map(str, ports), "--", *targets]
+    me = run.inv.node(name).self_ip   # the address the others probe it at
+    argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), me, *map(str, ports), "--",
+            *targets]
     res = run.session.conn(name).run(argv, check=False, timeout=MESH_SECONDS + 60)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])

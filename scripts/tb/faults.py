@@ -85,6 +85,12 @@ def partition(state: TestbedState, name: str) -> str:
     return f"{name} partitioned"
 
 
+def firewall(state: TestbedState, name: str) -> str:
+    record = _running_node(state, name)
+    net.firewall(record["netns"])
+    return f"{name} takes inbound TCP on port 22 only (heal lifts it)"
+
+
 def heal(state: TestbedState, name: str) -> str:
     record = _running_node(state, name)
     net.heal(record["netns"])
@@ -134,8 +140,8 @@ def hub_fault(state: TestbedState, action: str, arg: str | None) -> str:
 
 
 NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition": partition,
-                "heal": heal, "fill-disk": fill_disk, "peer-corrupt": peer_corrupt,
-                "peer-heal": peer_heal}
+                "firewall": firewall, "heal": heal, "fill-disk": fill_disk,
+                "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
 HUB_ACTIONS = {"hub-drop-after": "drop-after", "hub-corrupt": "corrupt", "hub-heal": "heal"}
 ACTIONS = (*NODE_ACTIONS, *HUB_ACTIONS)
 

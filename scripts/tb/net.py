@@ -186,6 +186,15 @@ def partition(ns: str) -> None:
     run([*ipt, "-I", "OUTPUT", "!", "-o", "lo", "-j", "DROP"])
 
 
+def firewall(ns: str) -> None:
+    """A cloud security group that lets only SSH in: new inbound TCP connections to any
+    other port are dropped (replies to the node's own connections still pass)."""
+    heal(ns)
+    ipt = ["ip", "netns", "exec", ns, "iptables", "-w"]
+    run([*ipt, "-A", "INPUT", "!", "-i", "lo", "-p", "tcp", "--dport", "22", "-j", "ACCEPT"])
+    run([*ipt, "-A", "INPUT", "!", "-i", "lo", "-p", "tcp", "--syn", "-j", "DROP"])
+
+
 def heal(ns: str) -> None:
     ipt = ["ip", "netns", "exec", ns, "iptables", "-w"]
     run([*ipt, "-F", "INPUT"])
