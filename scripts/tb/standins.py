@@ -98,12 +98,23 @@ def build(tb_dir: Path) -> Path:
         dest.mkdir()
     # The engines' option tables: the stand-ins parse with exactly what the real CLIs accept.
     shutil.copytree(CLI_TABLES, dest / "engine" / "cli_tables", dirs_exist_ok=True)
+    _byte_compile(dest)
     nodepy = ensure_nodepy(hub_version())
     _write_wrapper(dest / "python3", f'exec {NODE_PYTHON} "$@"', nodepy)
     _write_wrapper(dest / "hf", f'exec {NODE_PYTHON} -c "import sys; from huggingface_hub.cli.hf '
                                 f'import main; sys.argv[0] = \'hf\'; sys.exit(main())" "$@"', nodepy)
     _make_world_readable(dest)
     return dest
+
+
+def _byte_compile(dest: Path) -> None:
+    """Nodes mount DIR/standins read-only, so python can never cache its bytecode there: without
+    this every stand-in call (several per node per fact batch) recompiles tbstand from source.
+    The pycs check the sources' mtimes, which copytree kept."""
+    proc = subprocess.run([NODE_PYTHON, "-m", "compileall", "-q", str(dest)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise StandinError(f"byte-compiling the stand-ins failed:\n{proc.stdout.strip()[-2000:]}")
 
 
 def _write_wrapper(path: Path, exec_line: str, nodepy: Path) -> None:

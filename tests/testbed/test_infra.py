@@ -105,6 +105,15 @@ def test_nvidia_smi_reports_the_node_gpus(tb):
     assert node_json["driver"] == "570.133.20" and node_json["gpu_count"] == 4
 
 
+def test_stand_ins_load_bytecode_compiled_at_up(tb):
+    """/usr/local/bin is read-only on a node, so python cannot cache the stand-ins' bytecode
+    there itself: `testbed up` compiles it, or every call would recompile tbstand."""
+    trace = tb.ssh("node1", "python3 -v /usr/local/bin/docker ps 2>&1 >/dev/null").stdout
+    loaded = [line.split()[-1] for line in trace.splitlines()
+              if line.startswith("# code object from") and "/usr/local/bin/tbstand/" in line]
+    assert len(loaded) >= 5 and all(path.endswith(".pyc'") for path in loaded), loaded
+
+
 def test_node_python_has_the_laptop_huggingface_hub(tb):
     import huggingface_hub
     probe = "command -v python3; python3 -c 'import huggingface_hub as h; print(h.__version__)'"

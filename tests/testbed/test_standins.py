@@ -223,6 +223,67 @@ def test_standins_work_when_copied_elsewhere(node, tmp_path):
     assert node.sh("docker", "--version", bindir=bindir, check=0).stdout.startswith("Docker version")
 
 
+# ---------------------------------------------------------------- start-up cost
+
+# Runs a stand-in in-process as its shebang would, then lists every module it loaded.
+MODULES_PROBE = textwrap.dedent('''
+    import os, sys
+    tool = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    try:
+        exec(compile(open(tool).read(), tool, "exec"), {"__name__": "__main__", "__file__": tool})
+    except SystemExit:
+        pass
+    with open(os.environ["T_MODULES"], "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+''')
+# Each costs milliseconds to import; k3deploy's fact batches call these tools several times per
+# node per step, so only the commands that change things may load them.
+# (`site` too: the shebang's -S skips it, the tools use the standard library only.)
+HEAVY = {"site", "subprocess", "hashlib", "datetime", "uuid", "secrets", "random", "shutil", "signal",
+         "tbstand.lifecycle", "tbstand.supervisor", "tbstand.dockerrun"}
+
+
+def test_read_only_calls_load_no_process_or_hash_machinery(node, tmp_path):
+    node.pull()
+    node.docker("run", "-d", "--name", "k3", "lmsysorg/sglang:kimi-k3", "sleep", "30", check=0)
+    probe = tmp_path / "probe.py"
+    probe.write_text(MODULES_PROBE)
+    reads = [("docker", "info", "--format", "{{json .}}"), ("docker", "inspect", "--type", "container", "k3"),
+             ("docker", "image", "inspect", "lmsysorg/sglang:kimi-k3"), ("docker", "logs", "--tail", "3", "k3"),
+             ("docker", "ps", "-a"), ("nvidia-smi", "-q"), ("nvidia-smi", "-L"),
+             ("systemctl", "is-active", "docker")]
+    for tool, *args in reads:
+        listing = tmp_path / "modules.txt"
+        shebang = (STANDINS / tool).read_text().splitlines()[0][2:].split()
+        run = subprocess.run([*shebang, str(probe), str(STANDINS / tool), *args],
+                             capture_output=True, text=True, env={**node.env, "T_MODULES": str(listing)})
+        assert run.returncode == 0, (tool, args, run.stderr)
+        loaded = set(listing.read_text().split())
+        assert "tbstand.runtime" in loaded and loaded & HEAVY == set(), (tool, args)
+    # ...while the commands that change things still load what they need
+    r = node.docker("rm", "-f", "k3", check=0)
+    assert r.stdout == "k3\n" and node.containers() == []
+
+
+def test_gpu_uuids_and_timestamps_match_the_stdlib_they_replace(node, monkeypatch):
+    import datetime
+    import random
+    import uuid
+    listed = node.sh("nvidia-smi", "-L", check=0).stdout.splitlines()
+    assert [line.split("UUID: GPU-")[1].rstrip(")") for line in listed] == \
+        [str(uuid.uuid5(uuid.NAMESPACE_DNS, f"k3tb.node0.{i}")) for i in range(8)]
+    monkeypatch.syspath_prepend(str(STANDINS))
+    from tbstand import runtime
+    stamps = [random.uniform(1e9, 2e9) for _ in range(20000)]
+    stamps += [round(random.uniform(1.7e9, 1.8e9), 6) + 5e-7 for _ in range(20000)]  # rounding ties
+    stamps += [1.0000005, 1764547200.9999995, 1764547200.9999996, 1764547201]
+    for t in stamps:
+        dt = datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
+        assert runtime.rfc3339(t) == dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}000Z", t
+    assert runtime.rfc3339(0) == "0001-01-01T00:00:00Z"
+
+
 # ---------------------------------------------------------------- systemctl / daemon
 
 def test_systemctl_stop_start_and_is_active(node):

@@ -6,9 +6,6 @@ container's lock file. Containers belong to the data root they were created unde
 """
 import contextlib
 import os
-import random
-import secrets
-import shutil
 import time
 
 from . import daemon, runtime
@@ -126,6 +123,8 @@ class NameConflict(Exception):
 
 def create(data_root, config):
     """Allocate id (and name unless given) under the names lock and write the record."""
+    import random  # not at the top: read-only calls must not pay for it
+    import secrets
     with runtime.locked(os.path.join(daemon.docker_dir(), "names.lock")):
         taken = {c.name: c.id for c in all_containers(data_root)}
         name = config.get("name")
@@ -146,4 +145,5 @@ def create(data_root, config):
 
 
 def delete(container):
+    import shutil  # not at the top: read-only calls must not pay for it
     shutil.rmtree(container.dir, ignore_errors=True)

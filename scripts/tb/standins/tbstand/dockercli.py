@@ -1,5 +1,6 @@
 """docker client stand-in: dispatch, the daemon connection, and the image/info commands."""
 import grp
+import importlib
 import json
 import os
 import sys
@@ -235,14 +236,22 @@ def cmd_rmi(argv):
     return code
 
 
+def _function(handler):
+    """A handler, or "module.function" imported only now: a call loads its own command's
+    module, so read-only commands never load run/exec's process machinery."""
+    if callable(handler):
+        return handler
+    module, function = handler.split(".")
+    return getattr(importlib.import_module(f".{module}", __package__), function)
+
+
 def main(argv):
     runtime.log_call("docker", argv)
-    from . import dockerctr, dockerrun
     commands = {"info": cmd_info, "version": cmd_version, "pull": cmd_pull, "images": cmd_images,
-                "run": dockerrun.cmd_run, "exec": dockerrun.cmd_exec, "start": dockerctr.cmd_start,
-                "ps": dockerctr.cmd_ps, "inspect": dockerctr.cmd_inspect, "logs": dockerctr.cmd_logs,
-                "rm": dockerctr.cmd_rm, "stop": dockerctr.cmd_stop, "kill": dockerctr.cmd_kill,
-                "wait": dockerctr.cmd_wait,
+                "run": "dockerrun.cmd_run", "exec": "dockerrun.cmd_exec", "start": "dockerctr.cmd_start",
+                "ps": "dockerctr.cmd_ps", "inspect": "dockerctr.cmd_inspect", "logs": "dockerctr.cmd_logs",
+                "rm": "dockerctr.cmd_rm", "stop": "dockerctr.cmd_stop", "kill": "dockerctr.cmd_kill",
+                "wait": "dockerctr.cmd_wait",
                 "rmi": cmd_rmi}
     groups = {("image", "ls"): "images", ("image", "list"): "images", ("image", "pull"): "pull",
               ("image", "inspect"): cmd_image_inspect, ("image", "rm"): "rmi",
@@ -264,7 +273,7 @@ def main(argv):
             if argv[0] not in commands:
                 raise Exit(1, f"docker: '{argv[0]}' is not a docker command.\nSee 'docker --help'")
             handler, argv = commands[argv[0]], argv[1:]
-        return handler(argv)
+        return _function(handler)(argv)
     except Exit as e:
         if e.message:
             err(e.message)

@@ -1,14 +1,20 @@
 """docker ps / inspect / logs / rm / stop / kill / start."""
 import os
 import re
-import signal
 import sys
 import time
 
-from . import containers, images, lifecycle, views
+from . import containers, images, views
 from .dockercli import Exit, connect, err, inspect_objects, parse, print_rows
 
 NO_SUCH = "Error response from daemon: No such container: {}"
+
+
+def _lifecycle():
+    """Processes and signals (subprocess, the supervisor): only commands that change a
+    container import them, so ps/inspect/logs stay cheap to start."""
+    from . import lifecycle
+    return lifecycle
 
 
 def _matches(c, key, value):
@@ -156,7 +162,7 @@ def cmd_rm(argv):
                 "running: stop the container before removing or force remove")
             code = 1
             continue
-        lifecycle.remove(c)
+        _lifecycle().remove(c)
         print(ref)
     return code
 
@@ -185,7 +191,7 @@ def cmd_stop(argv):
     flags = {"time": ("str", "time"), "timeout": ("str", "time"), "signal": ("str", "signal")}
     opts, args = parse(argv, "stop", flags, {"t": "time", "s": "signal"})
     timeout = float(opts["time"]) if opts["time"] is not None else 10.0
-    return _for_each(args, "stop", lambda c: lifecycle.stop(c, timeout))
+    return _for_each(args, "stop", lambda c: _lifecycle().stop(c, timeout))
 
 
 def cmd_wait(argv):
@@ -208,6 +214,7 @@ def cmd_wait(argv):
 
 
 def cmd_kill(argv):
+    import signal  # not at the top: read-only calls must not pay for it
     opts, args = parse(argv, "kill", {"signal": ("str", "signal")}, {"s": "signal"})
     name = (opts["signal"] or "KILL").upper()
     sig = int(name) if name.isdigit() else getattr(signal, name if name.startswith("SIG") else "SIG" + name, None)
@@ -231,7 +238,7 @@ def cmd_start(argv):
         if c.running:
             return None
         from .dockerrun import start_checks
-        problem = start_checks(c.config) or lifecycle.start(c)
+        problem = start_checks(c.config) or _lifecycle().start(c)
         return f"Error response from daemon: {problem}" if problem else None
     return _for_each(args, "start", start)
 

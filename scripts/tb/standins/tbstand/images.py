@@ -1,10 +1,8 @@
 """Images under the daemon's data root, in docker's own layout (image/overlay2/...), so a node
 whose data-root moved no longer sees what it pulled before, as with the real daemon."""
 import contextlib
-import hashlib
 import os
 import re
-import shutil
 import sys
 import time
 
@@ -115,7 +113,7 @@ def pull(data_root, repo, tag, node):
     if lookup(data_root, ref):
         print(f"Digest: {digest}\nStatus: Image is up to date for {ref}\ndocker.io/{ref}", flush=True)
         return 0
-    layers = [hashlib.sha256(f"{ref}:{i}".encode()).hexdigest() for i in range(3)]
+    layers = [_sha256(f"{ref}:{i}") for i in range(3)]
     for layer in layers:
         _progress(f"{layer[:12]}: Pulling fs layer")
     step = float(node.get("pull_seconds", 0.5)) / (2 * len(layers))
@@ -155,7 +153,7 @@ def _write_layers(data_root, layers, step, size_mib):
 
 
 def _record(data_root, repo, tag, layers, size):
-    hexid = hashlib.sha256(("image:" + ref_string(repo, tag)).encode()).hexdigest()
+    hexid = _sha256("image:" + ref_string(repo, tag))
     store = _store(data_root)
     content = os.path.join(store, "imagedb", "content", "sha256")
     os.makedirs(content, exist_ok=True)
@@ -171,7 +169,11 @@ def _record(data_root, repo, tag, layers, size):
 
 def manifest_digest(ref):
     """The registry's manifest digest for a reference (what `docker pull` prints)."""
-    return "sha256:" + hashlib.sha256(("manifest:" + ref).encode()).hexdigest()
+    return "sha256:" + _sha256("manifest:" + ref)
+
+
+def _sha256(text):
+    return runtime.digest("sha256", text.encode()).hexdigest()
 
 
 def inspect_object(image):
@@ -185,6 +187,7 @@ def inspect_object(image):
 
 def remove(data_root, image):
     """Untag and delete the image's config and layers (frees the disk, as `docker rmi` does)."""
+    import shutil  # not at the top: read-only calls must not pay for it
     store = _store(data_root)
     with runtime.locked(os.path.join(store, "repositories.lock")):
         path = os.path.join(store, "repositories.json")

@@ -2,20 +2,29 @@
 import os
 import sys
 import time
-import uuid
 
 from . import runtime
 
 COMPUTE_CAP = {"h100": "9.0", "h200": "9.0", "b200": "10.0", "b300": "10.3"}
 POWER_LIMIT_W = {"h100": 700, "h200": 700, "b200": 1000, "b300": 1100}
 BAD_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."
+NAMESPACE_DNS = bytes.fromhex("6ba7b8109dad11d180b400c04fd430c8")  # uuid.NAMESPACE_DNS.bytes
+
+
+def uuid5(name):
+    """str(uuid.uuid5(uuid.NAMESPACE_DNS, name)): importing uuid costs more than the query."""
+    value = int.from_bytes(runtime.digest("sha1", NAMESPACE_DNS + name.encode()).digest()[:16], "big")
+    value = value & ~(0xc000 << 48) | 0x8000 << 48  # RFC 4122 variant
+    value = value & ~(0xf000 << 64) | 5 << 76  # version 5: name-based, SHA-1
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class Gpu:
     def __init__(self, node, index, used_mib, pid):
         self.node, self.index, self.used, self.pid = node, index, used_mib, pid
         self.total = int(node["gpu_mem_mib"])
-        self.uuid = "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"k3tb.{node['name']}.{index}"))
+        self.uuid = "GPU-" + uuid5(f"k3tb.{node['name']}.{index}")
         self.bus_id = f"00000000:{0x18 + 0x10 * index:02X}:00.0"
         self.power_limit = POWER_LIMIT_W.get(node.get("gpu"), 700)
         self.power = 69 + (300 if used_mib > 1024 else 0)
