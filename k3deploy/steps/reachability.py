@@ -72,15 +72,24 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
         raise
     except K3Error as err:
         return [(getattr(err, "node", "cluster"), "ports", str(err))]
-    return _report(found)
+    return _report(found, {n: run.inv.node(n).self_ip for n in names})
 
 
-def _report(found: dict) -> list[tuple[str, str, str]]:
+def _unopened(found: dict, addresses: dict) -> set[str]:
+    """host:port targets their node could not listen on: a port in the ephemeral range may be
+    held by one of the node's own outgoing connections at that moment (a guard's poll). A
+    probe of such a port proves nothing either way."""
+    return {f"{addresses[n]}:{port}" for n, res in found.items()
+            for port, how in (res.get("ports") or {}).items() if how == "busy"}
+
+
+def _report(found: dict, addresses: dict) -> list[tuple[str, str, str]]:
     out = [(n, "ports", "could not run the port check (python3 missing?)")
            for n, res in found.items() if "probes" not in res]
+    unopened = _unopened(found, addresses)
     for name, res in found.items():
         blocked = sorted(f"{t} ({why})" for t, why in (res.get("probes") or {}).items()
-                         if why is not True)
+                         if why is not True and t not in unopened)
         if blocked:
             out.append((name, "ports", f"cannot reach {', '.join(blocked)}: open the full TCP "
                         "range between the nodes (NCCL/Gloo hang on a partial range)"))

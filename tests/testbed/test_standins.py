@@ -279,7 +279,7 @@ def test_gpu_uuids_and_timestamps_match_the_stdlib_they_replace(node, monkeypatc
     stamps += [round(random.uniform(1.7e9, 1.8e9), 6) + 5e-7 for _ in range(20000)]  # rounding ties
     stamps += [1.0000005, 1764547200.9999995, 1764547200.9999996, 1764547201]
     for t in stamps:
-        dt = datetime.datetime.fromtimestamp(t, datetime.timezone.utc)
+        dt = datetime.datetime.fromtimestamp(t, datetime.UTC)
         assert runtime.rfc3339(t) == dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}000Z", t
     assert runtime.rfc3339(0) == "0001-01-01T00:00:00Z"
 

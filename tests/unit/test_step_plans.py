@@ -225,10 +225,28 @@ def test_port_report_names_blocked_targets_with_the_reason():
     from k3deploy.steps.reachability import _report
     found = _report({"node1": {"probes": {"10.0.0.10:20000": "timed out",
                                           "10.0.0.12:40000": True}},
-                     "node2": {}})
+                     "node2": {}}, ADDRESSES)
     assert ("node2", "ports", "could not run the port check (python3 missing?)") in found
     (blocked,) = [p for p in found if p[0] == "node1"]
     assert blocked[2].startswith("cannot reach 10.0.0.10:20000 (timed out): open the full TCP")
+
+
+ADDRESSES = {"node0": "10.0.0.10", "node1": "10.0.0.11", "node2": "10.0.0.12"}
+
+
+def test_a_port_its_node_could_not_open_proves_nothing_either_way():
+    """node2's sampled port 41000 was held by one of node2's own outgoing connections (the
+    ephemeral range is shared), so nothing listened there: node0's refused probe of it is
+    no finding, while its refused probe of node2's other port is."""
+    from k3deploy.steps.reachability import _report
+    found = _report({"node0": {"ports": {"40000": "listening"},
+                               "probes": {"10.0.0.12:41000": "Connection refused",
+                                          "10.0.0.12:42000": "Connection refused"}},
+                     "node2": {"ports": {"41000": "busy", "42000": "listening"},
+                               "probes": {"10.0.0.10:40000": True}}}, ADDRESSES)
+    assert found == [("node0", "ports", "cannot reach 10.0.0.12:42000 (Connection refused): "
+                      "open the full TCP range between the nodes (NCCL/Gloo hang on a partial "
+                      "range)")]
 
 
 def test_launch_key_path_matches_the_engine_builders(tmp_path):
