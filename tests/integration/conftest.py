@@ -22,6 +22,7 @@ import pytest
 import yaml
 from k3run import bounded_run
 from polling import wait_until
+from tb import hub as tbhub
 from tbfixture import inventory_copy, testbed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,6 +107,13 @@ def state_path(tb, node: str) -> Path:
 def wait_for():
     """wait_for(predicate, timeout, what): wait_until as a fixture."""
     return wait_until
+
+
+@pytest.fixture
+def hub(tmp_path):
+    """A small mock Hub on loopback (4 shards of 60 kB) for the test_fetch_weights*.py modules."""
+    with tbhub.serve_in_thread(tmp_path / "hub", shards=4, shard_bytes=60_000) as handle:
+        yield handle
 
 
 # --- one 2-node testbed per module, for tests that leave no trace --------------------------------

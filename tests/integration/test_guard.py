@@ -15,88 +15,16 @@ import signal
 import string
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 
 import pytest
-from k3run import REPO, k3, out
+from guard_probe import (GUARD, Follow, all_stopped_within, archived, chat, engine_running,
+                         guard_cpu_seconds, guard_pids, incident, set_load_seconds, status, watching)
 from tbfixture import testbed
 
+from k3run import REPO, k3, out
+
 pytestmark = pytest.mark.integration
-
-GUARD = "/mnt/nvme/.k3deploy/guard"
-
-
-def engine_running(tb, node: str) -> bool:
-    res = tb.ssh(node, "docker inspect -f '{{.State.Running}}' k3")
-    return res.stdout.strip() == "true"
-
-
-def incident(tb, node: str) -> dict | None:
-    res = tb.ssh(node, f"cat {GUARD}/incident.json")
-    return json.loads(res.stdout) if res.returncode == 0 else None
-
-
-def guard_pids(tb, node: str) -> list[str]:
-    """The node's guard processes, as the guard step counts them: a pid whose parent is also
-    a guard is a guard's subprocess between fork and exec (same command line), not a guard."""
-    found = tb.ssh(node, f"for p in $(pgrep -f '{GUARD}/[g]uard.py'); do "
-                   'echo "$p $(ps -o ppid= -p "$p")"; done').stdout
-    pairs = [line.split() for line in found.splitlines() if len(line.split()) == 2]
-    return [pid for pid, ppid in pairs if ppid not in {p for p, _ in pairs}]
-
-
-def watching(tb, node: str) -> bool:
-    """The node's one guard is past its start: its state file says it watches."""
-    res = tb.ssh(node, f"cat {GUARD}/state.json")
-    found = json.loads(res.stdout) if res.returncode == 0 else {}
-    return found.get("phase") == "watching" and guard_pids(tb, node) == [str(found.get("pid"))]
-
-
-def archived(tb, node: str) -> list[str]:
-    return tb.ssh(node, f"ls {GUARD}/incidents 2>/dev/null").stdout.split()
-
-
-def status(tb) -> tuple[int, dict]:
-    proc = k3("status", "-i", str(tb.inventory), "--json", timeout=120)
-    return proc.returncode, json.loads(proc.stdout)
-
-
-def all_stopped_within(tb, nodes: list[str], bound: float, since: float) -> float:
-    """Seconds from `since` until no listed node's engine runs; fails past the bound."""
-    left = set(nodes)
-    while left and time.monotonic() - since < bound + 5:
-        left = {n for n in left if engine_running(tb, n)}
-        if left:
-            time.sleep(0.3)
-    took = time.monotonic() - since
-    assert not left, f"still running after {took:.0f}s: {sorted(left)}"
-    assert took <= bound, took
-    return took
-
-
-def set_load_seconds(tb, node: str, seconds: float) -> None:
-    """The node's engine_load_seconds (read by each engine start)."""
-    script = ("import json; p='/run/k3tb/node.json'; d=json.load(open(p)); "
-              f"d['engine_load_seconds']={seconds}; json.dump(d, open(p, 'w'))")
-    assert tb.ssh(node, ["python3", "-c", script]).returncode == 0
-
-
-def chat(tb, key: str) -> int:
-    body = json.dumps({"model": "moonshotai/Kimi-K3", "reasoning_effort": "low",
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()
-    req = urllib.request.Request(f"http://{tb.address('node0')}:8000/v1/chat/completions",
-                                 data=body, headers={"Content-Type": "application/json",
-                                                     "Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return resp.status
-
-
-def guard_cpu_seconds(tb, node: str) -> float:
-    pid = guard_pids(tb, node)[0]
-    fields = tb.ssh(node, f"cat /proc/{pid}/stat").stdout.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 PS_SEEN: list[str] = []  # every node's `ps` taken while guards ran: scanned for secrets
@@ -232,40 +160,6 @@ def test_partition_stops_both_sides(serving):
     assert failure["node"] == "node1" and "reaches none of its 3 peers" in failure["cause"]
 
 
-class Follow:
-    """`k3deploy watch` in the background; its output lines collected as they come."""
-
-    def __init__(self, tb, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "k3deploy", "watch", "-i",
-                                      str(tb.inventory), "--interval", "1", *args], cwd=REPO,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def seen(self, text: str, after: int = 0) -> int | None:
-        """Index of the first line from `after` on that contains text."""
-        return next((i for i, ln in enumerate(self.lines) if i >= after and text in ln), None)
-
-    def wait(self, text: str, timeout: float, after: int = 0) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.seen(text, after)
-            if found is not None:
-                return found
-            time.sleep(0.2)
-        raise AssertionError(f"watch never said {text!r} in {timeout}s:\n" + "\n".join(self.lines))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-
 def test_watch_restarts_once_then_gives_up_naming_both_incidents(serving):
     tb = serving
     watch = Follow(tb, "--restart", "1")
@@ -311,10 +205,12 @@ def test_down_while_serving_is_no_incident_and_leaves_nothing(serving):
     archives = {n: archived(tb, n) for n in tb.nodes}
     down = k3("down", "-i", str(tb.inventory))
     assert down.returncode == 0, out(down)
-    time.sleep(2)  # a guard still alive would fire on its engine's exit by now
+    # Guards first: only a live guard writes an incident, so once none is left on any node
+    # the incident check below is final (no sleep guessing how long a guard takes to fire).
+    for node in tb.nodes:
+        assert guard_pids(tb, node) == [], node
     for node in tb.nodes:
         assert incident(tb, node) is None and archived(tb, node) == archives[node], node
-        assert guard_pids(tb, node) == [], node
         assert tb.ssh(node, "docker ps -q").stdout.strip() == "", node
     code, doc = status(tb)
     assert code == 1 and doc["cluster"]["state"] == "down"

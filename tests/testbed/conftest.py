@@ -9,6 +9,8 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))  # for `import tbfixture`
 
+from standin_procs import Cluster  # noqa: E402
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "integration: needs root and builds network namespaces")
@@ -23,3 +25,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "integration" in item.keywords and Path(str(item.fspath)).resolve().is_relative_to(here):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Stand-in engine processes on loopback (test_standin_*.py), all killed afterwards."""
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()

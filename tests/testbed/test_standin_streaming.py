@@ -1,14 +1,14 @@
 """The stand-in engines' streaming side: paced SSE tokens, usage with reasoning tokens, the
 reasoning_content contract across turns, and the version the server reports. Loopback only,
-no root (the same process fixtures as test_standin_engines.py)."""
+no root (the process helpers of standin_procs.py)."""
 import json
 import time
 import urllib.request
 
 import pytest
 
-from test_standin_engines import (CHAT, TOOLS, Cluster, free_port, http, make_node,
-                                  sglang_cmd, vllm_cmd, wait_health)
+from standin_procs import (CHAT, TOOLS, Cluster, free_port, http, make_node, sglang_cmd,
+                           vllm_cmd, wait_health)
 
 RATE = 80.0  # tokens per second for one stream
 
