@@ -35,11 +35,18 @@ def _pids(out: str, code: int) -> list[int]:
     return [pid for pid, ppid in pairs if ppid not in found]
 
 
+def process_pattern(paths: dict) -> str:
+    """pgrep -f's pattern for a guard: anchored on the guard's own argv, because other facts
+    of the same batch run at the same time with the guard's path in their command line
+    (`sh -c 'sha256sum .../guard.py'`). The interpreter is matched by name only: a shim
+    (pyenv) execs python3 by its full path."""
+    return f"^[^ ]*python[0-9.]* {re.escape(paths['script'])}( |$)"
+
+
 def guard_facts(inv) -> list[F.Fact]:
     """One round trip: the guard's own state file, its processes, the node's clock, incident."""
     paths = guard_config.node_paths(inv)
-    # `[g]uard.py` keeps pgrep from matching the shell that runs this very probe.
-    pattern = re.escape(paths["dir"]) + r"/[g]uard\.py"
+    pattern = process_pattern(paths)
     return [probes.file_json("guard_state", paths["state"], sudo=True),
             F.Fact("guard_pids", f"for p in $(pgrep -f -- {shlex.quote(pattern)}); do "
                    'echo "$p $(ps -o ppid= -p "$p")"; done; true', _pids, sudo=True),

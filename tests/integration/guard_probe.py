@@ -31,7 +31,7 @@ def incident(tb, node: str) -> dict | None:
 def guard_pids(tb, node: str) -> list[str]:
     """The node's guard processes, as the guard step counts them: a pid whose parent is also
     a guard is a guard's subprocess between fork and exec (same command line), not a guard."""
-    found = tb.ssh(node, f"for p in $(pgrep -f '{GUARD}/[g]uard.py'); do "
+    found = tb.ssh(node, f"for p in $(pgrep -f '^[^ ]*python[0-9.]* {GUARD}/guard[.]py( |$)'); do "
                    'echo "$p $(ps -o ppid= -p "$p")"; done').stdout
     pairs = [line.split() for line in found.splitlines() if len(line.split()) == 2]
     return [pid for pid, ppid in pairs if ppid not in {p for p, _ in pairs}]

@@ -111,7 +111,7 @@ def test_worker_engine_killed_stops_every_rank_and_up_restores(serving):
     assert again.returncode == 0, out(again)
     code, doc = status(tb)
     assert code == 0 and doc["cluster"] == {"name": doc["cluster"]["name"], "state": "serving",
-                                            "incident": None}
+                                            "incident": None}, doc["cluster"]
     for node in tb.nodes:
         assert incident(tb, node) is None and len(archived(tb, node)) == 1, node
     snapshot_ps(tb)

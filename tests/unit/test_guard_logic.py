@@ -1,6 +1,7 @@
 """The serve-time guard: its config, the guard step's plans, the guard's own decisions and the
 cluster state `status` derives. Facts in, decisions out; no I/O."""
 
+import re
 import time
 
 import pytest
@@ -288,3 +289,16 @@ def test_a_guard_mid_fork_is_not_a_second_guard():
     assert guard_step._pids("464 1\n471 464\n", 0) == [464]
     assert guard_step._pids("464 1\n502 1\n", 0) == [464, 502]
     assert guard_step._pids("", 0) == [] and guard_step._pids("464\n", 0) == []
+
+
+def test_only_the_guard_itself_counts_as_a_guard_process(tmp_path):
+    # Seen in CI: the batch's own `sh -c 'sha256sum .../guard.py ...'` (the node-files fact,
+    # running beside the pid probe) was counted as a second guard.
+    paths = guard_config.node_paths(node_ctx(tmp_path).inv)
+    pattern = re.compile(guard_step.process_pattern(paths))
+    for guard in ("python3", "/usr/bin/python3", "/root/.pyenv/versions/3.11.7/bin/python3"):
+        assert pattern.search(f"{guard} {paths['script']} {paths['config']}"), guard
+    for other in (f"sha256sum {paths['script']}", f"sh -c sha256sum {paths['script']} {paths['dir']}/guard_record.py",
+                  f"sudo -n sh -c setsid nohup python3 {paths['script']} {paths['config']}",
+                  f"python3 {paths['script']}.bak", f"python3 {paths['dir']}/xguard.py"):
+        assert not pattern.search(other), other
