@@ -137,15 +137,20 @@ class StopGuard(Step):
 
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        only_with_replace: bool = False  # before launch: only `up --replace` swaps containers
+        # Before launch a watching guard stays, unless `up --replace` swaps the container it
+        # watches. A spent one (it fired) always goes: left alive, it would serve its old
+        # incident to the new guards started after verify, and they would adopt it and stop the
+        # group they guard. Its incident stays on record until the guard step archives it.
+        before_launch: bool = False
         archive: bool = True
 
     def probes(self, node):
         return guard_facts(node.inv)
 
     def plan(self, facts, node):
-        if self.p.only_with_replace and not node.run.option("replace"):
-            return []
+        if self.p.before_launch:
+            spent = (facts.get("guard_state") or {}).get("phase") == "fired"
+            return stop_actions(facts) if spent or node.run.option("replace") else []
         archive = [archive_action(node.inv)] if self.p.archive and facts["incident"] else []
         return stop_actions(facts) + archive
 

@@ -101,8 +101,9 @@ def test_worker_engine_killed_stops_every_rank_and_up_restores(serving):
     assert code == 1 and doc["cluster"]["state"] == "stopped-by-guard"
     assert doc["cluster"]["incident"]["failure"]["rank"] == 2
 
-    # Back with `up`, one rank loading slowly (25 s, longer than peer_timeout): the spent
-    # guards left from the incident and the new ones raise nothing while it loads.
+    # Back with `up`, one rank loading slowly (25 s, longer than peer_timeout): `up` stops the
+    # spent guards before the relaunch (alive, they would hand their old incident to the new
+    # guards) and starts new ones after verify, so nothing is raised while it loads.
     set_load_seconds(tb, "node1", 25)
     try:
         again = k3("up", "-i", str(tb.inventory))

@@ -104,11 +104,16 @@ def test_disabled_guard_is_stopped_not_started(tmp_path):
     assert StartGuard().plan(facts([], "x"), node) == []
 
 
-def test_guard_stop_before_launch_acts_only_with_replace(tmp_path):
+def test_guard_stop_before_launch_stops_spent_guards_or_all_with_replace(tmp_path):
     found = facts([7], "x")
-    step = StopGuard({"only_with_replace": True})
+    step = StopGuard({"before_launch": True})
     assert step.plan(found, node_ctx(tmp_path)) == []
     assert len(step.plan(found, node_ctx(tmp_path, options={"replace": True}))) == 1
+    # Seen in CI: a spent guard still alive after the relaunch served its old incident to a
+    # new guard on another node, which adopted it and stopped the freshly verified group.
+    spent = facts([7], "x", phase="fired", incident={"failure": {}})
+    assert [a.description for a in step.plan(spent, node_ctx(tmp_path))] == [
+        "stop the guard (pid 7)"]  # the incident stays on record until verify has passed
     down = StopGuard().plan({**found, "incident": {"failure": {}}}, node_ctx(tmp_path))
     assert [a.description for a in down] == ["stop the guard (pid 7)",
                                              "archive the incident record"]
