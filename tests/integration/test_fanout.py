@@ -4,21 +4,19 @@ What each node received is counted from both sides that sent it: the mock Hub's 
 per-file counters and every node's peer server log (one JSON line per GET, with the client).
 """
 
-import json
 import signal
 import time
 
 import pytest
 import yaml
+from hub_bytes import (SLACK, WORK, assert_nothing_received_twice, hub_total, received,
+                       sizes, small_socket_buffers)
 from tbfixture import testbed
 
 from k3run import k3, k3_bg, out, state
 
 pytestmark = pytest.mark.integration
-WORK = "/mnt/nvme/.k3deploy"
 HF = "HF_HOME=/mnt/nvme/hf HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_UPDATE_CHECK=1"
-# One HTTP read may be in flight when a process dies: its bytes can be served twice.
-SLACK = 256 * 1024
 
 
 def playbook(tmp_path, **download) -> str:
@@ -27,42 +25,6 @@ def playbook(tmp_path, **download) -> str:
     path.write_text(yaml.safe_dump({"name": "fanout", "steps": [
         "nvme", {"step": "download", "with": download}]}))
     return str(path)
-
-
-def etag_paths(tb) -> dict[str, str]:
-    manifest = json.loads(tb.ssh("node0", f"cat {WORK}/manifest.json").stdout)
-    return {f["sha256"] or f["oid"]: f["path"] for f in manifest["files"]}
-
-
-def received(tb) -> dict[str, dict[str, int]]:
-    """node -> path -> bytes sent to it by the Hub and by every peer together."""
-    hub = tb.stats()["hub"]
-    got = {n: {p: f["bytes"] for p, f in hub["by_node"].get(n, {}).get("files", {}).items()}
-           for n in tb.nodes}
-    by_ip, paths = {tb.address(n): n for n in tb.nodes}, etag_paths(tb)
-    for node in tb.nodes:
-        for line in tb.ssh(node, f"cat {WORK}/peer-served.jsonl 2>/dev/null").stdout.splitlines():
-            rec = json.loads(line)
-            files = got[by_ip[rec["client"]]]
-            files[paths[rec["etag"]]] = files.get(paths[rec["etag"]], 0) + rec["bytes"]
-    return got
-
-
-def sizes(tb) -> dict[str, int]:
-    manifest = json.loads(tb.ssh("node0", f"cat {WORK}/manifest.json").stdout)
-    return {f["path"]: f["size"] for f in manifest["files"]}
-
-
-def hub_total(tb) -> int:
-    return sum(n["bytes"] for n in tb.stats()["hub"]["by_node"].values())
-
-
-def assert_nothing_received_twice(tb, nodes=None) -> None:
-    size = sizes(tb)
-    for node, files in received(tb).items():
-        if nodes is None or node in nodes:
-            twice = {p: b for p, b in files.items() if b > size[p] + SLACK}
-            assert twice == {}, f"{node} received more than once: {twice}"
 
 
 def hf_cache_verify(tb, node) -> None:
@@ -167,17 +129,6 @@ def test_killed_node_others_finish_then_revived_node_completes(tmp_path):
         twice = {p: b - before["node3"].get(p, 0) for p, b in after["node3"].items()
                  if b - before["node3"].get(p, 0) > size[p] + SLACK}
         assert twice == {}
-
-
-def small_socket_buffers(tb) -> None:
-    """Bytes are counted where they were sent; what sat unread in a killed receiver's socket
-    buffer was sent but never received. Linux grows those buffers to megabytes, more than a whole
-    300 kB test shard, so cap them (per network namespace) well below SLACK: a whole shard sent
-    twice then means it was received twice."""
-    for node in tb.nodes:
-        cap = tb.ssh(node, "sysctl -qw net.ipv4.tcp_rmem='4096 32768 65536' "
-                     "net.ipv4.tcp_wmem='4096 32768 65536'")
-        assert cap.returncode == 0, cap.stderr
 
 
 def test_laptop_and_one_downloader_killed_mid_fanout(tmp_path):
