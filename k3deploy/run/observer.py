@@ -21,14 +21,24 @@ class Observer:
     def __init__(self, steps: list[Step]):
         self.steps = steps
         self._batches: dict[str, dict[str, dict]] = {}   # node -> step label -> parsed values
+        self._first: set[str] = set()   # nodes whose first step's part is from the first look
         self._lock = threading.Lock()
+
+    def first_look(self, ctx, extra: list[F.Fact]) -> dict:
+        """The run's first round trip to a node: every step's facts and `extra` (which machine
+        it is). Nothing ran before the first step, so its part counts as looked at for it."""
+        values = self._fill(ctx, 0, extra)
+        if self.steps:
+            with self._lock:
+                self._first.add(ctx.name)
+        return {f.name: values[f.name] for f in extra}
 
     def facts(self, step: Step, ctx, fresh: bool = False) -> tuple[dict, bool]:
         """The step's facts, and whether they were looked at for this step (`fresh`: look
         now) rather than ahead of it, in an earlier step's batch."""
         found = None if fresh else self._pop(ctx, step)
-        looked_now = found is None
-        if looked_now:
+        looked_now = found is None or self._took_first(ctx, step)
+        if found is None:
             self._fill(ctx, self.steps.index(step))
             found = self._pop(ctx, step)
         return step.facts_from(found, ctx), looked_now
@@ -36,19 +46,29 @@ class Observer:
     def changed(self) -> None:
         with self._lock:
             self._batches.clear()
+            self._first.clear()
+
+    def _took_first(self, ctx, step: Step) -> bool:
+        with self._lock:
+            if step is not self.steps[0] or ctx.name not in self._first:
+                return False
+            self._first.discard(ctx.name)
+            return True
 
     def _pop(self, ctx, step: Step) -> dict | None:
         with self._lock:
             return self._batches.get(ctx.name, {}).pop(step.label, None)
 
-    def _fill(self, ctx, start: int) -> None:
-        """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
+    def _fill(self, ctx, start: int, extra: list[F.Fact] = ()) -> dict:
+        """Looks for the steps from `start` on (and `extra`, kept by its own names), in one
+        round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
-        values = F.gather(ctx.conn, batch,
+        values = F.gather(ctx.conn, [*extra, *batch],
                           step=self.steps[start].name if start < len(self.steps) else None)
         with self._lock:
             self._batches[ctx.name] = {label: _part(values, f"{label}.") for label in probes}
+        return values
 
 
 def _part(values: dict, prefix: str) -> dict:

@@ -13,7 +13,7 @@ from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
                              StepFailed, UnreachableError)
-from k3deploy.node.identity import check_identities
+from k3deploy.node.identity import IDENTITY, connect_all, identify_all
 from k3deploy.run.observer import Observer
 from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
@@ -86,9 +86,13 @@ class Runner:
         # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
         with ThreadPoolExecutor(max_workers=1) as pool:
             prepared = pool.submit(self._prepare_all)
-            self._connect_all()
+            lost = connect_all(self.contexts)
+            self._fail_nodes(lost)
             if not prepared.result():
                 return self.report
+        # Which machine each node is, read in the first look at every step's facts.
+        look = (lambda ctx: self.observer.first_look(ctx, IDENTITY)) if self.steps else None
+        self._fail_nodes(identify_all([c for c in self.contexts if c.name not in lost], look))
         for step in self.steps:
             if interrupt.requested() or not self._run_step(step):
                 break
@@ -108,10 +112,9 @@ class Runner:
         return True
 
     # -- connection and identity ---------------------------------------------------------
-    def _connect_all(self) -> None:
-        # Its own round trip: the first step's look (every step's facts) belongs inside that
-        # step, so a node that hangs there shows as running it.
-        for name, err in check_identities(self.contexts).items():
+    def _fail_nodes(self, errors: dict[str, K3Error]) -> None:
+        """A node that cannot be logged in to, or looked at, fails every step of the run."""
+        for name, err in errors.items():
             status = ("unreachable" if isinstance(err, UnreachableError) else
                       "interrupted" if isinstance(err, Interrupted) else "failed")
             for step in self.steps:
