@@ -13,7 +13,7 @@ from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
                              StepFailed, UnreachableError)
-from k3deploy.node.identity import IDENTITY, connect_all, identify_all
+from k3deploy.node import identity
 from k3deploy.run.observer import Observer
 from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
@@ -76,7 +76,7 @@ class Runner:
         self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
             s.runs_after_failures or s.read_only for s in steps))
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
-        self.observer = Observer(steps)
+        self.observer = Observer(steps, identified=self._identified)
         run.waiter = Waiter(self.contexts)
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
@@ -86,13 +86,9 @@ class Runner:
         # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
         with ThreadPoolExecutor(max_workers=1) as pool:
             prepared = pool.submit(self._prepare_all)
-            lost = connect_all(self.contexts)
-            self._fail_nodes(lost)
+            self._fail_nodes(identity.connect_all(self.contexts))
             if not prepared.result():
                 return self.report
-        # Which machine each node is, read in the first look at every step's facts.
-        look = (lambda ctx: self.observer.first_look(ctx, IDENTITY)) if self.steps else None
-        self._fail_nodes(identify_all([c for c in self.contexts if c.name not in lost], look))
         for step in self.steps:
             if interrupt.requested() or not self._run_step(step):
                 break
@@ -112,8 +108,15 @@ class Runner:
         return True
 
     # -- connection and identity ---------------------------------------------------------
+    def _identified(self, ctx: NodeContext, values: dict, step: Step) -> None:
+        """Which machine the node is, from its first look (inside `step`, so a node that hangs
+        there shows as running it). A replaced machine's old state is gone, and with it the
+        record that `step` runs: it is recorded again."""
+        if identity.record(ctx, values) and not self.run.check:
+            ctx.state.begin(step.label, step.inputs_digest(ctx))
+
     def _fail_nodes(self, errors: dict[str, K3Error]) -> None:
-        """A node that cannot be logged in to, or looked at, fails every step of the run."""
+        """A node that cannot be logged in to fails every step of the run."""
         for name, err in errors.items():
             status = ("unreachable" if isinstance(err, UnreachableError) else
                       "interrupted" if isinstance(err, Interrupted) else "failed")

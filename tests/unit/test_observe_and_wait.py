@@ -79,6 +79,8 @@ def test_the_first_look_also_tells_a_replaced_machine(tmp_path):
     kept = {n: "old-step" in s.data["steps"] for n, s in session.states.items()}
     assert kept == {"node0": True, "node1": True, "node2": False, "node3": True}
     assert session.states["node2"].data["identity"]["boot_id"] == "boot-2"
+    # The look ran inside step a: the new machine's state records a as run once, not twice.
+    assert session.states["node2"].data["steps"]["a"]["attempts"] == 1
 
 
 def test_a_change_anywhere_makes_the_next_step_look_again(tmp_path):
