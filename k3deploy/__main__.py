@@ -1,3 +1,3 @@
-from k3deploy.cli.app import main
+from k3deploy.cli.app import program
 
-main()
+program()

@@ -1,7 +1,8 @@
-"""First contact with every node: connect once and learn which machine it is.
+"""First contact with every node: log in, then learn which machine it is.
 
 A node that answers with another machine-id or boot-id than last time is a different machine
-(spot replacement, reboot into a fresh image): its old state file is discarded.
+(spot replacement, reboot into a fresh image): its old state file is discarded. The identity
+is read in the run's first look at the node (run/observer.py), not in a round trip of its own.
 """
 
 from __future__ import annotations
@@ -17,22 +18,28 @@ IDENTITY = [
 ]
 
 
-def _identify(ctx) -> K3Error | None:
-    try:
-        ctx.conn.open()
-        values = F.gather(ctx.conn, IDENTITY)
-    except K3Error as err:  # unreachable, or a host key we must not trust
-        return err
-    if ctx.state.check_identity(values):
-        ctx.log().warning("node.replaced", msg="machine-id/boot-id changed: old state discarded")
-    if not ctx.run.check:
-        ctx.state.save()
-    return None
-
-
-def check_identities(contexts) -> dict[str, K3Error]:
+def connect_all(contexts) -> dict[str, K3Error]:
+    """Every node's login at once; the nodes that failed, with why (unreachable, or a host
+    key we must not trust)."""
+    def connect(ctx) -> K3Error | None:
+        try:
+            ctx.conn.open()
+        except K3Error as err:
+            return err
+        return None
     if not contexts:
         return {}
     with ThreadPoolExecutor(max_workers=min(32, len(contexts))) as pool:
-        errors = dict(zip([c.name for c in contexts], pool.map(_identify, contexts)))
+        errors = dict(zip([c.name for c in contexts], pool.map(connect, contexts)))
     return {name: err for name, err in errors.items() if err is not None}
+
+
+def record(ctx, values: dict) -> bool:
+    """The node's answer to IDENTITY, kept in its state; True when the node turned out to be
+    another machine and its old state was discarded."""
+    replaced = ctx.state.check_identity({f.name: values.get(f.name) for f in IDENTITY})
+    if replaced:
+        ctx.log().warning("node.replaced", msg="machine-id/boot-id changed: old state discarded")
+    if not ctx.run.check:
+        ctx.state.save()
+    return replaced

@@ -1,6 +1,6 @@
 """Facts for every step of a playbook, batched: one round trip per node, in the first step,
-looks at what all the steps still to come will need; it is repeated only after a step changed
-something.
+looks at what all the steps still to come will need (and, the first time, which machine the
+node is); it is repeated only after a step changed something.
 
 A change on one node can change what another node's later steps see (a relaunched worker makes
 the head's endpoint unhealthy), so any change anywhere drops every node's batch.
@@ -15,12 +15,17 @@ from __future__ import annotations
 import threading
 
 from k3deploy.node import facts as F
+from k3deploy.node.identity import IDENTITY
 from k3deploy.steps.base import Step
 
 class Observer:
-    def __init__(self, steps: list[Step]):
+    def __init__(self, steps: list[Step], identified=None):
+        """identified(ctx, values, step): the node's answer to IDENTITY (which machine it is),
+        read in the first look at each node, before the step that looks decides anything."""
         self.steps = steps
+        self.identified = identified
         self._batches: dict[str, dict[str, dict]] = {}   # node -> step label -> parsed values
+        self._known: set[str] = set()   # nodes whose identity was read in this run
         self._lock = threading.Lock()
 
     def facts(self, step: Step, ctx, fresh: bool = False) -> tuple[dict, bool]:
@@ -45,8 +50,14 @@ class Observer:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
-        values = F.gather(ctx.conn, batch,
+        first = ctx.name not in self._known   # the node's first look: which machine it is, too
+        values = F.gather(ctx.conn, [*(IDENTITY if first else []), *batch],
                           step=self.steps[start].name if start < len(self.steps) else None)
+        if first:
+            with self._lock:
+                self._known.add(ctx.name)
+            if self.identified:
+                self.identified(ctx, values, self.steps[start])
         with self._lock:
             self._batches[ctx.name] = {label: _part(values, f"{label}.") for label in probes}
 

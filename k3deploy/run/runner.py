@@ -13,7 +13,7 @@ from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
                              StepFailed, UnreachableError)
-from k3deploy.node.identity import check_identities
+from k3deploy.node import identity
 from k3deploy.run.observer import Observer
 from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
@@ -76,7 +76,7 @@ class Runner:
         self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
             s.runs_after_failures or s.read_only for s in steps))
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
-        self.observer = Observer(steps)
+        self.observer = Observer(steps, identified=self._identified)
         run.waiter = Waiter(self.contexts)
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
@@ -86,7 +86,7 @@ class Runner:
         # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
         with ThreadPoolExecutor(max_workers=1) as pool:
             prepared = pool.submit(self._prepare_all)
-            self._connect_all()
+            self._fail_nodes(identity.connect_all(self.contexts))
             if not prepared.result():
                 return self.report
         for step in self.steps:
@@ -108,10 +108,16 @@ class Runner:
         return True
 
     # -- connection and identity ---------------------------------------------------------
-    def _connect_all(self) -> None:
-        # Its own round trip: the first step's look (every step's facts) belongs inside that
-        # step, so a node that hangs there shows as running it.
-        for name, err in check_identities(self.contexts).items():
+    def _identified(self, ctx: NodeContext, values: dict, step: Step) -> None:
+        """Which machine the node is, from its first look (inside `step`, so a node that hangs
+        there shows as running it). A replaced machine's old state is gone, and with it the
+        record that `step` runs: it is recorded again."""
+        if identity.record(ctx, values) and not self.run.check:
+            ctx.state.begin(step.label, step.inputs_digest(ctx))
+
+    def _fail_nodes(self, errors: dict[str, K3Error]) -> None:
+        """A node that cannot be logged in to fails every step of the run."""
+        for name, err in errors.items():
             status = ("unreachable" if isinstance(err, UnreachableError) else
                       "interrupted" if isinstance(err, Interrupted) else "failed")
             for step in self.steps:

@@ -46,10 +46,8 @@ class World(FakeConn):
         if "@@k3fact@@" not in command:
             return 0, ""
         self.batches += 1
-        runs = dict((i, key) for key, i in re.findall(r'\( cat /(\w+) \) > "\$k3d/(\d+)"', command))
-        asked = re.findall(r'@@k3fact@@begin (\S+); cat "\$k3d/(\d+)"', command)
-        return 0, "".join(section(command, name, self.values[runs[i]]) for name, i in asked
-                          if i in runs)
+        asked = re.findall(r'@@k3fact@@begin (\S+); \( cat /(\w+) \)', command)
+        return 0, "".join(section(command, name, self.values[key]) for name, key in asked)
 
 
 def run_with(tmp_path, values_per_node, steps):
@@ -63,16 +61,35 @@ def test_a_no_op_run_looks_once_per_node_for_every_step(tmp_path):
     report, conns = run_with(tmp_path, {"a": "yes", "b": "yes", "c": "yes"},
                              [Asks("a"), Asks("b"), Asks("c")])
     assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
-    assert {c.batches for c in conns.values()} == {2}   # the identity check, then one look
+    # One round trip per node: which machine it is and every step's facts.
+    assert {c.batches for c in conns.values()} == {1}
+
+
+def test_the_first_look_also_tells_a_replaced_machine(tmp_path):
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: World(n.name, {"a": "yes"}) for n in inv.nodes}
+    conns["node2"].boot_id = "boot-2"   # rebooted into a fresh image since the last run
+    session = FakeSession(inv, tmp_path, conns)
+    for name, state in session.states.items():
+        state.check_identity({"machine_id": f"m-{name}", "boot_id": "boot-1"})
+        state.finish("old-step", "changed")
+    report = Runner(RunContext(inv=inv, session=session), [Asks("a")]).execute()
+    assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
+    assert {c.batches for c in conns.values()} == {1}
+    kept = {n: "old-step" in s.data["steps"] for n, s in session.states.items()}
+    assert kept == {"node0": True, "node1": True, "node2": False, "node3": True}
+    assert session.states["node2"].data["identity"]["boot_id"] == "boot-2"
+    # The look ran inside step a: the new machine's state records a as run once, not twice.
+    assert session.states["node2"].data["steps"]["a"]["attempts"] == 1
 
 
 def test_a_change_anywhere_makes_the_next_step_look_again(tmp_path):
     report, conns = run_with(tmp_path, {"a": "no", "b": "yes", "c": "yes"},
                              [Asks("a"), Asks("b"), Asks("c")])
     assert report.results["node0"]["a"].status == "changed"
-    # identity, the first look (a, b, c), a's re-check, then b looks again for b and c, and
-    # c uses that.
-    assert {c.batches for c in conns.values()} == {4}
+    # The first look (identity, a, b, c): a acts on it (nothing ran before a); a's re-check;
+    # then b looks again for b and c, and c uses that.
+    assert {c.batches for c in conns.values()} == {3}
 
 
 class Settling(World):
@@ -81,7 +98,7 @@ class Settling(World):
 
     def respond(self, command):
         answer = super().respond(command)
-        if self.batches == 2:   # the identity check, then the first look
+        if self.batches == 1:   # the first look
             self.values["b"] = "yes"
         return answer
 
@@ -95,14 +112,14 @@ def test_a_look_ahead_of_time_is_looked_at_again_before_acting_on_it(tmp_path):
     # was set on any node.
     assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
     assert all(not any(c.startswith("set ") for c in conn.commands) for conn in conns.values())
-    assert {c.batches for c in conns.values()} == {3}
+    assert {c.batches for c in conns.values()} == {2}
 
 
 def test_a_step_with_work_left_decides_on_its_own_look(tmp_path):
     report, conns = run_with(tmp_path, {"a": "yes", "b": "no"}, [Asks("a"), Asks("b")])
     assert {per["b"].status for per in report.results.values()} == {"changed"}
-    # identity, the first look, b's own look before acting, b's re-check
-    assert {c.batches for c in conns.values()} == {4}
+    # the first look, b's own look before acting, b's re-check
+    assert {c.batches for c in conns.values()} == {3}
 
 
 def test_the_same_command_asked_twice_runs_once_and_answers_both():
@@ -125,6 +142,15 @@ def test_the_facts_of_a_batch_run_at_once():
     took = time.monotonic() - started
     assert set(F.parse_output(facts, out).values()) == {"done"}
     assert took < 2.5, took   # one after another: 3 s
+
+
+def test_a_batch_spends_no_process_per_fact_on_printing_or_sudo():
+    # A no-op's cost on the nodes is mostly forks: dozens of facts on every node at once.
+    facts = [F.Fact(f"f{i}", f"echo {i}", F.text, sudo=i % 2 == 0) for i in range(12)]
+    script = F.compose(facts)
+    assert script.count("cat ") == 1 and script.count("id -u") == 1
+    out = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True).stdout
+    assert F.parse_output(facts, out) == {f"f{i}": str(i) for i in range(12)}
 
 
 class Waits(Step):
