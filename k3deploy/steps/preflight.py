@@ -13,7 +13,7 @@ from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import listening_ports, reachability_problems
+from k3deploy.steps.reachability import ports_in_use, reachability_problems
 from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9
@@ -39,7 +39,7 @@ def _facts(node) -> list[F.Fact]:
         F.Fact("have_bytes", f"du -sbL {shlex.quote(protocol.blobs_dir(model_cache_dir(inv)))} 2>/dev/null "
                "|| echo 0", F.integer),
         F.Fact("sudo", 'test "$(id -u)" = 0 || sudo -n true', F.exit_ok),
-        F.Fact("listening", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", listening_ports),
+        F.Fact("ports_in_use", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", ports_in_use),
     ]
 
 

@@ -18,19 +18,21 @@ MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port
 SAMPLE = 2
 
 
-def listening_ports(out: str, code: int) -> set[int]:
-    """TCP ports in LISTEN, from /proc/net/tcp and tcp6 (the node's network namespace)."""
+def ports_in_use(out: str, code: int) -> set[int]:
+    """Local TCP ports of every socket in /proc/net/tcp and tcp6 (the node's network namespace),
+    in any state: a port an outgoing connection holds (a guard's poll of its peers) cannot be
+    listened on either, and its peers' probes would be refused until the mesh's deadline."""
     ports = set()
     for line in out.splitlines()[1:]:
         parts = line.split()
-        if len(parts) > 3 and parts[3] == "0A" and ":" in parts[1]:
+        if len(parts) > 3 and ":" in parts[1]:
             ports.add(int(parts[1].rsplit(":", 1)[1], 16))
     return ports
 
 
 def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) -> list[int]:
-    """A port something already listens on is left out: its owner (a running engine's
-    rendezvous, NCCL's bootstrap) must not get a stray connection, and it proves little."""
+    """A port in use is left out: a listener's owner (a running engine's rendezvous, NCCL's
+    bootstrap) must not get a stray connection, and it proves little."""
     ports = []
     while len(ports) < SAMPLE:
         port = rng.randint(33000, 60000)
@@ -60,7 +62,7 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
     if len(names) < 2:
         return []
     rng = random.Random()
-    plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].get("listening") or set())
+    plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].get("ports_in_use") or set())
             for n in names}
     targets = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n for p in plan[m]]
                for n in names}

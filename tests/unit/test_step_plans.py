@@ -256,14 +256,16 @@ def test_launch_key_path_matches_the_engine_builders(tmp_path):
         "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"
 
 
-def test_listening_ports_come_from_proc_net_tcp():
-    from k3deploy.steps.reachability import listening_ports
+def test_ports_in_use_come_from_proc_net_tcp():
+    # Seen on the testbed: a sampled port held by a guard's outgoing poll could not be
+    # listened on, and its peers' probes were refused until the mesh's 15 s deadline.
+    from k3deploy.steps.reachability import ports_in_use
     proc = ("  sl  local_address rem_address   st tx_queue rx_queue\n"
             "   0: 0A0DD50A:1D4C 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n"
             "   1: 0A0DD50A:0016 0A0DD501:C350 01 00000000:00000000 00:00000000 00000000\n"
             "  sl  local_address                         remote_address   st\n"
             "   0: 00000000000000000000000000000000:22F7 00000000000000000000000000000000:0000 0A\n")
-    assert listening_ports(proc, 0) == {0x1D4C, 0x22F7}   # 7500 and 8951; not the ESTABLISHED 22
+    assert ports_in_use(proc, 0) == {0x1D4C, 0x16, 0x22F7}   # 7500, 8951 listening; 22 connected
 
 
 def test_download_uploads_only_the_programs_the_node_does_not_have(tmp_path):
