@@ -54,6 +54,13 @@ def assert_nothing_received_twice(tb, nodes=None) -> None:
             assert twice == {}, f"{node} received more than once: {twice}"
 
 
+def assert_nothing_from_the_hub_twice(tb) -> None:
+    size = sizes(tb)
+    for node, files in hub_files(tb).items():
+        twice = {p: b for p, b in files.items() if b > size[p] + SLACK}
+        assert twice == {}, f"the Hub sent {node} more than once: {twice}"
+
+
 def assert_each_shard_from_the_hub_once(tb) -> None:
     """Fan-out's promise: a checkpoint shard (an LFS file) crosses the Internet to one node;
     only the small files come from the Hub to every node."""

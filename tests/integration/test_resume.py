@@ -6,7 +6,7 @@ import signal
 import time
 
 import pytest
-from hub_bytes import (SLACK, assert_each_shard_from_the_hub_once, assert_nothing_received_twice,
+from hub_bytes import (SLACK, assert_each_shard_from_the_hub_once, assert_nothing_from_the_hub_twice,
                        small_socket_buffers)
 from tbfixture import testbed
 
@@ -103,7 +103,7 @@ def test_resume_download_playbook_continues_where_it_stopped(tmp_path):
         assert again.returncode == 0, out(again)
         # Per file, not in total: up to 64 Hub connections were cut at once, each may have had
         # one read in flight (CI once saw 34.6 MB served for this 28.8 MB repo).
-        assert_nothing_received_twice(tb)
+        assert_nothing_from_the_hub_twice(tb)
         assert_each_shard_from_the_hub_once(tb)
         for node in tb.nodes:
             orphans = tb.ssh(node, "find /mnt/nvme/hf -name '*.incomplete' | wc -l").stdout
