@@ -111,7 +111,10 @@ class Downloader:
             part = PartialBlob(partial, spec, self.progress)
             if part.have:
                 log(f"{spec.path}: resuming from byte {part.have} of {spec.size}")
-            (peers or self.fetcher).fetch(spec, part)
+            # A run killed between a file's last byte and its rename left it whole: a peer
+            # would answer the range `bytes=<size>-` with 416 (and be taken for broken).
+            if part.have < spec.size:
+                (peers or self.fetcher).fetch(spec, part)
             digest = part.hasher.hexdigest()
             if digest == spec.etag:
                 os.chmod(partial, 0o644)

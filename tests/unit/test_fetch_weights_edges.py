@@ -132,6 +132,21 @@ def test_partial_no_larger_than_the_file_is_kept_and_hashed(tmp_path):
     assert part.have == part.resumed_from == 3000
 
 
+def test_a_whole_partial_is_verified_without_asking_any_source(tmp_path):
+    """Killed between the last byte and the rename: the partial is the whole file."""
+    class NoSource:
+        def ready(self, spec):
+            pass
+
+        def fetch(self, spec, part):
+            raise AssertionError(f"asked for bytes {part.have}- of a whole file")
+    manifest, spec, cache, progress = setup(tmp_path, "http://127.0.0.1:9")
+    cache.partial(spec.etag).write_bytes(BODY)
+    downloader = fw.Downloader(manifest, cache, NoSource(), progress, peers=NoSource())
+    downloader._download_verified(spec, downloader.peers)
+    assert cache.blob(spec.etag).read_bytes() == BODY and not cache.partial(spec.etag).exists()
+
+
 Usage = namedtuple("Usage", "total used free")
 
 
