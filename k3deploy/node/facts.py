@@ -47,12 +47,12 @@ def compose(facts: list[Fact]) -> str:
     for i, fact in enumerate(unique):
         body = fact.script if not fact.sudo else _sudo(fact.script)
         # Every fact reads its own here-document or nothing: never the script being run.
-        runs.append(f'{{ echo {MARK}begin {fact.name}; ( {body} ) 2>&1 {_stdin(fact, i)}')
+        runs.append(f'{{ echo {MARK}begin {fact.name}; ( {body} ) 2>&1 {_line_end(fact, i)}')
     return "\n".join(['k3d=$(mktemp -d) || exit 1', 'trap \'rm -rf "$k3d"\' EXIT',
                       'k3uid=$(id -u)', *runs, "wait", 'cat "$k3d"/*']) + "\n"
 
 
-def _stdin(fact: Fact, i: int) -> str:
+def _line_end(fact: Fact, i: int) -> str:
     """The fact's input and the rest of its line (a here-document's text follows the line).
     Files named in fact order: the glob in `cat` keeps it."""
     done = f'; echo "{MARK}end $?"; }} > "$k3d/{i:05d}" &'
