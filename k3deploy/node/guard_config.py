@@ -16,7 +16,7 @@ from k3deploy.remote import script_text
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import cluster_secret
 
-SCRIPTS = ("guard.py", "guard_record.py")
+SCRIPTS = ("guard.py", "guard_http.py", "guard_record.py")
 
 
 def guard_dir(inv) -> str:

@@ -2,16 +2,14 @@
 
 When one rank of a multi-node engine dies, the others do not exit: they hang in NCCL holding
 their GPUs and the endpoint accepts requests it never answers. The guard fail-stops the group:
-it watches its own engine container (`docker wait`: no polling), the other nodes' guards (HTTP
-on the private network, authenticated with the cluster's guard secret) and, on the head, the
-serving port. On the first failure anywhere it writes an incident record and stops its local
-engine container (docker stop, the engine's grace period). It never restarts an engine: `up`
-does that, after which the guard step replaces this spent guard.
+it watches its own engine container (`docker wait`: no polling), the other nodes' guards (signed
+long polls on the private network, guard_http.py) and, on the head, the serving port. On the
+first failure anywhere it writes an incident record and stops its local engine container
+(docker stop, the engine's grace period). It never restarts an engine: `up` does that, after
+which the guard step replaces this spent guard.
 
 usage: python3 guard.py CONFIG.json   (the secret is read from the file the config names)
 """
-import hashlib
-import hmac
 import json
 import os
 import signal
@@ -20,28 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.dont_write_bytecode = True  # nothing but its own files in the guard dir
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import guard_http as net
 import guard_record as rec
-
-AUTH = "X-K3-Guard"
-SKEW = 300  # seconds of clock difference between nodes an authenticated request tolerates
-
-
-def sign(secret: str, method: str, path: str, ts: str) -> str:
-    return hmac.new(secret.encode(), f"{ts}:{method}:{path}".encode(), hashlib.sha256).hexdigest()
-
-
-def signed_ok(secret: str, method: str, path: str, header: str) -> bool:
-    ts, _, mac = (header or "").partition(":")
-    try:
-        fresh = abs(time.time() - float(ts)) < SKEW
-    except ValueError:
-        return False
-    return fresh and hmac.compare_digest(mac, sign(secret, method, path, ts))
 
 
 class Guard:
@@ -55,6 +36,8 @@ class Guard:
         self.incident = None
         self.refused_since = None
         self.secrets = rec.secret_values(secret, cfg.get("secrets_dir"))
+        self.hold = net.hold_seconds(cfg["peer_timeout"], cfg["poll"])
+        self.published = net.Versioned(self.public_state)
 
     # -- log and state -------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -95,6 +78,7 @@ class Guard:
             finished = info["State"].get("FinishedAt") if code is not None else None
             with self.lock:
                 self.engine.update(running=False, exit_code=code, finished=finished)
+            self.published.changed()
             return
 
     def stop_engine(self) -> str:
@@ -109,21 +93,18 @@ class Guard:
 
     # -- the other guards --------------------------------------------------------------
     def poll_peer(self, peer: dict) -> None:
-        url = f"http://{peer['address']}:{self.cfg['port']}/state"
-        # Straight to the peer: an http_proxy in root's environment must not carry this.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        """The peer's state as it changes (a held poll answers at once on a change), with a
+        heartbeat every `hold` seconds; a failed poll is retried after one poll interval."""
+        link = net.PeerLink(peer["address"], self.cfg["port"], self.secret, self.hold)
         while True:
-            ts = f"{time.time():.3f}"
-            req = urllib.request.Request(url, headers={AUTH: f"{ts}:{sign(self.secret, 'GET', '/state', ts)}"})
             try:
-                with opener.open(req, timeout=max(1.0, self.cfg["poll"] * 2)) as resp:
-                    state = json.loads(resp.read())
+                state = link.ask()
                 with self.lock:
                     self.peers[peer["node"]].update(last_ok=time.monotonic(), error=None, state=state)
-            except (OSError, ValueError) as err:
+            except OSError as err:
                 with self.lock:
                     self.peers[peer["node"]]["error"] = str(err)[:200]
-            time.sleep(self.cfg["poll"])
+                time.sleep(self.cfg["poll"])
 
     def serving(self) -> bool:
         try:
@@ -146,7 +127,9 @@ class Guard:
             theirs = (peers[peer["node"]]["state"] or {}).get("incident")
             if theirs:
                 return rec.adopt(cfg, theirs, peer["node"])
-        quiet = {n for n, p in peers.items() if now - p["last_ok"] > max(5.0, 3 * cfg["poll"])}
+        # A healthy peer answers at least every `hold` seconds (its heartbeat).
+        silent = max(5.0, 3 * cfg["poll"], 2 * self.hold)
+        quiet = {n for n, p in peers.items() if now - p["last_ok"] > silent}
         lost = [p for p in cfg["peers"] if now - peers[p["node"]]["last_ok"] > cfg["peer_timeout"]]
         if lost and len(quiet) == len(cfg["peers"]) > 1:
             # Nobody answers (their polls fell silent within a round of each other): this
@@ -183,6 +166,7 @@ class Guard:
     def fire(self, found: dict) -> None:
         with self.lock:
             self.incident = found
+        self.published.changed()  # the held polls of every peer answer now
         self.log(f"incident: {found['failure']['cause']} (seen by {found['seen_by']}); "
                  "stopping the local engine")
         path = os.path.join(self.dir, "incident.json")
@@ -190,6 +174,7 @@ class Guard:
         found = {**found, "local_engine": self.stop_engine()}
         with self.lock:
             self.incident = found
+        self.published.changed()
         rec.atomic_write_json(path, found)
         self.write_state()
 
@@ -201,7 +186,8 @@ class Guard:
             sys.exit(1)
         self.engine["id"] = info["Id"]
         self.write_state()
-        serve(self)
+        cfg = self.cfg
+        net.serve(cfg["bind"], cfg["port"], self.secret, self.published, self.hold)
         threading.Thread(target=self.watch_engine, daemon=True).start()
         for peer in self.cfg["peers"]:
             threading.Thread(target=self.poll_peer, args=(peer,), daemon=True).start()
@@ -220,31 +206,6 @@ class Guard:
                 self.write_state()
                 last_beat = time.monotonic()
             time.sleep(self.cfg["poll"])
-
-
-def serve(guard: Guard) -> None:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            if self.path != "/state" or not signed_ok(guard.secret, "GET", self.path,
-                                                      self.headers.get(AUTH, "")):
-                self.send_error(403 if self.path == "/state" else 404)
-                return
-            body = json.dumps(guard.public_state()).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        allow_reuse_address = True
-
-    server = Server((guard.cfg["bind"], guard.cfg["port"]), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 def main(config_path: str) -> None:

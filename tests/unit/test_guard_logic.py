@@ -2,6 +2,7 @@
 cluster state `status` derives. Facts in, decisions out; no I/O."""
 
 import re
+import threading
 import time
 
 import pytest
@@ -175,13 +176,13 @@ def test_reaching_no_peer_at_all_names_this_node_as_cut_off():
 
 def test_requests_are_signed_without_sending_the_secret():
     ts = f"{time.time():.3f}"
-    header = f"{ts}:{node_guard.sign(SECRET, 'GET', '/state', ts)}"
+    header = f"{ts}:{node_guard.net.sign(SECRET, 'GET', '/state', ts)}"
     assert SECRET not in header
-    assert node_guard.signed_ok(SECRET, "GET", "/state", header)
-    assert not node_guard.signed_ok(SECRET + "x", "GET", "/state", header)
+    assert node_guard.net.signed_ok(SECRET, "GET", "/state", header)
+    assert not node_guard.net.signed_ok(SECRET + "x", "GET", "/state", header)
     old = f"{time.time() - 3600:.3f}"
-    assert not node_guard.signed_ok(SECRET, "GET", "/state",
-                                    f"{old}:{node_guard.sign(SECRET, 'GET', '/state', old)}")
+    assert not node_guard.net.signed_ok(SECRET, "GET", "/state",
+                                    f"{old}:{node_guard.net.sign(SECRET, 'GET', '/state', old)}")
 
 
 def test_log_lines_are_redacted_before_the_record():
@@ -307,3 +308,26 @@ def test_only_the_guard_itself_counts_as_a_guard_process(tmp_path):
                   f"sudo -n sh -c setsid nohup python3 {paths['script']} {paths['config']}",
                   f"python3 {paths['script']}.bak", f"python3 {paths['dir']}/xguard.py"):
         assert not pattern.search(other), other
+
+
+def test_an_incident_wakes_every_held_poll_at_once(tmp_path):
+    g = guard()
+    g.dir, g.stop_engine = str(tmp_path), lambda: "stopped"
+    answers = []
+    waiter = threading.Thread(target=lambda: answers.append(g.published.wait_past(0, 30)))
+    waiter.start()
+    started = time.monotonic()
+    g.engine.update(running=False, exit_code=137)
+    g.fire(g.first_failure())
+    waiter.join(timeout=10)
+    assert answers and answers[0]["incident"]["failure"]["exit_code"] == 137
+    assert time.monotonic() - started < 5 and answers[0]["version"] >= 1
+
+
+def test_a_peer_is_silent_only_past_two_heartbeats():
+    g = guard(peer_timeout=20)  # heartbeat (hold) 5 s
+    for seen in g.peers.values():
+        seen["last_ok"] = time.monotonic() - 8  # within two heartbeats: not quiet
+    g.peers[g.cfg["peers"][0]["node"]]["last_ok"] = time.monotonic() - 21
+    found = g.first_failure()
+    assert found["failure"]["node"] == g.cfg["peers"][0]["node"], found  # that peer, not me
