@@ -6,11 +6,15 @@ downloads the same files even if the branch moves during a 1.5 TB download.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from k3deploy.core.errors import BadInputError, K3Error
 from k3deploy.core.redact import register
+from k3deploy.core.state import atomic_write_json
 from k3deploy.remote.protocol import with_schema
 
 
@@ -56,14 +60,21 @@ def _api(endpoint: str | None, token: str | None):
     return HfApi(endpoint=endpoint, token=token)
 
 
-def resolve(repo: str, revision: str, endpoint: str | None, token: str | None) -> Manifest:
+def resolve(repo: str, revision: str, endpoint: str | None, token: str | None,
+            cache: Path | None = None) -> Manifest:
+    """The revision's commit and file list. The Hub is asked which commit the revision is
+    now, every run (a branch moves); a commit's file list never changes, so with `cache` it
+    is listed once per commit (a 96-shard tree is the larger request)."""
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
                                         RevisionNotFoundError)
     api = _api(endpoint, token)
+    endpoint = endpoint or api.endpoint
     try:
         info = api.repo_info(repo, revision=revision)
-        tree = [e for e in api.list_repo_tree(repo, revision=info.sha, recursive=True)
-                if hasattr(e, "size")]
+        files = _cached_files(cache, endpoint, repo, info.sha)
+        if files is None:
+            files = _listed_files(api, repo, info.sha)
+            _keep_files(cache, endpoint, repo, info.sha, files)
     except (RepositoryNotFoundError, GatedRepoError) as err:
         raise BadInputError(f"the Hub refused {repo}: {type(err).__name__}",
                             hint="check model.repo, and that the token in your hf_token_env "
@@ -72,13 +83,46 @@ def resolve(repo: str, revision: str, endpoint: str | None, token: str | None) -
         raise BadInputError(f"{repo} has no revision {revision!r}",
                             hint="fix model.revision in the inventory") from None
     except (HfHubHTTPError, OSError) as err:
-        raise K3Error(f"cannot read {repo}@{revision} from {endpoint or 'the Hub'}: {err}",
+        raise K3Error(f"cannot read {repo}@{revision} from {endpoint}: {err}",
                       hint="check model.endpoint and the laptop's network") from None
-    files = tuple(RepoFile(e.path, e.size, e.lfs.sha256 if e.lfs else None, e.blob_id)
-                  for e in sorted(tree, key=lambda e: e.path))
     # The nodes are told the endpoint explicitly: the laptop's default (HF_ENDPOINT or the
     # public Hub) is what was resolved, and a node's own environment must not change it.
-    return Manifest(repo, revision, info.sha, endpoint or api.endpoint, files)
+    return Manifest(repo, revision, info.sha, endpoint, files)
+
+
+def _listed_files(api, repo: str, sha: str) -> tuple[RepoFile, ...]:
+    tree = [e for e in api.list_repo_tree(repo, revision=sha, recursive=True)
+            if hasattr(e, "size")]
+    return tuple(RepoFile(e.path, e.size, e.lfs.sha256 if e.lfs else None, e.blob_id)
+                 for e in sorted(tree, key=lambda e: e.path))
+
+
+def _cache_file(cache: Path, endpoint: str, repo: str, sha: str) -> Path:
+    key = hashlib.sha256(f"{endpoint}\n{repo}\n{sha}".encode()).hexdigest()[:24]
+    return cache / f"{key}.json"
+
+
+def _cached_files(cache: Path | None, endpoint: str, repo: str,
+                  sha: str) -> tuple[RepoFile, ...] | None:
+    """The commit's file list as listed before; None when not kept or not readable as one."""
+    if cache is None:
+        return None
+    try:
+        doc = json.loads(_cache_file(cache, endpoint, repo, sha).read_text())
+        if (doc["endpoint"], doc["repo"], doc["sha"]) != (endpoint, repo, sha):
+            return None
+        return tuple(RepoFile(f["path"], int(f["size"]), f["sha256"], f["oid"])
+                     for f in doc["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep_files(cache: Path | None, endpoint: str, repo: str, sha: str,
+                files: tuple[RepoFile, ...]) -> None:
+    if cache is None:
+        return
+    doc = {"endpoint": endpoint, "repo": repo, "sha": sha, "files": [asdict(f) for f in files]}
+    atomic_write_json(_cache_file(cache, endpoint, repo, sha), doc, mode=0o644)
 
 
 def manifest_for(run) -> Manifest:
@@ -86,5 +130,6 @@ def manifest_for(run) -> Manifest:
     if run.inputs.manifest is None:
         inv = run.inv
         run.inputs.manifest = resolve(inv.model.repo, inv.model.revision, inv.model.endpoint,
-                                      run.inputs.hf_token(inv.hf_token_env))
+                                      run.inputs.hf_token(inv.hf_token_env),
+                                      cache=run.session.state_dir / "hub-trees")
     return run.inputs.manifest

@@ -48,6 +48,7 @@ class NodeState:
         self.path = directory / f"{node}.json"
         self.node = node
         self.data = self._read()
+        self.unsaved = False
 
     def _read(self) -> dict:
         try:
@@ -61,12 +62,20 @@ class NodeState:
 
     def save(self) -> None:
         atomic_write_json(self.path, redact_obj(self.data))
+        self.unsaved = False
+
+    def flush(self) -> None:
+        """Writes what `begin` or an "ok" `finish` left in memory. The runner calls it before
+        each look at the node and each change, and at the end of the run."""
+        if self.unsaved:
+            self.save()
 
     def check_identity(self, identity: dict) -> bool:
         """Forget everything when the node is another machine now (spot replaced, rebooted
         into a fresh image). Returns True when stale state was discarded."""
         old = self.data.get("identity")
         self.data["identity"] = identity
+        self.unsaved = self.unsaved or old != identity
         if old and old != identity:
             self.data["steps"] = {}
             self.data["discarded_at"] = time.time()
@@ -77,19 +86,26 @@ class NodeState:
         return self.data["steps"].setdefault(name, {"status": "never", "attempts": 0})
 
     def begin(self, name: str, digest: str) -> None:
+        """Kept in memory until the step looks at or changes the node (`flush`): a step
+        decided from facts already at hand costs no write, and one that hangs on the node
+        shows as running."""
         rec = self.step(name)
         rec.update(status="running", started=time.time(), inputs_digest=digest,
                    attempts=rec.get("attempts", 0) + 1)
-        self.save()
+        self.unsaved = True
 
     def finish(self, name: str, status: str, *, error: str | None = None,
                detail: dict | None = None) -> None:
+        """A change or a failure is written at once. "ok" (looked, nothing to do) waits for
+        the next write: lost in a crash, it is only a look the next run repeats."""
         rec = self.step(name)
         rec.update(status=status, finished=time.time())
         rec["last_error"] = error
         if detail is not None:
             rec["detail"] = detail
-        self.save()
+        self.unsaved = True
+        if status != "ok":
+            self.save()
 
     def record_teardown(self, logs: str | None) -> None:
         """When a teardown removed the engine here, and where its logs went. Only a teardown

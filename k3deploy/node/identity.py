@@ -40,6 +40,4 @@ def record(ctx, values: dict) -> bool:
     replaced = ctx.state.check_identity({f.name: values.get(f.name) for f in IDENTITY})
     if replaced:
         ctx.log().warning("node.replaced", msg="machine-id/boot-id changed: old state discarded")
-    if not ctx.run.check:
-        ctx.state.save()
     return replaced

@@ -19,11 +19,13 @@ from k3deploy.node.identity import IDENTITY
 from k3deploy.steps.base import Step
 
 class Observer:
-    def __init__(self, steps: list[Step], identified=None):
+    def __init__(self, steps: list[Step], identified=None, looking=None):
         """identified(ctx, values, step): the node's answer to IDENTITY (which machine it is),
-        read in the first look at each node, before the step that looks decides anything."""
+        read in the first look at each node, before the step that looks decides anything.
+        looking(ctx): called before each round trip to the node."""
         self.steps = steps
         self.identified = identified
+        self.looking = looking
         self._batches: dict[str, dict[str, dict]] = {}   # node -> step label -> parsed values
         self._known: set[str] = set()   # nodes whose identity was read in this run
         self._lock = threading.Lock()
@@ -51,6 +53,8 @@ class Observer:
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
+        if self.looking:
+            self.looking(ctx)
         values = F.gather(ctx.conn, [*(IDENTITY if first else []), *batch],
                           step=self.steps[start].name if start < len(self.steps) else None)
         if first:

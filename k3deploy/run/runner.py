@@ -76,7 +76,7 @@ class Runner:
         self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
             s.runs_after_failures or s.read_only for s in steps))
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
-        self.observer = Observer(steps, identified=self._identified)
+        self.observer = Observer(steps, identified=self._identified, looking=self._flush)
         run.waiter = Waiter(self.contexts)
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
@@ -89,10 +89,20 @@ class Runner:
             self._fail_nodes(identity.connect_all(self.contexts))
             if not prepared.result():
                 return self.report
-        for step in self.steps:
-            if interrupt.requested() or not self._run_step(step):
-                break
+        try:
+            for step in self.steps:
+                if interrupt.requested() or not self._run_step(step):
+                    break
+        finally:
+            for ctx in self.contexts:
+                self._flush(ctx)
         return self.report
+
+    def _flush(self, ctx: NodeContext) -> None:
+        """The node's state file catches up: before a look or a change on the node (a node
+        that hangs there shows as running the step), and at the end of the run."""
+        if not self.run.check:
+            ctx.state.flush()
 
     def _prepare_all(self) -> bool:
         """Every step settles its laptop-side inputs first (a revision, a key), so the first
@@ -246,6 +256,7 @@ class Runner:
             return facts, StepResult("ok")
         if self.run.check:
             return facts, StepResult("would-change", actions=shown)
+        self._flush(ctx)
         step.apply(ctx, actions)
         facts, left = step.recheck(ctx)
         if left:
