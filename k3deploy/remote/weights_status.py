@@ -29,7 +29,7 @@ def verified_files(manifest, hf_home):
             st = os.stat(blob)
             ok = (st.st_size == f["size"]
                   and protocol.ledger_vouches(ledger.get(etag), st.st_size, st.st_mtime_ns)
-                  and os.path.realpath(link) == os.path.realpath(blob))
+                  and _points_at(link, blob))
         except OSError:
             ok = False
         if ok:
@@ -41,6 +41,18 @@ def verified_files(manifest, hf_home):
         except OSError:
             pass
     return missing, partial, done_bytes
+
+
+def _points_at(link, blob):
+    """The snapshot link leads to the blob. The downloader writes the relative link
+    huggingface_hub writes (one readlink tells); any other link is resolved in full."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return False
+    if os.path.normpath(os.path.join(os.path.dirname(link), target)) == os.path.normpath(blob):
+        return True
+    return os.path.realpath(link) == os.path.realpath(blob)
 
 
 def _alive(pid, script=b"fetch_weights"):

@@ -88,3 +88,27 @@ def test_the_ledger_vouches_only_for_the_blob_it_recorded():
     assert not protocol.ledger_vouches(entry, 11, 123)      # grew since
     assert not protocol.ledger_vouches(entry, 10, 124)      # rewritten since
     assert not protocol.ledger_vouches(None, 10, 123)       # never verified
+
+
+def test_a_snapshot_link_counts_when_it_leads_to_the_blob_however_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "protocol", protocol)
+    sys.path.insert(0, str(Path(protocol.__file__).parent))
+    try:
+        import weights_status
+    finally:
+        sys.path.pop(0)
+    blobs, snap = tmp_path / "real" / "blobs", tmp_path / "real" / "snapshots" / "s"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (blobs / "e1").write_text("x")
+    (blobs / "e2").write_text("y")
+    (tmp_path / "alias").symlink_to(tmp_path / "real")  # HF_HOME reached through a symlink
+    blob = str(tmp_path / "alias" / "blobs" / "e1")
+    (snap / "rel").symlink_to("../../blobs/e1")           # as huggingface_hub writes it
+    (snap / "abs").symlink_to(blobs / "e1")              # absolute, to the real path
+    (snap / "other").symlink_to("../../blobs/e2")
+    (snap / "copy").write_text("x")                      # not a link at all
+    alias_snap = tmp_path / "alias" / "snapshots" / "s"
+    points = {name: weights_status._points_at(str(alias_snap / name), blob)
+              for name in ("rel", "abs", "other", "copy", "absent")}
+    assert points == {"rel": True, "abs": True, "other": False, "copy": False, "absent": False}
