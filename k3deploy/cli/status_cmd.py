@@ -25,7 +25,7 @@ STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "
 
 
 def _live(session, inv, name: str) -> dict:
-    probe = [probes.container(inv.engine.container),
+    probe = [probes.engine_container(inv),
              probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
              *cluster_state.live_probes(inv)]
     try:

@@ -10,7 +10,6 @@ from k3deploy.engines import CONFIG_LABEL
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
-from k3deploy.steps.image import candidate_images
 
 
 ENDPOINT_CHECK = "version"
@@ -19,7 +18,7 @@ ENDPOINT_CHECK = "version"
 def node_probes(inv, is_head: bool, key: str | None) -> list[F.Fact]:
     """The same facts the image and launch steps ask for (a batch runs each once); the
     head's version comes from verify's endpoint probe, or this one when bench asks."""
-    found = [probes.container(inv.engine.container), probes.images(candidate_images(inv)),
+    found = [probes.engine_container(inv), probes.engine_images(inv),
              probes.gpus()]
     return found + ([http_probe.fact("endpoint", inv, [ENDPOINT_CHECK], key)] if is_head else [])
 

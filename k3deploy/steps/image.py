@@ -10,10 +10,6 @@ from k3deploy.steps.base import Step, cmd
 from k3deploy.steps.preflight import image_for
 
 
-# Driver CUDA versions that select different tags (engines.images): 13.x and 12.x.
-CUDA_CHOICES = ("13.0", "12.0")
-
-
 def chosen_image(facts, node) -> str:
     try:
         return image_for(node.inv, facts.get("cuda"))
@@ -28,7 +24,7 @@ class PullImage(Step):
     def probes(self, node):
         # Ask for every tag the driver could pick (cu13, cu12, or the pinned one) together
         # with the driver's CUDA, then keep the answer for the chosen tag.
-        return [probes.cuda(), probes.images(candidate_images(node.inv))]
+        return [probes.cuda(), probes.engine_images(node.inv)]
 
     def facts_from(self, found, node):
         image = chosen_image(found, node)
@@ -44,6 +40,3 @@ class PullImage(Step):
     def detail(self, facts, node):
         return {"image": facts["image"]}
 
-
-def candidate_images(inv) -> list[str]:
-    return sorted({image_for(inv, cuda) for cuda in CUDA_CHOICES})

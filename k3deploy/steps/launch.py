@@ -62,7 +62,7 @@ class LaunchEngine(Step):
     def probes(self, node):
         # The key file's place depends on the inventory alone, not on facts.
         key_path = _key_path(node.inv)
-        found = [probes.cuda(), probes.container(node.inv.engine.container),
+        found = [probes.cuda(), probes.engine_container(node.inv),
                  F.Fact("key", f"sha256sum {shlex.quote(key_path)} | cut -d' ' -f1", F.text,
                         sudo=True)]
         if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
@@ -114,8 +114,8 @@ class LaunchEngine(Step):
         if self.serves_over_ray and raylayout.in_use(node.inv):
             return   # the plan's own wait saw the serve take the GPUs
         interrupt.sleep(1.0)  # an engine that dies on bad flags or CUDA mismatch does so at once
-        state = probes.container_summary(F.gather(node.conn, [probes.container(
-            node.inv.engine.container)])["container"])
+        state = probes.container_summary(F.gather(
+            node.conn, [probes.engine_container(node.inv)])["container"])
         if not state or not state["running"]:
             tail = node.conn.run(engines.docker_logs_argv(node.inv.engine.container, tail=15),
                                  sudo=True, check=False).output

@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 
+from k3deploy.engines import choose_image
 from k3deploy.node import facts as F
 
 # One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
@@ -78,23 +79,48 @@ def docker_root() -> F.Fact:
     return docker_info("docker_root", "DockerRootDir")
 
 
-def images(tags: list[str]) -> F.Fact:
-    """Each present tag -> its image id and registry digests, in one `docker image inspect`
-    (it prints the ones it has and exits 1 when any is missing)."""
+def _engine_objects(name: str, tags: list[str]) -> str:
+    """One `docker inspect` for the engine container and every candidate image tag: untyped,
+    it prints each object it finds (containers first) and exits 1 when any is missing."""
+    return f"docker inspect {shlex.join([name, *tags])} 2>/dev/null"
+
+
+def _objects(out: str) -> list[dict]:
+    data = parse_json(out, 0)
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+# Driver CUDA versions that select different tags (engines.images): 13.x and 12.x.
+CUDA_CHOICES = ("13.0", "12.0")
+
+
+def candidate_images(inv) -> list[str]:
+    """Every tag the driver could pick (cu13, cu12, or the pinned one)."""
+    return sorted({choose_image(inv.engine.kind, cuda, inv.engine.image) for cuda in CUDA_CHOICES})
+
+
+def engine_container(inv) -> F.Fact:
+    return _container(inv.engine.container, candidate_images(inv))
+
+
+def engine_images(inv) -> F.Fact:
+    return _images(inv.engine.container, candidate_images(inv))
+
+
+def _images(name: str, tags: list[str]) -> F.Fact:
+    """Each present tag -> its image id and registry digests."""
     def parse(out: str, _code: int) -> dict:
-        data = parse_json(out, 0)
         return {tag: {"id": doc.get("Id"), "digests": doc.get("RepoDigests") or []}
-                for doc in (data if isinstance(data, list) else []) for tag in doc.get("RepoTags") or []}
-    return F.Fact("images", f"docker image inspect {shlex.join(tags)} 2>/dev/null", parse, sudo=True)
+                for doc in _objects(out) for tag in doc.get("RepoTags") or [] if tag in tags}
+    return F.Fact("images", _engine_objects(name, tags), parse, sudo=True)
 
 
-def container(name: str) -> F.Fact:
-    """The engine container as `docker inspect` reports it, or None when there is none."""
-    def parse(out: str, code: int):
-        data = parse_json(out, code)
-        return data[0] if isinstance(data, list) and data else None
-    return F.command("container", ["docker", "inspect", "--type", "container", name], parse,
-                     sudo=True)
+def _container(name: str, tags: list[str]) -> F.Fact:
+    """The engine container as `docker inspect` reports it, or None when there is none. The
+    image tags ride along: the image step asks the same command, and a batch runs it once."""
+    def parse(out: str, _code: int):
+        return next((d for d in _objects(out) if "State" in d), None)  # images have no State
+    return F.Fact("container", _engine_objects(name, tags), parse, sudo=True)
 
 
 def container_summary(info: dict | None) -> dict | None:

@@ -91,7 +91,7 @@ class RemoveContainers(Step):
     runs_after_failures = True
 
     def probes(self, node):
-        return [probes.container(node.inv.engine.container)]
+        return [probes.engine_container(node.inv)]
 
     def facts_from(self, found, node):
         return {"container": probes.container_summary(found["container"])}

@@ -70,7 +70,7 @@ class WaitHealthy(Step):
 
     def probes(self, node):
         name = node.inv.engine.container
-        found = [probes.container(name)]
+        found = [probes.engine_container(node.inv)]
         if not node.is_head:
             return found
         found.append(http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key))
