@@ -89,3 +89,27 @@ def test_a_node_behind_a_firewall_is_named_by_the_nodes_that_cannot_reach_it(tmp
         tb.fault("heal", "node0")
         again = k3("check", "-i", str(tb.inventory))
         assert again.returncode == 0, out(again)
+
+
+def test_more_probes_than_run_at_once_and_a_late_peer_all_get_through():
+    """One node listens on 70 ports (more than portcheck.PARALLEL probes in flight); its peer
+    starts a second later, so the first node's probe is refused and tried again."""
+    many = [free_port() for _ in range(70)]
+    pb = free_port()
+    started = time.monotonic()
+    a = mesh(60, "127.0.0.2", many, [f"127.0.0.3:{pb}"])
+    time.sleep(1.0)  # the point: b's listener is not up when a first probes it
+    b = mesh(60, "127.0.0.3", [pb], [f"127.0.0.2:{p}" for p in many])
+    found_a, found_b = finish(a), finish(b)
+    assert found_a["probes"] == {f"127.0.0.3:{pb}": True}
+    assert found_b["probes"] == {f"127.0.0.2:{p}": True for p in many}
+    assert set(found_a["ports"].values()) == {"listening"}
+    assert time.monotonic() - started < 30
+
+
+def test_a_peer_that_never_listens_is_refused_at_the_deadline():
+    pa, never = free_port(), free_port()
+    started = time.monotonic()
+    found = finish(mesh(2, "127.0.0.2", [pa], [f"127.0.0.3:{never}"]))
+    assert found["probes"] == {f"127.0.0.3:{never}": "Connection refused"}
+    assert 1.5 <= time.monotonic() - started < 20
