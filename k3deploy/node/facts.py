@@ -13,9 +13,11 @@ import re
 import shlex
 import hashlib
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from collections.abc import Callable
+
+from k3deploy.remote import script_text
 
 MARK = "@@k3fact@@"
 
@@ -27,6 +29,8 @@ class Fact:
     parse: Callable[[str, int], Any]  # (output, exit code) -> value
     sudo: bool = False
     stdin: str | None = field(default=None, repr=False)   # may hold a secret: never printed
+    # A Python program and its argv (`python`): run in the batch's one interpreter.
+    program: tuple[str, tuple[str, ...]] | None = field(default=None, repr=False)
 
 
 def _first_asker(facts: list[Fact]) -> dict[str, str]:
@@ -40,16 +44,30 @@ def compose(facts: list[Fact]) -> str:
     """Every fact runs at once (they only read), each into its own file between its markers;
     then one `cat` prints the files in order. A batch takes its slowest fact's time. Forks are
     what a batch costs the node (dozens of facts on every node at once): none is spent per
-    fact on printing, or on `id -u` for every sudo fact."""
+    fact on printing, or on `id -u` for every sudo fact, and the Python facts share one
+    interpreter (remote/fact_runner.py), which writes their files in the same format."""
     asker = _first_asker(facts)
     unique = [f for f in facts if asker[f.name] == f.name]
-    runs = []
+    runs, jobs = [], []
     for i, fact in enumerate(unique):
+        if fact.program and not fact.sudo:
+            jobs.append((f"{i:05d}", fact.name, fact.program[0], fact.program[1], fact.stdin))
+            continue
         body = fact.script if not fact.sudo else _sudo(fact.script)
         # Every fact reads its own here-document or nothing: never the script being run.
         runs.append(f'{{ echo {MARK}begin {fact.name}; ( {body} ) 2>&1 {_line_end(fact, i)}')
+    if jobs:
+        runs.append(_python_facts(jobs))
     return "\n".join(['k3d=$(mktemp -d) || exit 1', 'trap \'rm -rf "$k3d"\' EXIT',
                       'k3uid=$(id -u)', *runs, "wait", 'cat "$k3d"/*']) + "\n"
+
+
+def _python_facts(jobs: list[tuple]) -> str:
+    """One `python3 -` for every Python fact; its source (programs and their input, which
+    may hold a key) is a here-document, like any fact's input."""
+    source = script_text("fact_runner.py") + f"\nrun(sys.argv[1], {MARK!r}, {jobs!r})\n"
+    end = f"K3EOF{secrets.token_hex(8)}"
+    return f"python3 - \"$k3d\" > /dev/null 2>&1 <<'{end}' &\n{source}{end}\n"
 
 
 def _line_end(fact: Fact, i: int) -> str:
@@ -64,9 +82,10 @@ def _line_end(fact: Fact, i: int) -> str:
 
 
 def _sudo(script: str) -> str:
-    # Root needs no sudo; elsewhere non-interactive sudo so a missing rule fails, not hangs.
+    # Root needs no sudo (nor a shell of its own: the fact runs in a subshell already);
+    # elsewhere non-interactive sudo, so a missing rule fails, not hangs.
     quoted = shlex.quote(script)
-    return f'if [ "$k3uid" = 0 ]; then sh -c {quoted}; else sudo -n sh -c {quoted}; fi'
+    return f'if [ "$k3uid" = 0 ]; then\n{script}\nelse sudo -n sh -c {quoted}; fi'
 
 
 _SECTION = re.compile(rf"{MARK}begin (\S+)\n(.*?){MARK}end (\d+)", re.S)
@@ -92,7 +111,7 @@ def gather(conn, facts: list[Fact], step: str | None = None,
 
 def renamed(facts: list[Fact], prefix: str) -> list[Fact]:
     """The same facts under `prefix` (one step's share of a batch for several steps)."""
-    return [Fact(f"{prefix}{f.name}", f.script, f.parse, f.sudo, f.stdin) for f in facts]
+    return [replace(f, name=f"{prefix}{f.name}") for f in facts]
 
 
 def python(name: str, program: str, args: list[str], parse, stdin: str | None = None,
@@ -104,7 +123,7 @@ def python(name: str, program: str, args: list[str], parse, stdin: str | None = 
     end = f"K3PY{hashlib.sha256(program.encode()).hexdigest()[:16]}"
     script = (f'prog=$(cat <<\'{end}\'\n{program}\n{end}\n); '
               f'python3 -c "$prog" {shlex.join(args)}')
-    return Fact(name, script, parse, sudo, stdin)
+    return Fact(name, script, parse, sudo, stdin, program=(program, tuple(args)))
 
 
 # -- common parsers ----------------------------------------------------------------------

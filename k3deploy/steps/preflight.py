@@ -33,7 +33,7 @@ def _facts(node) -> list[F.Fact]:
     return [
         probes.gpus(), probes.cuda(), probes.driver(),
         probes.docker_info("docker", "ServerVersion"), probes.docker_info("runtimes", "Runtimes"),
-        F.Fact("hub_client", "python3 -c 'import huggingface_hub as h; print(h.__version__)'", F.text),
+        F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
         F.Fact("free_bytes", f"df -B1 --output=avail {nvme} | tail -n 1", F.integer),
         F.Fact("have_bytes", f"du -sbL {shlex.quote(protocol.blobs_dir(model_cache_dir(inv)))} 2>/dev/null "

@@ -153,6 +153,30 @@ def test_a_batch_spends_no_process_per_fact_on_printing_or_sudo():
     assert F.parse_output(facts, out) == {f"f{i}": str(i) for i in range(12)}
 
 
+def test_the_python_facts_of_a_batch_share_one_interpreter_each_on_its_own():
+    both = lambda out, code: (out.strip(), code)  # noqa: E731
+    facts = [
+        F.python("argv", "import sys; print(' '.join(sys.argv[1:]))", ["a b", "c"], both),
+        F.python("stdin", "import sys, json; print(json.load(sys.stdin)['key'])", [], both,
+                 stdin='{"key": "sk-secret"}'),
+        F.python("said", "import sys; print('half'); sys.exit('no such cache')", [], both),
+        F.python("code", "raise SystemExit(3)", [], both),
+        F.python("raised", "x = 1\nraise ValueError('boom')", [], both),
+        F.python("globals", "print('x' in globals())", [], both),  # not the program before's
+        F.Fact("shell", "echo from sh", F.text),
+        F.python("as_root", "print('sudo')", [], both, sudo=True),
+    ]
+    script = F.compose(facts)
+    assert script.count("python3 - \"$k3d\"") == 1 and "sk-secret" in script  # a here-document
+    out = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True).stdout
+    got = F.parse_output(facts, out)
+    assert got["argv"] == ("a b c", 0) and got["stdin"] == ("sk-secret", 0)
+    assert got["said"] == ("half\nno such cache", 1) and got["code"] == ("", 3)
+    assert got["raised"][1] == 1 and "ValueError: boom" in got["raised"][0]
+    assert got["globals"] == ("False", 0) and got["shell"] == "from sh"
+    assert got["as_root"] == ("sudo", 0)  # a sudo program runs by itself, the sh way
+
+
 class Waits(Step):
     """Waits until the node's counter reaches `goal`; the counter moves by `step` per look."""
 
