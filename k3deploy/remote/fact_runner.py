@@ -44,4 +44,4 @@ def run(out_dir, mark, jobs):
     for file, name, program, args, stdin in jobs:
         text, code = run_one(program, name, args, stdin)
         with open(os.path.join(out_dir, file), "w", encoding="utf-8") as fh:
-            fh.write("%sbegin %s\n%s%send %d\n" % (mark, name, text, mark, code))
+            fh.write(f"{mark}begin {name}\n{text}{mark}end {code}\n")

@@ -101,6 +101,8 @@ class Guard:
                 state = link.ask()
                 with self.lock:
                     self.peers[peer["node"]].update(last_ok=time.monotonic(), error=None, state=state)
+                if link.legacy:
+                    time.sleep(self.cfg["poll"])
             except OSError as err:
                 with self.lock:
                     self.peers[peer["node"]]["error"] = str(err)[:200]

@@ -105,9 +105,19 @@ class PeerLink:
         self.address, self.port, self.secret, self.hold = address, port, secret, hold
         self.seen = -1
         self.conn = None
+        # A guard from before long polls (k3deploy upgraded, that node's guard not yet
+        # replaced) knows only GET /state and answers at once: the caller paces the polls.
+        self.legacy = False
 
     def ask(self) -> dict:
-        path = f"/state?seen={self.seen}&hold={self.hold:g}"
+        try:
+            return self._ask("/state" if self.legacy else
+                             f"/state?seen={self.seen}&hold={self.hold:g}")
+        except LookupError:
+            self.legacy = True
+            return self._ask("/state")
+
+    def _ask(self, path: str) -> dict:
         ts = f"{time.time():.3f}"
         if self.conn is None:
             # Straight to the peer: no http_proxy from root's environment can carry this.
@@ -117,6 +127,8 @@ class PeerLink:
             self.conn.request("GET", path, headers={AUTH: f"{ts}:{sign(self.secret, 'GET', path, ts)}"})
             resp = self.conn.getresponse()
             body = resp.read()
+            if resp.status == 404 and not self.legacy:
+                raise LookupError(path)
             if resp.status != 200:
                 raise OSError(f"HTTP {resp.status} from the peer's guard")
             state = json.loads(body)

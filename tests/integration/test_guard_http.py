@@ -99,3 +99,35 @@ def test_hold_is_a_heartbeat_within_the_peer_timeout():
     assert net.hold_seconds(8, 1.0) == 2.0
     assert net.hold_seconds(3, 1.0) == 1.0  # never shorter than the poll interval
     assert net.hold_seconds(3600, 1.0) == net.MAX_HOLD
+
+
+def test_a_guard_from_before_long_polls_is_still_read():
+    """After an upgrade, a node whose guard was not replaced yet serves only GET /state
+    (404 for anything else) and answers at once; it must not read as a silent peer."""
+    import json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Old(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path != "/state" or not net.signed_ok(SECRET, "GET", self.path,
+                                                          self.headers.get(net.AUTH, "")):
+                self.send_error(403 if self.path == "/state" else 404)
+                return
+            body = json.dumps({"node": "old", "incident": None}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Old)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        link = net.PeerLink("127.0.0.1", server.server_address[1], SECRET, hold=2.0)
+        assert link.ask() == {"node": "old", "incident": None} and link.legacy
+        assert link.ask()["node"] == "old"  # and every poll after it, the old way
+    finally:
+        server.shutdown()
+        server.server_close()
