@@ -107,6 +107,15 @@ def _drain(chan, deadline: float) -> tuple[str, str]:
     return out.decode(errors="replace"), err.decode(errors="replace")
 
 
+def _direct_socket(host: str, port: int, timeout: float) -> socket.socket:
+    """The TCP connection paramiko would open, with TCP_NODELAY (as OpenSSH sets it): SSH's
+    small messages (a channel open, an exec request, a login step) otherwise wait for the
+    peer's delayed ACK, 40 ms on Linux, several times per login and per command."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 def _detect_dead_peer(transport, connect_timeout: float) -> None:
     """SSH keepalives plus TCP_USER_TIMEOUT (Linux): data unacknowledged for
     DEAD_PEER_SECONDS (or 3 connect timeouts) fails the socket, so a silent node is noticed."""
@@ -165,6 +174,20 @@ class NodeConnection:
 
     def _open_once(self) -> None:
         conn = self._new_connection()
+        if not conn.gateway:  # through a ProxyJump the "socket" is a channel of the jump host
+            conn.connect_kwargs["sock"] = _direct_socket(self.ep.host, self.ep.port or 22,
+                                                         max(1, int(self.ep.connect_timeout)))
+        try:
+            self._handshake(conn)
+        except BaseException:
+            conn.close()
+            if conn.connect_kwargs.get("sock") is not None:
+                conn.connect_kwargs["sock"].close()
+            raise
+        _detect_dead_peer(conn.transport, self.ep.connect_timeout)
+        self._conn = conn
+
+    def _handshake(self, conn) -> None:
         try:
             conn.open()
         except paramiko.BadHostKeyException as err:
@@ -180,8 +203,6 @@ class NodeConnection:
                                    "check the fingerprint) or pass --accept-new-host-keys to "
                                    "trust it on first use") from None
             raise
-        _detect_dead_peer(conn.transport, self.ep.connect_timeout)
-        self._conn = conn
 
     def open(self) -> None:
         if self._conn is not None and self._conn.is_connected:
