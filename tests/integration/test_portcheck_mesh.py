@@ -21,10 +21,17 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(k3deploy.remote.__file__).parent / "portcheck.py"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct ports, held until all are chosen: a port freed at once can be handed out
+    again by the next bind (a duplicate listens as "busy"), and the mesh binds 0.0.0.0."""
+    held = [socket.socket() for _ in range(n)]
+    try:
+        for s in held:
+            s.bind(("0.0.0.0", 0))
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
 
 
 def mesh(seconds, me, ports, targets) -> subprocess.Popen:
@@ -42,7 +49,7 @@ def test_a_peer_whose_traffic_leaves_by_another_address_still_counts():
     """Each node is probed at its own 127.0.0.x, but connects from 127.0.0.1 (the loopback
     route's source): by source address neither would see the other, and both would listen
     until the deadline."""
-    pa, pb = free_port(), free_port()
+    pa, pb = free_ports(2)
     started = time.monotonic()
     a = mesh(60, "127.0.0.2", [pa], [f"127.0.0.3:{pb}"])
     b = mesh(60, "127.0.0.3", [pb], [f"127.0.0.2:{pa}"])
@@ -56,7 +63,7 @@ def test_a_peer_whose_traffic_leaves_by_another_address_still_counts():
 def test_a_stray_client_does_not_end_the_listening():
     """A connection that does not name itself (an engine retrying its rendezvous) is no
     peer: the node keeps listening for the one it waits for, until the deadline."""
-    pa = free_port()
+    (pa,) = free_ports(1)
     started = time.monotonic()
     a = mesh(4, "127.0.0.2", [pa], ["127.0.0.3:9"])   # the peer never comes
     deadline = time.monotonic() + 30
@@ -94,8 +101,7 @@ def test_a_node_behind_a_firewall_is_named_by_the_nodes_that_cannot_reach_it(tmp
 def test_more_probes_than_run_at_once_and_a_late_peer_all_get_through():
     """One node listens on 70 ports (more than portcheck.PARALLEL probes in flight); its peer
     starts a second later, so the first node's probe is refused and tried again."""
-    many = [free_port() for _ in range(70)]
-    pb = free_port()
+    *many, pb = free_ports(71)
     started = time.monotonic()
     a = mesh(60, "127.0.0.2", many, [f"127.0.0.3:{pb}"])
     time.sleep(1.0)  # the point: b's listener is not up when a first probes it
@@ -108,7 +114,7 @@ def test_more_probes_than_run_at_once_and_a_late_peer_all_get_through():
 
 
 def test_a_peer_that_never_listens_is_refused_at_the_deadline():
-    pa, never = free_port(), free_port()
+    pa, never = free_ports(2)
     started = time.monotonic()
     found = finish(mesh(2, "127.0.0.2", [pa], [f"127.0.0.3:{never}"]))
     assert found["probes"] == {f"127.0.0.3:{never}": "Connection refused"}
