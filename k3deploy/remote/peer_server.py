@@ -51,6 +51,9 @@ _BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 _FLIP = bytes(b ^ 0xFF for b in range(256))
 SEND_CHUNK = 64 << 20  # sendfile per call: the bytes sent are known even when a peer hangs up
+# Every peer asks for the index, 31 of them on a 32-node cluster; each answer opens and checks
+# every blob. Peers reuse an index for at least this long anyway (peer_fetch.INDEX_TTL).
+INDEX_REUSE = 0.25
 
 
 class Blobs:
@@ -60,6 +63,7 @@ class Blobs:
         self.sizes, self.progress = {f.etag: f.size for f in manifest.files}, progress
         self.cache, self.lock, self.stamp = cache, threading.Lock(), None
         self.ledger = Ledger(cache.ledger)
+        self.index_lock, self.last_index = threading.Lock(), (0.0, None)
 
     def _current_ledger(self) -> Ledger:
         """Re-read when the downloader replaced it (it writes atomically)."""
@@ -93,7 +97,16 @@ class Blobs:
         return None
 
     def index(self) -> dict:
-        """What a peer asks first: which blobs are served, how far the others are."""
+        """What a peer asks first: which blobs are served, how far the others are. Built at
+        most every INDEX_REUSE seconds; the peers asking meanwhile get the same answer."""
+        with self.index_lock:
+            at, doc = self.last_index
+            if doc is None or time.monotonic() - at >= INDEX_REUSE:
+                doc = self._build_index()
+                self.last_index = (time.monotonic(), doc)
+            return doc
+
+    def _build_index(self) -> dict:
         verified, partial = [], {}
         for etag in self.sizes:
             blob = self.open(etag)

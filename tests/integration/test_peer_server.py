@@ -124,6 +124,17 @@ def request(node: PeerNode, method: str, path: str, headers: dict | None = None,
         conn.close()
 
 
+def fresh_index(node: PeerNode, current, seconds: float = 10.0) -> dict:
+    """The node's index once `current(index)` holds: the server answers from one build for
+    peer_server.INDEX_REUSE seconds, so a change on disk shows a moment later."""
+    deadline = time.monotonic() + seconds
+    while True:
+        doc = json.loads(request(node, "GET", "/index")[2])
+        if current(doc) or time.monotonic() > deadline:
+            return doc
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def hub(tmp_path):
     with tbhub.serve_in_thread(tmp_path / "hub", shards=8, shard_bytes=120_000) as handle:
@@ -177,7 +188,7 @@ def test_peer_server_refuses_everything_but_verified_blobs_with_the_secret(nodes
     blob.rename(blob.with_name(f"{other.etag}.incomplete"))
     status, headers, _ = request(node, "HEAD", f"/blobs/{other.etag}")
     assert status == 404 and headers["X-K3-Partial"] == str(other.size)
-    index = json.loads(request(node, "GET", "/index")[2])
+    index = fresh_index(node, lambda doc: other.etag in doc["partial"])
     assert shard.etag in index["verified"] and other.etag not in index["verified"]
     assert index["partial"][other.etag] == other.size
     served = node.served()
