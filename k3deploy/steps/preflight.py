@@ -13,7 +13,7 @@ from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import ports_in_use, reachability_problems
+from k3deploy.steps.reachability import ports_in_use, reachability_problems, serving_facts
 from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9
@@ -52,7 +52,7 @@ class Preflight(Step):
         manifest_for(run)
 
     def probes(self, node):
-        return _facts(node)
+        return _facts(node) + serving_facts(node)
 
     def problems(self, facts, node):
         out = []

@@ -1,6 +1,11 @@
 """Cross-node TCP reachability: every node must reach the head's dist-init port and a sample
 of ephemeral ports on every other node. One command per node, all at once (remote/portcheck.py
-mesh); its temporary listeners exit by themselves."""
+mesh); its temporary listeners exit by themselves.
+
+Not run while the cluster serves: every rank's engine runs and the head answers /health, so
+the ranks reached each other over this network, which is what the probe would find out. A
+group that hangs on a partly open range does not answer, and is probed.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from k3deploy.core.errors import Interrupted, K3Error
 from k3deploy.cluster.fanout import peers_enabled
+from k3deploy.core.log import get as get_log
+from k3deploy.node import facts as F
+from k3deploy.node import http_probe
 from k3deploy.remote import script_text
-from k3deploy.steps import raylayout
+from k3deploy.steps import probes, raylayout
 
 SCRIPT = script_text("portcheck.py")
 MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
@@ -56,10 +64,31 @@ def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
         return {}
 
 
+def serving_facts(node) -> list[F.Fact]:
+    """What tells a serving cluster: the engine container (the launch step asks the same), and
+    on the head the endpoint's /health, asked from the head itself."""
+    found = [probes.engine_container(node.inv)]
+    if node.is_head:
+        found.append(http_probe.fact("serving", node.inv, ["health"], node.run.inputs.api_key))
+    return found
+
+
+def _serving(run, all_facts: dict) -> bool:
+    head = all_facts.get(run.inv.head.name) or {}
+    running = [(probes.container_summary(f.get("container")) or {}).get("running")
+               for f in all_facts.values()]
+    return len(all_facts) == len(run.inv.nodes) and all(running) and \
+        http_probe.healthy(head.get("serving"))
+
+
 def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
     """Every node listens and probes every other at once: one command per node."""
     names = [n for n in all_facts if all_facts[n].get("hub_client") is not None]
     if len(names) < 2:
+        return []
+    if _serving(run, all_facts):
+        get_log(step="preflight").info("ports.not_probed", reason="the cluster serves: its "
+                                       "ranks reach each other")
         return []
     rng = random.Random()
     plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].get("ports_in_use") or set())
