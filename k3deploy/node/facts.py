@@ -31,6 +31,8 @@ class Fact:
     stdin: str | None = field(default=None, repr=False)   # may hold a secret: never printed
     # A Python program and its argv (`python`): run in the batch's one interpreter.
     program: tuple[str, tuple[str, ...]] | None = field(default=None, repr=False)
+    # Or one of that interpreter's built-in operations (`native`) and its arguments.
+    op: tuple[str, tuple[str, ...]] | None = None
 
 
 def _first_asker(facts: list[Fact]) -> dict[str, str]:
@@ -50,8 +52,13 @@ def compose(facts: list[Fact]) -> str:
     unique = [f for f in facts if asker[f.name] == f.name]
     runs, jobs = [], []
     for i, fact in enumerate(unique):
+        if fact.op:
+            jobs.append((f"{i:05d}", fact.name, None, fact.op[1], None, fact.op[0],
+                         fact.script if fact.sudo else None))
+            continue
         if fact.program and not fact.sudo:
-            jobs.append((f"{i:05d}", fact.name, fact.program[0], fact.program[1], fact.stdin))
+            jobs.append((f"{i:05d}", fact.name, fact.program[0], fact.program[1], fact.stdin,
+                         None, None))
             continue
         body = fact.script if not fact.sudo else _sudo(fact.script)
         # Every fact reads its own here-document or nothing: never the script being run.
@@ -107,6 +114,19 @@ def gather(conn, facts: list[Fact], step: str | None = None,
     result = conn.run(["sh", "-s"], stdin=compose(facts), check=False, retry=True, step=step,
                       timeout=timeout)
     return parse_output(facts, result.stdout)
+
+
+def native(name: str, op: str, args: list[str], script: str, parse,
+           sudo: bool = False) -> Fact:
+    """A small read (a file, a test, a hash) answered by the batch's Python interpreter
+    (remote/fact_runner.py OPS[op]) with no process of its own. `script` is the same question
+    in shell: what the batch dedupes by, and what runs under sudo for a login that is not root."""
+    return Fact(name, script, parse, sudo, op=(op, tuple(args)))
+
+
+def read(name: str, path: str, parse, sudo: bool = False) -> Fact:
+    """`cat PATH`."""
+    return native(name, "cat", [path], f"cat {shlex.quote(path)}", parse, sudo)
 
 
 def renamed(facts: list[Fact], prefix: str) -> list[Fact]:

@@ -17,7 +17,8 @@ def fact(paths: list[str], sudo: bool = False) -> F.Fact:
     def parse(out: str, _code: int) -> dict[str, str]:
         pairs = (line.split(None, 1) for line in out.splitlines() if len(line.split(None, 1)) == 2)
         return {path.strip(): sha for sha, path in pairs if len(sha) == 64}
-    return F.Fact(FACT, f"sha256sum {shlex.join(paths)} 2>/dev/null; true", parse, sudo=sudo)
+    return F.native(FACT, "sha256_present", paths, f"sha256sum {shlex.join(paths)} 2>/dev/null; true",
+                    parse, sudo=sudo)
 
 
 def changed_only(actions: list[Action], present: dict[str, str] | None) -> list[Action]:

@@ -36,11 +36,13 @@ class MoveToNvme(Step):
         p = node.inv.paths
         hf = shlex.quote(p.hf)
         probe = [
-            F.Fact("hf_owner", f"stat -c %U {hf}", F.text),
-            F.Fact("hf_writable", f"test -w {hf} && test -w {shlex.quote(p.work)}", F.exit_ok),
-            F.Fact("login_user", "id -un", F.text),
-            F.Fact("docker_dir", f"test -d {shlex.quote(p.docker)}", F.exit_ok, sudo=True),
-            F.Fact("daemon_json", f"cat {DAEMON_JSON}", _daemon_json, sudo=True),
+            F.native("hf_owner", "owner", [p.hf], f"stat -c %U {hf}", F.text),
+            F.native("hf_writable", "writable", [p.hf, p.work],
+                     f"test -w {hf} && test -w {shlex.quote(p.work)}", F.exit_ok),
+            F.native("login_user", "login_user", [], "id -un", F.text),
+            F.native("docker_dir", "is_dir", [p.docker], f"test -d {shlex.quote(p.docker)}",
+                     F.exit_ok, sudo=True),
+            F.read("daemon_json", DAEMON_JSON, _daemon_json, sudo=True),
             probes.docker_root(),
         ]
         return probe

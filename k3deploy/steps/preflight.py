@@ -13,7 +13,7 @@ from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import ports_in_use, reachability_problems, serving_facts
+from k3deploy.steps.reachability import TCP_TABLES, ports_in_use, reachability_problems, serving_facts
 from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9
@@ -35,11 +35,13 @@ def _facts(node) -> list[F.Fact]:
         probes.docker_info("docker", "ServerVersion"), probes.docker_info("runtimes", "Runtimes"),
         F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
-        F.Fact("free_bytes", f"df -B1 --output=avail {nvme} | tail -n 1", F.integer),
+        F.native("free_bytes", "avail_bytes", [inv.paths.nvme],
+                 f"df -B1 --output=avail {nvme} | tail -n 1", F.integer),
         F.Fact("have_bytes", f"du -sbL {shlex.quote(protocol.blobs_dir(model_cache_dir(inv)))} 2>/dev/null "
                "|| echo 0", F.integer),
-        F.Fact("sudo", 'test "$(id -u)" = 0 || sudo -n true', F.exit_ok),
-        F.Fact("ports_in_use", "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null", ports_in_use),
+        F.native("sudo", "root_or_sudo", [], 'test "$(id -u)" = 0 || sudo -n true', F.exit_ok),
+        F.native("ports_in_use", "cat_quiet", list(TCP_TABLES),
+                 f"cat {' '.join(TCP_TABLES)} 2>/dev/null", ports_in_use),
     ]
 
 

@@ -135,4 +135,4 @@ def container_summary(info: dict | None) -> dict | None:
 
 
 def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:
-    return F.Fact(name, f"cat {shlex.quote(path)}", parse_json, sudo=sudo)
+    return F.read(name, path, parse_json, sudo=sudo)

@@ -26,6 +26,9 @@ MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port
 SAMPLE = 2
 
 
+TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
 def ports_in_use(out: str, code: int) -> set[int]:
     """Local TCP ports of every socket in /proc/net/tcp and tcp6 (the node's network namespace),
     in any state: a port an outgoing connection holds (a guard's poll of its peers) cannot be

@@ -1,7 +1,10 @@
 """The runner's batched look (run/observer.py), the one polling loop (run/waiter.py) and the
 fact batch itself (node/facts.py), against in-memory nodes."""
 
+import os
 import re
+import shutil
+import shlex
 import subprocess
 import time
 
@@ -292,3 +295,66 @@ def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
         assert not any("logs" in f.script for f in step.probes(node)), node.name
         assert [f.name for f in step.wait_probes(node)] == ["log"]
         assert "docker logs" in step.wait_probes(node)[0].script
+
+
+def test_built_in_reads_answer_as_their_shell_commands(tmp_path):
+    """Each F.native fact against the shell command it stands for (its `script`), run as
+    plain shell facts in a batch of their own: same output on success, same exit code always."""
+    both = lambda out, code: (out.strip(), code)  # noqa: E731
+    text, log, missing = tmp_path / "state.json", tmp_path / "download.log", tmp_path / "gone"
+    text.write_text('{"a": 1}\n')
+    log.write_text("".join(f"line {i}\n" for i in range(60)))
+    q = shlex.quote
+    cases = [
+        ("cat", [str(text)], f"cat {q(str(text))}"),
+        ("cat", [str(missing)], f"cat {q(str(missing))}"),
+        ("cat_quiet", [str(text), str(missing)], f"cat {text} {missing} 2>/dev/null"),
+        ("sha256", [str(text), str(log)], f"sha256sum {text} {log}"),
+        ("sha256_present", [str(text), str(missing)], f"sha256sum {text} {missing} 2>/dev/null; true"),
+        ("sha256_hex", [str(log)], f"sha256sum {log} | cut -d' ' -f1"),
+        ("tail", ["40", str(log)], f"tail -n 40 {log}"),
+        ("tail", ["40", str(missing)], f"tail -n 40 {missing}"),
+        ("exists", [str(missing)], f"test -e {missing}"),
+        ("exists", [str(log)], f"test -e {log}"),
+        ("is_dir", [str(tmp_path)], f"test -d {tmp_path}"),
+        ("is_dir", [str(log)], f"test -d {log}"),
+        ("writable", [str(tmp_path), str(log)], f"test -w {tmp_path} && test -w {log}"),
+        ("writable", [str(missing)], f"test -w {missing}"),
+        ("owner", [str(log)], f"stat -c %U {log}"),
+        ("login_user", [], "id -un"),
+        ("avail_bytes", [str(tmp_path)], f"df -B1 --output=avail {tmp_path} | tail -n 1"),
+        ("root_or_sudo", [], 'test "$(id -u)" = 0 || sudo -n true'),
+    ]
+    native = [F.native(f"n{i}", op, args, script, both) for i, (op, args, script) in enumerate(cases)]
+    shell = [F.Fact(f"n{i}", script, both) for i, (_, _, script) in enumerate(cases)]
+    script = F.compose(native)
+    assert script.count("python3 - ") == 1 and '> "$k3d/' not in script   # no shell fact
+    got, want = (F.parse_output(facts, subprocess.run(["sh", "-s"], input=F.compose(facts),
+                                capture_output=True, text=True).stdout) for facts in (native, shell))
+    for i, (op, args, _) in enumerate(cases):
+        (out, code), (out_sh, code_sh) = got[f"n{i}"], want[f"n{i}"]
+        assert code == code_sh, (op, args, got[f"n{i}"], want[f"n{i}"])
+        if op == "avail_bytes":   # the disk is shared: others write between the two reads
+            assert abs(int(out) - int(out_sh)) < int(out_sh) // 100 + 2**20, (out, out_sh)
+        elif code == 0 or op in ("cat", "sha256"):
+            assert out == out_sh, (op, args, out, out_sh)
+    now = F.parse_output([F.native("now", "now", [], "date +%s", F.integer)], subprocess.run(
+        ["sh", "-s"], input=F.compose([F.native("now", "now", [], "date +%s", F.integer)]),
+        capture_output=True, text=True).stdout)["now"]
+    assert abs(now - time.time()) < 5
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"),
+                    reason="runs the batch as nobody: needs root and runuser")
+def test_a_built_in_read_that_needs_root_goes_through_sudo_for_another_login():
+    """As a login that is not root, a sudo fact is its shell command under `sudo -n`, as a
+    shell fact would be: nobody has no sudo rule, so both fail the same way."""
+    both = lambda out, code: (out.strip(), code)  # noqa: E731
+    facts = [F.native("dir", "is_dir", ["/"], "test -d /", both, sudo=True),
+             F.native("plain", "exists", ["/"], "test -e /", both)]
+    shell = [F.Fact("dir", "test -d /", both, sudo=True), F.Fact("plain", "test -e /", both)]
+    got, want = (F.parse_output(batch, subprocess.run(
+        ["runuser", "-u", "nobody", "--", "sh", "-s"], input=F.compose(batch), cwd="/",
+        capture_output=True, text=True).stdout) for batch in (facts, shell))
+    assert got["plain"] == want["plain"] == ("", 0)
+    assert got["dir"][1] == want["dir"][1] != 0 and "sudo" in got["dir"][0], (got, want)
