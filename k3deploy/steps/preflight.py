@@ -13,7 +13,8 @@ from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import TCP_TABLES, ports_in_use, reachability_problems, serving_facts
+from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, ports_in_use,
+                                         reachability_problems, serving, serving_facts)
 from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9
@@ -49,6 +50,7 @@ class Preflight(Step):
     name = "preflight"
     summary = "read-only checks: GPUs, CUDA, docker, python, NIC, disk, ports, sizing"
     read_only = True
+    ports_not_probed = False
 
     def prepare(self, run) -> None:
         manifest_for(run)
@@ -64,7 +66,11 @@ class Preflight(Step):
 
     def cluster_problems(self, all_facts, run):
         out = _unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
+        self.ports_not_probed = serving(run, all_facts)
         return out + reachability_problems(run, all_facts)
+
+    def closing_lines(self, run) -> list[str]:
+        return [NOT_PROBED] if self.ports_not_probed else []
 
     def detail(self, facts, node):
         return {"gpus": len(facts.get("gpus") or []), "cuda": facts.get("cuda"),

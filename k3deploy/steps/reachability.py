@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from k3deploy.core.errors import Interrupted, K3Error
 from k3deploy.cluster.fanout import peers_enabled
-from k3deploy.core.log import get as get_log
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.remote import script_text
@@ -76,7 +75,11 @@ def serving_facts(node) -> list[F.Fact]:
     return found
 
 
-def _serving(run, all_facts: dict) -> bool:
+NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each other); "
+              "they are probed before the next launch")
+
+
+def serving(run, all_facts: dict) -> bool:
     head = all_facts.get(run.inv.head.name) or {}
     running = [(probes.container_summary(f.get("container")) or {}).get("running")
                for f in all_facts.values()]
@@ -89,9 +92,7 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
     names = [n for n in all_facts if all_facts[n].get("hub_client") is not None]
     if len(names) < 2:
         return []
-    if _serving(run, all_facts):
-        get_log(step="preflight").info("ports.not_probed", reason="the cluster serves: its "
-                                       "ranks reach each other")
+    if serving(run, all_facts):
         return []
     rng = random.Random()
     plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].get("ports_in_use") or set())

@@ -9,7 +9,7 @@ from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.steps.preflight import Preflight
-from k3deploy.steps.reachability import reachability_problems
+from k3deploy.steps.reachability import NOT_PROBED, reachability_problems
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes
 
@@ -86,3 +86,12 @@ def test_preflight_asks_the_head_for_health_with_the_endpoint_key(tmp_path):
     assert json.loads(serving.stdin)["key"] == "k3-key"   # on stdin, never in the script
     assert "k3-key" not in serving.script
     assert "serving" not in [f.name for f in Preflight().probes(worker)]
+
+
+def test_preflight_says_when_it_left_the_ports_unprobed(tmp_path):
+    run, conns = run_ctx(tmp_path)
+    step = Preflight()
+    step.cluster_problems(facts(run), run)
+    assert step.closing_lines(run) == [NOT_PROBED] and meshes(conns) == 0
+    step.cluster_problems(facts(run, health=503), run)
+    assert step.closing_lines(run) == [] and meshes(conns) == len(run.inv.nodes)
