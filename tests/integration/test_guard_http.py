@@ -9,9 +9,7 @@ import time
 
 import pytest
 
-from k3deploy.remote import guard as _guard  # noqa: F401  (puts remote/ on sys.path for guard_http)
-
-import guard_http as net  # noqa: E402
+from k3deploy.remote import guard_http as net  # standard library only: imports as a package module
 
 SECRET = "guard-secret-for-tests-0123456789"
 
