@@ -116,17 +116,40 @@ def gather(conn, facts: list[Fact], step: str | None = None,
     return parse_output(facts, result.stdout)
 
 
-def native(name: str, op: str, args: list[str], script: str, parse,
-           sudo: bool = False) -> Fact:
+def _q(paths) -> str:
+    return shlex.join(paths)
+
+
+# The shell command each of remote/fact_runner.py's OPS answers like: what the batch dedupes
+# by, and what runs under sudo for a login that is not root.
+SHELL_OF_OP = {
+    "cat": lambda *p: f"cat {_q(p)}",
+    "cat_quiet": lambda *p: f"cat {_q(p)} 2>/dev/null",
+    "sha256": lambda *p: f"sha256sum {_q(p)}",
+    "sha256_present": lambda *p: f"sha256sum {_q(p)} 2>/dev/null; true",
+    "sha256_hex": lambda p: f"sha256sum {shlex.quote(p)} | cut -d' ' -f1",
+    "tail": lambda n, p: f"tail -n {int(n)} {shlex.quote(p)}",
+    "exists": lambda p: f"test -e {shlex.quote(p)}",
+    "is_dir": lambda p: f"test -d {shlex.quote(p)}",
+    "writable": lambda *p: " && ".join(f"test -w {shlex.quote(x)}" for x in p),
+    "owner": lambda p: f"stat -c %U {shlex.quote(p)}",
+    "login_user": lambda: "id -un",
+    "now": lambda: "date +%s",
+    "avail_bytes": lambda p: f"df -B1 --output=avail {shlex.quote(p)} | tail -n 1",
+    "root_or_sudo": lambda: 'test "$(id -u)" = 0 || sudo -n true',
+}
+
+
+def native(name: str, op: str, args: list, parse, sudo: bool = False) -> Fact:
     """A small read (a file, a test, a hash) answered by the batch's Python interpreter
-    (remote/fact_runner.py OPS[op]) with no process of its own. `script` is the same question
-    in shell: what the batch dedupes by, and what runs under sudo for a login that is not root."""
-    return Fact(name, script, parse, sudo, op=(op, tuple(args)))
+    (remote/fact_runner.py OPS[op]) with no process of its own, as SHELL_OF_OP[op] would."""
+    args = tuple(str(a) for a in args)
+    return Fact(name, SHELL_OF_OP[op](*args), parse, sudo, op=(op, args))
 
 
 def read(name: str, path: str, parse, sudo: bool = False) -> Fact:
     """`cat PATH`."""
-    return native(name, "cat", [path], f"cat {shlex.quote(path)}", parse, sudo)
+    return native(name, "cat", [path], parse, sudo)
 
 
 def renamed(facts: list[Fact], prefix: str) -> list[Fact]:

@@ -87,10 +87,8 @@ class DownloadWeights(Step):
         return [F.python("status", STATUS, [node.inv.paths.hf, paths.progress, paths.pid, *extra],
                          _status, stdin=self._manifest_json(node)),
                 node_files.fact(programs),
-                F.native("token_file", "exists", [paths.env], f"test -e {shlex.quote(paths.env)}",
-                         F.exit_ok),
-                F.native("log", "tail", ["40", paths.log], f"tail -n 40 {shlex.quote(paths.log)}",
-                         F.text)]
+                F.native("token_file", "exists", [paths.env], F.exit_ok),
+                F.native("log", "tail", [40, paths.log], F.text)]
 
     def facts_from(self, found, node):
         status = found["status"]

@@ -53,7 +53,7 @@ def guard_facts(inv) -> list[F.Fact]:
             F.Fact("guard_pids", f"for p in $(pgrep -f -- {shlex.quote(pattern)}); do "
                    'if read -r s < "/proc/$p/stat"; then s=${s##*) }; set -- $s; '
                    'echo "$p $2"; fi; done 2>/dev/null; true', _pids, sudo=True),
-            F.native("now", "now", [], "date +%s", F.integer),
+            F.native("now", "now", [], F.integer),
             probes.file_json("incident", paths["incident"], sudo=True)]
 
 

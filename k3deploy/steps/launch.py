@@ -7,7 +7,6 @@ replaced with --replace, because replacing means re-loading 1.5 TB of weights.
 from __future__ import annotations
 
 import hashlib
-import shlex
 from collections.abc import Callable
 
 from k3deploy.node import apikey
@@ -63,8 +62,7 @@ class LaunchEngine(Step):
         # The key file's place depends on the inventory alone, not on facts.
         key_path = _key_path(node.inv)
         found = [probes.cuda(), probes.engine_container(node.inv),
-                 F.native("key", "sha256_hex", [key_path],
-                          f"sha256sum {shlex.quote(key_path)} | cut -d' ' -f1", F.text, sudo=True)]
+                 F.native("key", "sha256_hex", [key_path], F.text, sudo=True)]
         if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
             found += raylayout.head_probes(node)
         return found

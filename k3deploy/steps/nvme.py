@@ -7,7 +7,6 @@ and docker is restarted only when the daemon does not already run with the NVMe 
 from __future__ import annotations
 
 import json
-import shlex
 
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
@@ -34,14 +33,11 @@ class MoveToNvme(Step):
 
     def probes(self, node):
         p = node.inv.paths
-        hf = shlex.quote(p.hf)
         probe = [
-            F.native("hf_owner", "owner", [p.hf], f"stat -c %U {hf}", F.text),
-            F.native("hf_writable", "writable", [p.hf, p.work],
-                     f"test -w {hf} && test -w {shlex.quote(p.work)}", F.exit_ok),
-            F.native("login_user", "login_user", [], "id -un", F.text),
-            F.native("docker_dir", "is_dir", [p.docker], f"test -d {shlex.quote(p.docker)}",
-                     F.exit_ok, sudo=True),
+            F.native("hf_owner", "owner", [p.hf], F.text),
+            F.native("hf_writable", "writable", [p.hf, p.work], F.exit_ok),
+            F.native("login_user", "login_user", [], F.text),
+            F.native("docker_dir", "is_dir", [p.docker], F.exit_ok, sudo=True),
             F.read("daemon_json", DAEMON_JSON, _daemon_json, sudo=True),
             probes.docker_root(),
         ]

@@ -30,19 +30,16 @@ def image_for(inv, cuda: str | None) -> str:
 
 def _facts(node) -> list[F.Fact]:
     inv, n = node.inv, node.node
-    nvme = shlex.quote(inv.paths.nvme)
     return [
         probes.gpus(), probes.cuda(), probes.driver(),
         probes.docker_info("docker", "ServerVersion"), probes.docker_info("runtimes", "Runtimes"),
         F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
-        F.native("free_bytes", "avail_bytes", [inv.paths.nvme],
-                 f"df -B1 --output=avail {nvme} | tail -n 1", F.integer),
+        F.native("free_bytes", "avail_bytes", [inv.paths.nvme], F.integer),
         F.Fact("have_bytes", f"du -sbL {shlex.quote(protocol.blobs_dir(model_cache_dir(inv)))} 2>/dev/null "
                "|| echo 0", F.integer),
-        F.native("sudo", "root_or_sudo", [], 'test "$(id -u)" = 0 || sudo -n true', F.exit_ok),
-        F.native("ports_in_use", "cat_quiet", list(TCP_TABLES),
-                 f"cat {' '.join(TCP_TABLES)} 2>/dev/null", ports_in_use),
+        F.native("sudo", "root_or_sudo", [], F.exit_ok),
+        F.native("ports_in_use", "cat_quiet", list(TCP_TABLES), ports_in_use),
     ]
 
 
