@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tb import faults, stats, testbed
+from tb import faults, profiles, stats, testbed
 from tb.inventory import ENGINES
 from tb.nodespec import DRIVERS, GPUS, SpecError, build_specs
 
@@ -24,7 +24,10 @@ def _up_parser(sub) -> None:
     up.add_argument("--cuda", choices=tuple(DRIVERS), default="13.0", help="driver CUDA version")
     up.add_argument("--node", action="append", default=[], metavar="NAME:KEY=VALUE",
                     help="per-node override; keys: gpus gpu cuda disk daemon_json user "
-                         "load_seconds pull_seconds nvidia_toolkit decode_tok_s")
+                         "load_seconds pull_seconds nvidia_toolkit decode_tok_s profile")
+    up.add_argument("--profile", default="", metavar="NAME[,NAME...]",
+                    help="node behaviour as an upstream version has it, on every node "
+                         "(`testbed profiles` lists them)")
     up.add_argument("--disk", default="4G", help="NVMe (tmpfs) size per node")
     up.add_argument("--load-seconds", type=float, default=2.0, help="stand-in engine load time")
     up.add_argument("--pull-seconds", type=float, default=0.5, help="stand-in docker pull time")
@@ -52,13 +55,14 @@ def parser() -> argparse.ArgumentParser:
     stat = sub.add_parser("stats", help="what the Hub served and the stand-ins were asked")
     stat.add_argument("--dir", required=True, type=Path)
     stat.add_argument("--json", action="store_true", help="one JSON document")
+    sub.add_parser("profiles", help="list the node behaviour profiles and their upstream sources")
     return top
 
 
 def _up(args) -> int:
     defaults = {"gpu": args.gpu, "gpus": args.gpus_per_node, "cuda": args.cuda, "disk": args.disk,
                 "load_seconds": args.load_seconds, "pull_seconds": args.pull_seconds}
-    specs = build_specs(args.nodes, defaults, args.node)
+    specs = build_specs(args.nodes, defaults, args.node, profiles.split_names(args.profile))
     if args.hub_token_file and not Path(args.hub_token_file).is_file():
         raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")
     opts = testbed.UpOptions(nodes=specs, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
@@ -93,12 +97,17 @@ def _stats(args) -> int:
     return 0
 
 
-COMMANDS = {"up": _up, "down": _down, "fault": _fault, "stats": _stats}
+def _profiles(_args) -> int:
+    print(profiles.listing())
+    return 0
+
+
+COMMANDS = {"up": _up, "down": _down, "fault": _fault, "stats": _stats, "profiles": _profiles}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command != "stats" and os.geteuid() != 0:
+    if args.command not in ("stats", "profiles") and os.geteuid() != 0:
         print("testbed: must run as root (namespaces, mounts, iptables)", file=sys.stderr)
         return EXIT_FAILED
     try:

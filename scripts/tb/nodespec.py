@@ -9,6 +9,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from tb import profiles as profiles_mod
+
 GPUS = {  # model -> (nvidia-smi name, memory MiB)
     "h100": ("NVIDIA H100 80GB HBM3", 81559),
     "h200": ("NVIDIA H200", 143771),
@@ -43,13 +45,24 @@ class NodeSpec:
     pull_seconds: float = 0.5
     nvidia_toolkit: bool = True
     decode_tok_s: float = 0.0   # stand-in engine's single-stream decode rate (0: unpaced)
+    profiles: tuple[str, ...] = ()  # tb/profiles.py names, in the order given
 
     def node_json(self) -> dict:
         gpu_name, mem_mib = GPUS[self.gpu]
         return {"name": self.name, "gpu": self.gpu, "gpu_name": gpu_name, "gpu_count": self.gpus,
                 "gpu_mem_mib": mem_mib, "cuda": self.cuda, "driver": DRIVERS[self.cuda],
                 "engine_load_seconds": self.load_seconds, "pull_seconds": self.pull_seconds,
-                "nvidia_toolkit": self.nvidia_toolkit, "decode_tok_s": self.decode_tok_s}
+                "nvidia_toolkit": self.nvidia_toolkit, "decode_tok_s": self.decode_tok_s,
+                **self.profile_settings()}
+
+    def profile_settings(self) -> dict:
+        """The chosen profiles ({group: name}) and their settings that are not NodeSpec fields
+        (those were applied to the spec when the profile was named, so an explicit --node KEY
+        given after it still wins)."""
+        chosen = profiles_mod.resolve(self.profiles)
+        fields = {f.name for f in dataclasses.fields(self)}
+        extra = {k: v for k, v in profiles_mod.settings(chosen).items() if k not in fields}
+        return {"profiles": chosen, **extra}
 
 
 def _parse_bool(text: str) -> bool:
@@ -94,6 +107,7 @@ PARSERS = {
     "disk": _parse_size, "daemon_json": str, "user": _parse_choice(USERS),
     "load_seconds": _parse_seconds, "pull_seconds": _parse_seconds,
     "nvidia_toolkit": _parse_bool, "decode_tok_s": _parse_seconds,
+    "profile": str,
 }
 
 
@@ -111,19 +125,39 @@ def parse_override(text: str) -> tuple[str, str, object]:
         raise SpecError(f"--node {name}:{key}: {err}") from None
 
 
-def build_specs(count: int, defaults: dict, overrides: list[str]) -> list[NodeSpec]:
+def with_profiles(spec: NodeSpec, names: list[str]) -> NodeSpec:
+    """spec with profiles appended; their settings that are NodeSpec fields applied now."""
+    try:
+        profiles_mod.resolve(names)
+    except profiles_mod.ProfileError as err:
+        raise SpecError(str(err)) from None
+    fields = {f.name for f in dataclasses.fields(spec)}
+    changes = {}
+    for name in names:
+        changes.update({k: v for k, v in profiles_mod.PROFILES[name].settings.items() if k in fields})
+    return dataclasses.replace(spec, profiles=spec.profiles + tuple(names), **changes)
+
+
+def build_specs(count: int, defaults: dict, overrides: list[str],
+                profile_names: list[str] | None = None) -> list[NodeSpec]:
     if not 1 <= count <= 200:
         raise SpecError(f"--nodes must be 1..200, got {count}")
     for key, value in defaults.items():
         PARSERS[key](str(value).lower() if isinstance(value, bool) else str(value))
-    specs = {f"node{i}": NodeSpec(name=f"node{i}", index=i, **defaults) for i in range(count)}
+    specs = {f"node{i}": with_profiles(NodeSpec(name=f"node{i}", index=i, **defaults), profile_names or [])
+             for i in range(count)}
     for text in overrides:
         name, key, value = parse_override(text)
         if name not in specs:
             raise SpecError(f"--node {text!r}: no node named {name!r} (nodes are node0..node{count - 1})")
-        specs[name] = dataclasses.replace(specs[name], **{key: value})
+        if key == "profile":
+            specs[name] = with_profiles(specs[name], profiles_mod.split_names(value))
+        else:
+            specs[name] = dataclasses.replace(specs[name], **{key: value})
     return list(specs.values())
 
 
 def spec_from_dict(data: dict) -> NodeSpec:
+    data = dict(data)
+    data["profiles"] = tuple(data.get("profiles", ()))
     return NodeSpec(**data)

@@ -1,0 +1,121 @@
+"""Testbed profiles: node behaviour as a given upstream version prints and does it.
+
+A profile belongs to one group (docker, toolkit, nvme, sglang, vllm, ray, gpu, engine-start);
+a node has at most one profile per group, and the group's default when none is named. A
+profile's `settings` are written into the node's `node.json` (top-level keys) where the
+stand-ins read them; `source` says where upstream the behaviour comes from, so that a
+stand-in's behaviour is traceable to the real tool, never to what k3deploy expects.
+
+`--profile A,B` applies to every node, `--node NAME:profile=A` to one (after --profile, so it
+wins within its group). `scripts/testbed profiles` lists them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    group: str
+    summary: str
+    source: str
+    settings: dict = field(default_factory=dict)
+    default: bool = False
+
+
+def _p(name, group, summary, source, settings=None, default=False) -> Profile:
+    return Profile(name, group, summary, source, dict(settings or {}), default)
+
+
+# Settings keys are read by the stand-ins (scripts/tb/standins/README.md, "Profiles").
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    _p("docker-28-overlay2", "docker",
+       "Docker 28 with the legacy overlay2 image store (images under data-root)",
+       "moby/moby v28 daemon/images; docker/cli v28 `docker info` / `image inspect` formatting",
+       {"docker_version": "28.5.1", "image_store": "overlay2"}, default=True),
+    _p("docker-29-containerd", "docker",
+       "Docker 29 fresh install: the containerd image store (images under /var/lib/containerd)",
+       "moby/moby v29 daemon/containerd (containerd-snapshotter default on fresh installs)",
+       {"docker_version": "29.1.2", "image_store": "containerd"}),
+    _p("toolkit-runtime", "toolkit",
+       "NVIDIA Container Toolkit configured with `nvidia-ctk runtime configure` (an `nvidia` runtime)",
+       "NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk/runtime/configure",
+       {"nvidia_toolkit": True, "nvidia_runtime_entry": True}, default=True),
+    _p("toolkit-hook-only", "toolkit",
+       "toolkit installed, no `nvidia` runtime entry; `--gpus` works through the hook on PATH",
+       "moby/moby daemon/nvidia_linux.go (hook looked up on PATH: nvidia-container-runtime-hook)",
+       {"nvidia_toolkit": True, "nvidia_runtime_entry": False}),
+    _p("no-toolkit", "toolkit",
+       "no NVIDIA Container Toolkit: `docker run --gpus` fails",
+       "moby/moby daemon/nvidia_linux.go (could not select device driver \"\" with capabilities: [[gpu]])",
+       {"nvidia_toolkit": False, "nvidia_runtime_entry": False}),
+    _p("nvme-plain", "nvme", "the NVMe filesystem mounted directly at its path",
+       "util-linux mount(8)", {"nvme_symlinked": False}, default=True),
+    _p("nvme-symlinked", "nvme",
+       "the NVMe mount reached through a symlink (dockerd reports data-root canonicalised)",
+       "moby/moby cmd/dockerd/daemon.go (data-root made absolute, symlinks evaluated)",
+       {"nvme_symlinked": True}),
+    _p("sglang-0.5.4", "sglang", "SGLang 0.5.4: the safetensors shard loader's progress line",
+       "sgl-project/sglang v0.5.4 python/sglang/srt/model_loader/weight_utils.py",
+       {"sglang_version": "0.5.4"}),
+    _p("sglang-0.5.16", "sglang",
+       "SGLang 0.5.16 (the kimi-k3 tags): the multi-thread loader, on global rank 0 only",
+       "sgl-project/sglang v0.5.16 python/sglang/srt/model_loader/weight_utils.py",
+       {"sglang_version": "0.5.16"}, default=True),
+    _p("vllm-0.33", "vllm", "vLLM 0.33 log lines and start-up",
+       "vllm-project/vllm v0.33.0 vllm/entrypoints/openai/api_server.py",
+       {"vllm_version": "0.33.0"}, default=True),
+    _p("ray-2.60", "ray", "Ray 2.60: `ray status` lags behind `ray start`",
+       "ray-project/ray python/ray/autoscaler/_private/commands.py (No cluster status.)",
+       {"ray_version": "2.60.0", "ray_status_lag": True}, default=True),
+    _p("gpu-healthy", "gpu", "every GPU answers", "NVIDIA nvidia-smi(1)",
+       {"lost_gpu": None}, default=True),
+    _p("lost-gpu", "gpu", "one GPU fell off the bus: nvidia-smi exits non-zero naming it",
+       "NVIDIA nvidia-smi(1), NVML NVML_ERROR_GPU_IS_LOST ('Unable to determine the device handle')",
+       {"lost_gpu": 3}),
+    _p("engine-start-fast", "engine-start", "engine imports done at once (the testbed default)",
+       "testbed", {"engine_import_seconds": 0.0}, default=True),
+    _p("slow-engine-start", "engine-start",
+       "the engine imports torch and its package for ~20 s before parsing its arguments",
+       "published SGLang/vLLM start-up logs (10-30 s from start to the first server_args line)",
+       {"engine_import_seconds": 20.0}),
+)}
+
+GROUPS = tuple(dict.fromkeys(p.group for p in PROFILES.values()))
+
+
+class ProfileError(ValueError):
+    """An unknown profile name, or two of one group named together."""
+
+
+def resolve(names: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Profile names -> {group: profile name} with every group's default filled in; a later
+    name wins within its group."""
+    chosen = {p.group: p.name for p in PROFILES.values() if p.default}
+    for name in names:
+        if name not in PROFILES:
+            raise ProfileError(f"unknown profile {name!r}; `scripts/testbed profiles` lists them")
+        chosen[PROFILES[name].group] = name
+    return chosen
+
+
+def settings(chosen: dict[str, str]) -> dict:
+    out: dict = {}
+    for name in chosen.values():
+        out.update(PROFILES[name].settings)
+    return out
+
+
+def split_names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def listing() -> str:
+    rows = []
+    for group in GROUPS:
+        for p in PROFILES.values():
+            if p.group == group:
+                mark = " (default)" if p.default else ""
+                rows.append(f"{p.name:<22} {group:<13} {p.summary}{mark}\n{'':<36}source: {p.source}")
+    return "\n".join(rows)
