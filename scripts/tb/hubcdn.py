@@ -11,8 +11,10 @@ What it imitates, and from where:
   (aws/aws-sdk-js#3493 shows the expired form: "Request has expired").
 - It is another origin, so huggingface_hub drops the Authorization header for it
   (huggingface_hub 2.4.0 file_download.py _get_metadata_or_catch_error: headers.pop
-  ("authorization") when not _is_same_or_hub_host; the same at ee0a4510f4bc). The CDN counts
-  requests that still carry one (`authorized_requests`, which must stay 0).
+  ("authorization") when not _is_same_or_hub_host; the same at ee0a4510f4bc), and so does its
+  HTTP client when it follows the redirect itself (httpx2 2.16.2 _client.py _redirect_headers:
+  Authorization popped when the origin changes). The CDN counts requests that still carry one
+  (`authorized_requests`, which must stay 0).
 - Per-connection speed: huggingface/xet-core#821 (2026-04) found ~65-75% of CloudFront edges
   capping one connection at ~8.7 MB/s and the rest near 68 MB/s. `--conn-rates SLOW,FAST,FRACTION`
   draws SLOW with probability FRACTION for every new TCP connection, from a seeded generator

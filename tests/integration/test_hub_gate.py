@@ -77,3 +77,30 @@ def test_real_client_on_a_node_downloads_through_the_cdn_without_the_token(gated
     assert cdn["authorized_requests"] == 0 and cdn["requests"] == 96
     assert cdn["by_node"]["node0"]["bytes"] + hub["by_node"]["node0"]["bytes"] == hub["repo_bytes"]
     assert len(cdn["by_node"]["node0"]["files"]) == 96
+
+
+def test_hub_faults_from_the_command_line(gated):
+    """`testbed fault` sets the faults the mock Hub and its CDN answer with, arguments checked."""
+    probe = ("import sys, urllib.error, urllib.request\n"
+             "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=5).status)\n"
+             "except urllib.error.HTTPError as err:\n    print(err.code, err.headers.get('RateLimit'))\n")
+    api = f"{gated.endpoint}/api/models/moonshotai/Kimi-K3"
+    resolve = f"{gated.endpoint}/moonshotai/Kimi-K3/resolve/main/config.json"
+
+    def ask(url):
+        return gated.ssh("node0", ["python3", "-c", probe, url]).stdout.strip()
+
+    try:
+        gated.fault("hub-outage", "30", "--status", "500")
+        assert ask(api) == "500 None"
+        gated.fault("hub-heal")
+        gated.fault("hub-rate-limit", "0", "300")
+        assert ask(resolve).startswith('429 "resolvers";r=0;t=')
+        assert ask(api) == "200"
+        gated.fault("cdn-forbid", "1")
+        assert json.loads((gated.dir / "hub" / "faults.json").read_text())["cdn_forbid"]["count"] == 1
+    finally:
+        gated.fault("hub-heal")
+    for bad in (["hub-outage", "soon"], ["hub-rate-limit", "10"], ["hub-rate-limit", "10", "0"],
+                ["cdn-forbid", "-1"], ["hub-drop-after", "1", "--status", "500"]):
+        assert gated.fault(*bad, check=False).returncode == 2, bad

@@ -169,3 +169,36 @@ def test_cdn_forbid_refuses_the_next_n_cdn_requests(cdn_hub):
     assert [request(url)[0] for _ in range(3)] == [403, 403, 200]
     tbhub.write_fault(cdn_hub.dir, "cdn-forbid", 1)  # a new fault: counted afresh
     assert [request(url)[0] for _ in range(2)] == [403, 200]
+
+
+def test_the_real_client_waits_the_t_the_429_gave(tmp_path):
+    from huggingface_hub.utils import http_backoff
+    with tbhub.serve_in_thread(tmp_path / "hub", shards=1, shard_bytes=1000) as hub:
+        tbhub.write_fault(hub.dir, "rate-limit", 1, 2)
+        url = resolve_url(hub, "config.json")
+        assert request(url, method="HEAD")[0] == 200
+        began = time.monotonic()
+        status, headers, _ = request(url, method="HEAD")
+        t = int(headers["RateLimit"].rsplit("t=", 1)[1])
+        assert status == 429 and 1 <= t <= 2
+        assert http_backoff("HEAD", url, base_wait_time=0.01).status_code == 200
+        assert time.monotonic() - began >= t  # huggingface_hub sleeps t + 1 before its retry
+
+
+def test_the_node_link_is_shared_by_hub_and_cdn(tmp_path):
+    """--node-rate is the node's whole Internet link: a CDN body and a Hub body at once share it."""
+    import threading
+    with tbhub.serve_in_thread(tmp_path / "hub", shards=1, shard_bytes=100_000, cdn_listen="127.0.0.1:0",
+                               node_rate=200_000) as hub:
+        cdn_url = signed_location(hub, hub.repo.shard_names()[0])
+        readme = resolve_url(hub, "tiktoken.model")
+        size = hub.repo.file("tiktoken.model").size
+        began = time.monotonic()
+        threads = [threading.Thread(target=request, args=(u,)) for u in (cdn_url, readme)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert time.monotonic() - began >= (100_000 + size) / 200_000 * 0.9
+        stats = hub.stats()
+        assert stats["cdn"]["bytes"] == 100_000 and stats["by_node"]["127.0.0.1"]["bytes"] == size
