@@ -22,15 +22,6 @@ GRANTED = "hf_granted"
 
 
 @pytest.fixture
-def hf(monkeypatch):
-    import huggingface_hub
-    from huggingface_hub import constants
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    return huggingface_hub
-
-
-@pytest.fixture
 def cdn_hub(tmp_path):
     with tbhub.serve_in_thread(tmp_path / "hub", shards=3, shard_bytes=40_000, cdn_listen="127.0.0.1:0",
                                tokens=frozenset([GRANTED]), gated=True) as handle:
