@@ -69,7 +69,7 @@ def test_real_client_downloads_through_the_cdn_without_sending_it_the_token(cdn_
 def test_the_302_carries_the_file_metadata_and_a_signed_cdn_url(cdn_hub, hf):
     shard = cdn_hub.repo.file(cdn_hub.repo.shard_names()[0])
     status, headers, body = request(resolve_url(cdn_hub, shard.path), {"Authorization": f"Bearer {GRANTED}"})
-    assert (status, body) == (302, b"")
+    assert status == 302 and body == f"Found. Redirecting to {headers['Location']}".encode()
     assert headers["X-Repo-Commit"] == cdn_hub.repo.sha
     assert headers["X-Linked-Etag"] == f'"{shard.sha256}"' and headers["X-Linked-Size"] == str(shard.size)
     location = urlsplit(headers["Location"])
@@ -98,6 +98,8 @@ def test_cdn_ranges_expiry_and_bad_signatures(tmp_path):
         assert status == 403 and b"Request has expired" in data
         status, _, data = request(signed_location(hub, shard.path))  # a fresh /resolve: a fresh URL
         assert (status, data) == (200, body)
+        request(signed_location(hub, shard.path), {"Authorization": "Bearer leaked"}, "HEAD")
+        assert hub.stats()["cdn"]["authorized_requests"] == 1  # what the count is there to catch
 
 
 def test_connection_speeds_are_drawn_per_connection_from_a_seed(tmp_path):
