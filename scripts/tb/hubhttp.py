@@ -121,7 +121,8 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _resolve(self, parts: list[str], auth: str, send_body: bool) -> None:
         repo_id, rev, path = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
-        allowed, limit_headers = self.hub.faults.resolve_quota(self.faults)
+        who = auth if auth.startswith("Bearer ") else self.client_address[0]
+        allowed, limit_headers = self.hub.faults.resolve_quota(self.faults, who)
         if not allowed:
             # Only the headers are the real Hub's (hubfaults.py); the body text is generic.
             return self._error(429, None, "Too Many Requests", limit_headers)

@@ -154,6 +154,9 @@ def test_rate_limit_answers_429_with_the_headers_the_client_parses(cdn_hub):
     assert (info.resource_type, info.remaining, info.limit, info.window_seconds) == ("resolvers", 0, 2, 300)
     assert 295 <= info.reset_in_seconds <= 300
     assert request(f"{cdn_hub.url}/api/models/{cdn_hub.repo.repo_id}")[0] == 200  # the API is not a resolver
+    # counted per token (per address without one), as the real Hub counts per user or per IP
+    assert request(resolve_url(cdn_hub, "config.json"), method="HEAD")[0] == 401
+    assert request(resolve_url(cdn_hub, "config.json"), auth, "HEAD")[0] == 429
 
 
 def test_cdn_forbid_refuses_the_next_n_cdn_requests(cdn_hub):
