@@ -31,7 +31,7 @@ def image_for(inv, cuda: str | None) -> str:
 def _facts(node) -> list[F.Fact]:
     inv, n = node.inv, node.node
     return [
-        probes.gpus(), probes.cuda(), probes.driver(),
+        probes.gpus(), probes.lost_gpus(), probes.cuda(), probes.driver(),
         probes.docker_info("docker", "ServerVersion"), probes.docker_info("runtimes", "Runtimes"),
         F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
@@ -74,8 +74,17 @@ class Preflight(Step):
                 "free_gb": round((facts.get("free_bytes") or 0) / GB, 1)}
 
 
+def _lost_gpu_problems(lost: list[dict]) -> list[tuple[str, str]]:
+    return [("gpus", f"GPU {gpu['bus_id']} is lost (nvidia-smi: \"Unable to determine the "
+             f"device handle for GPU{gpu['bus_id']}: {gpu['reason']}\"): it fell off the bus; "
+             "reboot this node to recover it (or replace the node), then re-run")
+            for gpu in lost]
+
+
 def _gpu_problems(facts, node) -> list[tuple[str, str]]:
     inv, gpus = node.inv, facts.get("gpus")
+    if facts.get("gpus_lost"):   # nvidia-smi then answers nothing else: one finding per GPU
+        return _lost_gpu_problems(facts["gpus_lost"])
     if gpus is None:
         return [("gpus", "nvidia-smi failed or is missing; install the NVIDIA driver")]
     out = []
