@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import inventory
 from k3deploy.steps import probes, raylayout
 from k3deploy.steps.preflight import _gpu_problems
@@ -91,3 +92,17 @@ def test_preflight_names_the_lost_gpu_and_says_reboot():
     (check, message), = _gpu_problems(facts, _Node(inv))
     assert check == "gpus" and "0000:17:00.0" in message and "reboot" in message
     assert "install the NVIDIA driver" not in message
+
+
+@pytest.mark.parametrize("path, count, name, total, cuda, driver, model", [
+    ("565.57.01/h100-8x-q.txt", 8, "NVIDIA H100 80GB HBM3", 81559, "12.7", "565.57.01", "h100"),
+    ("550.90.12/h200-1x-q.txt", 1, "NVIDIA H200", 143771, "12.4", "550.90.12", "h200"),
+])
+def test_nvidia_smi_q(path, count, name, total, cuda, driver, model):
+    out = real("nvidia-smi", path)
+    gpus = probes.parse_gpus(out, 0)
+    assert [g["name"] for g in gpus] == [name] * count
+    assert {(g["total_mib"], g["used_mib"]) for g in gpus} == {(total, 1)}
+    assert probes.parse_cuda(out, 0) == cuda and probes.parse_driver(out, 0) == driver
+    assert probes.parse_lost(out, 0) == []
+    assert gpu_table.match_smi_name(name).key == model
