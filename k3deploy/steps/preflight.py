@@ -74,17 +74,10 @@ class Preflight(Step):
                 "free_gb": round((facts.get("free_bytes") or 0) / GB, 1)}
 
 
-def _lost_gpu_problems(lost: list[dict]) -> list[tuple[str, str]]:
-    return [("gpus", f"GPU {gpu['bus_id']} is lost (nvidia-smi: \"Unable to determine the "
-             f"device handle for GPU{gpu['bus_id']}: {gpu['reason']}\"): it fell off the bus; "
-             "reboot this node to recover it (or replace the node), then re-run")
-            for gpu in lost]
-
-
 def _gpu_problems(facts, node) -> list[tuple[str, str]]:
     inv, gpus = node.inv, facts.get("gpus")
     if facts.get("gpus_lost"):   # nvidia-smi then answers nothing else: one finding per GPU
-        return _lost_gpu_problems(facts["gpus_lost"])
+        return probes.lost_gpu_problems(facts["gpus_lost"], "gpus")
     if gpus is None:
         return [("gpus", "nvidia-smi failed or is missing; install the NVIDIA driver")]
     out = []

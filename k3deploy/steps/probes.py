@@ -45,6 +45,14 @@ def parse_lost(out: str, code: int) -> list[dict]:
     return [{"bus_id": m.group(1), "reason": m.group(2)} for m in _LOST.finditer(out)]
 
 
+def lost_gpu_problems(lost: list[dict], check: str) -> list[tuple[str, str]]:
+    """One finding per lost GPU, named by bus id: only a reboot brings it back."""
+    return [(check, f"GPU {gpu['bus_id']} is lost (nvidia-smi: \"Unable to determine the "
+             f"device handle for GPU{gpu['bus_id']}: {gpu['reason']}\"): it fell off the bus; "
+             "reboot this node to recover it (or replace the node), then re-run")
+            for gpu in lost]
+
+
 def parse_cuda(out: str, code: int) -> str | None:
     m = CUDA.search(out)
     return m.group(1) if code == 0 and m else None

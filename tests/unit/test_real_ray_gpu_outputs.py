@@ -11,6 +11,7 @@ from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import inventory
 from k3deploy.steps import probes, raylayout
 from k3deploy.steps.preflight import _gpu_problems
+from k3deploy.steps.verify import VerifyEndpoint
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -106,3 +107,16 @@ def test_nvidia_smi_q(path, count, name, total, cuda, driver, model):
     assert probes.parse_cuda(out, 0) == cuda and probes.parse_driver(out, 0) == driver
     assert probes.parse_lost(out, 0) == []
     assert gpu_table.match_smi_name(name).key == model
+
+
+def test_verify_names_a_gpu_lost_after_bring_up():
+    inv = inventory.parse({"cluster": "h100", "engine": {"kind": "sglang"},
+                           "gpu": {"model": "h100", "count": 8},
+                           "nodes": [{"name": "node0", "address": "10.0.0.10"},
+                                     {"name": "node1", "address": "10.0.0.11"}]})
+    node = _Node(inv)
+    node.is_head, node.rank = False, 1
+    out = real("nvidia-smi", "520.61.05/lost-gpu-unknown-error.txt")
+    facts = {"gpus": probes.parse_gpus(out, 255), "gpus_lost": probes.parse_lost(out, 255)}
+    (check, message), = VerifyEndpoint().problems(facts, node)
+    assert check == "memory" and "GPU 0000:0B:00.0 is lost" in message and "reboot" in message
