@@ -4,9 +4,13 @@ verify accepts: facts in, actions out; no I/O."""
 from __future__ import annotations
 
 
+from pathlib import Path
+
 import pytest
 
 from k3deploy import engines
+from k3deploy.core import interrupt
+from k3deploy.run.runner import Runner
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
@@ -189,3 +193,25 @@ def test_verify_still_catches_a_k2_parser_and_explains_a_refused_tool_call():
                                    "moonshotai/Kimi-K3"))
     assert "kimi_k2" in found["reasoning"]
     assert "answered 400" in found["tools"] and "--enable-auto-tool-choice" in found["tools"]
+
+
+def test_the_runner_waits_through_ray_status_lag_then_serves(tmp_path, monkeypatch):
+    """`ray status` as Ray 2.60 prints it right after the worker joined: no report, then the
+    head alone, then both nodes: the waiter polls the launch plan until the serve is next."""
+    monkeypatch.setattr(interrupt, "sleep", lambda seconds: None)   # the 1 s polls
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "ray" / "2.x"
+    reports = [(real / "status-no-report-yet.txt").read_text(),
+               status_text(1, 8.0), (real / "status-2nodes-16gpu.txt").read_text()]
+    ctx = ctx_for(tmp_path)
+    Runner(ctx.run, [])
+
+    class Lagging(LaunchEngine):
+        def facts(self, node, waiting=False):
+            return facts_for(node, ray=raylayout.parse_status(reports.pop(0), 0))
+
+    step = Lagging()
+    settle = step.plan(facts_for(ctx, ray={"nodes": 0, "gpus": 0.0, "gpus_used": 0.0,
+                                           "reported": False}), ctx)[0]
+    seen = ctx.run.waiter(step, ctx, settle.wait)
+    assert reports == [] and seen["ray"]["nodes"] == 2
+    assert [a.argv[4:6] for a in step.plan(seen, ctx) if a.argv] == [("vllm", "serve")]
