@@ -20,7 +20,16 @@ from ray_worker import Worker
 
 BLOCK_NOTE = """--block
   This command will now block forever until terminated by a signal.
-  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported."""
+  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported.
+  Process exit logs will be saved to: {exit_log}"""
+
+
+def exit_log_path():
+    """ray 2.60.0 python/ray/_private/node.py: the session dir /tmp/ray/session_<date>_<pid>
+    (date "%Y-%m-%d_%H-%M-%S_%f"); a real worker takes the head's session name from the GCS,
+    this one names its own."""
+    stamp = datetime.datetime.today().strftime("%Y-%m-%d_%H-%M-%S_%f")
+    return f"/tmp/ray/session_{stamp}_{os.getpid()}/logs/ray_process_exit.log"
 
 
 def start_parser():
@@ -41,7 +50,7 @@ def banner(head, ip, port, block):
                   "  To view the status of the cluster, use", "    ray status"]
     else:
         lines += ["To terminate the Ray runtime, run", "  ray stop"]
-    return "\n".join(lines + ([BLOCK_NOTE] if block else []))
+    return "\n".join(lines + ([BLOCK_NOTE.format(exit_log=exit_log_path())] if block else []))
 
 
 def start(ctx, argv):
