@@ -51,7 +51,9 @@ def test_first_vllm_up_over_ray_waits_for_ray_status(tmp_path):
 
 
 def test_check_names_the_lost_gpu_by_node_and_bus_id(tmp_path):
-    with testbed(tmp_path, nodes=1, gpu="h100", node=["node0:profile=lost-gpu"]) as tb:
+    # One 8x B300 node fits the model: the lost GPU is the only finding.
+    with testbed(tmp_path, nodes=1, gpu="b300", gpus_per_node=8,
+                 node=["node0:profile=lost-gpu"]) as tb:
         smi = tb.ssh("node0", "nvidia-smi -q; echo rc=$?")
         # lost_gpu 3 sits at bus 0x48 on the stand-in's bus layout (0x18 + 0x10 * index).
         assert smi.stdout.strip().splitlines() == [
@@ -60,4 +62,4 @@ def test_check_names_the_lost_gpu_by_node_and_bus_id(tmp_path):
         text = out(checked)
         assert checked.returncode == 1, text
         assert "node0" in text and "0000:48:00.0" in text and "reboot" in text, text
-        assert "install the NVIDIA driver" not in text
+        assert "1 problem(s) found" in text and "install the NVIDIA driver" not in text
