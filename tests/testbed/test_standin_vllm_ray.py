@@ -7,6 +7,7 @@ import signal
 import time
 
 from k3deploy.steps import vllm_progress
+from polling import wait_until
 from standin_procs import (CHAT, GPUS, TOOLS, VLLM_IMAGE, free_port, gpu_report, http,
                            log_of, make_node, vllm_cmd, wait_exit, wait_for_line, wait_health)
 
@@ -132,19 +133,11 @@ def test_ray_status_lags_like_ray_2_60(cluster, tmp_path):
 
     assert status().strip() == ("No cluster status. It may take a few seconds for the Ray "
                                 "internal services to start up.")
-    assert _until(lambda: status().count(" 1 node_") == 1, lag * 3)
+    wait_until(lambda: status().count(" 1 node_") == 1, lag * 3, "the first report")
     worker = cluster.start(worker_run, ["ray", "start", f"--address=127.0.0.1:{ray_port}",
                                         "--block"], image=VLLM_IMAGE)
     wait_for_line(worker, "Ray runtime started.")
     joined = time.monotonic()
-    assert _until(lambda: status().count(" 1 node_") == 2, lag * 3)
+    wait_until(lambda: status().count(" 1 node_") == 2, lag * 3, "a report with the worker",
+               interval=0.3)
     assert time.monotonic() - joined <= lag * 3
-
-
-def _until(check, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.3)
-    return False
