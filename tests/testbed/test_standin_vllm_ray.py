@@ -8,6 +8,7 @@ import time
 
 from k3deploy.steps import vllm_progress
 from polling import wait_until
+from realfix import real, vllm_shape
 from standin_procs import (CHAT, GPUS, TOOLS, VLLM_IMAGE, free_port, gpu_report, http,
                            log_of, make_node, vllm_cmd, wait_exit, wait_for_line, wait_health)
 
@@ -23,6 +24,11 @@ def test_vllm_single_b300_node(cluster, tmp_path):
     # vLLM 0.33's start-up lines, as k3deploy's wait step reads them.
     log = log_of(proc)
     assert "(APIServer pid=" in log and "version 0.33.0" in log
+    # The start-up lines have the shape a published vLLM log has (0.23.0, vllm#46169).
+    published = [vllm_shape(ln) for ln in real("vllm/0.23.0/startup-logo.txt").splitlines()]
+    started = [vllm_shape(ln) for ln in log.splitlines()]
+    assert [ln.replace("0.33.0", "0.23.0").replace("moonshotai/Kimi-K3", "Qwen/Qwen3.5-2B")
+            for ln in started[:6]] == published[:6]
     assert vllm_progress.formed(log) and vllm_progress.ready(log)
     assert vllm_progress.shards(log)[0] == vllm_progress.shards(log)[1] > 0
     assert http(port, "/v1/models")[0] == 401

@@ -4,8 +4,6 @@ verify accepts: facts in, actions out; no I/O."""
 from __future__ import annotations
 
 
-from pathlib import Path
-
 import pytest
 
 from k3deploy import engines
@@ -20,6 +18,7 @@ from k3deploy.steps import raylayout
 from k3deploy.steps.launch import LaunchEngine
 from k3deploy.steps.ray_cluster import RayCluster
 from k3deploy.steps.verify import endpoint_problems, reasoning_field
+from tests.realfix import real
 from tests.unit.fakes import FakeSession
 
 SHA = "a" * 40
@@ -199,9 +198,8 @@ def test_the_runner_waits_through_ray_status_lag_then_serves(tmp_path, monkeypat
     """`ray status` as Ray 2.60 prints it right after the worker joined: no report, then the
     head alone, then both nodes: the waiter polls the launch plan until the serve is next."""
     monkeypatch.setattr(interrupt, "sleep", lambda seconds: None)   # the 1 s polls
-    real = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "ray" / "2.x"
-    reports = [(real / "status-no-report-yet.txt").read_text(),
-               status_text(1, 8.0), (real / "status-2nodes-16gpu.txt").read_text()]
+    reports = [real("ray/2.x/status-no-report-yet.txt"), status_text(1, 8.0),
+               real("ray/2.x/status-2nodes-16gpu.txt")]
     ctx = ctx_for(tmp_path)
     Runner(ctx.run, [])
 

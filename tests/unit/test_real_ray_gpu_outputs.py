@@ -3,8 +3,6 @@ print them (tests/fixtures/real/, each file with its source beside it)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from k3deploy.cluster import gpus as gpu_table
@@ -12,14 +10,11 @@ from k3deploy.cluster import inventory
 from k3deploy.steps import probes, raylayout
 from k3deploy.steps.preflight import _gpu_problems
 from k3deploy.steps.verify import VerifyEndpoint
-
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+from tests.realfix import real as real_file
 
 
 def real(tool: str, name: str) -> str:
-    path = REAL / tool / name
-    assert path.with_suffix(".source").is_file(), f"{path} has no .source beside it"
-    return path.read_text()
+    return real_file(f"{tool}/{name}")
 
 
 @pytest.mark.parametrize("name, nodes, gpus, used, reported", [

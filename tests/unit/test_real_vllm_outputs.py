@@ -3,19 +3,14 @@ its source beside it) through the wait step's vLLM reader."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from k3deploy.steps import vllm_progress
-
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "vllm"
+from tests.realfix import real as real_file, vllm_shape as _shape
 
 
 def real(name: str) -> str:
-    path = REAL / name
-    assert path.with_suffix(".source").is_file(), f"{path} has no .source beside it"
-    return path.read_text()
+    return real_file(f"vllm/{name}")
 
 
 def test_a_whole_0_33_start_up():
@@ -55,3 +50,11 @@ def test_the_older_bar_without_completed():
     # vllm-project/vllm#22587 (2025-08): "Loading safetensors checkpoint shards:   0% 0/1 [...]"
     assert vllm_progress.shards("Loading safetensors checkpoint shards: 100% 1/1 [00:05<00:00,"
                                 "  5.34s/it]") == (1, 1)
+
+
+def test_the_0_33_reconstruction_has_the_published_0_23_start_up_shape():
+    published = [_shape(ln) for ln in real("0.23.0/startup-logo.txt").splitlines()[:6]]
+    rebuilt = [_shape(ln) for ln in real("0.33.x/serve-dp8-single-node.txt").splitlines()[:6]]
+    assert [ln.replace("0.23.0", "V").replace("Qwen/Qwen3.5-2B", "M") for ln in published] == \
+        [ln.replace("0.33.0", "V").replace("moonshotai/Kimi-K3", "M") for ln in rebuilt]
+    assert not vllm_progress.formed(real("0.23.0/startup-logo.txt"))
