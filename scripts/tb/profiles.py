@@ -64,7 +64,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "sgl-project/sglang v0.5.16 python/sglang/srt/model_loader/weight_utils.py",
        {"sglang_version": "0.5.16"}, default=True),
     _p("vllm-0.33", "vllm", "vLLM 0.33 log lines and start-up",
-       "vllm-project/vllm v0.33.0 vllm/entrypoints/openai/api_server.py",
+       "vllm 0.33.0 wheel: vllm/logger.py _FORMAT, entrypoints/launchers/launcher.py, "
+       "v1/worker/gpu_model_runner.py, model_executor/model_loader/weight_utils.py",
        {"vllm_version": "0.33.0"}, default=True),
     _p("ray-2.60", "ray", "Ray 2.60: `ray status` lags behind `ray start` (5 s reports)",
        "ray 2.60.0 python/ray/autoscaler/_private/commands.py debug_status (No cluster status. "
