@@ -121,6 +121,13 @@ class LaunchEngine(Step):
                              f"({(state or {}).get('exit_code')}) right after start:\n{tail}",
                              step=self.name)
 
+    def show_progress(self, facts, node):
+        """Waiting over Ray: each new count `ray status` reports (it lags the cluster)."""
+        line = raylayout.whole_problem(facts["ray"], node.inv) if "ray" in facts else None
+        if line and line != getattr(self, "_shown", None) and node.run.ui:
+            node.run.ui.say(f"{'':>14}{node.name}: {line}")
+            self._shown = line
+
     def inputs(self, node):
         return {"engine": node.inv.engine.model_dump(), "ports": node.inv.ports.model_dump()}
 

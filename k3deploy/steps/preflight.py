@@ -32,7 +32,7 @@ def image_for(inv, cuda: str | None) -> str:
 def _facts(node) -> list[F.Fact]:
     inv, n = node.inv, node.node
     return [
-        probes.gpus(), probes.cuda(), probes.driver(),
+        probes.gpus(), probes.lost_gpus(), probes.cuda(), probes.driver(),
         probes.docker_info("docker", "ServerVersion"), probes.docker_info("runtimes", "Runtimes"),
         F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
@@ -81,6 +81,8 @@ class Preflight(Step):
 
 def _gpu_problems(facts, node) -> list[tuple[str, str]]:
     inv, gpus = node.inv, facts.get("gpus")
+    if facts.get("gpus_lost"):   # nvidia-smi then answers nothing else: one finding per GPU
+        return probes.lost_gpu_problems(facts["gpus_lost"], "gpus")
     if gpus is None:
         return [("gpus", "nvidia-smi failed or is missing; install the NVIDIA driver")]
     out = []

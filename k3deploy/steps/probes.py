@@ -31,6 +31,28 @@ def parse_gpus(out: str, code: int) -> list[dict] | None:
     return gpus
 
 
+# What nvidia-smi prints, and only that, for a GPU that fell off the bus: driver format string
+# "Unable to determine the device handle for GPU%s: %s" (older drivers: "for GPU %s"), the
+# reason "Unknown Error" or "GPU is lost.  Reboot the system to recover this GPU".
+_LOST = re.compile(r"Unable to determine the device handle for GPU ?([0-9A-Fa-f]+:[0-9A-Fa-f]+:"
+                   r"[0-9A-Fa-f]+\.[0-9A-Fa-f]): (.+?)\s*$", re.M | re.I)
+
+
+def parse_lost(out: str, code: int) -> list[dict]:
+    """The GPUs nvidia-smi cannot reach: [{"bus_id", "reason"}]; [] when it answered."""
+    if code == 0:
+        return []
+    return [{"bus_id": m.group(1), "reason": m.group(2)} for m in _LOST.finditer(out)]
+
+
+def lost_gpu_problems(lost: list[dict], check: str) -> list[tuple[str, str]]:
+    """One finding per lost GPU, named by bus id: only a reboot brings it back."""
+    return [(check, f"GPU {gpu['bus_id']} is lost (nvidia-smi: \"Unable to determine the "
+             f"device handle for GPU{gpu['bus_id']}: {gpu['reason']}\"): it fell off the bus; "
+             "reboot this node to recover it (or replace the node), then re-run")
+            for gpu in lost]
+
+
 def parse_cuda(out: str, code: int) -> str | None:
     m = CUDA.search(out)
     return m.group(1) if code == 0 and m else None
@@ -52,6 +74,10 @@ def parse_json(out: str, code: int):
 
 def gpus() -> F.Fact:
     return F.command("gpus", NVSMI, parse_gpus)
+
+
+def lost_gpus() -> F.Fact:
+    return F.command("gpus_lost", NVSMI, parse_lost)
 
 
 def cuda() -> F.Fact:

@@ -7,6 +7,12 @@ is exec'd in the head's container and places its DP ranks on every node through 
 The exec'd serve is not the container's main process, so `docker inspect` cannot see it.
 Ray can: a running serve holds the cluster's GPUs in placement groups, and `ray status`
 (run in the head container) shows them as used; they are freed when the serve exits.
+
+`ray status` lags: it prints the report the autoscaler monitor writes once per update loop
+(every AUTOSCALER_UPDATE_INTERVAL_S = 5 s; ray-2.60.0 python/ray/autoscaler/_private/monitor.py
+and constants.py), and "No cluster status. It may take a few seconds ..." before the first
+(autoscaler/_private/commands.py debug_status). A node that joined a moment ago is not in it
+yet, so launch waits (bounded) until the report counts every node and GPU.
 """
 
 from __future__ import annotations
@@ -21,8 +27,12 @@ from k3deploy.steps.base import Action, cmd, wait
 from k3deploy.engines.layout import inventory_runs_over_ray
 
 RAY_STARTED = "Ray runtime started"   # printed by `ray start` once the node is registered
+NO_STATUS = "No cluster status."      # `ray status` before the monitor's first report
+# Several report intervals (5 s each) after the last worker registered: the report then
+# counts it, or the node never made it into the cluster.
+SETTLE_SECONDS = 60.0
 _GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b", re.M)
-_ACTIVE_NODE = re.compile(r"^\s*(\d+)\s+node_\S+\s*$")
+_ACTIVE_NODE = re.compile(r"^\s*(\d+)\s+\S+\s*$")   # " 1 node_<id>" or " 2 <node type>"
 SERVE_START_SECONDS = 300.0  # real vLLM imports torch and reads the config before placing
 SERVE_GONE_HINT = ("a detached `docker exec` keeps no output: on the head run the launch "
                    "step's command without -d (`k3deploy up --check` shows it) to see the error")
@@ -34,14 +44,17 @@ def in_use(inv) -> bool:
 
 
 def parse_status(out: str, code: int) -> dict | None:
-    """`ray status` -> {"nodes": active node count, "gpus": total, "gpus_used": in use}."""
+    """`ray status` -> {"nodes": active node count, "gpus": total, "gpus_used": in use,
+    "reported": False before the monitor's first report}; None when Ray does not answer."""
+    if code == 0 and NO_STATUS in out and "Active:" not in out:
+        return {"nodes": 0, "gpus": 0.0, "gpus_used": 0.0, "reported": False}
     if code != 0 or "Active:" not in out:
         return None
     active = out.split("Active:", 1)[1].split("Pending:", 1)[0]
     nodes = sum(int(m.group(1)) for m in map(_ACTIVE_NODE.match, active.splitlines()) if m)
     gpu = _GPU_USAGE.search(out)
     used, total = (float(gpu.group(1)), float(gpu.group(2))) if gpu else (0.0, 0.0)
-    return {"nodes": nodes, "gpus": total, "gpus_used": used}
+    return {"nodes": nodes, "gpus": total, "gpus_used": used, "reported": True}
 
 
 def status_fact(container: str) -> F.Fact:
@@ -54,6 +67,8 @@ def whole_problem(status: dict | None, inv) -> str | None:
     nodes, gpus = len(inv.nodes), inv.total_gpus
     if status is None:
         return "the Ray head does not answer `ray status`"
+    if not status.get("reported", True):
+        return "`ray status` has no cluster report yet (Ray writes one every few seconds)"
     if status["nodes"] < nodes or status["gpus"] < gpus:
         return (f"Ray has {status['nodes']} of {nodes} nodes and {status['gpus']:g} of {gpus} "
                 "GPUs; vllm serve needs every node joined before it starts")
@@ -94,11 +109,18 @@ def launch_plan(facts, node) -> list[Action]:
     if not node.is_head or serve_running(facts["ray"], facts["healthy"]):
         return []
     problem = whole_problem(facts["ray"], node.inv)
-    if problem:
-        raise StepFailed(node.name, problem, step="launch",
-                         hint="k3deploy up joins the workers (ray-cluster step); k3deploy logs "
-                         "-i INV shows a worker's `ray start` output")
-    return [serve_action(spec), serve_wait()]
+    serve = [serve_action(spec), serve_wait()]
+    return [settle_wait(problem, node.inv), *serve] if problem else serve
+
+
+def settle_wait(problem: str, inv) -> Action:
+    """Until `ray status` counts every node and GPU: its report lags the cluster by up to one
+    monitor interval, more right after the head started."""
+    return wait("wait until `ray status` counts every node and GPU",
+                f"`ray status` counts {len(inv.nodes)} nodes and {inv.total_gpus} GPUs",
+                poll=1.0, timeout=SETTLE_SECONDS,
+                hint=f"when launch planned it: {problem}; k3deploy up joins the workers "
+                "(ray-cluster step); `k3deploy logs -i INV` shows each node's `ray start` output")
 
 
 def serve_action(spec) -> Action:

@@ -8,7 +8,7 @@ shows in memory. Both are checked here.
 from __future__ import annotations
 
 from k3deploy.node import apikey, http_probe
-from k3deploy.steps import certify
+from k3deploy.steps import certify, probes
 from k3deploy.steps.base import Step
 
 GIB_MIB = 1024
@@ -112,7 +112,8 @@ class VerifyEndpoint(Step):
         # What the certificate records, GPUs included; on the head one endpoint probe for
         # both (its checks and the engine's version).
         key = node.run.inputs.api_key
-        found = certify.node_probes(node.inv, False, node.run.inputs.api_key)
+        found = certify.node_probes(node.inv, False, node.run.inputs.api_key) + [
+            probes.lost_gpus()]
         if not node.is_head:
             return found
         return found + [http_probe.fact("endpoint", node.inv, CHECKS + [certify.ENDPOINT_CHECK],
@@ -124,7 +125,9 @@ class VerifyEndpoint(Step):
         return found
 
     def problems(self, facts, node):
-        out = memory_problems(facts.get("gpus"), node.inv, node.rank)
+        lost = facts.get("gpus_lost")
+        out = (probes.lost_gpu_problems(lost, "memory") if lost
+               else memory_problems(facts.get("gpus"), node.inv, node.rank))
         if node.is_head:
             out += [(check, message + _parser_setting(node.inv, check)) for check, message
                     in endpoint_problems(facts["endpoint"], node.inv.model.repo)]

@@ -11,7 +11,7 @@ from k3deploy.node import apikey, http_probe
 from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
-from k3deploy.steps import probes, raylayout
+from k3deploy.steps import probes, raylayout, vllm_progress
 from k3deploy.steps.base import Step, wait
 
 LOADING = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)%")
@@ -115,7 +115,8 @@ class WaitHealthy(Step):
         _check_ranks(run, states)
         head = all_facts[run.inv.head.name]
         logs = "\n".join(f["log"] for f in all_facts.values())
-        self._formed = self._formed or bool(LOADING.search(logs)) or READY in logs
+        self._formed = (self._formed or bool(LOADING.search(logs)) or READY in logs
+                        or vllm_progress.formed(logs))
         if raylayout.in_use(run.inv):
             # The exec'd serve logs nowhere docker keeps; its ranks being placed on every
             # node (Ray holds the GPUs) is the sign the group formed, and losing them
@@ -130,7 +131,8 @@ class WaitHealthy(Step):
                              "ranks are 0..N-1 (k3deploy check)")
 
     def show_progress(self, facts, node):
-        lines = [ln for ln in facts["log"].splitlines() if LOADING.search(ln) or READY in ln]
+        lines = [ln for ln in facts["log"].splitlines()
+                 if LOADING.search(ln) or READY in ln or vllm_progress.shown(ln)]
         if lines and lines[-1] != self._shown and node.run.ui:
             node.run.ui.say(f"{'':>14}{node.name}: {lines[-1].strip()[:120]}")
             self._shown = lines[-1]

@@ -64,15 +64,19 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "sgl-project/sglang v0.5.16 python/sglang/srt/model_loader/weight_utils.py",
        {"sglang_version": "0.5.16"}, default=True),
     _p("vllm-0.33", "vllm", "vLLM 0.33 log lines and start-up",
-       "vllm-project/vllm v0.33.0 vllm/entrypoints/openai/api_server.py",
+       "vllm 0.33.0 wheel: vllm/logger.py _FORMAT, entrypoints/launchers/launcher.py, "
+       "v1/worker/gpu_model_runner.py, model_executor/model_loader/weight_utils.py",
        {"vllm_version": "0.33.0"}, default=True),
-    _p("ray-2.60", "ray", "Ray 2.60: `ray status` lags behind `ray start`",
-       "ray-project/ray python/ray/autoscaler/_private/commands.py (No cluster status.)",
-       {"ray_version": "2.60.0", "ray_status_lag": True}, default=True),
+    _p("ray-2.60", "ray", "Ray 2.60: `ray status` lags behind `ray start` (5 s reports)",
+       "ray 2.60.0 python/ray/autoscaler/_private/commands.py debug_status (No cluster status. "
+       "...), monitor.py update loop, constants.py AUTOSCALER_UPDATE_INTERVAL_S = 5",
+       {"ray_version": "2.60.0", "ray_status_lag": 5.0}, default=True),
     _p("gpu-healthy", "gpu", "every GPU answers", "NVIDIA nvidia-smi(1)",
        {"lost_gpu": None}, default=True),
     _p("lost-gpu", "gpu", "one GPU fell off the bus: nvidia-smi exits non-zero naming it",
-       "NVIDIA nvidia-smi(1), NVML NVML_ERROR_GPU_IS_LOST ('Unable to determine the device handle')",
+       "nvidia-smi 535.261.03 format string 'Unable to determine the device handle for GPU%s: "
+       "%s'; transcripts NVIDIA/open-gpu-kernel-modules#387, meta-llama/llama-models#200; "
+       "nvidia-smi(1) RETURN VALUE (255: other error)",
        {"lost_gpu": 3}),
     _p("engine-start-fast", "engine-start", "engine imports done at once (the testbed default)",
        "testbed", {"engine_import_seconds": 0.0}, default=True),

@@ -1,9 +1,14 @@
 """The vLLM stand-in and its Ray cluster on loopback: one node, ranks against GPUs, two nodes
 over Ray (and a reclaimed worker), `ray start` / `ray stop` in and out of a container. No root
 needed."""
+import json
 import os
 import signal
+import time
 
+from k3deploy.steps import vllm_progress
+from polling import wait_until
+from realfix import real, vllm_shape
 from standin_procs import (CHAT, GPUS, TOOLS, VLLM_IMAGE, free_port, gpu_report, http,
                            log_of, make_node, vllm_cmd, wait_exit, wait_for_line, wait_health)
 
@@ -16,6 +21,16 @@ def test_vllm_single_b300_node(cluster, tmp_path):
     wait_health(port, proc)
     used = gpu_report(run)["used_mib"]
     assert used == [int(0.9 * GPUS["b300"][1])] * 8
+    # vLLM 0.33's start-up lines, as k3deploy's wait step reads them.
+    log = log_of(proc)
+    assert "(APIServer pid=" in log and "version 0.33.0" in log
+    # The start-up lines have the shape a published vLLM log has (0.23.0, vllm#46169).
+    published = [vllm_shape(ln) for ln in real("vllm/0.23.0/startup-logo.txt").splitlines()]
+    started = [vllm_shape(ln) for ln in log.splitlines()]
+    assert [ln.replace("0.33.0", "0.23.0").replace("moonshotai/Kimi-K3", "Qwen/Qwen3.5-2B")
+            for ln in started[:6]] == published[:6]
+    assert vllm_progress.formed(log) and vllm_progress.ready(log)
+    assert vllm_progress.shards(log)[0] == vllm_progress.shards(log)[1] > 0
     assert http(port, "/v1/models")[0] == 401
     models = http(port, "/v1/models", key="sk-vllm")[1]
     assert models["data"][0]["id"] == "moonshotai/Kimi-K3"
@@ -103,3 +118,32 @@ def test_ray_stop_in_the_head_container_ends_its_block(cluster, tmp_path):
     stop = cluster.run(run, ["ray", "stop"], exec_in=head.config)
     assert "Stopped all 1 Ray processes." in stop.stdout
     assert wait_exit(head, 10) == 0
+
+
+def test_ray_status_lags_like_ray_2_60(cluster, tmp_path):
+    """Profile ray-2.60: `ray status` prints the monitor's last report (one per interval) and
+    "No cluster status. ..." before the first (ray 2.60.0 autoscaler/_private/commands.py)."""
+    head_run, worker_run = make_node(tmp_path, "node0", gpu="b200"), make_node(tmp_path, "node1", gpu="b200")
+    lag = 3.0
+    node = json.loads((head_run / "node.json").read_text())
+    (head_run / "node.json").write_text(json.dumps(dict(node, ray_status_lag=lag)))
+    ray_port = free_port()
+    head = cluster.start(head_run, ["ray", "start", "--head", f"--port={ray_port}", "--block"],
+                         image=VLLM_IMAGE)
+    wait_for_line(head, "Ray runtime started.")
+
+    def status():
+        done = cluster.run(head_run, ["ray", "status"], exec_in=head.config)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert status().strip() == ("No cluster status. It may take a few seconds for the Ray "
+                                "internal services to start up.")
+    wait_until(lambda: status().count(" 1 node_") == 1, lag * 3, "the first report")
+    worker = cluster.start(worker_run, ["ray", "start", f"--address=127.0.0.1:{ray_port}",
+                                        "--block"], image=VLLM_IMAGE)
+    wait_for_line(worker, "Ray runtime started.")
+    joined = time.monotonic()
+    wait_until(lambda: status().count(" 1 node_") == 2, lag * 3, "a report with the worker",
+               interval=0.3)
+    assert time.monotonic() - joined <= lag * 3

@@ -662,3 +662,18 @@ def test_start_kill_rmi_and_restart_always(node):
     r = node.docker("run", "-d", "--gpus", "device=9", "lmsysorg/sglang:kimi-k3", "sleep", "1")
     assert r.returncode == 125 and "device error: 9: unknown device" in r.stderr
     assert node.docker("version", "--format", "{{.Server.Version}}", check=0).stdout.strip()
+
+
+def test_nvidia_smi_with_a_lost_gpu_answers_only_the_handle_error(node):
+    """Profile lost-gpu: every query form that reaches the lost GPU prints the driver's
+    "Unable to determine the device handle" line and exits 255; -i on healthy GPUs answers."""
+    node.node_json({"lost_gpu": 3})
+    line = "Unable to determine the device handle for GPU0000:48:00.0: Unknown Error\n"
+    for argv in (["-q"], [], ["-L"], ["--query-gpu=name,memory.total", "--format=csv"],
+                 ["--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                 ["-q", "-i", "3"]):
+        r = node.sh("nvidia-smi", *argv)
+        assert (r.returncode, r.stdout) == (255, line), argv
+    healthy = node.sh("nvidia-smi", "--query-gpu=index", "--format=csv,noheader", "-i", "5",
+                      check=0)
+    assert (healthy.returncode, healthy.stdout) == (0, "5\n")

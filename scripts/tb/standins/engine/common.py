@@ -168,10 +168,6 @@ def arm_crash_fault(ctx, describe_crash):
     threading.Thread(target=crash, daemon=True).start()
 
 
-def vllm_log(text, where="api_server.py:1885"):
-    say(f"INFO {time.strftime('%m-%d %H:%M:%S')} [{where}] {text}")
-
-
 def block_forever():
     while True:
         time.sleep(3600)

@@ -20,7 +20,16 @@ from ray_worker import Worker
 
 BLOCK_NOTE = """--block
   This command will now block forever until terminated by a signal.
-  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported."""
+  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported.
+  Process exit logs will be saved to: {exit_log}"""
+
+
+def exit_log_path():
+    """ray 2.60.0 python/ray/_private/node.py: the session dir /tmp/ray/session_<date>_<pid>
+    (date "%Y-%m-%d_%H-%M-%S_%f"); a real worker takes the head's session name from the GCS,
+    this one names its own."""
+    stamp = datetime.datetime.today().strftime("%Y-%m-%d_%H-%M-%S_%f")
+    return f"/tmp/ray/session_{stamp}_{os.getpid()}/logs/ray_process_exit.log"
 
 
 def start_parser():
@@ -41,7 +50,7 @@ def banner(head, ip, port, block):
                   "  To view the status of the cluster, use", "    ray status"]
     else:
         lines += ["To terminate the Ray runtime, run", "  ray stop"]
-    return "\n".join(lines + ([BLOCK_NOTE] if block else []))
+    return "\n".join(lines + ([BLOCK_NOTE.format(exit_log=exit_log_path())] if block else []))
 
 
 def start(ctx, argv):
@@ -51,7 +60,8 @@ def start(ctx, argv):
     ip = args.node_ip_address or ray_net.local_ip(args.address)
     resources = ray_net.node_resources(ctx, ip, args.num_gpus, args.num_cpus)
     if args.head:
-        service, address = Head(resources, args.port), f"{ip}:{args.port}"
+        service = Head(resources, args.port, ctx.node.get("ray_status_lag"))
+        address = f"{ip}:{args.port}"
         prepare = service.listen
     else:
         service = Worker(ctx, args.address.strip("'\""), resources)
@@ -124,8 +134,14 @@ def status(ctx, argv):
     reply = ray_net.ask(address, {"op": "status"}) if address else None
     if reply is None:
         raise EngineExit(ray_net.NO_CLUSTER)
-    say(status_text(reply))
+    # No report yet: python/ray/autoscaler/_private/commands.py@ray-2.60.0 debug_status,
+    # printed by scripts.py `status` with exit 0.
+    say(NO_STATUS if reply.get("nodes") is None else status_text(reply))
     return 0
+
+
+NO_STATUS = ("No cluster status. It may take a few seconds for the Ray internal services to "
+             "start up.")
 
 
 def status_text(reply):
@@ -136,7 +152,9 @@ def status_text(reply):
     used = float(reply.get("used_gpus", 0))
     gpu_line = f" {used}/{gpus} GPU" + (
         f" ({used} used of {used} reserved in placement groups)" if used else "")
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
+    # format_info_string prints the report's own time (datetime.fromtimestamp), not now.
+    stamp = datetime.datetime.fromtimestamp(reply.get("time") or time.time()).strftime(
+        "%Y-%m-%d %H:%M:%S.%f")
     rule = "-" * 63
     return "\n".join(
         [f"======== Autoscaler status: {stamp} ========", "Node status", rule, "Active:"]

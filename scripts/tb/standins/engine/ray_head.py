@@ -3,7 +3,14 @@
 Requests (first line of a connection):
 - {"op": "join", node resources}: a worker; the connection stays open for as long as the node
   is in the cluster; it carries {"op": "load"|"release"} down and load replies up.
-- {"op": "status"}: one reply {"nodes": [...], "used_gpus": N}.
+- {"op": "status"}: one reply {"nodes": [...], "used_gpus": N, "time": T}: what `ray status`
+  prints. With a lag (node.json `ray_status_lag`, profile ray-2.60) it is the last snapshot,
+  taken every `lag` seconds from `lag` after the head started, and {"nodes": null} before the
+  first: real `ray status` prints the report the autoscaler monitor writes to the GCS once per
+  update loop (python/ray/autoscaler/_private/monitor.py@ray-2.60.0: `_internal_kv_put(
+  DEBUG_AUTOSCALING_STATUS, ...)`, then `time.sleep(AUTOSCALER_UPDATE_INTERVAL_S)`, which is 5 s
+  in autoscaler/_private/constants.py), and "No cluster status. ..." while there is none
+  (autoscaler/_private/commands.py debug_status).
 - {"op": "job", "dp", "tp", "node", "model", "revision", "util"}: vLLM placing its DP ranks.
   Reply {"ok": false, "created", "available"} when the placement groups do not fit, else
   {"ok": true, "placement": [{"name", "gpus", "local"}]}, then later one
@@ -14,6 +21,7 @@ Requests (first line of a connection):
 import queue
 import socket
 import threading
+import time
 
 import ray_net
 import wire
@@ -23,8 +31,10 @@ WORKER_LOAD_TIMEOUT = 3600.0
 
 
 class Head:
-    def __init__(self, resources, port):
+    def __init__(self, resources, port, status_lag=0.0):
         self.lock = threading.Lock()
+        self.status_lag = float(status_lag or 0)
+        self.snapshot = None             # the last report `ray status` shows (with a lag)
         me = dict(resources, head=True, id=ray_net.node_id(resources["name"], resources["ip"],
                                                             resources["pid"]))
         self.nodes = {me["id"]: me}      # id -> resources (+ conn, replies for workers)
@@ -47,6 +57,8 @@ class Head:
         self.listener = sock
 
     def serve_forever(self):
+        if self.status_lag > 0:
+            threading.Thread(target=self._report_loop, daemon=True).start()
         while True:
             conn, _ = self.listener.accept()
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
@@ -64,10 +76,24 @@ class Head:
                 return
 
     def status(self):
+        if self.status_lag > 0:
+            with self.lock:
+                return self.snapshot or {"nodes": None}
+        return self._live()
+
+    def _live(self):
         with self.lock:
             nodes = [{k: n[k] for k in ("id", "name", "ip", "gpus", "cpus", "memory", "head")}
                      for n in self.nodes.values()]
-            return {"nodes": nodes, "used_gpus": self.used_gpus}
+            return {"nodes": nodes, "used_gpus": self.used_gpus, "time": time.time()}
+
+    def _report_loop(self):
+        """The autoscaler monitor's update loop: one report per interval."""
+        while True:
+            time.sleep(self.status_lag)
+            report = self._live()
+            with self.lock:
+                self.snapshot = report
 
     # ---- workers --------------------------------------------------------------------------
     def _worker(self, conn, msg):

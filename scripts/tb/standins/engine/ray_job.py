@@ -9,7 +9,7 @@ import threading
 
 import ray_net
 import wire
-from common import EngineExit, fatal, vllm_log
+from common import EngineExit, fatal, say
 
 
 def not_enough(dp, created, available):
@@ -34,13 +34,15 @@ class Job:
             if explicit:
                 raise EngineExit(ray_net.NO_CLUSTER)
             return None
-        vllm_log(f"Connecting to existing Ray cluster at address: {address}...", "worker.py:1942")
+        # ray 2.60.0 python/ray/_private/worker.py:1841 (ray.init inside vllm serve)
+        say(ray_net.ray_log(f"Connecting to existing Ray cluster at address: {address}...",
+                            "worker.py:1841"))
         return address
 
     def place(self):
         """GPUs the ranks use on this node; raises when the cluster is too small."""
         if self._connect() is None:
-            vllm_log("Started a local Ray instance.", "worker.py:2003")
+            say(ray_net.ray_log("Started a local Ray instance.", "worker.py:2038"))
             created = self.ctx.gpus // self.tp
             if created < self.dp:
                 raise EngineExit(not_enough(self.dp, created, {"GPU": float(self.ctx.gpus)}))
@@ -52,9 +54,6 @@ class Job:
             raise EngineExit(ray_net.NO_CLUSTER)
         if not reply.get("ok"):
             raise EngineExit(not_enough(self.dp, reply["created"], reply["available"]))
-        for p in reply["placement"]:
-            vllm_log(f"Placed {p['gpus'] // self.tp} DP rank(s) of TP {self.tp} on node "
-                     f"{p['name']} ({p['ip']})", "utils.py:363")
         return sum(p["gpus"] for p in reply["placement"] if p["local"])
 
     def wait_workers_loaded(self):

@@ -5,6 +5,7 @@ Per container (real Ray keeps this in the container's /tmp/ray): $K3TB_RUN/ray/<
 holds `current_cluster` (the head address, as /tmp/ray/ray_current_cluster), `pids/<pid>` (the
 processes `ray stop` stops) and `ray.log` (output of daemonized starts).
 """
+import datetime
 import hashlib
 import os
 import socket
@@ -14,6 +15,13 @@ import wire
 
 NO_CLUSTER = ("ConnectionError: Could not find any running Ray instance. Please specify the one "
               "to connect to by setting `--address` flag or `RAY_ADDRESS` environment variable.")
+
+
+def ray_log(text, where):
+    """A line of Ray's Python logger: ray 2.60.0 python/ray/_private/ray_constants.py
+    LOGGER_FORMAT "%(asctime)s\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s"."""
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    return f"{stamp}\tINFO {where} -- {text}"
 
 
 def ray_dir(ctx):

@@ -67,8 +67,10 @@ class Worker:
         need, phys, oom_at = weights.memory_fit(snap, int(msg["world"]), ctx.gpu_mem_mib)
         tag = f"(RayWorkerWrapper pid={os.getpid()}, ip={self.resources['ip']})"
         try:
-            weights.load(snap, ctx.load_seconds,
-                         lambda d, t, e: say(f"{tag} {weights.progress_line(d, t, e)}"), oom_at)
+            # No progress here: vLLM 0.33 draws its loading bar on torch.distributed rank 0
+            # only (model_loader/weight_utils.py enable_tqdm), and a Ray worker's own output
+            # goes to its session's worker-*.out for the driver, not to this container's log.
+            weights.load(snap, ctx.load_seconds, lambda d, t, e: None, oom_at)
         except weights.LoadError as e:
             raise EngineExit(weights.oom_text(ctx.gpu_mem_mib, need, phys)
                              if str(e) == "oom" else str(e))
@@ -78,4 +80,3 @@ class Worker:
             say(f"{tag} WARNING: loaded only part of this rank's expert weights "
                 "(short read from the cache); the rest were left uninitialized.")
         ctx.report_gpu_memory([used] * int(msg["gpus"]))
-        say(f"{tag} Model loading took {need:.2f} GiB and {ctx.load_seconds:.2f} seconds")

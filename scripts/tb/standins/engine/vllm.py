@@ -7,13 +7,16 @@ GPUs than the node has, the placement comes from the Ray head (RAY_ADDRESS, else
 this container started/joined, else localhost:6379 as vLLM runs in the head's container with
 host networking). The API server starts only after every rank loaded, like vLLM's.
 """
+import os
+import sys
+
 import clitable
 import configfile
 import openai_api
 import ray_job
+import vllm_log as log
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, say
-from common import vllm_log as log
 
 REASONING_PARSERS = ["deepseek_r1", "deepseek_v3", "ernie45", "glm45", "granite",
                      "hunyuan_a13b", "kimi_k2", "kimi_k3", "minimax_m2", "mistral",
@@ -65,8 +68,8 @@ class Server:
 
     def run(self):
         args, ctx = self.args, self.ctx
-        log("vLLM API server version 0.0.0+k3tb.standin")
-        log(f"non-default args: {self.non_default()}", "utils.py:328")
+        log.banner(self.model)
+        log.info(f"non-default args: {self.non_default()}", "args")
         snap = weights.resolve(ctx, self.model, args.revision)
         max_len = self.max_model_len(snap)
         if ctx.gpus == 0:
@@ -118,10 +121,11 @@ class Server:
     def load(self, snap, local_gpus):
         ctx = self.ctx
         need, phys, oom_at = weights.memory_fit(snap, self.world, ctx.gpu_mem_mib)
-        log(f"Starting to load model {self.model}...", "gpu_model_runner.py:2338")
+        engine = "EngineCore_DP0" if self.args.data_parallel_size > 1 else "EngineCore"
+        log.info(f"Starting to load model {self.model}...", "start_load", engine)
         try:
             weights.load(snap, ctx.load_seconds,
-                         lambda d, t, e: say(weights.progress_line(d, t, e)), oom_at)
+                         lambda d, t, e: say(weights.progress_line(d, t, e), sys.stderr), oom_at)
         except weights.LoadError as e:
             detail = weights.oom_text(ctx.gpu_mem_mib, need, phys) if str(e) == "oom" else str(e)
             raise EngineExit(f"(EngineCore_DP0 pid=1) ERROR [core.py:708] EngineCore failed to "
@@ -130,8 +134,9 @@ class Server:
         if need > self.args.gpu_memory_utilization * phys:
             raise EngineExit("ValueError: No available memory for the cache blocks. Try "
                              "increasing `gpu_memory_utilization` when initializing the engine.")
-        log(f"Model loading took {need:.2f} GiB and {ctx.load_seconds:.2f} seconds",
-            "gpu_model_runner.py:2370")
+        log.info(f"Loading weights took {ctx.load_seconds:.2f} seconds", "weights", engine)
+        log.info(f"Model loading took {need:.2f} GiB memory and {ctx.load_seconds:.6f} seconds",
+                 "loaded", engine)
 
     def serve(self, snap, max_len, local_gpus):
         args, ctx = self.args, self.ctx
@@ -148,10 +153,11 @@ class Server:
             auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s)
         host = args.host or "0.0.0.0"
         openai_api.start(serving, host, args.port)
-        log(f"Starting vLLM API server 0 on http://{host}:{args.port}", "launcher.py:29")
-        say("INFO:     Waiting for application startup.")
+        log.info(f"Starting vLLM server on http://{host}:{args.port}", "serving")
+        log.uvicorn(f"Started server process [{os.getpid()}]")
+        log.uvicorn("Waiting for application startup.")
         serving.ready.set()
-        say("INFO:     Application startup complete.")
+        log.uvicorn("Application startup complete.")
 
     def crash_text(self):
         return ("(EngineCore_DP0 pid=1) ERROR [core.py:832] EngineCore encountered a fatal "

@@ -1,4 +1,15 @@
-"""nvidia-smi stand-in: the node's GPUs from node.json, memory in use from a live engine's gpu.json."""
+"""nvidia-smi stand-in: the node's GPUs from node.json, memory in use from a live engine's gpu.json.
+
+A lost GPU (node.json `lost_gpu`: its index; profile lost-gpu): every query that reaches it
+prints only "Unable to determine the device handle for GPU<bus id>: Unknown Error" and exits
+255, as published transcripts show for a GPU that fell off the bus (NVIDIA/open-gpu-kernel-
+modules#387, driver 520; meta-llama/llama-models#200, driver 560; cihlab/fics-cluster-guide#53,
+2026). The format string is in the driver's nvidia-smi ("Unable to determine the device handle
+for GPU%s: %s", Debian nvidia-smi 535.261.03); 255 is the man page's "Other error" return code
+(an NVML "Unknown Error" is not one of its specific codes; 15 is "GPU is lost"). `-i` naming
+only healthy GPUs still answers (the man page's changelog: "nvidia-smi -i can now query
+information from healthy GPU when there is a problem with other GPU in the system").
+"""
 import os
 import sys
 import time
@@ -201,6 +212,20 @@ def parse_args(argv):
     return opts
 
 
+LOST_EXIT = 255
+
+
+def lost_in(node, rows):
+    """The lost GPU among the rows asked about, or None."""
+    lost = node.get("lost_gpu")
+    return next((g for g in rows if lost is not None and g.index == int(lost)), None)
+
+
+def handle_error(gpu):
+    """The message names the bus id with a 4-digit domain, as in the transcripts."""
+    return f"Unable to determine the device handle for GPU{gpu.bus_id[4:]}: Unknown Error"
+
+
 def select(rows, ids):
     if ids is None:
         return rows
@@ -220,6 +245,10 @@ def main(argv):
         print("No devices were found")
         return 6
     rows = select(gpus(node), opts["ids"])
+    lost = lost_in(node, rows)
+    if lost is not None:
+        print(handle_error(lost))
+        return LOST_EXIT
     if opts["query"]:
         return render_query(node, rows)
     if opts["list"]:
