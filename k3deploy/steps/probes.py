@@ -121,12 +121,16 @@ def _images(name: str, tags: list[str]) -> F.Fact:
                   lambda out, _code: parse_images(out, tags), sudo=True)
 
 
+def parse_container(out: str) -> dict | None:
+    """The container document in an untyped `docker inspect` answer (images have no State)."""
+    return next((d for d in _objects(out) if "State" in d), None)
+
+
 def _container(name: str, tags: list[str]) -> F.Fact:
     """The engine container as `docker inspect` reports it, or None when there is none. The
     image tags ride along: the image step asks the same command, and a batch runs it once."""
-    def parse(out: str, _code: int):
-        return next((d for d in _objects(out) if "State" in d), None)  # images have no State
-    return F.Fact("container", _engine_objects(name, tags), parse, sudo=True)
+    return F.Fact("container", _engine_objects(name, tags),
+                  lambda out, _code: parse_container(out), sudo=True)
 
 
 def container_summary(info: dict | None) -> dict | None:
