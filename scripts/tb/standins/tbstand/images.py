@@ -168,7 +168,7 @@ def pull(state, repo, tag, node):
               flush=True)
         return 0
     try:
-        st.fetch(state, source, digest, node, _progress)
+        _fetch(st, state, source, digest, node)
     except OSError as e:
         print(f"failed to register layer: write {st.where(state)}: {e.strerror.lower()}",
               file=sys.stderr)
@@ -177,6 +177,20 @@ def pull(state, repo, tag, node):
     print(f"Digest: {digest}\nStatus: Downloaded newer image for {ref}\n{full_name(repo, tag)}",
           flush=True)
     return 0
+
+
+def _fetch(st, state, source, digest, node):
+    """The layers the store lacks, as moby reports them: "Already exists" or fetched."""
+    layers = layer_ids(source)
+    if st.has_content(state, source, digest):
+        for layer in layers:
+            _progress(f"{layer[:12]}: Already exists")
+        return
+    for layer in layers:
+        _progress(f"{layer[:12]}: Pulling fs layer")
+    step = float(node.get("pull_seconds", 0.5)) / (2 * len(layers))
+    size_mib = int(node.get("image_size_mib", 4))
+    st.fetch(state, source, digest, layers, lambda paths: write_layers(paths, layers, step, size_mib))
 
 
 def write_layers(paths, layers, step, size_mib):
@@ -235,5 +249,12 @@ def untagged(image, ref):
 
 def remove(state, image, ref):
     """`docker rmi REF`: untag REF (every reference when REF is an id); the content goes with
-    the last reference. Returns the lines docker prints."""
-    return store(state).remove(state, image, ref)
+    the last tag (digest references do not keep it). Returns the lines docker prints."""
+    st = store(state)
+    gone, left = untagged(image, ref)
+    st.untag(state, image, gone, left)
+    lines = [f"Untagged: {r}" for r in gone]
+    if not left:
+        st.delete(state, image)
+        lines.append(f"Deleted: {image['id']}")
+    return lines

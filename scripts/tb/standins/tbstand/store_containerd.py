@@ -82,18 +82,12 @@ def has_ref(state, repo, tag, digest):
     return rec is not None and rec["target"] == digest and os.path.exists(_blob(state, digest))
 
 
-def fetch(state, source, digest, node, progress):
-    layers = images.layer_ids(source)
-    if os.path.exists(_blob(state, digest)):
-        for layer in layers:
-            progress(f"{layer[:12]}: Already exists")
-        return
-    for layer in layers:
-        progress(f"{layer[:12]}: Pulling fs layer")
-    step = float(node.get("pull_seconds", 0.5)) / (2 * len(layers))
-    size = images.write_layers(
-        lambda l: [_blob(state, "sha256:" + l), _snapshot(state, l)], layers, step,
-        int(node.get("image_size_mib", 4)))
+def has_content(state, source, digest):
+    return os.path.exists(_blob(state, digest))
+
+
+def fetch(state, source, digest, layers, write):
+    size = write(lambda l: [_blob(state, "sha256:" + l), _snapshot(state, l)])
     manifest = {"repo": source.rsplit(":", 1)[0], "created": time.time(), "size": size,
                 "layers": layers, "config": images.image_defaults(source)}
     runtime.write_json_atomic(_blob(state, digest), manifest)
@@ -114,19 +108,13 @@ def _update(state, change):
         runtime.write_json_atomic(path, {"images": names})
 
 
-def remove(state, image, ref):
-    gone, left = images.untagged(image, ref)
+def untag(state, image, gone, left):
     names = [n for n, rec in _names(state).items() if rec["target"] == image["id"]
              and (not left or images.familiar(n) in gone)]
     _update(state, lambda recs: [recs.pop(n, None) for n in names])
-    lines = [f"Untagged: {r}" for r in gone]
-    if not left:
-        _delete(state, image)
-        lines.append(f"Deleted: {image['id']}")
-    return lines
 
 
-def _delete(state, image):
+def delete(state, image):
     import shutil  # not at the top: read-only calls must not pay for it
     for path in [_blob(state, image["id"])] + [_blob(state, "sha256:" + l) for l in image["layers"]]:
         with contextlib.suppress(FileNotFoundError):

@@ -67,19 +67,14 @@ def has_ref(state, repo, tag, digest):
     return iid is not None and os.path.exists(_config_path(state, iid))
 
 
-def fetch(state, source, digest, node, progress):
+def has_content(state, source, digest):
+    return os.path.exists(_config_path(state, image_id(source)))
+
+
+def fetch(state, source, digest, layers, write):
     iid = image_id(source)
-    layers = images.layer_ids(source)
-    if os.path.exists(_config_path(state, iid)):
-        for layer in layers:
-            progress(f"{layer[:12]}: Already exists")
-        return
-    for layer in layers:
-        progress(f"{layer[:12]}: Pulling fs layer")
     root = runtime.host_path(state["data_root"])
-    step = float(node.get("pull_seconds", 0.5)) / (2 * len(layers))
-    size = images.write_layers(lambda l: [os.path.join(root, "overlay2", l, "diff", "layer.bin")],
-                               layers, step, int(node.get("image_size_mib", 4)))
+    size = write(lambda l: [os.path.join(root, "overlay2", l, "diff", "layer.bin")])
     config = {"config": images.image_defaults(source),
               "rootfs": {"diff_ids": ["sha256:" + l for l in layers]},
               "k3tb": {"created": time.time(), "size": size, "manifest": digest,
@@ -105,19 +100,11 @@ def _update(state, change):
         runtime.write_json_atomic(path, {"Repositories": repos})
 
 
-def remove(state, image, ref):
-    """Untag `ref` (all references for an id); when no tag is left, the digest references go
-    too and the image is deleted, as `docker rmi` prints it."""
-    gone, left = images.untagged(image, ref)
+def untag(state, image, gone, left):
     _update(state, lambda repos: [repos.get(image["repo"], {}).pop(r, None) for r in gone])
-    lines = [f"Untagged: {r}" for r in gone]
-    if not left:
-        _delete(state, image)
-        lines.append(f"Deleted: {image['id']}")
-    return lines
 
 
-def _delete(state, image):
+def delete(state, image):
     import shutil  # not at the top: read-only calls must not pay for it
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_config_path(state, image["id"]))
