@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import tomllib
 
+from k3deploy.node import facts as F
+
 PATH = "/etc/containerd/config.toml"
 DEFAULT_ROOT = "/var/lib/containerd"
 _TABLE = re.compile(r"^\s*\[")
@@ -26,6 +28,10 @@ class ConfigError(ValueError):
 def read(out: str, code: int) -> str | None:
     """The file's text ('' when there is none: containerd runs on defaults)."""
     return out if code == 0 else ""
+
+
+def fact() -> F.Fact:
+    return F.read("containerd_toml", PATH, read, sudo=True)
 
 
 def root_of(text: str) -> str:

@@ -10,7 +10,10 @@ decisions shared by preflight and nvme.
   needed nor enough.
 - image store: `docker info` DriverStatus [["driver-type", "io.containerd.snapshotter.v1"]]
   is the containerd store (daemon/containerd/service.go@docker-v29.1.2, LayerStoreStatus);
-  its images live under containerd's root, not data-root.
+  its images live under the system containerd's root, not data-root, when dockerd found that
+  containerd's socket (daemon/command/daemon.go@docker-v29.1.2 systemContainerdRunning: an
+  os.Lstat of /run/containerd/containerd.sock); otherwise dockerd runs its own containerd under
+  data-root.
 - data-root: dockerd keeps it absolute with symlinks evaluated (daemon/daemon.go@
   docker-v29.1.2, resolveSymlinkedDirectory) and DockerRootDir reports that.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 
 from k3deploy.node import facts as F
+from k3deploy.steps import containerd_config, probes
 
 DOCKERD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 RUNTIME_HOOK = "nvidia-container-runtime-hook"
@@ -27,6 +31,7 @@ CDI_HOOK = "nvidia-cdi-hook"
 CDI_HOOK_SINCE = (29, 2)
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")     # the toolkit's default spec-dirs
 CONTAINERD_SNAPSHOTTER = ["driver-type", "io.containerd.snapshotter.v1"]
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 
 
 def _hook_script() -> str:
@@ -76,6 +81,35 @@ def uses_containerd_store(driver_status: str | None) -> bool:
     except json.JSONDecodeError:
         return False
     return isinstance(pairs, list) and CONTAINERD_SNAPSHOTTER in pairs
+
+
+def system_containerd() -> F.Fact:
+    return F.native("system_containerd", "exists", [CONTAINERD_SOCKET], F.exit_ok, sudo=True)
+
+
+def images_under_containerd_root(facts: dict) -> bool:
+    """Do the node's images live under the system containerd's root (so moving data-root does
+    not move them)? From the facts `driver_status` and `system_containerd`."""
+    return uses_containerd_store(facts.get("driver_status")) and bool(facts.get("system_containerd"))
+
+
+def image_store_facts() -> list[F.Fact]:
+    """What says where the node's images go: the store, a system containerd, its config."""
+    return [probes.docker_info("driver_status", "DriverStatus"), system_containerd(),
+            containerd_config.fact()]
+
+
+def image_store_problem(facts: dict, nvme: str) -> str | None:
+    """Why the nvme step could not put the image store on the NVMe, or None."""
+    if not images_under_containerd_root(facts):
+        return None
+    try:
+        containerd_config.root_of(facts.get("containerd_toml") or "")
+    except containerd_config.ConfigError as err:
+        return (f"docker keeps images under containerd's root here (the containerd image store), "
+                f"but {err}: k3deploy cannot move that root to {nvme}; fix the file, or set "
+                f"root = \"{nvme.rstrip('/')}/containerd\" in it and restart containerd")
+    return None
 
 
 def resolved(name: str, path: str) -> F.Fact:

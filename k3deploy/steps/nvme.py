@@ -42,9 +42,8 @@ class MoveToNvme(Step):
             F.native("login_user", "login_user", [], F.text),
             F.native("docker_dir", "is_dir", [p.docker], F.exit_ok, sudo=True),
             F.read("daemon_json", DAEMON_JSON, _daemon_json, sudo=True),
-            F.read("containerd_toml", containerd_config.PATH, containerd_config.read, sudo=True),
-            docker_host.resolved("docker_root_wanted", p.docker),
-            probes.docker_root(), probes.docker_info("driver_status", "DriverStatus"),
+            docker_host.resolved("docker_root_wanted", p.docker), probes.docker_root(),
+            *docker_host.image_store_facts(),
         ]
 
     def plan(self, facts, node):
@@ -71,7 +70,7 @@ class MoveToNvme(Step):
     def _containerd(self, facts, node):
         """With the containerd image store, images go to containerd's root: set it on the
         NVMe and restart containerd (before docker, which then sees the new store)."""
-        if not docker_host.uses_containerd_store(facts.get("driver_status")):
+        if not docker_host.images_under_containerd_root(facts):
             return []
         root, text = node.inv.paths.containerd, facts.get("containerd_toml") or ""
         try:
@@ -104,6 +103,6 @@ class MoveToNvme(Step):
 
     def detail(self, facts, node):
         out = {"docker_root": facts.get("docker_root"), "hf_home": node.inv.paths.hf}
-        if docker_host.uses_containerd_store(facts.get("driver_status")):
+        if docker_host.images_under_containerd_root(facts):
             out["containerd_root"] = node.inv.paths.containerd
         return out

@@ -33,6 +33,7 @@ def _facts(node) -> list[F.Fact]:
     return [
         probes.gpus(), probes.cuda(), probes.driver(),
         probes.docker_info("docker", "ServerVersion"), docker_host.gpu_hooks(),
+        *docker_host.image_store_facts(),
         F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
         F.native("free_bytes", "avail_bytes", [inv.paths.nvme], F.integer),
@@ -105,8 +106,9 @@ def _software_problems(facts, node) -> list[tuple[str, str]]:
         out.append(("docker", "docker is missing or its daemon does not answer "
                     "(sudo systemctl start docker)"))
     else:
-        problem = docker_host.gpu_access_problem(facts.get("gpu_hooks"), facts.get("docker"))
-        out += [("docker", problem)] if problem else []
+        problems = [docker_host.gpu_access_problem(facts.get("gpu_hooks"), facts.get("docker")),
+                    docker_host.image_store_problem(facts, node.inv.paths.nvme)]
+        out += [("docker", p) for p in problems if p]
     hub = facts.get("hub_client")
     if hub is None:
         out.append(("python", "python3 with huggingface_hub is missing on the node "

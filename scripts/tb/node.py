@@ -27,7 +27,7 @@ from tb.state import process_start_time, same_process
 BINDS = (  # (host path relative to the node dir, path inside the node)
     ("etc-docker", "/etc/docker"), ("var-lib-docker", "/var/lib/docker"), ("run", "/run/k3tb"),
     ("etc-containerd", "/etc/containerd"), ("var-lib-containerd", "/var/lib/containerd"),
-    ("usr-local-sbin", "/usr/local/sbin"),
+    ("usr-local-sbin", "/usr/local/sbin"), ("run-containerd", "/run/containerd"),
     ("root-home", "/root"), ("home", "/home"), ("etc-ssh", "/etc/ssh"),
     ("etc/passwd", "/etc/passwd"), ("etc/group", "/etc/group"), ("etc/shadow", "/etc/shadow"),
     ("etc/sudoers.d", "/etc/sudoers.d"), ("etc/machine-id", "/etc/machine-id"),

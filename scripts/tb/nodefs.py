@@ -18,9 +18,9 @@ from tb.nodespec import NodeSpec
 NODE_PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/bin:/usr/sbin:/sbin"
 # Mount points that must exist on the host for the node's mounts (empty dirs, left in place).
 HOST_MOUNT_POINTS = ("/mnt/nvme", "/etc/docker", "/var/lib/docker", "/run/k3tb", "/run/sshd",
-                     "/etc/containerd", "/var/lib/containerd", "/usr/local/sbin")
+                     "/etc/containerd", "/var/lib/containerd", "/usr/local/sbin", "/run/containerd")
 FRESH_DIRS = ("etc-docker", "var-lib-docker", "etc-containerd", "var-lib-containerd",
-              "usr-local-sbin", "root-home", "home", "tmp", "etc")
+              "usr-local-sbin", "run-containerd", "root-home", "home", "tmp", "etc")
 # What the containerd.io package installs as /etc/containerd/config.toml (every docker-ce
 # install has it): docker/containerd-packaging common/containerd.toml@655193435b87.
 CONTAINERD_TOML = """#   Copyright 2018-2022 Docker Inc.
@@ -170,6 +170,10 @@ def _write_docker_config(ndir: Path, spec: NodeSpec) -> None:
     (ndir / "var-lib-containerd").mkdir(mode=0o711)
     (ndir / "etc-containerd").mkdir(mode=0o755)
     (ndir / "etc-containerd" / "config.toml").write_text(CONTAINERD_TOML)
+    # containerd.io's containerd runs on every docker-ce host; dockerd only checks that its
+    # socket exists (os.Lstat), so an empty file stands for it.
+    (ndir / "run-containerd").mkdir(mode=0o711)
+    (ndir / "run-containerd" / "containerd.sock").touch()
     (ndir / "usr-local-sbin").mkdir(mode=0o755)
     if spec.nvidia_toolkit:
         hook = ndir / "usr-local-sbin" / "nvidia-container-runtime-hook"

@@ -80,6 +80,14 @@ def test_containerd_root_moves_only_when_containerd_restarts(node):
     assert r.returncode == 1 and "Job for containerd.service failed" in r.stderr
 
 
+def test_without_a_system_containerd_the_images_follow_data_root(node):
+    (node.rootfs / "run/containerd/containerd.sock").unlink()
+    node.node_json({"image_store": "containerd"})
+    node.pull()
+    assert (node.rootfs / "var/lib/docker/containerd/daemon/io.containerd.content.v1.content").is_dir()
+    assert not (node.rootfs / "var/lib/containerd").exists()
+
+
 def test_data_root_reported_canonical(node):
     disk = node.rootfs / "mnt/disks/nvme0n1"
     (disk / "docker").mkdir(parents=True)

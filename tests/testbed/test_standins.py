@@ -63,6 +63,9 @@ class Node:
             d.mkdir()
         self.entry = tmp / "entry.py"
         self.entry.write_text(FAKE_ENTRY)
+        # containerd.io's containerd runs (dockerd checks that its socket exists)
+        (self.rootfs / "run/containerd").mkdir(parents=True)
+        (self.rootfs / "run/containerd/containerd.sock").touch()
         self.node_json({})
         self.env = {"PATH": os.environ["PATH"], "K3TB_RUN": str(self.run_dir),
                     "K3TB_ETC_DOCKER": str(self.etc), "K3TB_ROOTFS": str(self.rootfs),

@@ -14,6 +14,10 @@ from . import runtime
 
 DEFAULT_ROOT = "/var/lib/docker"
 CONTAINERD_ROOT = "/var/lib/containerd"
+# dockerd uses the system containerd when this exists (an os.Lstat, when dockerd starts), else
+# starts its own with root <data-root>/containerd/daemon (moby daemon/command/daemon.go and
+# daemon/internal/libcontainerd/supervisor/remote_daemon.go@docker-v29.1.2).
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 # dockerd under systemd runs with systemd's fixed PATH (systemd.exec(5), "Environment
 # variables in spawned processes"; /sbin:/bin added on split-usr builds), and looks the NVIDIA
 # hook up on it once, when it starts (moby daemon/devices_nvidia_linux.go@v28.5.1 and
@@ -146,6 +150,7 @@ def _try_start(state):
         return False
     state.update(service="active", data_root=reported, error=None, config=config,
                  image_store=image_store(config), gpu_hook=gpu_hook(),
+                 system_containerd=os.path.lexists(runtime.host_path(CONTAINERD_SOCKET)),
                  pid=4000 + int(time.time()) % 5000)
     return True
 

@@ -27,12 +27,20 @@ SNAPSHOTS = "io.containerd.snapshotter.v1.overlayfs"
 METADATA = "io.containerd.metadata.v1.bolt"
 
 
+def root(state):
+    """containerd's root as dockerd's containerd has it: the system containerd's (config.toml),
+    or, without one, the containerd dockerd starts itself under data-root."""
+    if not state.get("system_containerd", True):
+        return os.path.join(state["data_root"], "containerd", "daemon")
+    return state.get("containerd_root") or DEFAULT_ROOT
+
+
 def _root(state):
-    return runtime.host_path(state.get("containerd_root") or DEFAULT_ROOT)
+    return runtime.host_path(root(state))
 
 
 def where(state):
-    return os.path.join(state.get("containerd_root") or DEFAULT_ROOT, CONTENT)
+    return os.path.join(root(state), CONTENT)
 
 
 def _blob(state, digest):
