@@ -99,16 +99,17 @@ def image_store_facts() -> list[F.Fact]:
             containerd_config.fact()]
 
 
-def image_store_problem(facts: dict, nvme: str) -> str | None:
-    """Why the nvme step could not put the image store on the NVMe, or None."""
+def image_store_problem(facts: dict, paths) -> str | None:
+    """Why the nvme step could not put the image store on the NVMe (`paths`: the inventory's),
+    or None."""
     if not images_under_containerd_root(facts):
         return None
     try:
         containerd_config.root_of(facts.get("containerd_toml") or "")
     except containerd_config.ConfigError as err:
         return (f"docker keeps images under containerd's root here (the containerd image store), "
-                f"but {err}: k3deploy cannot move that root to {nvme}; fix the file, or set "
-                f"root = \"{nvme.rstrip('/')}/containerd\" in it and restart containerd")
+                f"but {err}: k3deploy cannot move that root to {paths.nvme}; fix the file, or "
+                f"set root = \"{paths.containerd}\" in it and restart containerd")
     return None
 
 

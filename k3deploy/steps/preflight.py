@@ -107,7 +107,7 @@ def _software_problems(facts, node) -> list[tuple[str, str]]:
                     "(sudo systemctl start docker)"))
     else:
         problems = [docker_host.gpu_access_problem(facts.get("gpu_hooks"), facts.get("docker")),
-                    docker_host.image_store_problem(facts, node.inv.paths.nvme)]
+                    docker_host.image_store_problem(facts, node.inv.paths)]
         out += [("docker", p) for p in problems if p]
     hub = facts.get("hub_client")
     if hub is None:
