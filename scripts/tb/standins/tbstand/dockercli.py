@@ -11,9 +11,13 @@ from .dockerinfo import api_versions, info_doc, version
 
 DAEMON_DOWN = ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
                "Is the docker daemon running?")
-PERMISSION = ("permission denied while trying to connect to the Docker daemon socket at "
-              "unix:///var/run/docker.sock: Get \"http://%2Fvar%2Frun%2Fdocker.sock/v1.47/info\": "
-              "dial unix /var/run/docker.sock: connect: permission denied")
+
+
+def permission_denied():
+    """The client's error without access to the socket; the URL carries its API version."""
+    return ("permission denied while trying to connect to the Docker daemon socket at "
+            "unix:///var/run/docker.sock: Get \"http://%2Fvar%2Frun%2Fdocker.sock/"
+            f"v{api_versions()[0]}/info\": dial unix /var/run/docker.sock: connect: permission denied")
 
 
 class Exit(Exception):
@@ -40,7 +44,7 @@ def may_use_socket():
 def connect(run_style=False):
     """The running daemon's state, or Exit like the client when the socket is unreachable."""
     if not may_use_socket():
-        raise Exit(1, PERMISSION)
+        raise Exit(1, permission_denied())
     state = daemon.running_daemon()
     if state is None:
         if run_style:
@@ -94,7 +98,7 @@ def cmd_version(argv):
     head = f"Client: Docker Engine - Community\n Version:           {ver}\n API version:       {api}"
     if not may_use_socket() or daemon.running_daemon() is None:
         print(head)
-        raise Exit(1, DAEMON_DOWN if may_use_socket() else PERMISSION)
+        raise Exit(1, DAEMON_DOWN if may_use_socket() else permission_denied())
     doc = {"Client": client, "Server": {"Version": ver, "ApiVersion": api, "Os": "linux"}}
     if opts["format"]:
         render_each(opts["format"], [doc])
