@@ -122,3 +122,20 @@ def test_run_errors_read_as_published(node):
     r = node.docker("run", "-d", "--gpus", "all", "lmsysorg/sglang:kimi-k3-cu12", "sleep", "1")
     published = (REAL / "28.5.1/run-cuda-too-old.txt").read_text().splitlines()
     assert r.returncode == 125 and r.stderr.splitlines()[:2] == published
+
+
+def _shape(line):
+    """A pull line with its names and hashes abstracted: what both outputs must share."""
+    import re
+    line = re.sub(r"sha256:[0-9a-f]{64}", "DIGEST", line)
+    line = re.sub(r"^[0-9a-f]{12}: ", "LAYER: ", line)
+    return re.sub(r"^\S+: Pulling from \S+$", "TAG: Pulling from REPO", re.sub(
+        r"(for |^docker\.io/)\S+$", r"\1REF", line))
+
+
+def test_pull_output_has_the_published_shape(node):
+    published = [_shape(line) for line in (REAL / "28.5.1/pull-nontty.txt").read_text().splitlines()
+                 if not line.startswith("Using default tag")]
+    ours = [_shape(line) for line in node.docker("pull", IMAGE, check=0).stdout.splitlines()
+            if not line.endswith(("Pulling fs layer", "Download complete"))]
+    assert ours == published
