@@ -95,6 +95,11 @@ class Paths(_Model):
         return self.docker_root or protocol.default_docker_root(self.nvme)
 
     @property
+    def containerd(self) -> str:
+        """containerd's root (not configurable: it follows the NVMe mount)."""
+        return protocol.containerd_root(self.nvme)
+
+    @property
     def work(self) -> str:
         """k3deploy's own files on the node (downloader, manifests, secrets, logs)."""
         return protocol.work_dir(self.nvme)

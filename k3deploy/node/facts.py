@@ -131,6 +131,7 @@ SHELL_OF_OP = {
     "tail": lambda n, p: f"tail -n {int(n)} {shlex.quote(p)}",
     "exists": lambda p: f"test -e {shlex.quote(p)}",
     "is_dir": lambda p: f"test -d {shlex.quote(p)}",
+    "realpath": lambda p: f"realpath -m {shlex.quote(p)}",
     "writable": lambda *p: " && ".join(f"test -w {shlex.quote(x)}" for x in p),
     "owner": lambda p: f"stat -c %U {shlex.quote(p)}",
     "login_user": lambda: "id -un",

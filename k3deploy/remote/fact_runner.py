@@ -101,6 +101,7 @@ OPS = {   # name -> (args -> (output, exit code)), each as the shell command it 
     "tail": _tail,                                    # tail -n N P
     "exists": lambda p: ("", 0 if os.path.exists(p) else 1),           # test -e P
     "is_dir": lambda p: ("", 0 if os.path.isdir(p) else 1),            # test -d P
+    "realpath": lambda p: (os.path.realpath(p) + "\n", 0),            # realpath -m P
     "writable": lambda *p: ("", 0 if all(os.access(x, os.W_OK) for x in p) else 1),  # test -w
     "owner": _owner,                                  # stat -c %U P
     "login_user": lambda: (_user(os.geteuid()) + "\n", 0),            # id -un

@@ -33,6 +33,12 @@ def default_docker_root(nvme: str) -> str:
     return f"{nvme.rstrip('/')}/docker"
 
 
+def containerd_root(nvme: str) -> str:
+    """containerd's root on the NVMe (the containerd image store of Docker >= 29 keeps the
+    engine image there, not under data-root)."""
+    return f"{nvme.rstrip('/')}/containerd"
+
+
 # -- the Hugging Face cache, as huggingface_hub lays it out -----------------------------------
 def hub_cache(hf_home: str) -> str:
     return os.path.join(hf_home, "hub")

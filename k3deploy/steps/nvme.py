@@ -1,7 +1,10 @@
-"""nvme: the Hugging Face cache and Docker's data-root on the NVMe mount.
+"""nvme: the Hugging Face cache, Docker's data-root and, with the containerd image store,
+containerd's root on the NVMe mount.
 
-daemon.json is merged, not overwritten (other keys such as runtimes or log options stay),
-and docker is restarted only when the daemon does not already run with the NVMe data-root.
+daemon.json and config.toml are merged, not overwritten (other keys such as runtimes or log
+options stay). docker is restarted only when the daemon does not already run with the NVMe
+data-root as dockerd reports it (canonicalised: a symlinked mount or a trailing slash still
+compares equal), containerd only when its config names another root.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.remote import protocol
-from k3deploy.steps import probes
+from k3deploy.steps import containerd_config, docker_host, probes
 from k3deploy.steps.base import Step, cmd, upload
 
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -29,36 +32,59 @@ def _daemon_json(out: str, code: int):
 
 class MoveToNvme(Step):
     name = "nvme"
-    summary = "HF cache and docker data-root on NVMe"
+    summary = "HF cache, docker data-root and containerd's image store on NVMe"
 
     def probes(self, node):
         p = node.inv.paths
-        probe = [
+        return [
             F.native("hf_owner", "owner", [p.hf], F.text),
             F.native("hf_writable", "writable", [p.hf, p.work], F.exit_ok),
             F.native("login_user", "login_user", [], F.text),
             F.native("docker_dir", "is_dir", [p.docker], F.exit_ok, sudo=True),
             F.read("daemon_json", DAEMON_JSON, _daemon_json, sudo=True),
-            probes.docker_root(),
+            docker_host.resolved("docker_root_wanted", p.docker), probes.docker_root(),
+            *docker_host.image_store_facts(),
         ]
-        return probe
 
     def plan(self, facts, node):
-        p = node.inv.paths
-        actions = self._dirs(facts, node)
-        current = facts.get("daemon_json")
-        if current is None:
-            raise StepFailed(node.name, f"{DAEMON_JSON} is not valid JSON; k3deploy will not "
-                             "overwrite it", step=self.name, hint="fix or remove the file by hand")
-        if current.get("data-root") != p.docker:
-            merged = json.dumps({**current, "data-root": p.docker}, indent=2, sort_keys=True)
-            actions.append(upload(f"set data-root {p.docker} in {DAEMON_JSON}", DAEMON_JSON,
-                                  merged + "\n", mode=0o644, sudo=True))
-        if facts.get("docker_root") != p.docker:
+        actions = self._dirs(facts, node) + self._daemon_json(facts, node)
+        moved = self._containerd(facts, node)
+        actions += moved
+        if moved or facts.get("docker_root") != facts.get("docker_root_wanted"):
             actions += [cmd("stop docker", "systemctl", "stop", "docker", "docker.socket",
                             sudo=True, retry=True),
                         cmd("start docker", "systemctl", "start", "docker", sudo=True, retry=True)]
         return actions
+
+    def _daemon_json(self, facts, node):
+        p, current = node.inv.paths, facts.get("daemon_json")
+        if current is None:
+            raise StepFailed(node.name, f"{DAEMON_JSON} is not valid JSON; k3deploy will not "
+                             "overwrite it", step=self.name, hint="fix or remove the file by hand")
+        if current.get("data-root") == p.docker:
+            return []
+        merged = json.dumps({**current, "data-root": p.docker}, indent=2, sort_keys=True)
+        return [upload(f"set data-root {p.docker} in {DAEMON_JSON}", DAEMON_JSON,
+                       merged + "\n", mode=0o644, sudo=True)]
+
+    def _containerd(self, facts, node):
+        """With the containerd image store, images go to containerd's root: set it on the
+        NVMe and restart containerd (before docker, which then sees the new store)."""
+        if not docker_host.images_under_containerd_root(facts):
+            return []
+        root, text = node.inv.paths.containerd, facts.get("containerd_toml") or ""
+        try:
+            if containerd_config.root_of(text) == root:
+                return []
+            changed = containerd_config.with_root(text, root)
+        except containerd_config.ConfigError as err:
+            raise StepFailed(node.name, f"{err}; k3deploy will not overwrite it", step=self.name,
+                             hint="fix the file by hand, or set root there yourself") from None
+        return [cmd("create containerd root", "mkdir", "-p", root, sudo=True, retry=True),
+                upload(f"set root {root} in {containerd_config.PATH}", containerd_config.PATH,
+                       changed, mode=0o644, sudo=True),
+                cmd("restart containerd", "systemctl", "restart", "containerd", sudo=True,
+                    retry=True)]
 
     def _dirs(self, facts, node):
         p = node.inv.paths
@@ -76,4 +102,7 @@ class MoveToNvme(Step):
         return actions
 
     def detail(self, facts, node):
-        return {"docker_root": facts.get("docker_root"), "hf_home": node.inv.paths.hf}
+        out = {"docker_root": facts.get("docker_root"), "hf_home": node.inv.paths.hf}
+        if docker_host.images_under_containerd_root(facts):
+            out["containerd_root"] = node.inv.paths.containerd
+        return out

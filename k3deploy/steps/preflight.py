@@ -12,7 +12,7 @@ from k3deploy.engines import ImageChoiceError, choose_image
 from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
-from k3deploy.steps import hubreach, probes
+from k3deploy.steps import docker_host, hubreach, probes
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, ports_in_use,
                                          reachability_problems, serving, serving_facts)
@@ -33,7 +33,8 @@ def _facts(node) -> list[F.Fact]:
     inv, n = node.inv, node.node
     return [
         probes.gpus(), probes.lost_gpus(), probes.cuda(), probes.driver(),
-        probes.docker_info("docker", "ServerVersion"), probes.docker_info("runtimes", "Runtimes"),
+        probes.docker_info("docker", "ServerVersion"), docker_host.gpu_hooks(),
+        *docker_host.image_store_facts(),
         F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
         F.native("free_bytes", "avail_bytes", [inv.paths.nvme], F.integer),
@@ -111,9 +112,10 @@ def _software_problems(facts, node) -> list[tuple[str, str]]:
     if facts.get("docker") is None:
         out.append(("docker", "docker is missing or its daemon does not answer "
                     "(sudo systemctl start docker)"))
-    elif "nvidia" not in (facts.get("runtimes") or ""):
-        out.append(("docker", "docker has no nvidia runtime: `--gpus all` will fail; install "
-                    "the NVIDIA container toolkit (nvidia-ctk runtime configure)"))
+    else:
+        problems = [docker_host.gpu_access_problem(facts.get("gpu_hooks"), facts.get("docker")),
+                    docker_host.image_store_problem(facts, node.inv.paths)]
+        out += [("docker", p) for p in problems if p]
     hub = facts.get("hub_client")
     if hub is None:
         out.append(("python", "python3 with huggingface_hub is missing on the node "

@@ -6,7 +6,7 @@ import json
 import re
 import shlex
 
-from k3deploy.engines import choose_image
+from k3deploy.engines import choose_image, image_ref
 from k3deploy.node import facts as F
 
 # One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
@@ -133,20 +133,30 @@ def engine_images(inv) -> F.Fact:
     return _images(inv.engine.container, candidate_images(inv))
 
 
+def parse_images(out: str, refs: list[str]) -> dict:
+    """Each present reference (tag or digest, image_ref.present) -> its id and digests."""
+    docs = [d for d in _objects(out) if "State" not in d]   # containers have a State
+    found = {ref: image_ref.present(ref, docs) for ref in refs}
+    return {ref: {"id": doc.get("Id"), "digests": doc.get("RepoDigests") or []}
+            for ref, doc in found.items() if doc is not None}
+
+
 def _images(name: str, tags: list[str]) -> F.Fact:
-    """Each present tag -> its image id and registry digests."""
-    def parse(out: str, _code: int) -> dict:
-        return {tag: {"id": doc.get("Id"), "digests": doc.get("RepoDigests") or []}
-                for doc in _objects(out) for tag in doc.get("RepoTags") or [] if tag in tags}
-    return F.Fact("images", _engine_objects(name, tags), parse, sudo=True)
+    """Each present candidate reference -> its image id and registry digests."""
+    return F.Fact("images", _engine_objects(name, tags),
+                  lambda out, _code: parse_images(out, tags), sudo=True)
+
+
+def parse_container(out: str) -> dict | None:
+    """The container document in an untyped `docker inspect` answer (images have no State)."""
+    return next((d for d in _objects(out) if "State" in d), None)
 
 
 def _container(name: str, tags: list[str]) -> F.Fact:
     """The engine container as `docker inspect` reports it, or None when there is none. The
     image tags ride along: the image step asks the same command, and a batch runs it once."""
-    def parse(out: str, _code: int):
-        return next((d for d in _objects(out) if "State" in d), None)  # images have no State
-    return F.Fact("container", _engine_objects(name, tags), parse, sudo=True)
+    return F.Fact("container", _engine_objects(name, tags),
+                  lambda out, _code: parse_container(out), sudo=True)
 
 
 def container_summary(info: dict | None) -> dict | None:

@@ -26,6 +26,8 @@ from tb.state import process_start_time, same_process
 
 BINDS = (  # (host path relative to the node dir, path inside the node)
     ("etc-docker", "/etc/docker"), ("var-lib-docker", "/var/lib/docker"), ("run", "/run/k3tb"),
+    ("etc-containerd", "/etc/containerd"), ("var-lib-containerd", "/var/lib/containerd"),
+    ("usr-local-sbin", "/usr/local/sbin"), ("run-containerd", "/run/containerd"),
     ("root-home", "/root"), ("home", "/home"), ("etc-ssh", "/etc/ssh"),
     ("etc/passwd", "/etc/passwd"), ("etc/group", "/etc/group"), ("etc/shadow", "/etc/shadow"),
     ("etc/sudoers.d", "/etc/sudoers.d"), ("etc/machine-id", "/etc/machine-id"),
@@ -46,15 +48,38 @@ def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str
              f"echo {q(spec.name)} > /proc/sys/kernel/hostname",
              f"ip addr add {address}/24 dev eth0",
              "ip link set eth0 up",
-             f"mount -t tmpfs -o size={q(spec.disk)},mode=0755 nvme /mnt/nvme",
+             *([] if symlinked(spec) else [nvme_mount(spec, "/mnt/nvme")]),
              f"mount --bind {q(str(standins))} /usr/local/bin",
              "mount -o remount,bind,ro /usr/local/bin"]
     lines += [f"mount --bind {q(str(ndir / src))} {dst}" for src, dst in BINDS]
     # /tmp last: the testbed dir itself may live under /tmp and is needed until here.
-    lines += [f"mount --bind {q(str(ndir / 'tmp'))} /tmp",
-              "cd /",
+    lines += [f"mount --bind {q(str(ndir / 'tmp'))} /tmp"]
+    lines += symlinked_nvme(spec) if symlinked(spec) else []
+    lines += ["cd /",
               "exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"]
     return "\n".join(lines) + "\n"
+
+
+# nvme-symlinked: the NVMe filesystem mounted elsewhere and /mnt/nvme a symlink to it, as on
+# hosts whose provider mounts the disk at its own path (the inventory names the symlink).
+# /mnt gets a tmpfs of its own inside the node (private mount namespace) so the symlink never
+# touches the host's /mnt; done last, after every bind whose source could live under /mnt.
+NVME_TARGET = "/mnt/disks/nvme0n1"
+
+
+def symlinked(spec: NodeSpec) -> bool:
+    return bool(spec.node_json().get("nvme_symlinked"))
+
+
+def nvme_mount(spec: NodeSpec, where: str) -> str:
+    return f"mount -t tmpfs -o size={shlex.quote(spec.disk)},mode=0755 nvme {where}"
+
+
+def symlinked_nvme(spec: NodeSpec) -> list[str]:
+    return ["mount -t tmpfs -o size=1M,mode=0755 mnt /mnt",
+            f"mkdir -p {NVME_TARGET}",
+            nvme_mount(spec, NVME_TARGET),
+            f"ln -s {NVME_TARGET} /mnt/nvme"]
 
 
 def start_init(tb_dir: Path, spec: NodeSpec, ns: str, address: str) -> tuple[int, int]:

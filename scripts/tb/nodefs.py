@@ -17,8 +17,52 @@ from tb.nodespec import NodeSpec
 
 NODE_PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/bin:/usr/sbin:/sbin"
 # Mount points that must exist on the host for the node's mounts (empty dirs, left in place).
-HOST_MOUNT_POINTS = ("/mnt/nvme", "/etc/docker", "/var/lib/docker", "/run/k3tb", "/run/sshd")
-FRESH_DIRS = ("etc-docker", "var-lib-docker", "root-home", "home", "tmp", "etc")
+HOST_MOUNT_POINTS = ("/mnt/nvme", "/etc/docker", "/var/lib/docker", "/run/k3tb", "/run/sshd",
+                     "/etc/containerd", "/var/lib/containerd", "/usr/local/sbin", "/run/containerd")
+FRESH_DIRS = ("etc-docker", "var-lib-docker", "etc-containerd", "var-lib-containerd",
+              "usr-local-sbin", "run-containerd", "root-home", "home", "tmp", "etc")
+# What the containerd.io package installs as /etc/containerd/config.toml (every docker-ce
+# install has it): docker/containerd-packaging common/containerd.toml@655193435b87.
+CONTAINERD_TOML = """#   Copyright 2018-2022 Docker Inc.
+
+#   Licensed under the Apache License, Version 2.0 (the "License");
+#   you may not use this file except in compliance with the License.
+#   You may obtain a copy of the License at
+
+#       http://www.apache.org/licenses/LICENSE-2.0
+
+#   Unless required by applicable law or agreed to in writing, software
+#   distributed under the License is distributed on an "AS IS" BASIS,
+#   WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+#   See the License for the specific language governing permissions and
+#   limitations under the License.
+
+disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#state = "/run/containerd"
+#subreaper = true
+#oom_score = 0
+
+#[grpc]
+#  address = "/run/containerd/containerd.sock"
+#  uid = 0
+#  gid = 0
+
+#[debug]
+#  address = "/run/containerd/debug.sock"
+#  uid = 0
+#  gid = 0
+#  level = "info"
+"""
+# The runtime entry `nvidia-ctk runtime configure --runtime=docker` adds to daemon.json
+# (NVIDIA/nvidia-container-toolkit pkg/config/engine/docker/docker.go@d34b3046 AddRuntime,
+# cmd/nvidia-ctk/runtime/configure/configure.go: executable nvidia-container-runtime).
+NVIDIA_RUNTIME = {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}
+# The toolkit's prestart hook, which dockerd looks up on its PATH for `--gpus` (the package
+# installs it in /usr/bin; a testbed node cannot change /usr/bin, so it is in /usr/local/sbin,
+# also on dockerd's PATH). Never run: the docker stand-in only looks it up, as dockerd does.
+HOOK_STANDIN = "#!/bin/sh\necho 'k3tb: nvidia-container-runtime-hook is looked up, never run' >&2\nexit 1\n"
 UBUNTU_SUDOERS = "ubuntu ALL=(ALL) NOPASSWD:ALL\n"
 
 
@@ -123,8 +167,36 @@ def _write_homes(ndir: Path, uid: int, gid: int) -> None:
 def _write_docker_config(ndir: Path, spec: NodeSpec) -> None:
     (ndir / "etc-docker").mkdir(mode=0o755)
     (ndir / "var-lib-docker").mkdir(mode=0o710)
-    if spec.daemon_json is not None:
-        (ndir / "etc-docker" / "daemon.json").write_text(spec.daemon_json)
+    (ndir / "var-lib-containerd").mkdir(mode=0o711)
+    (ndir / "etc-containerd").mkdir(mode=0o755)
+    (ndir / "etc-containerd" / "config.toml").write_text(CONTAINERD_TOML)
+    # containerd.io's containerd runs on every docker-ce host; dockerd only checks that its
+    # socket exists (os.Lstat), so an empty file stands for it.
+    (ndir / "run-containerd").mkdir(mode=0o711)
+    (ndir / "run-containerd" / "containerd.sock").touch()
+    (ndir / "usr-local-sbin").mkdir(mode=0o755)
+    if spec.nvidia_toolkit:
+        hook = ndir / "usr-local-sbin" / "nvidia-container-runtime-hook"
+        hook.write_text(HOOK_STANDIN)
+        hook.chmod(0o755)
+    text = _daemon_json(spec)
+    if text is not None:
+        (ndir / "etc-docker" / "daemon.json").write_text(text)
+
+
+def _daemon_json(spec: NodeSpec) -> str | None:
+    """The node's daemon.json: as given (--node NAME:daemon_json=...), with the nvidia runtime
+    entry merged in when the toolkit profile says `nvidia-ctk runtime configure` ran."""
+    if not spec.node_json().get("nvidia_runtime_entry"):
+        return spec.daemon_json
+    try:
+        config = json.loads(spec.daemon_json) if spec.daemon_json else {}
+    except json.JSONDecodeError:
+        return spec.daemon_json   # a deliberately broken file stays broken
+    if not isinstance(config, dict):
+        return spec.daemon_json
+    config["runtimes"] = {**(config.get("runtimes") or {}), **NVIDIA_RUNTIME}
+    return json.dumps(config, indent=4) + "\n"
 
 
 def _write_ssh(ndir: Path, name: str, address: str) -> None:

@@ -32,29 +32,39 @@ def _p(name, group, summary, source, settings=None, default=False) -> Profile:
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     _p("docker-28-overlay2", "docker",
        "Docker 28 with the legacy overlay2 image store (images under data-root)",
-       "moby/moby v28 daemon/images; docker/cli v28 `docker info` / `image inspect` formatting",
+       "moby/moby v28.5.1 (f8215cc2): distribution/pull_v2.go (tag pull adds repo@digest, digest "
+       "pull only the digest), daemon/images/image_inspect.go (RepoTags tags, RepoDigests "
+       "digests, familiar form); api/common.go (API 1.51)",
        {"docker_version": "28.5.1", "image_store": "overlay2"}, default=True),
     _p("docker-29-containerd", "docker",
        "Docker 29 fresh install: the containerd image store (images under /var/lib/containerd)",
-       "moby/moby v29 daemon/containerd (containerd-snapshotter default on fresh installs)",
+       "moby/moby docker-v29.1.2 (de45c2ae): daemon/containerd/image_inspect.go "
+       "(collectRepoTagsAndDigests), daemon/containerd/service.go (DriverStatus driver-type "
+       "io.containerd.snapshotter.v1), daemon/command/daemon.go (system containerd used when "
+       "its socket exists); docs.docker.com/engine/storage/containerd (default on fresh 29.0 "
+       "installs; compressed and unpacked copies)",
        {"docker_version": "29.1.2", "image_store": "containerd"}),
     _p("toolkit-runtime", "toolkit",
        "NVIDIA Container Toolkit configured with `nvidia-ctk runtime configure` (an `nvidia` runtime)",
-       "NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk/runtime/configure",
+       "NVIDIA/nvidia-container-toolkit d34b3046 pkg/config/engine/docker/docker.go AddRuntime "
+       "(daemon.json runtimes.nvidia {path: nvidia-container-runtime, args: []})",
        {"nvidia_toolkit": True, "nvidia_runtime_entry": True}, default=True),
     _p("toolkit-hook-only", "toolkit",
        "toolkit installed, no `nvidia` runtime entry; `--gpus` works through the hook on PATH",
-       "moby/moby daemon/nvidia_linux.go (hook looked up on PATH: nvidia-container-runtime-hook)",
+       "moby/moby daemon/devices_nvidia_linux.go@docker-v29.1.2 init(): the gpu device driver "
+       "registered when exec.LookPath(\"nvidia-container-runtime-hook\") succeeds",
        {"nvidia_toolkit": True, "nvidia_runtime_entry": False}),
     _p("no-toolkit", "toolkit",
        "no NVIDIA Container Toolkit: `docker run --gpus` fails",
-       "moby/moby daemon/nvidia_linux.go (could not select device driver \"\" with capabilities: [[gpu]])",
+       "moby/moby daemon/devices.go + daemon/errors.go@docker-v29.1.2 (could not select device "
+       "driver \"\" with capabilities: [[gpu]])",
        {"nvidia_toolkit": False, "nvidia_runtime_entry": False}),
     _p("nvme-plain", "nvme", "the NVMe filesystem mounted directly at its path",
        "util-linux mount(8)", {"nvme_symlinked": False}, default=True),
     _p("nvme-symlinked", "nvme",
        "the NVMe mount reached through a symlink (dockerd reports data-root canonicalised)",
-       "moby/moby cmd/dockerd/daemon.go (data-root made absolute, symlinks evaluated)",
+       "moby/moby daemon/daemon.go@docker-v29.1.2 CreateDaemonRoot/resolveSymlinkedDirectory "
+       "(filepath.Abs + filepath.EvalSymlinks; DockerRootDir reports the result)",
        {"nvme_symlinked": True}),
     _p("sglang-0.5.4", "sglang", "SGLang 0.5.4: the safetensors shard loader's progress line",
        "sgl-project/sglang v0.5.4 python/sglang/srt/model_loader/weight_utils.py",

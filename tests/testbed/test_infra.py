@@ -203,7 +203,11 @@ def test_kill_node_is_a_spot_reclaim_and_revive_a_fresh_machine(tb):
     after = _ok(tb.ssh("node0", "cat /proc/sys/kernel/random/boot_id /etc/machine-id")).split()
     assert after[0] != before[0] and after[1] != before[1]
     assert _ok(tb.ssh("node0", "ls -A /mnt/nvme; pgrep -x sleep || true")) == ""
-    assert _ok(tb.ssh("node0", "cat /etc/docker/daemon.json")) == DAEMON_JSON
+    # the fresh machine's daemon.json again: as seeded, plus the nvidia runtime entry of the
+    # default toolkit profile (toolkit-runtime: `nvidia-ctk runtime configure` ran)
+    fresh = json.loads(_ok(tb.ssh("node0", "cat /etc/docker/daemon.json")))
+    nvidia = {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}
+    assert fresh == {**json.loads(DAEMON_JSON), "runtimes": nvidia}
 
 
 def test_killed_node_can_be_revived_twice_and_others_keep_running(tb):

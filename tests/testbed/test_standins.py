@@ -57,14 +57,19 @@ class Node:
         self.tmp = tmp
         self.run_dir = tmp / "run"
         self.etc = tmp / "etc-docker"
+        self.etc_containerd = tmp / "etc-containerd"
         self.rootfs = tmp / "rootfs"
-        for d in (self.run_dir, self.etc, self.rootfs):
+        for d in (self.run_dir, self.etc, self.etc_containerd, self.rootfs):
             d.mkdir()
         self.entry = tmp / "entry.py"
         self.entry.write_text(FAKE_ENTRY)
+        # containerd.io's containerd runs (dockerd checks that its socket exists)
+        (self.rootfs / "run/containerd").mkdir(parents=True)
+        (self.rootfs / "run/containerd/containerd.sock").touch()
         self.node_json({})
         self.env = {"PATH": os.environ["PATH"], "K3TB_RUN": str(self.run_dir),
                     "K3TB_ETC_DOCKER": str(self.etc), "K3TB_ROOTFS": str(self.rootfs),
+                    "K3TB_ETC_CONTAINERD": str(self.etc_containerd),
                     "K3TB_ENGINE_ENTRY": str(self.entry)}
 
     def node_json(self, overrides):
@@ -73,6 +78,14 @@ class Node:
                 "engine_load_seconds": 0.1, "pull_seconds": 0.05, "nvidia_toolkit": True}
         node.update(overrides)
         (self.run_dir / "node.json").write_text(json.dumps(node))
+        # the toolkit as dockerd finds it: its hook on PATH (the testbed does the same per node)
+        hook = self.rootfs / "usr/local/sbin/nvidia-container-runtime-hook"
+        if node["nvidia_toolkit"]:
+            hook.parent.mkdir(parents=True, exist_ok=True)
+            hook.write_text("#!/bin/sh\nexit 0\n")
+            hook.chmod(0o755)
+        elif hook.exists():
+            hook.unlink()
 
     def sh(self, tool, *args, check=None, timeout=30, env=None, bindir=STANDINS, **kw):
         result = subprocess.run([str(bindir / tool), *args], capture_output=True, text=True,
@@ -280,7 +293,9 @@ def test_gpu_uuids_and_timestamps_match_the_stdlib_they_replace(node, monkeypatc
     stamps += [1.0000005, 1764547200.9999995, 1764547200.9999996, 1764547201]
     for t in stamps:
         dt = datetime.datetime.fromtimestamp(t, datetime.UTC)
-        assert runtime.rfc3339(t) == dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}000Z", t
+        # Go's RFC3339Nano: trailing zeros of the fraction trimmed, the dot too when none is left
+        frac = f".{dt.microsecond:06d}".rstrip("0").rstrip(".")
+        assert runtime.rfc3339(t) == dt.strftime("%Y-%m-%dT%H:%M:%S") + frac + "Z", t
     assert runtime.rfc3339(0) == "0001-01-01T00:00:00Z"
 
 
@@ -300,8 +315,8 @@ def test_systemctl_stop_start_and_is_active(node):
     node.systemctl("start", "docker", check=0)
     assert node.systemctl("is-active", "docker", "docker.socket", check=0).stdout == "active\nactive\n"
     assert "Active: active (running)" in node.systemctl("status", "docker", check=0).stdout
-    r = node.systemctl("start", "containerd")
-    assert r.returncode == 5 and "Unit containerd.service not found" in r.stderr
+    r = node.systemctl("start", "nginx")
+    assert r.returncode == 5 and "Unit nginx.service not found" in r.stderr
     assert node.systemctl("is-active", "--quiet", "docker", check=0).stdout == ""
 
 
@@ -590,8 +605,8 @@ def test_name_conflict(node):
 
 
 def test_gpus_without_the_nvidia_toolkit(node):
-    node.pull()
     node.node_json({"nvidia_toolkit": False})
+    node.pull()
     r = node.docker("run", "-d", "--name", "gpu", "--gpus", "all", "lmsysorg/sglang:kimi-k3", "sleep", "1")
     assert r.returncode == 125
     assert 'could not select device driver "" with capabilities: [[gpu]]' in r.stderr

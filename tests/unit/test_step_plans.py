@@ -36,7 +36,7 @@ def shown(actions):
 # -- nvme ---------------------------------------------------------------------------------
 NVME_DONE = {"hf_owner": "root", "hf_writable": True, "login_user": "root", "docker_dir": True,
              "daemon_json": {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"},
-             "docker_root": "/mnt/nvme/docker"}
+             "docker_root": "/mnt/nvme/docker", "docker_root_wanted": "/mnt/nvme/docker"}
 
 
 def test_nvme_done_plans_nothing(tmp_path):

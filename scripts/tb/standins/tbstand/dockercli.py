@@ -7,13 +7,17 @@ import sys
 import time
 
 from . import containers, daemon, gotemplate, images, runflags, runtime
+from .dockerinfo import api_versions, info_doc, version
 
-VERSION = "27.3.1"
 DAEMON_DOWN = ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
                "Is the docker daemon running?")
-PERMISSION = ("permission denied while trying to connect to the Docker daemon socket at "
-              "unix:///var/run/docker.sock: Get \"http://%2Fvar%2Frun%2Fdocker.sock/v1.47/info\": "
-              "dial unix /var/run/docker.sock: connect: permission denied")
+
+
+def permission_denied():
+    """The client's error without access to the socket; the URL carries its API version."""
+    return ("permission denied while trying to connect to the Docker daemon socket at "
+            "unix:///var/run/docker.sock: Get \"http://%2Fvar%2Frun%2Fdocker.sock/"
+            f"v{api_versions()[0]}/info\": dial unix /var/run/docker.sock: connect: permission denied")
 
 
 class Exit(Exception):
@@ -40,7 +44,7 @@ def may_use_socket():
 def connect(run_style=False):
     """The running daemon's state, or Exit like the client when the socket is unreachable."""
     if not may_use_socket():
-        raise Exit(1, PERMISSION)
+        raise Exit(1, permission_denied())
     state = daemon.running_daemon()
     if state is None:
         if run_style:
@@ -66,24 +70,6 @@ def render_each(fmt, objects):
         raise Exit(1, f"template: :1: {e}") from None
 
 
-def info_doc(state):
-    node = runtime.node_config()
-    all_c = containers.all_containers(state["data_root"])
-    running = sum(1 for c in all_c if c.running)
-    runtimes = {"runc": {"path": "runc"}, "io.containerd.runc.v2": {"path": "runc"}}
-    if node.get("nvidia_toolkit"):
-        runtimes["nvidia"] = {"path": "nvidia-container-runtime"}
-    return {"ID": "K3TB:" + node["name"].upper(), "Containers": len(all_c),
-            "ContainersRunning": running, "ContainersPaused": 0,
-            "ContainersStopped": len(all_c) - running, "Images": len(images.all_images(state["data_root"])),
-            "Driver": "overlay2", "DockerRootDir": state["data_root"], "ServerVersion": VERSION,
-            "Runtimes": runtimes, "DefaultRuntime": state.get("config", {}).get("default-runtime", "runc"),
-            "NCPU": os.cpu_count(), "MemTotal": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            "Name": node["name"], "OperatingSystem": "Ubuntu 22.04.5 LTS", "OSType": "linux",
-            "Architecture": "x86_64", "KernelVersion": os.uname().release, "CgroupDriver": "systemd",
-            "CgroupVersion": "2", "LoggingDriver": "json-file", "Warnings": None}
-
-
 def cmd_info(argv):
     opts, _ = parse(argv, "info", {"format": ("str", "format")}, {"f": "format"})
     state = connect()
@@ -91,10 +77,11 @@ def cmd_info(argv):
     if opts["format"]:
         render_each(opts["format"], [doc])
         return 0
-    print(f"Client: Docker Engine - Community\n Version:    {VERSION}\n Context:    default\n"
+    print(f"Client: Docker Engine - Community\n Version:    {version()}\n Context:    default\n"
           f" Debug Mode: false\n\nServer:\n Containers: {doc['Containers']}\n"
           f"  Running: {doc['ContainersRunning']}\n  Paused: 0\n  Stopped: {doc['ContainersStopped']}\n"
-          f" Images: {doc['Images']}\n Server Version: {VERSION}\n Storage Driver: overlay2\n"
+          f" Images: {doc['Images']}\n Server Version: {doc['ServerVersion']}\n"
+          f" Storage Driver: {doc['Driver']}\n"
           f" Logging Driver: json-file\n Cgroup Driver: systemd\n Cgroup Version: 2\n"
           f" Runtimes: {' '.join(sorted(doc['Runtimes']))}\n Default Runtime: {doc['DefaultRuntime']}\n"
           f" Kernel Version: {doc['KernelVersion']}\n Operating System: {doc['OperatingSystem']}\n"
@@ -106,17 +93,18 @@ def cmd_info(argv):
 
 def cmd_version(argv):
     opts, _ = parse(argv, "version", {"format": ("str", "format")}, {"f": "format"})
-    client = {"Version": VERSION, "ApiVersion": "1.47", "Os": "linux", "Arch": "amd64"}
+    (api, min_api), ver = api_versions(), version()
+    client = {"Version": ver, "ApiVersion": api, "Os": "linux", "Arch": "amd64"}
+    head = f"Client: Docker Engine - Community\n Version:           {ver}\n API version:       {api}"
     if not may_use_socket() or daemon.running_daemon() is None:
-        print(f"Client: Docker Engine - Community\n Version:           {VERSION}\n API version:       1.47")
-        raise Exit(1, DAEMON_DOWN if may_use_socket() else PERMISSION)
-    doc = {"Client": client, "Server": {"Version": VERSION, "ApiVersion": "1.47", "Os": "linux"}}
+        print(head)
+        raise Exit(1, DAEMON_DOWN if may_use_socket() else permission_denied())
+    doc = {"Client": client, "Server": {"Version": ver, "ApiVersion": api, "Os": "linux"}}
     if opts["format"]:
         render_each(opts["format"], [doc])
     else:
-        print(f"Client: Docker Engine - Community\n Version:           {VERSION}\n API version:       1.47\n\n"
-              f"Server: Docker Engine - Community\n Engine:\n  Version:          {VERSION}\n"
-              "  API version:      1.47 (minimum version 1.24)")
+        print(f"{head}\n\nServer: Docker Engine - Community\n Engine:\n  Version:          {ver}\n"
+              f"  API version:      {api} (minimum version {min_api})")
     return 0
 
 
@@ -134,13 +122,13 @@ def cmd_pull(argv):
         with open(os.devnull, "w") as devnull:
             saved, sys.stdout = sys.stdout, devnull
             try:
-                code = images.pull(state["data_root"], repo, tag, runtime.node_config())
+                code = images.pull(state, repo, tag, runtime.node_config())
             finally:
                 sys.stdout = saved
         if code == 0:
-            print(f"docker.io/{images.ref_string(repo, tag)}")
+            print(images.full_name(repo, tag))
         return code
-    return images.pull(state["data_root"], repo, tag, runtime.node_config())
+    return images.pull(state, repo, tag, runtime.node_config())
 
 
 def cmd_images(argv):
@@ -148,15 +136,11 @@ def cmd_images(argv):
              "no-trunc": ("bool", "no_trunc")}
     opts, args = parse(argv, "images", flags, {"q": "quiet", "a": "all"})
     state = connect()
-    found = images.all_images(state["data_root"])
+    rows = [_image_row(i, tag, opts["no_trunc"]) for i in images.all_images(state)
+            for tag in (i["tags"] or [None])]
     if args:
         want = args[0]
-        found = [i for i in found if want in (i["repo"], i["ref"])]
-    rows = [{"Repository": i["repo"], "Tag": i["tag"],
-             "ID": i["id"] if opts["no_trunc"] else i["id"][7:19],
-             "CreatedSince": runtime.human_duration(_age(i)) + " ago",
-             "CreatedAt": runtime.rfc3339(i["created"]), "Size": runtime.human_size(i["size"]),
-             "Digest": "<none>"} for i in found]
+        rows = [r for r in rows if want in (r["Repository"], f"{r['Repository']}:{r['Tag']}")]
     if opts["quiet"]:
         for r in rows:
             print(r["ID"])
@@ -168,8 +152,13 @@ def cmd_images(argv):
     return 0
 
 
-def _age(image):
-    return time.time() - image["created"]
+def _image_row(image, tag, no_trunc):
+    """One `docker images` row: one per tag; a digest-only image shows TAG <none>."""
+    return {"Repository": image["repo"], "Tag": tag.rsplit(":", 1)[1] if tag else "<none>",
+            "ID": image["id"] if no_trunc else image["id"][7:19],
+            "CreatedSince": runtime.human_duration(time.time() - image["created"]) + " ago",
+            "CreatedAt": runtime.rfc3339(image["created"]), "Size": runtime.human_size(image["size"]),
+            "Digest": image["digests"][0].split("@", 1)[1] if image["digests"] else "<none>"}
 
 
 def print_rows(fmt, rows, headers):
@@ -192,8 +181,8 @@ def cmd_image_inspect(argv):
 
 
 def _image_doc(state, ref):
-    image = images.lookup(state["data_root"], ref)
-    return images.inspect_object(image) if image else None
+    image = images.lookup(state, ref)
+    return images.inspect_object(image, state) if image else None
 
 
 def inspect_objects(refs, fmt, lookup, kind):
@@ -218,7 +207,7 @@ def cmd_rmi(argv):
     state = connect()
     code = 0
     for ref in args:
-        image = images.lookup(state["data_root"], ref)
+        image = images.lookup(state, ref)
         if image is None:
             err(f"Error response from daemon: No such image: {ref}")
             code = 1
@@ -231,8 +220,7 @@ def cmd_rmi(argv):
                 f"{image['id'][7:19]}")
             code = 1
             continue
-        images.remove(state["data_root"], image)
-        print(f"Untagged: {image['ref']}\nDeleted: {image['id']}")
+        print("\n".join(images.remove(state, image, ref)))
     return code
 
 
@@ -260,7 +248,7 @@ def main(argv):
         groups[("container", verb)] = verb
     try:
         if argv[:1] in (["--version"], ["-v"]):
-            print(f"Docker version {VERSION}, build ce12230")
+            print(f"Docker version {version()}, build k3tb")
             return 0
         if argv and argv[0].startswith("-"):
             raise Exit(125, f"unknown flag: {argv[0]}\nSee 'docker --help'.")

@@ -83,8 +83,8 @@ def cmd_inspect(argv):
         c = containers.find(state["data_root"], ref) if kind in ("object", "container") else None
         if c:
             return views.inspect_doc(c)
-        image = images.lookup(state["data_root"], ref) if kind in ("object", "image") else None
-        return images.inspect_object(image) if image else None
+        image = images.lookup(state, ref) if kind in ("object", "image") else None
+        return images.inspect_object(image, state) if image else None
     if not args:
         raise Exit(1, "\"docker inspect\" requires at least 1 argument.\nSee 'docker inspect --help'.")
     return inspect_objects(args, opts["format"], lookup, kind)

@@ -2,7 +2,7 @@
 import os
 import re
 
-from . import containers, images, lifecycle, runflags, runtime
+from . import containers, daemon, images, lifecycle, runflags, runtime
 from .dockercli import Exit, connect, parse
 from .dockerctr import NO_SUCH, stream_log
 
@@ -97,12 +97,20 @@ def _cuda_tuple(text):
 
 
 def start_checks(config):
-    """What the NVIDIA container toolkit refuses at container start; None when it may start."""
+    """What dockerd and the NVIDIA container toolkit refuse at container start; None when it
+    may start. `--gpus` needs the device driver dockerd registered at its start when it found
+    nvidia-container-runtime-hook on its PATH (daemon.py gpu_hook); the hook gone since then
+    fails LookPath again in setNvidiaGPUs (moby daemon/devices_nvidia_linux.go@docker-v29.1.2;
+    the error: daemon/errors.go incompatibleDeviceRequest). An `nvidia` runtime entry is not
+    needed."""
     node = runtime.node_config()
     if not config.get("gpu_request"):
         return None
-    if not node.get("nvidia_toolkit"):
+    hook = daemon.status().get("gpu_hook")
+    if not hook:
         return 'could not select device driver "" with capabilities: [[gpu]]'
+    if daemon.gpu_hook() is None:
+        return f'exec: "{daemon.NVIDIA_HOOK}": executable file not found in $PATH'
     hook = ("failed to create task for container: failed to create shim task: OCI runtime create "
             "failed: runc create failed: unable to start container process: error during container "
             "init: error running prestart hook #0: exit status 1, stdout: , stderr: Auto-detected "
@@ -141,7 +149,7 @@ def cmd_run(argv):
         raise Exit(125, f"docker: {e}.{SEE_RUN}") from None
     state = connect(run_style=True)
     _check_daemon_side(opts)
-    image = images.lookup(state["data_root"], opts["image"])
+    image = images.lookup(state, opts["image"])
     if image is None:
         ref = images.ref_string(repo, tag)
         raise Exit(125, f"Unable to find image '{ref}' locally\ndocker: Error response from daemon: "

@@ -1,18 +1,27 @@
-"""Images under the daemon's data root, in docker's own layout (image/overlay2/...), so a node
-whose data-root moved no longer sees what it pulled before, as with the real daemon."""
-import contextlib
-import os
+"""Image references, the simulated registry, and the daemon's image store (one of two).
+
+Which store a daemon uses is decided when it starts (daemon.py): the legacy overlay2 store
+under data-root (Docker <= 28, and hosts upgraded from it; store_overlay2.py) or containerd's
+image store under containerd's root (fresh Docker >= 29 installs; store_containerd.py). Both
+hand back the same image records: {id, repo, manifest, tags, digests, created, size, layers,
+config}, `tags`/`digests` in docker's familiar form (no docker.io/, no library/).
+"""
 import re
 import sys
-import time
 
 from . import runtime
 
 COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPO_RE = re.compile(rf"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{COMPONENT}(?:/{COMPONENT})*$")
 TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENGINE_REPOS = ("lmsysorg/sglang", "vllm/vllm-openai")
+# The simulated registry's catalogue: the tags a digest reference can name (a pull by tag
+# accepts any tag but *does-not-exist). Test data, not behaviour: the digest of a tag is
+# manifest_digest("repo:tag"), as `docker pull` and `image inspect` report it.
+CATALOGUE = {"lmsysorg/sglang": ("kimi-k3", "kimi-k3-cu12", "latest"),
+             "vllm/vllm-openai": ("nightly", "latest")}
 
 
 class RefError(Exception):
@@ -20,11 +29,16 @@ class RefError(Exception):
 
 
 def parse_ref(ref):
-    """'lmsysorg/sglang:kimi-k3' -> ('lmsysorg/sglang', 'kimi-k3'); docker.io and library/ dropped."""
+    """'lmsysorg/sglang:kimi-k3' -> ('lmsysorg/sglang', 'kimi-k3'); a digest reference keeps
+    '@sha256:...' as its tag (a tag beside a digest is ignored, as `docker pull` does)."""
     name, tag = ref, "latest"
     if "@" in name:
         name, tag = name.split("@", 1)
+        if not DIGEST_RE.match(tag):
+            raise RefError("invalid reference format")
         tag = "@" + tag
+        if ":" in name.rsplit("/", 1)[-1]:
+            name = name.rsplit(":", 1)[0]
     elif ":" in name.rsplit("/", 1)[-1]:
         name, tag = name.rsplit(":", 1)
         if not TAG_RE.match(tag):
@@ -41,12 +55,56 @@ def parse_ref(ref):
 
 
 def ref_string(repo, tag):
+    """The familiar form docker prints: 'repo:tag' or 'repo@sha256:...'."""
     return f"{repo}{tag}" if tag.startswith("@") else f"{repo}:{tag}"
 
 
-def image_defaults(repo, tag):
+def full_name(repo, tag):
+    """containerd's image name: the fully qualified reference (docker.io/library/...)."""
+    first = repo.split("/", 1)[0]
+    domain = "" if "." in first or ":" in first else (
+        "docker.io/" if "/" in repo else "docker.io/library/")
+    return domain + ref_string(repo, tag)
+
+
+def familiar(name):
+    """reference.FamiliarString: docker.io/library/x:t -> x:t, docker.io/a/b:t -> a/b:t."""
+    for prefix in ("docker.io/library/", "docker.io/"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def manifest_digest(ref):
+    """The registry's manifest digest for a 'repo:tag' (what `docker pull` prints)."""
+    return "sha256:" + sha256("manifest:" + ref)
+
+
+def resolve(repo, tag):
+    """What the registry serves for a reference: (manifest digest, the 'repo:tag' it is), or
+    None (manifest unknown)."""
+    if tag.startswith("@"):
+        for known in CATALOGUE.get(repo, ()):
+            if manifest_digest(ref_string(repo, known)) == tag[1:]:
+                return tag[1:], ref_string(repo, known)
+        return None
+    if tag.endswith("does-not-exist"):
+        return None
+    return manifest_digest(ref_string(repo, tag)), ref_string(repo, tag)
+
+
+def sha256(text):
+    return runtime.digest("sha256", text.encode()).hexdigest()
+
+
+def layer_ids(source_ref):
+    return [sha256(f"{source_ref}:{i}") for i in range(3)]
+
+
+def image_defaults(source_ref):
     """Entrypoint/Cmd/Env the real images carry; engine images declare the CUDA they need,
     which the NVIDIA toolkit checks against the driver when a container gets GPUs."""
+    repo, tag = source_ref.rsplit(":", 1)
     env = [DEFAULT_PATH]
     entrypoint, cmd, workdir = None, ["/bin/bash"], "/"
     if repo in ENGINE_REPOS:
@@ -59,40 +117,30 @@ def image_defaults(repo, tag):
     return {"Env": env, "Entrypoint": entrypoint, "Cmd": cmd, "WorkingDir": workdir}
 
 
-def _store(data_root):
-    return os.path.join(runtime.host_path(data_root), "image", "overlay2")
+def store(state):
+    """The image store module of a running daemon's state."""
+    if state.get("image_store") == "containerd":
+        from . import store_containerd
+        return store_containerd
+    from . import store_overlay2
+    return store_overlay2
 
 
-def _repositories(data_root):
-    return runtime.read_json(os.path.join(_store(data_root), "repositories.json"), {}).get("Repositories", {})
+def all_images(state):
+    return store(state).records(state)
 
 
-def all_images(data_root):
-    """[{id, repo, tag, ref, created, size, config}] for every tag present under data_root."""
-    found = []
-    for repo, tags in sorted(_repositories(data_root).items()):
-        for ref, image_id in sorted(tags.items()):
-            hexid = image_id.split(":", 1)[1]
-            config = runtime.read_json(os.path.join(_store(data_root), "imagedb", "content", "sha256", hexid))
-            if config is None:
-                continue
-            tag = ref[len(repo):].lstrip(":")
-            found.append({"id": image_id, "repo": repo, "tag": tag, "ref": ref,
-                          "created": config["k3tb"]["created"], "size": config["k3tb"]["size"],
-                          "layers": [d[7:] for d in config["rootfs"]["diff_ids"]],
-                          "config": config["config"]})
-    return found
-
-
-def lookup(data_root, name):
-    """The image `name` refers to (ref, or id / id prefix), or None."""
+def lookup(state, name):
+    """The image `name` refers to (a tag, a digest reference, an id or id prefix), or None."""
     bare = name[7:] if name.startswith("sha256:") else name
     try:
         wanted = ref_string(*parse_ref(name))
     except RefError:
         wanted = None
-    for image in all_images(data_root):
-        if image["ref"] == wanted or len(bare) >= 4 and image["id"][7:].startswith(bare):
+    for image in all_images(state):
+        if wanted in image["tags"] or wanted in image["digests"]:
+            return image
+        if len(bare) >= 4 and image["id"][7:].startswith(bare):
             return image
     return None
 
@@ -101,103 +149,112 @@ def _progress(line):
     print(line, flush=True)
 
 
-def pull(data_root, repo, tag, node):
-    """Fetch from the (simulated) registry into data_root; returns 0 or docker's exit code 1."""
+def pull(state, repo, tag, node):
+    """Fetch from the (simulated) registry into the daemon's store; 0 or docker's exit code 1.
+    Output as moby writes it without a TTY (distribution/pull_v2.go, daemon/containerd/
+    image_pull.go) followed by the CLI's last line, the reference (cli/command/image/pull.go)."""
+    st = store(state)
     ref = ref_string(repo, tag)
-    digest = manifest_digest(ref)
-    if tag.endswith("does-not-exist"):
-        print(f"Error response from daemon: manifest for {ref} not found: manifest unknown: "
+    found = resolve(repo, tag)
+    if found is None:
+        what = f"{repo}@{tag[1:]}" if tag.startswith("@") else ref
+        print(f"Error response from daemon: manifest for {what} not found: manifest unknown: "
               "manifest unknown", file=sys.stderr)
         return 1
-    _progress(f"{tag.lstrip('@')}: Pulling from {repo if '/' in repo else 'library/' + repo}")
-    if lookup(data_root, ref):
-        print(f"Digest: {digest}\nStatus: Image is up to date for {ref}\ndocker.io/{ref}", flush=True)
+    digest, source = found
+    _progress(f"{st.pulling_label(repo, tag)}: Pulling from {repo if '/' in repo else 'library/' + repo}")
+    if st.has_ref(state, repo, tag, digest):
+        print(f"Digest: {digest}\nStatus: Image is up to date for {ref}\n{full_name(repo, tag)}",
+              flush=True)
         return 0
-    layers = [_sha256(f"{ref}:{i}") for i in range(3)]
-    for layer in layers:
-        _progress(f"{layer[:12]}: Pulling fs layer")
-    step = float(node.get("pull_seconds", 0.5)) / (2 * len(layers))
     try:
-        size = _write_layers(data_root, layers, step, int(node.get("image_size_mib", 4)))
+        _fetch(st, state, source, digest, node)
     except OSError as e:
-        print(f"failed to register layer: write {data_root}/overlay2: {os.strerror(e.errno)}",
+        print(f"failed to register layer: write {st.where(state)}: {e.strerror.lower()}",
               file=sys.stderr)
         return 1
-    _record(data_root, repo, tag, layers, size)
-    print(f"Digest: {digest}\nStatus: Downloaded newer image for {ref}\ndocker.io/{ref}", flush=True)
+    st.add_ref(state, repo, tag, digest, source)
+    print(f"Digest: {digest}\nStatus: Downloaded newer image for {ref}\n{full_name(repo, tag)}",
+          flush=True)
     return 0
 
 
-def _write_layers(data_root, layers, step, size_mib):
-    """Real bytes on the data root's filesystem, so a full disk fails the pull as it would."""
+def _fetch(st, state, source, digest, node):
+    """The layers the store lacks, as moby reports them: "Already exists" or fetched."""
+    layers = layer_ids(source)
+    if st.has_content(state, source, digest):
+        for layer in layers:
+            _progress(f"{layer[:12]}: Already exists")
+        return
+    for layer in layers:
+        _progress(f"{layer[:12]}: Pulling fs layer")
+    step = float(node.get("pull_seconds", 0.5)) / (2 * len(layers))
+    size_mib = int(node.get("image_size_mib", 4))
+    st.fetch(state, source, digest, layers, lambda paths: write_layers(paths, layers, step, size_mib))
+
+
+def write_layers(paths, layers, step, size_mib):
+    """Real bytes, so a full disk fails the pull as it would. paths(layer) -> the files that
+    layer occupies (one per copy the store keeps); the first layer carries the image's size."""
+    import contextlib
+    import os
+    import time
     total = 0
     chunk = b"\0" * (1 << 20)
     for i, layer in enumerate(layers):
         time.sleep(step)
         _progress(f"{layer[:12]}: Download complete")
-        diff = os.path.join(runtime.host_path(data_root), "overlay2", layer, "diff")
-        os.makedirs(diff, exist_ok=True)
         mib = size_mib if i == 0 else 0
-        try:
-            with open(os.path.join(diff, "layer.bin"), "wb") as f:
-                for _ in range(mib):
-                    f.write(chunk)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(diff, "layer.bin"))
-            raise
+        for path in paths(layer):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                with open(path, "wb") as f:
+                    for _ in range(mib):
+                        f.write(chunk)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                raise
         total += mib << 20
         time.sleep(step)
         _progress(f"{layer[:12]}: Pull complete")
     return total
 
 
-def _record(data_root, repo, tag, layers, size):
-    hexid = _sha256("image:" + ref_string(repo, tag))
-    store = _store(data_root)
-    content = os.path.join(store, "imagedb", "content", "sha256")
-    os.makedirs(content, exist_ok=True)
-    config = {"config": image_defaults(repo, tag), "rootfs": {"diff_ids": ["sha256:" + l for l in layers]},
-              "k3tb": {"created": time.time(), "size": size}}
-    runtime.write_json_atomic(os.path.join(content, hexid), config)
-    with runtime.locked(os.path.join(store, "repositories.lock")):
-        path = os.path.join(store, "repositories.json")
-        repos = runtime.read_json(path, {}).get("Repositories", {})
-        repos.setdefault(repo, {})[ref_string(repo, tag)] = "sha256:" + hexid
-        runtime.write_json_atomic(path, {"Repositories": repos})
-
-
-def manifest_digest(ref):
-    """The registry's manifest digest for a reference (what `docker pull` prints)."""
-    return "sha256:" + _sha256("manifest:" + ref)
-
-
-def _sha256(text):
-    return runtime.digest("sha256", text.encode()).hexdigest()
-
-
-def inspect_object(image):
-    digests = [f"{image['repo']}@{manifest_digest(image['ref'])}"]
-    return {"Id": image["id"], "RepoTags": [image["ref"]], "RepoDigests": digests,
+def inspect_object(image, state):
+    """`docker image inspect` of one image: RepoTags/RepoDigests as the store reports them
+    (daemon/images/image_inspect.go; daemon/containerd/image_inspect.go)."""
+    return {"Id": image["id"], "RepoTags": image["tags"], "RepoDigests": image["digests"],
             "Created": runtime.rfc3339(image["created"]), "Size": image["size"],
             "Architecture": "amd64", "Os": "linux", "Config": image["config"],
-            "RootFS": {"Type": "layers"}}
+            "RootFS": {"Type": "layers", "Layers": ["sha256:" + l for l in image["layers"]]},
+            "GraphDriver": {"Name": store(state).DRIVER, "Data": None},
+            "Metadata": {"LastTagTime": "0001-01-01T00:00:00Z"}}
 
 
+def untagged(image, ref):
+    """Which references `docker rmi REF` removes, and which stay: REF itself, or every one for
+    an id; digest references do not keep an image whose last tag went."""
+    refs = image["tags"] + image["digests"]
+    try:
+        wanted = ref_string(*parse_ref(ref))
+    except RefError:
+        wanted = None
+    gone = [wanted] if wanted in refs else refs
+    left = [r for r in refs if r not in gone]
+    if not any("@" not in r for r in left):
+        gone, left = refs, []
+    return gone, left
 
-def remove(data_root, image):
-    """Untag and delete the image's config and layers (frees the disk, as `docker rmi` does)."""
-    import shutil  # not at the top: read-only calls must not pay for it
-    store = _store(data_root)
-    with runtime.locked(os.path.join(store, "repositories.lock")):
-        path = os.path.join(store, "repositories.json")
-        repos = runtime.read_json(path, {}).get("Repositories", {})
-        repos.get(image["repo"], {}).pop(image["ref"], None)
-        if not repos.get(image["repo"]):
-            repos.pop(image["repo"], None)
-        runtime.write_json_atomic(path, {"Repositories": repos})
-    hexid = image["id"][7:]
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(store, "imagedb", "content", "sha256", hexid))
-    for layer in image["layers"]:
-        shutil.rmtree(os.path.join(runtime.host_path(data_root), "overlay2", layer), ignore_errors=True)
+
+def remove(state, image, ref):
+    """`docker rmi REF`: untag REF (every reference when REF is an id); the content goes with
+    the last tag (digest references do not keep it). Returns the lines docker prints."""
+    st = store(state)
+    gone, left = untagged(image, ref)
+    st.untag(state, image, gone, left)
+    lines = [f"Untagged: {r}" for r in gone]
+    if not left:
+        st.delete(state, image)
+        lines.append(f"Deleted: {image['id']}")
+    return lines

@@ -32,6 +32,10 @@ def etc_docker():
     return os.environ.get("K3TB_ETC_DOCKER", "/etc/docker")
 
 
+def etc_containerd():
+    return os.environ.get("K3TB_ETC_CONTAINERD", "/etc/containerd")
+
+
 def host_path(node_path):
     """Where an absolute in-node path lives on disk: K3TB_ROOTFS (tests only) prefixes it."""
     rootfs = os.environ.get("K3TB_ROOTFS", "")
@@ -120,7 +124,9 @@ def process_alive(pid, start_time=None):
 
 def rfc3339(t):
     """datetime.fromtimestamp(t, utc) as docker prints it, without importing datetime:
-    microseconds rounded half-even and carried into the seconds, as datetime does."""
+    microseconds rounded half-even and carried into the seconds, as datetime does. Docker
+    prints time.Time in Go's RFC3339Nano, which trims trailing zeros of the fraction (and the
+    dot with them); the zero time is Go's "0001-01-01T00:00:00Z" (Go src/time/format.go)."""
     if not t:
         return "0001-01-01T00:00:00Z"
     frac, whole = math.modf(t)
@@ -129,7 +135,8 @@ def rfc3339(t):
         micro, whole = micro - 1000000, whole + 1
     elif micro < 0:
         micro, whole = micro + 1000000, whole - 1
-    return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole)) + f"{micro:06d}000Z"
+    frac_text = f".{micro:06d}".rstrip("0").rstrip(".")
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + frac_text + "Z"
 
 
 def digest(algorithm, data):

@@ -5,13 +5,14 @@ import time
 
 from . import daemon, runtime
 
-UNITS = ("docker.service", "docker.socket")
+UNITS = ("docker.service", "docker.socket", "containerd.service")
 PRIVILEGED = {"start", "stop", "restart", "reload", "try-restart", "enable", "disable",
               "daemon-reload"}
 QUIET_OPTS = {"-q", "--quiet"}
 IGNORED_OPTS = {"--no-pager", "--now", "--no-block", "--system", "-l", "--full", "--no-ask-password"}
 DESCRIPTIONS = {"docker.service": "Docker Application Container Engine",
-                "docker.socket": "Docker Socket for the API"}
+                "docker.socket": "Docker Socket for the API",
+                "containerd.service": "containerd container runtime"}
 
 
 def unit_name(name):
@@ -19,7 +20,8 @@ def unit_name(name):
 
 
 def unit_state(state, unit):
-    return state["service"] if unit == "docker.service" else state["socket"]
+    key = {"docker.service": "service", "docker.socket": "socket"}.get(unit, "containerd")
+    return state.get(key, "active")
 
 
 def job_failed(unit):
@@ -29,7 +31,11 @@ def job_failed(unit):
 
 
 def do_start(units):
-    if not daemon.start(units):
+    if "containerd.service" in units and not daemon.start_containerd_unit():
+        job_failed("containerd.service")
+        return 1
+    units = [u for u in units if u != "containerd.service"]
+    if units and not daemon.start(units):
         job_failed("docker.service")
         return 1
     return 0
@@ -40,12 +46,16 @@ def do_stop(units):
     if units == ["docker.service"] and state["socket"] == "active":
         print("Warning: Stopping docker.service, but it can still be activated by:\n"
               "  docker.socket", file=sys.stderr)
-    daemon.stop(units)
+    if "containerd.service" in units:
+        daemon.stop_containerd_unit()
+    daemon.stop([u for u in units if u != "containerd.service"])
     return 0
 
 
 def do_restart(units):
-    daemon.stop(units)
+    if "containerd.service" in units:
+        daemon.stop_containerd_unit()
+    daemon.stop([u for u in units if u != "containerd.service"])
     return do_start(units)
 
 

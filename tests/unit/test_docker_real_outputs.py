@@ -1,0 +1,77 @@
+"""Every docker parser in k3deploy fed real (or upstream-reconstructed) docker output:
+tests/fixtures/real/docker/<version>/*, each with its .source. Raw text in, value out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k3deploy.cli.status_cost import parse_started
+from k3deploy.steps import docker_host, probes
+from k3deploy.steps.wait import _finished_key
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "docker"
+DIGEST = "sha256:a59906e33509d14c036c8678d687bd4eec81ed7c4b8ce907b888c607f6a1e0e6"
+BUSYBOX = f"busybox@{DIGEST}"
+
+
+def raw(name: str) -> str:
+    path = REAL / name
+    assert path.with_name(path.name + ".source").exists(), f"{name} has no .source"
+    return path.read_text()
+
+
+def info_field(text: str, key: str):
+    return probes.docker_info("x", key).parse(text, 0)
+
+
+@pytest.mark.parametrize("name, version, containerd", [
+    ("28.5.1/info-overlay2.json", "17.06.1-ce", False),
+    ("29.1.2/info-containerd.json", "29.1.2", True),
+])
+def test_docker_info_fields(name, version, containerd):
+    text = raw(name)
+    assert info_field(text, "ServerVersion") == version
+    assert info_field(text, "DockerRootDir") == "/var/lib/docker"
+    assert docker_host.uses_containerd_store(info_field(text, "DriverStatus")) is containerd
+
+
+def test_docker_info_of_a_daemon_that_does_not_answer():
+    assert info_field("", "DockerRootDir") is None
+    assert info_field(raw("28.5.1/info-overlay2.json"), "DockerRootDir") is not None
+    assert probes.docker_info("x", "DockerRootDir").parse("Cannot connect to the Docker daemon", 1) is None
+
+
+@pytest.mark.parametrize("name, present", [
+    # legacy store: a tag in RepoTags, a digest only in RepoDigests
+    ("28.5.1/image-inspect-legacy-tag.json",
+     {"busybox:latest", "busybox", "docker.io/library/busybox:latest", BUSYBOX}),
+    ("28.5.1/image-inspect-legacy-digest.json", {BUSYBOX, "docker.io/" + BUSYBOX, f"busybox:v1@{DIGEST}"}),
+    # containerd store: the same answers from its own RepoTags/RepoDigests
+    ("29.1.2/image-inspect-containerd-tag.json", {"busybox:latest", BUSYBOX}),
+    ("29.1.2/image-inspect-containerd-digest.json", {BUSYBOX}),
+])
+def test_image_found_by_tag_or_digest_on_both_stores(name, present):
+    asked = sorted(present | {"busybox:1.36", "busybox@sha256:" + "0" * 64, "other/busybox:latest"})
+    found = probes.parse_images(raw(name), asked)
+    assert set(found) == present
+    for ref in present:
+        assert BUSYBOX in found[ref]["digests"]
+
+
+def test_container_documents_and_go_times():
+    never = probes.container_summary(probes.parse_container(raw("28.5.1/container-inspect-never-started.json")))
+    assert never["status"] == "created" and never["exit_code"] == 128 and not never["running"]
+    assert never["finished"] == never["started"] == "0001-01-01T00:00:00Z"
+    assert parse_started(never["started"]) is None
+    running = probes.container_summary(probes.parse_container(raw("28.5.1/container-inspect-running.json")))
+    assert running["running"] and running["image"] == "lmsysorg/sglang:kimi-k3"
+    assert parse_started(running["started"]) == 1578301619
+    exited = probes.container_summary(probes.parse_container(raw("28.5.1/container-inspect-exited-trimmed.json")))
+    assert exited["exit_code"] == 137
+    # Go trims trailing zeros: 59.4618Z is later than 59.46187639Z's minute-earlier start, and
+    # later than a FinishedAt of 59.46Z within the same second
+    assert _finished_key(exited) == "2020-01-06T09:07:59.461800000"
+    assert _finished_key({"finished": "2020-01-06T09:07:59.46Z"}) < _finished_key(exited)
+    assert _finished_key(never) < _finished_key(exited)
