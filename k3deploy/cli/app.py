@@ -68,6 +68,29 @@ def plan(gpu: Annotated[str | None, typer.Option(help="h100 h200 b200 b300 gb200
 
 
 @app.command()
+def init(hosts: Annotated[list[str], typer.Argument(help="each node's SSH address, rank order "
+                                                    "(the first is the head)")],
+         out: Annotated[str, typer.Option("-o", "--out", help="inventory to write")] = "cluster.yaml",
+         user: Annotated[str | None, typer.Option("--user", help="SSH user")] = None,
+         key: Annotated[str | None, typer.Option("--key", help="SSH private key file")] = None,
+         port: Annotated[int | None, typer.Option("--port", min=1, max=65535)] = None,
+         known_hosts: Annotated[str | None, typer.Option(
+             "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")] = None,
+         hub_endpoint: Annotated[str | None, typer.Option(
+             "--hub-endpoint", help="Hugging Face endpoint for model.endpoint (default: "
+             "$HF_ENDPOINT, else https://huggingface.co)")] = None,
+         cluster: Annotated[str | None, typer.Option("--cluster", help="cluster name")] = None,
+         force: Annotated[bool, typer.Option("--force", help="overwrite OUT")] = False,
+         accept_new_host_keys: AcceptNew = False) -> int:
+    """Find each host's private address, NIC, GPUs, NVMe; write an inventory. Read-only."""
+    from k3deploy.cli.init_cmd import InitArgs, run_init
+    args = InitArgs(hosts=hosts, out=out, user=user, key=key, port=port, known_hosts=known_hosts,
+                    accept_new_host_keys=accept_new_host_keys, hub_endpoint=hub_endpoint,
+                    cluster=cluster, force=force)
+    return run_init(args, sys.argv[2:] if sys.argv[1:2] == ["init"] else list(hosts))
+
+
+@app.command()
 def check(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Read-only preflight on every node; prints every problem found."""
     from k3deploy.run.run_steps import single
