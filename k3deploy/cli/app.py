@@ -124,12 +124,14 @@ def run_playbook(playbook: str, inventory: Inv, check: Check = False,
 
 
 @app.command()
-def status(inventory: Inv, json_out: Json = False, accept_new_host_keys: AcceptNew = False,
-           state_dir: StateDir = None) -> int:
-    """Per node and step: the state file plus live facts."""
+def status(inventory: Inv, json_out: Json = False,
+           steps: Annotated[bool, typer.Option("--steps", help="each step's status on every "
+                                               "node, and the download's detail")] = False,
+           accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """The cluster's state, then one line per node; the state files plus live facts."""
     from k3deploy.cli.status_cmd import run_status
     return run_status(inventory, json_out=json_out, accept_new_host_keys=accept_new_host_keys,
-                      state_dir=state_dir)
+                      state_dir=state_dir, steps=steps)
 
 
 @app.command()

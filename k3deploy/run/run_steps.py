@@ -13,6 +13,7 @@ from k3deploy.run import playbook as playbook_mod
 from k3deploy.node.context import RunContext
 from k3deploy.core.errors import Interrupted
 from k3deploy.run.interrupt_notes import notes
+from k3deploy.run.outcome import failure_line
 from k3deploy.run.runner import Runner, RunReport
 from k3deploy.node.session import Session
 from k3deploy.steps import step_class
@@ -42,6 +43,9 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
         ui.problems(report.problems, changed="changed" in report.statuses())
     if summary:
         ui.summary(report)
+    failed = None if signum else failure_line(report)
+    if failed:
+        ui.say(failed, wrap=False)
     for line in closing:
         ui.say(line, wrap=False)
         if log_json:
