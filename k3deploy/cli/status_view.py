@@ -15,6 +15,14 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _clip_middle(name: str, width: int) -> str:
+    """Node names differ at their end (worker-07, worker-17): keep both ends."""
+    if len(name) <= width:
+        return name
+    tail = width // 2
+    return name[:width - tail - 1] + "…" + name[-tail:]
+
+
 def engine_cell(live: dict) -> str:
     if not live.get("reachable"):
         return "unreachable"
@@ -33,7 +41,8 @@ def weights_cell(live: dict) -> str:
     if doc.get("state") == "done":
         return f"done {shards}"
     pct = 100 * doc.get("bytes_done", 0) / max(1, doc.get("bytes_total") or 1)
-    return f"{doc.get('state')} {pct:.0f}% {shards}"
+    state = "" if doc.get("state") == "running" else f"{doc.get('state')} "
+    return f"{state}{pct:.0f}% {shards}"
 
 
 def download_detail(live: dict) -> str:
@@ -76,23 +85,25 @@ def steps_cell(state: dict, order: list[str]) -> str:
     if not records:
         return "never run"
     last = max(records, key=lambda sr: state[sr[0]].get("finished") or 0)
-    return f"{len(records)} done, last {last[0]} {last[1]}"
+    return f"last: {last[0]} {last[1]}"
 
 
-COLUMNS = (("rank", 4, ">"), ("node", 0, "<"), ("engine", 11, "<"), ("weights", 15, "<"),
+# (title, width, align); the node column is as wide as the longest name, at most NODE_MAX.
+COLUMNS = (("rank", 4, ">"), ("node", 0, "<"), ("engine", 11, "<"), ("weights", 14, "<"),
            ("guard", 11, "<"), ("GPU mem", 14, "<"))
+NODE_MAX = 20
 
 
 def _row(cells: list[str], node_width: int, width: int) -> str:
     parts = []
     for (_title, w, align), cell in zip(COLUMNS, cells):
-        w = w or node_width
-        parts.append(f"{_clip(cell, w):{align}{w}}")
+        cell = _clip_middle(cell, node_width) if not w else _clip(cell, w)
+        parts.append(f"{cell:{align}{w or node_width}}")
     return _clip(" ".join(parts + cells[len(COLUMNS):]).rstrip(), width)
 
 
 def node_lines(doc: dict, order: list[str], width: int) -> list[str]:
-    node_width = min(16, max([4] + [len(n) for n in doc["nodes"]]))
+    node_width = min(NODE_MAX, max([4] + [len(n) for n in doc["nodes"]]))
     lines = [_row([t for t, _w, _a in COLUMNS] + ["steps"], node_width, width)]
     for name, info in doc["nodes"].items():
         live = info["live"]

@@ -31,6 +31,10 @@ def candidates(addrs: list[Address]) -> list[Address]:
             and any(ipaddress.ip_address(a.address) in net for net in PRIVATE_NETS)]
 
 
+def candidates_of(per_host: dict[str, list[Address]]) -> dict[str, list[Address]]:
+    return {h: candidates(a) for h, a in per_host.items()}
+
+
 def shared_networks(per_host: dict[str, list[Address]]) -> list[ipaddress.IPv4Network]:
     """Subnets in which every host has an address, the addresses all different: a bridge
     every host creates alike (docker0's 172.17.0.1 on every node) is no network between them."""
@@ -95,7 +99,7 @@ def choose(per_host: dict[str, list[Address]], ssh: dict[str, str],
            ask: Callable[[list[str]], int] | None = None) -> tuple[dict[str, Choice], list[str]]:
     """Every host's address and NIC on the chosen subnet, and notes saying why (one per host
     that had another candidate)."""
-    per_host = {h: candidates(a) for h, a in per_host.items()}
+    per_host = candidates_of(per_host)
     net, why = pick_network(per_host, ssh, ask)
     chosen, notes = {}, [f"cluster network {why}"]
     for host, addrs in per_host.items():
