@@ -138,8 +138,9 @@ def status(inventory: Inv, json_out: Json = False,
 def verify(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Endpoint and memory checks on a running cluster."""
     from k3deploy.run.run_steps import single
+    # Its goal is the cluster's endpoint: a node out of reach fails it (1), not partial (3).
     return _run(inventory, single("verify"), accept_new_host_keys=accept_new_host_keys,
-                state_dir=state_dir)
+                state_dir=state_dir, per_node=False)
 
 
 @app.command()
