@@ -36,7 +36,7 @@ def exit_code(argv) -> int:
 def inv(tmp_path) -> Path:
     (tmp_path / "key").write_text("key\n")
     doc = four_nodes(ssh={"port": 9, "key": "key", "known_hosts": "kh", "connect_timeout": 1})
-    for i, node in enumerate(doc["nodes"]):
+    for node in doc["nodes"]:
         node["private_address"] = node["address"]
     path = tmp_path / "inv.yaml"
     path.write_text(yaml.safe_dump(doc))
