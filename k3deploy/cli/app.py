@@ -226,7 +226,8 @@ def watch(inventory: Inv,
                                                   help="seconds between looks")] = 5.0,
           accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Follow the cluster (serving / stopped by the guard / down), one line per change."""
-    from k3deploy.cli.watch_cmd import run_watch
+    from k3deploy.cli.watch_cmd import refuse_bad_input, run_watch
+    refuse_bad_input(inventory)
     return run_watch(inventory, restart=restart, interval=interval,
                      accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
 

@@ -116,12 +116,15 @@ class Watch:
         return EXIT_STEP_FAILED
 
 
-def run_watch(inv_path: str, *, restart: int | None, interval: float, **session) -> int:
+def refuse_bad_input(inv_path: str) -> None:
+    """Bad input is refused once, at the start (exit 2), not watched as "unknown" forever; an
+    inventory broken later, while watching, is shown as a state like any other."""
     from k3deploy.cluster import inventory as inventory_mod
     from k3deploy.node.keyfiles import check_key_files
-    # Bad input is refused once, at the start (exit 2), not watched as "unknown" forever; an
-    # inventory broken later, while watching, is shown as a state like any other.
     check_key_files(inventory_mod.load(inv_path))
+
+
+def run_watch(inv_path: str, *, restart: int | None, interval: float, **session) -> int:
     # Explicitly, as a run's handlers are (interrupt.handling): a shell starts background jobs
     # with SIGINT ignored, and Python then installs no KeyboardInterrupt of its own.
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -5,7 +5,6 @@ output (iproute2's `-j`, util-linux findmnt's `-J`) is parsed into small typed r
 from __future__ import annotations
 
 import ipaddress
-import json
 from dataclasses import dataclass
 
 from k3deploy.node import facts as F
@@ -45,18 +44,9 @@ class Mount:
     avail: int
 
 
-def _json(out: str, code: int):
-    if code != 0:
-        return None
-    try:
-        return json.loads(out)
-    except json.JSONDecodeError:
-        return None
-
-
 def parse_addresses(out: str, code: int) -> list[Address] | None:
     """`ip -j -4 addr show`: one record per interface, its IPv4 addresses in addr_info."""
-    doc = _json(out, code)
+    doc = F.json_doc(out, code)
     if not isinstance(doc, list):
         return None
     return [Address(link["ifname"], info["local"], int(info["prefixlen"]),
@@ -67,7 +57,7 @@ def parse_addresses(out: str, code: int) -> list[Address] | None:
 
 def parse_route(out: str, code: int) -> Route | None:
     """`ip -j route get ADDR`: the one route the kernel would use (dev, preferred source)."""
-    doc = _json(out, code)
+    doc = F.json_doc(out, code)
     if not doc or not isinstance(doc, list):
         return None
     return Route(doc[0].get("dev", ""), doc[0].get("prefsrc"))
@@ -82,7 +72,7 @@ def _bytes(value) -> int:
 
 
 def parse_mounts(out: str, code: int) -> list[Mount] | None:
-    doc = _json(out, code)
+    doc = F.json_doc(out, code)
     if not isinstance(doc, dict):
         return None
     return [Mount(fs.get("target") or "", fs.get("source") or "", fs.get("fstype") or "",

@@ -8,28 +8,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import structlog
 import yaml
 
-from k3deploy.cli import app, init_cmd, status_cmd
+from k3deploy.cli import init_cmd, status_cmd
 from k3deploy.core.errors import UnreachableError
 from k3deploy.run import runner as runner_mod
 from k3deploy.run.runner import StepResult
+from tests.unit import test_cli
 from tests.unit.invdata import four_nodes
+from tests.unit.test_cli import _logging_reset  # noqa: F401  (autouse: structlog reset)
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
 
-@pytest.fixture(autouse=True)
-def _logging_reset():
-    yield
-    structlog.reset_defaults()
-
-
 def exit_code(argv) -> int:
-    with pytest.raises(SystemExit) as done:
-        app.main([str(a) for a in argv])
-    return done.value.code
+    return test_cli.exit_code([str(a) for a in argv])
 
 
 @pytest.fixture
