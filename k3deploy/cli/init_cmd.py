@@ -123,17 +123,17 @@ def run_init(a: InitArgs, argv: list[str]) -> int:
     hosts = [init_findings.host_from(h, names[h], found[h]) for h in a.hosts]
     problems = init_findings.problems(hosts) + private_net.route_problems(
         chosen, {names[h]: routes[h] for h in a.hosts})
-    return _write(a, argv, hosts, chosen, notes, problems, known)
+    return _write(a, argv, hosts, chosen, notes, problems)
 
 
-def _write(a: InitArgs, argv: list[str], hosts, chosen, notes, problems, known) -> int:
+def _write(a: InitArgs, argv: list[str], hosts, chosen, notes, problems) -> int:
     head = hosts[0]
     if head.gpu is None:
         raise NodeError(head.name, "; ".join(problems) or "no GPU found",
                         hint="init sizes the cluster by the first host's GPUs")
     config = init_inventory.pick_config(head.gpu, len(hosts), head.gpu_count)
     out = Path(a.out)
-    access = Access(a.port, a.key, known, a.hub_endpoint or os.environ.get("HF_ENDPOINT"))
+    access = Access(a.port, a.key, a.known_hosts, a.hub_endpoint or os.environ.get("HF_ENDPOINT"))
     doc = init_inventory.inventory(config, hosts, chosen, access, out.resolve().parent, a.cluster)
     text = init_inventory.render(doc, init_inventory.header(config, hosts, notes, problems, argv))
     out.write_text(text)

@@ -26,7 +26,7 @@ class Access:
     """How the hosts were logged in to, as the inventory will say it."""
     port: int | None
     key: str | None
-    known_hosts: str
+    known_hosts: str | None     # None: the default (~/.ssh/known_hosts), left unsaid
     hub_endpoint: str | None
 
 
@@ -41,9 +41,12 @@ def pick_config(gpu: str, nodes: int, per_node: int) -> SizingResult:
     return next((r for r in results if r.fits), results[0])
 
 
-def _relative(path: str, out_dir: Path) -> str:
-    # The inventory resolves ssh paths relative to its own file: keep them movable together.
-    return os.path.relpath(os.path.abspath(path), out_dir)
+def _path_for(path: str, out_dir: Path) -> str:
+    """The inventory resolves ssh paths relative to its own file: relative when the file is
+    beside it or below (they move together), absolute otherwise."""
+    full = os.path.abspath(os.path.expanduser(path))
+    rel = os.path.relpath(full, out_dir)
+    return full if rel.startswith("..") else rel
 
 
 def _node(host: Host, choice: Choice) -> dict:
@@ -61,8 +64,10 @@ def inventory(config: SizingResult, hosts: list[Host], chosen: dict[str, Choice]
                     "docker_root": protocol.default_docker_root(nvme)}
     ssh = {"user": common([h.user for h in hosts]), "port": access.port or 22}
     if access.key:
-        ssh["key"] = _relative(access.key, out_dir)
-    ssh.update(known_hosts=_relative(access.known_hosts, out_dir), connect_timeout=10)
+        ssh["key"] = _path_for(access.key, out_dir)
+    if access.known_hosts:
+        ssh["known_hosts"] = _path_for(access.known_hosts, out_dir)
+    ssh["connect_timeout"] = 10
     doc["ssh"] = ssh
     doc["nodes"] = [_node(h, chosen[h.name]) for h in hosts]
     return doc

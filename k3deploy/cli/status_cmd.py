@@ -46,28 +46,34 @@ def guard_label(found: dict, enabled: bool) -> str:
     return state.get("phase") or "starting"
 
 
-def _live(session, inv, name: str) -> dict:
+def _live(session, inv, name: str, detail: bool = True) -> dict:
+    """detail: also the GPUs' memory and the guard (what status shows per node; watch, which
+    looks every few seconds for the cluster's state only, spares the nodes nvidia-smi)."""
     probe = [probes.engine_container(inv),
              probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
-             *cluster_state.live_probes(inv), probes.gpus(),
-             *F.renamed(guard_step.guard_facts(inv), GUARD)]
+             *cluster_state.live_probes(inv)]
+    if detail:
+        probe += [probes.gpus(), *F.renamed(guard_step.guard_facts(inv), GUARD)]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
-    return {"reachable": True, "container": probes.container_summary(found["container"]),
+    live = {"reachable": True, "container": probes.container_summary(found["container"]),
             "download": found["download"], "incident": found["incident"],
-            "identity": {f.name: found[f.name] for f in IDENTITY},
-            "gpus": found["gpus"], "guard": guard_label(found, inv.guard.enabled)}
+            "identity": {f.name: found[f.name] for f in IDENTITY}}
+    if detail:
+        live.update(gpus=found["gpus"], guard=guard_label(found, inv.guard.enabled))
+    return live
 
 
-def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) -> dict:
+def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
+            detail: bool = True) -> dict:
     inv = inventory_mod.load(inv_path)
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                  lock=False) as session:
         names = [n.name for n in inv.nodes]
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n), names)))
+            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n, detail), names)))
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}

@@ -55,7 +55,7 @@ class Watch:
         from k3deploy.cli.status_cmd import collect
         try:
             return collect(self.inv_path, self.session.get("accept_new_host_keys", False),
-                           self.session.get("state_dir"))["cluster"]
+                           self.session.get("state_dir"), detail=False)["cluster"]
         except K3Error as err:
             return {"name": "?", "state": "unknown", "incident": None, "error": str(err)}
 

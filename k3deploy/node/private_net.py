@@ -64,11 +64,12 @@ def pick_network(per_host: dict[str, list[Address]], ssh: dict[str, str],
                             hint="give the hosts addresses on one private subnet, then re-run")
     if len(shared) == 1:
         return shared[0], _only_reason(shared[0], per_host)
-    by_ssh = [n for n in shared if all(ipaddress.ip_address(ssh[h]) in n for h in per_host
-                                       if _is_ip(ssh[h]))]
-    if len(by_ssh) == 1 and all(_is_ip(a) for a in ssh.values()):
-        return by_ssh[0], (f"{by_ssh[0]} of the shared subnets {', '.join(map(str, shared))}: "
-                           "the SSH addresses are in it")
+    if all(_is_ip(a) for a in ssh.values()):
+        by_ssh = [n for n in shared
+                  if all(ipaddress.ip_address(ssh[h]) in n for h in per_host)]
+        if len(by_ssh) == 1:
+            return by_ssh[0], (f"{by_ssh[0]} of the shared subnets "
+                               f"{', '.join(map(str, shared))}: the SSH addresses are in it")
     options = [str(n) for n in shared]
     if ask is None:
         raise BadInputError(f"every host has an address in each of {', '.join(options)}; "

@@ -95,13 +95,13 @@ def _live(running: bool, reachable: bool = True) -> dict:
                                         ((False, False), 1)],
                          ids=["serving", "degraded", "down"])
 def test_status_exit_code_follows_the_cluster_state(lives, code, inv, monkeypatch):
-    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name: _live(
+    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name, _d: _live(
         lives[0] if name == "node0" else lives[1]))
     assert exit_code(["status", "-i", inv]) == code
 
 
 def test_status_with_a_node_out_of_reach_is_partial(inv, monkeypatch):
-    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name: _live(True, name != "node2"))
+    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name, _d: _live(True, name != "node2"))
     assert exit_code(["status", "-i", inv]) == 3
 
 
