@@ -142,3 +142,21 @@ def test_init_exit_codes(tmp_path, monkeypatch):
     fake_hosts(monkeypatch, {}, unreachable="10.1.0.12")
     assert exit_code(["init", *HOSTS, "-o", tmp_path / "d.yaml"]) == 1
     assert not (tmp_path / "d.yaml").exists()
+
+
+def test_a_hub_that_refuses_the_connection_is_a_failure_not_a_traceback(monkeypatch):
+    import httpx2
+
+    from k3deploy.cluster import hubmeta
+    from k3deploy.core.errors import K3Error
+
+    class Refusing:
+        endpoint = "http://127.0.0.1:9"
+
+        def repo_info(self, *_a, **_kw):
+            raise httpx2.ConnectError("[Errno 111] Connection refused")
+    monkeypatch.setattr(hubmeta, "_api", lambda endpoint, token: Refusing())
+    with pytest.raises(K3Error) as err:
+        hubmeta.resolve("moonshotai/Kimi-K3", "main", "http://127.0.0.1:9", None)
+    assert err.value.exit_code == 1
+    assert "cannot read moonshotai/Kimi-K3@main from http://127.0.0.1:9" in str(err.value)
