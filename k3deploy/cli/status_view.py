@@ -5,6 +5,8 @@ grouped by status, one line per step. Pure: the status document in, lines out.""
 
 from __future__ import annotations
 
+import textwrap
+
 from k3deploy.cli import cluster_state, status_cost, status_teardown
 
 BAD = ("failed", "blocked", "interrupted", "stale", "unreachable")
@@ -115,9 +117,11 @@ def node_lines(doc: dict, order: list[str], width: int) -> list[str]:
 
 def cluster_lines(doc: dict, width: int) -> list[str]:
     cluster, nodes = doc["cluster"], doc["nodes"]
-    # An incident's line is long: its parts one under the other (a path stays whole).
-    first, *rest = cluster_state.line(cluster["name"], cluster).split("; ")
-    lines = [first] + [f"  {part}" for part in rest]
+    # An incident's line is long: its parts one under the other.
+    first, *rest = cluster_state.parts(cluster["name"], cluster)
+    lines = [first] + [ln for part in rest for ln in textwrap.wrap(
+        part, width, initial_indent="  ", subsequent_indent="    ", break_long_words=False,
+        break_on_hyphens=False)]
     lives = [n["live"] for n in nodes.values()]
     running = sum(1 for lv in lives if (lv.get("container") or {}).get("running"))
     done = sum(1 for lv in lives if (lv.get("download") or {}).get("state") == "done")

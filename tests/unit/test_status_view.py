@@ -71,6 +71,13 @@ def test_an_incident_reads_as_lines_under_the_state():
     lines = status_view.render(d, ORDER)
     assert lines[0] == "cluster c: stopped by the guard since 2026-12-01T10:00:00Z"
     assert lines[1].startswith("  first failure: rank 2 (node2): engine exited with code 137")
+    assert lines[2] == "  `k3deploy up` brings the group back"
+    d["cluster"]["incident"]["failure"]["cause"] = (
+        "rank 1 (node1): unreachable; its guard gave no answer for 21s (timed out)")
+    lines = status_view.render(d, ORDER)
+    assert lines[1:3] == ["  first failure: rank 1 (node1): unreachable; its guard gave no answer "
+                          "for 21s (timed out) at", "    2026-12-01T09:59:58Z (seen by node2)"]
+    assert all(len(ln) <= 100 for ln in lines)
 
 
 def test_ray_cluster_is_shown_for_vllm_over_ray_only():
