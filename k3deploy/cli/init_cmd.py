@@ -55,6 +55,8 @@ def _check_args(a: InitArgs) -> None:
         raise BadInputError(f"hosts given twice: {', '.join(dupes)}")
     if a.key and not os.path.isfile(a.key):
         raise BadInputError(f"--key {a.key}: no such file")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
+        raise BadInputError(f"-o {a.out}: no directory {os.path.dirname(os.path.abspath(a.out))}")
     if os.path.exists(a.out) and not a.force:
         raise BadInputError(f"{a.out} exists; init does not overwrite an inventory",
                             hint="name another file with -o, or pass --force")

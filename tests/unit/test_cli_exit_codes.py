@@ -80,6 +80,7 @@ def test_bad_input_is_2_for_the_commands_without_an_inventory(tmp_path):
     assert exit_code(["init", "10.0.0.1", "--key", tmp_path / "nokey"]) == 2
     (tmp_path / "taken.yaml").write_text("x")
     assert exit_code(["init", "10.0.0.1", "-o", tmp_path / "taken.yaml"]) == 2
+    assert exit_code(["init", "10.0.0.1", "-o", tmp_path / "no" / "dir.yaml"]) == 2
     assert exit_code(["run", "no-such-playbook", "-i", tmp_path / "x.yaml"]) == 2
 
 
