@@ -16,15 +16,15 @@ def _nodes_with(report, step: str, status: str) -> list[str]:
 
 
 def failure_line(report) -> str | None:
-    """'failed at launch on node2 (blocked after it: wait, verify on 4 nodes)', or for a
-    run whose only failures are the problems it found, how many and on which nodes."""
+    """'failed at launch on node2; blocked after it: wait, verify', or for a run whose only
+    failures are the problems it found, how many and on which nodes; None: nothing failed."""
     for step in report.steps:
         nodes = _nodes_with(report, step, FAILED)
         if nodes:
             blocked = [s for s in report.steps if _nodes_with(report, s, BLOCKED)]
             after = f"; blocked after it: {', '.join(blocked)}" if blocked else ""
             return f"failed at {step} on {_names(nodes)}{after}"
-    found = [p for p in report.problems]
+    found = list(report.problems)
     if found:
         nodes = list(dict.fromkeys(p[0] for p in found))
         return f"failed: {len(found)} problem(s) found on {_names(nodes)}"
