@@ -6,6 +6,7 @@ Checked with: vulture k3deploy tests scripts vulture_whitelist.py (scripts/lint)
 # typer: the callback and the commands are registered by decorator; Effort's members are choices
 _global
 run_playbook
+init
 medium
 # pydantic settings on every model
 model_config

@@ -68,6 +68,29 @@ def plan(gpu: Annotated[str | None, typer.Option(help="h100 h200 b200 b300 gb200
 
 
 @app.command()
+def init(hosts: Annotated[list[str], typer.Argument(help="each node's SSH address, rank order "
+                                                    "(the first is the head)")],
+         out: Annotated[str, typer.Option("-o", "--out", help="inventory to write")] = "cluster.yaml",
+         user: Annotated[str | None, typer.Option("--user", help="SSH user")] = None,
+         key: Annotated[str | None, typer.Option("--key", help="SSH private key file")] = None,
+         port: Annotated[int | None, typer.Option("--port", min=1, max=65535)] = None,
+         known_hosts: Annotated[str | None, typer.Option(
+             "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")] = None,
+         hub_endpoint: Annotated[str | None, typer.Option(
+             "--hub-endpoint", help="Hugging Face endpoint for model.endpoint (default: "
+             "$HF_ENDPOINT, else https://huggingface.co)")] = None,
+         cluster: Annotated[str | None, typer.Option("--cluster", help="cluster name")] = None,
+         force: Annotated[bool, typer.Option("--force", help="overwrite OUT")] = False,
+         accept_new_host_keys: AcceptNew = False) -> int:
+    """Find each host's private address, NIC, GPUs, NVMe; write an inventory. Read-only."""
+    from k3deploy.cli.init_cmd import InitArgs, run_init
+    args = InitArgs(hosts=hosts, out=out, user=user, key=key, port=port, known_hosts=known_hosts,
+                    accept_new_host_keys=accept_new_host_keys, hub_endpoint=hub_endpoint,
+                    cluster=cluster, force=force)
+    return run_init(args, sys.argv[2:] if sys.argv[1:2] == ["init"] else list(hosts))
+
+
+@app.command()
 def check(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Read-only preflight on every node; prints every problem found."""
     from k3deploy.run.run_steps import single
@@ -101,20 +124,23 @@ def run_playbook(playbook: str, inventory: Inv, check: Check = False,
 
 
 @app.command()
-def status(inventory: Inv, json_out: Json = False, accept_new_host_keys: AcceptNew = False,
-           state_dir: StateDir = None) -> int:
-    """Per node and step: the state file plus live facts."""
+def status(inventory: Inv, json_out: Json = False,
+           steps: Annotated[bool, typer.Option("--steps", help="each step's status on every "
+                                               "node, and the download's detail")] = False,
+           accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+    """The cluster's state, then one line per node; the state files plus live facts."""
     from k3deploy.cli.status_cmd import run_status
     return run_status(inventory, json_out=json_out, accept_new_host_keys=accept_new_host_keys,
-                      state_dir=state_dir)
+                      state_dir=state_dir, steps=steps)
 
 
 @app.command()
 def verify(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Endpoint and memory checks on a running cluster."""
     from k3deploy.run.run_steps import single
+    # Its goal is the cluster's endpoint: a node out of reach fails it (1), not partial (3).
     return _run(inventory, single("verify"), accept_new_host_keys=accept_new_host_keys,
-                state_dir=state_dir)
+                state_dir=state_dir, per_node=False)
 
 
 @app.command()
@@ -200,7 +226,8 @@ def watch(inventory: Inv,
                                                   help="seconds between looks")] = 5.0,
           accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Follow the cluster (serving / stopped by the guard / down), one line per change."""
-    from k3deploy.cli.watch_cmd import run_watch
+    from k3deploy.cli.watch_cmd import refuse_bad_input, run_watch
+    refuse_bad_input(inventory)
     return run_watch(inventory, restart=restart, interval=interval,
                      accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
 

@@ -64,11 +64,16 @@ def _engines(lives: list[dict]) -> str:
 
 def line(name: str, cluster: dict) -> str:
     """One line for people: what state, and for an incident, since when and why."""
+    return "; ".join(parts(name, cluster))
+
+
+def parts(name: str, cluster: dict) -> list[str]:
+    """line's parts: the state (and since when), the first failure, what to do."""
     text = f"cluster {name}: {LABELS.get(cluster['state'], cluster['state'])}"
     incident = cluster.get("incident")
     if not incident:
-        return text
+        return [text]
     failure = incident.get("failure") or {}
-    return (f"{text} since {cluster.get('since')}; first failure: {failure.get('cause')} at "
-            f"{failure.get('at')} (seen by {incident.get('seen_by')}); "
-            "`k3deploy up` brings the group back")
+    return [f"{text} since {cluster.get('since')}",
+            f"first failure: {failure.get('cause')} at {failure.get('at')} "
+            f"(seen by {incident.get('seen_by')})", "`k3deploy up` brings the group back"]

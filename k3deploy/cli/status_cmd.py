@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rich.console import Console
-from rich.table import Table
-
-from k3deploy.cli import cluster_state
+from k3deploy.cli import cluster_state, status_view
 from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cli import status_cost, status_teardown
@@ -19,31 +17,63 @@ from k3deploy.core.redact import redact_obj
 from k3deploy.node.session import Session
 from k3deploy.core.state import ClusterLock
 from k3deploy.remote.protocol import WorkPaths
-from k3deploy.steps import probes
+from k3deploy.run.playbook import load as load_playbook
+from k3deploy.steps import guard as guard_step
+from k3deploy.steps import probes, raylayout
 
-STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "teardown")
+GUARD = "guard."   # the guard step's facts, under their own names in status's one batch
 
 
-def _live(session, inv, name: str) -> dict:
+def bringup_order() -> list[str]:
+    """The bring-up playbook's steps in its order: the rows of `--steps`."""
+    return [s.label for s in load_playbook("bringup")[1]]
+
+
+def applicable(steps: list[str], inv) -> list[str]:
+    """The steps this inventory's engine runs: ray-cluster only for vLLM over Ray."""
+    return [s for s in steps if s.partition("#")[0] != "ray-cluster" or raylayout.in_use(inv)]
+
+
+def guard_label(found: dict, enabled: bool) -> str:
+    """watching / fired / stale (alive, not beating) / not running / off."""
+    if not enabled:
+        return "off"
+    state = found.get(GUARD + "guard_state") or {}
+    if not found.get(GUARD + "guard_pids"):
+        return "fired" if state.get("phase") == "fired" else "not running"
+    if (found.get(GUARD + "now") or 0) - state.get("beat", 0) >= guard_step.BEAT_STALE:
+        return "stale"
+    return state.get("phase") or "starting"
+
+
+def _live(session, inv, name: str, detail: bool = True) -> dict:
+    """detail: also the GPUs' memory and the guard (what status shows per node; watch, which
+    looks every few seconds for the cluster's state only, spares the nodes nvidia-smi)."""
     probe = [probes.engine_container(inv),
              probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
              *cluster_state.live_probes(inv)]
+    if detail:
+        probe += [probes.gpus(), *F.renamed(guard_step.guard_facts(inv), GUARD)]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
-    return {"reachable": True, "container": probes.container_summary(found["container"]),
+    live = {"reachable": True, "container": probes.container_summary(found["container"]),
             "download": found["download"], "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
+    if detail:
+        live.update(gpus=found["gpus"], guard=guard_label(found, inv.guard.enabled))
+    return live
 
 
-def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) -> dict:
+def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
+            detail: bool = True) -> dict:
     inv = inventory_mod.load(inv_path)
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                  lock=False) as session:
         names = [n.name for n in inv.nodes]
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n), names)))
+            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n, detail), names)))
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
@@ -83,53 +113,25 @@ def _settled(steps: dict, idle: bool) -> dict:
             for name, rec in steps.items()}
 
 
-def _download_cell(live: dict) -> str:
-    doc = live.get("download") or {}
-    if not doc:
-        return "-"
-    pct = 100 * doc.get("bytes_done", 0) / max(1, doc.get("bytes_total", 1))
-    cell = f"{doc.get('state')} {pct:.0f}% {doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
-    if "hub_bytes" in doc:  # from the Hub and from peers (fan-out), this downloader run
-        cell += f" hub {doc['hub_bytes'] / 1e9:.2f} GB peers {doc.get('peer_bytes', 0) / 1e9:.2f} GB"
-    return cell
-
-
-def _step_columns(doc: dict) -> list[str]:
+def step_order(doc: dict, inv) -> list[str]:
     """The steps some state file records (bring-up order first, then any other playbook's);
-    all bring-up steps when nothing ran yet."""
+    the bring-up's when nothing ran yet; only those the inventory's engine runs."""
+    bringup = bringup_order()
     seen = [s for info in doc["nodes"].values() for s in info["state"]]
-    ordered = [s for s in STEPS if s in seen] + [s for s in dict.fromkeys(seen) if s not in STEPS]
-    return ordered or list(STEPS)
-
-
-def render(doc: dict) -> Table:
-    table = Table(title=f"cluster {doc['cluster']['name']}")
-    columns = _step_columns(doc)
-    for col in ("node", "rank", *columns, "container", "download"):
-        table.add_column(col)
-    for name, info in doc["nodes"].items():
-        live = info["live"]
-        steps = [info["state"].get(s, {}).get("status", "-") for s in columns]
-        container = "unreachable" if not live.get("reachable") else \
-            (live.get("container") or {}).get("status") or "none"
-        table.add_row(name, str(info["rank"]), *steps, container, _download_cell(live))
-    return table
+    ordered = [s for s in bringup if s in seen] + [s for s in dict.fromkeys(seen) if s not in bringup]
+    return applicable(ordered or bringup, inv)
 
 
 def run_status(inv_path: str, *, json_out: bool, accept_new_host_keys: bool,
-               state_dir: str | None) -> int:
+               state_dir: str | None, steps: bool = False) -> int:
     doc = collect(inv_path, accept_new_host_keys, state_dir)
     if json_out:
         print(json.dumps(doc, indent=1, default=str))
     else:
-        probe = Console()  # not a terminal: rich would squash the table into 80 columns
-        console = Console(width=None if probe.is_terminal else max(probe.width, 160))
-        if status_teardown.note(doc["nodes"]):
-            console.print(f"cluster {doc['cluster']['name']}: {status_teardown.note(doc['nodes'])}",
-                          markup=False, highlight=False, soft_wrap=True)
-        console.print(render(doc))
-        console.print(cluster_state.line(doc["cluster"]["name"], doc["cluster"]), markup=False)
-        console.print(status_cost.line(doc["cost"]), markup=False, highlight=False)
+        # A pipe has no width: the design's 100 columns (COLUMNS still wins, as for any tool).
+        width = shutil.get_terminal_size((100, 24)).columns
+        order = step_order(doc, inventory_mod.load(inv_path))
+        print("\n".join(status_view.render(doc, order, width=width, steps=steps)))
     unreachable = any(not n["live"].get("reachable") for n in doc["nodes"].values())
     if unreachable:
         return EXIT_PARTIAL

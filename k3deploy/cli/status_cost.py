@@ -42,8 +42,9 @@ def line(c: dict | None) -> str:
     if c is None:
         return "cost: no price in the inventory (price: {per_gpu_hour: 2.49, currency: USD})"
     burn = (f"burns {cost.money(c['per_hour'], c['currency'])}/hour idle or busy "
-            f"({c['gpus']} GPUs at {cost.money(c['per_gpu_hour'], c['currency'])}/GPU-hour)")
+            f"({c['gpus']} GPUs x {cost.money(c['per_gpu_hour'], c['currency'])}/GPU-hour)")
     if c["seconds_since_launch"] is None:
         return f"cost: no engine running; while the nodes are rented the cluster {burn}"
+    # Within status's 100 columns at any realistic figure.
     return (f"cost: launched {cost.duration(c['seconds_since_launch'])} ago, "
-            f"{cost.money(c['spent'], c['currency'])} spent since; the cluster {burn}")
+            f"{cost.money(c['spent'], c['currency'])} since; {burn}")

@@ -1,11 +1,15 @@
 """What `up` adds after its summary table: how long the bring-up took and what it cost, and
-the bring-up certificate once verify has passed (over the run's own connections)."""
+the bring-up certificate once verify has passed (over the run's own connections). A run that
+failed gets neither (run_steps says where it failed); a run that changed nothing says so and
+keeps the certificate of the bring-up it found."""
 
 from __future__ import annotations
 
 import time
 
 from k3deploy.cluster import cost
+from k3deploy.run.outcome import did_something
+from k3deploy.serving import certificate
 
 
 def bringup_record(inv, started: float, finished: float) -> dict:
@@ -31,10 +35,13 @@ def closing_for():
     def closing(run, report) -> list[str]:
         if run.check:
             return []
+        if report.exit_code() != 0:
+            return []
+        kept = certificate.latest(run.session.state_dir)
+        if not did_something(report) and kept:
+            return [f"nothing to do: every step was already done on every node; the "
+                    f"certificate stays {kept}"]
+        from k3deploy.cli.certificate_cmd import write_after_up
         record = bringup_record(run.inv, started, time.time())
-        lines = [cost_line(record)]
-        if report.exit_code() == 0:
-            from k3deploy.cli.certificate_cmd import write_after_up
-            lines.append(write_after_up(run.session, run.inv, record))
-        return lines
+        return [cost_line(record), write_after_up(run.session, run.inv, record)]
     return closing

@@ -55,7 +55,7 @@ class Watch:
         from k3deploy.cli.status_cmd import collect
         try:
             return collect(self.inv_path, self.session.get("accept_new_host_keys", False),
-                           self.session.get("state_dir"))["cluster"]
+                           self.session.get("state_dir"), detail=False)["cluster"]
         except K3Error as err:
             return {"name": "?", "state": "unknown", "incident": None, "error": str(err)}
 
@@ -114,6 +114,14 @@ class Watch:
             say(f"  incident {number}: {failure.get('cause')} at {failure.get('at')} "
                 f"(seen by {incident.get('seen_by')})")
         return EXIT_STEP_FAILED
+
+
+def refuse_bad_input(inv_path: str) -> None:
+    """Bad input is refused once, at the start (exit 2), not watched as "unknown" forever; an
+    inventory broken later, while watching, is shown as a state like any other."""
+    from k3deploy.cluster import inventory as inventory_mod
+    from k3deploy.node.keyfiles import check_key_files
+    check_key_files(inventory_mod.load(inv_path))
 
 
 def run_watch(inv_path: str, *, restart: int | None, interval: float, **session) -> int:

@@ -67,6 +67,9 @@ def resolve(repo: str, revision: str, endpoint: str | None, token: str | None,
     is listed once per commit (a 96-shard tree is the larger request)."""
     from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
                                         RevisionNotFoundError)
+    # huggingface_hub 2.x's HTTP client: a refused or dropped connection is its TransportError,
+    # no OSError (a Hub that is down is an expected failure, not a traceback).
+    from httpx2 import TransportError
     api = _api(endpoint, token)
     endpoint = endpoint or api.endpoint
     try:
@@ -82,7 +85,7 @@ def resolve(repo: str, revision: str, endpoint: str | None, token: str | None,
     except RevisionNotFoundError:
         raise BadInputError(f"{repo} has no revision {revision!r}",
                             hint="fix model.revision in the inventory") from None
-    except (HfHubHTTPError, OSError) as err:
+    except (HfHubHTTPError, OSError, TransportError) as err:
         raise K3Error(f"cannot read {repo}@{revision} from {endpoint}: {err}",
                       hint="check model.endpoint and the laptop's network") from None
     # The nodes are told the endpoint explicitly: the laptop's default (HF_ENDPOINT or the

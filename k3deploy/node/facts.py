@@ -9,6 +9,7 @@ goes in a here-document that no `ps` on the node shows.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import hashlib
@@ -178,6 +179,16 @@ def text(out: str, code: int) -> str | None:
 def raw(out: str, code: int) -> str | None:
     """The output as it is (a log keeps its blank lines and indentation)."""
     return out if code == 0 else None
+
+
+def json_doc(out: str, code: int):
+    """The output as one JSON document; None when the command failed or printed no JSON."""
+    if code != 0:
+        return None
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        return None
 
 
 def lines(out: str, code: int) -> list[str]:

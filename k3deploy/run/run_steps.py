@@ -13,6 +13,7 @@ from k3deploy.run import playbook as playbook_mod
 from k3deploy.node.context import RunContext
 from k3deploy.core.errors import Interrupted
 from k3deploy.run.interrupt_notes import notes
+from k3deploy.run.outcome import failure_line
 from k3deploy.run.runner import Runner, RunReport
 from k3deploy.node.session import Session
 from k3deploy.steps import step_class
@@ -22,9 +23,11 @@ from k3deploy.run.ui import Ui
 def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None = None,
               accept_new_host_keys: bool = False, state_dir: str | None = None,
               ui: Ui | None = None, summary: bool = True, log_json: bool = False,
-              after=None) -> RunReport:
+              after=None, per_node: bool | None = None) -> RunReport:
     """after(run, report) -> lines: runs inside the session (its connections, no new
-    logins) once the steps are done; its lines are shown after the summary."""
+    logins) once the steps are done; its lines are shown after the summary. per_node: whether
+    the command's goal is per-node work (an unreachable node then makes it partial, exit 3);
+    None decides by the steps (all read-only or run-after-failures: per node)."""
     inv = inventory_mod.load(inv_path)
     # --log-json: stderr carries JSON lines only; the runner's events stand in for the Ui's text.
     ui = ui or Ui(console=Console(stderr=True, quiet=True) if log_json else None)
@@ -33,7 +36,10 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
                                       state_dir=state_dir) as session:
         interrupt.at_forced_exit(lambda: _mark_interrupted(session))
         run = RunContext(inv=inv, session=session, check=check, options=options, ui=ui)
-        report = Runner(run, steps).execute()
+        runner = Runner(run, steps)
+        if per_node is not None:
+            runner.report.partial_ok = per_node
+        report = runner.execute()
         klog.get().log(logging.INFO if log_json else logging.DEBUG, "run.ssh",
                        nodes={n: c.stats() for n, c in session.connections.items()})
         signum = interrupt.signum()
@@ -42,6 +48,9 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
         ui.problems(report.problems, changed="changed" in report.statuses())
     if summary:
         ui.summary(report)
+    failed = None if signum else failure_line(report)
+    if failed:
+        ui.say(failed, wrap=False)
     for line in closing:
         ui.say(line, wrap=False)
         if log_json:

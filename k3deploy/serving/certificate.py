@@ -67,6 +67,15 @@ def write(state_dir: Path, doc: dict, now: float | None = None) -> Path:
     return path
 
 
+def latest(state_dir: Path) -> Path | None:
+    """The newest certificate (names are UTC stamps; `-N` numbers those of one second)."""
+    def order(path: Path) -> tuple[str, int]:
+        stamp, _, n = path.stem.partition("-")
+        return stamp, int(n) if n.isdigit() else 0
+    found = sorted(directory(state_dir).glob("*.json"), key=order)
+    return found[-1] if found else None
+
+
 def load(path: str) -> dict:
     from k3deploy.core.errors import BadInputError
     try:

@@ -63,13 +63,7 @@ def parse_driver(out: str, code: int) -> str | None:
     return m.group(1) if code == 0 and m else None
 
 
-def parse_json(out: str, code: int):
-    if code != 0:
-        return None
-    try:
-        return json.loads(out)
-    except json.JSONDecodeError:
-        return None
+parse_json = F.json_doc
 
 
 def gpus() -> F.Fact:

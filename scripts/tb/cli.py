@@ -25,7 +25,8 @@ def _up_parser(sub) -> None:
     up.add_argument("--cuda", choices=tuple(DRIVERS), default="13.0", help="driver CUDA version")
     up.add_argument("--node", action="append", default=[], metavar="NAME:KEY=VALUE",
                     help="per-node override; keys: gpus gpu cuda disk daemon_json user "
-                         "load_seconds pull_seconds nvidia_toolkit decode_tok_s profile")
+                         "load_seconds pull_seconds nvidia_toolkit decode_tok_s profile "
+                         "second_nic (ADDRESS/PREFIX: an eth1 on a subnet of its own)")
     up.add_argument("--profile", default="", metavar="NAME[,NAME...]",
                     help="node behaviour as an upstream version has it, on every node "
                          "(`testbed profiles` lists them)")

@@ -48,6 +48,7 @@ def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str
              f"echo {q(spec.name)} > /proc/sys/kernel/hostname",
              f"ip addr add {address}/24 dev eth0",
              "ip link set eth0 up",
+             *_second_nic(spec),
              *([] if symlinked(spec) else [nvme_mount(spec, "/mnt/nvme")]),
              f"mount --bind {q(str(standins))} /usr/local/bin",
              "mount -o remount,bind,ro /usr/local/bin"]
@@ -80,6 +81,18 @@ def symlinked_nvme(spec: NodeSpec) -> list[str]:
             f"mkdir -p {NVME_TARGET}",
             nvme_mount(spec, NVME_TARGET),
             f"ln -s {NVME_TARGET} /mnt/nvme"]
+
+
+def _second_nic(spec: NodeSpec) -> list[str]:
+    """eth1 as a veth whose other end stays in the node's own namespace: an interface with an
+    address on a subnet no other node has, and no way for its traffic to leave the node."""
+    if not spec.second_nic:
+        return []
+    return ["ip link add eth1 type veth peer name eth1peer",
+            "echo 1 > /proc/sys/net/ipv6/conf/eth1/disable_ipv6",
+            "echo 1 > /proc/sys/net/ipv6/conf/eth1peer/disable_ipv6",
+            f"ip addr add {shlex.quote(spec.second_nic)} dev eth1",
+            "ip link set eth1peer up", "ip link set eth1 up"]
 
 
 def start_init(tb_dir: Path, spec: NodeSpec, ns: str, address: str) -> tuple[int, int]:

@@ -46,6 +46,9 @@ class NodeSpec:
     nvidia_toolkit: bool = True
     decode_tok_s: float = 0.0   # stand-in engine's single-stream decode rate (0: unpaced)
     profiles: tuple[str, ...] = ()  # tb/profiles.py names, in the order given
+    # A second private interface (eth1, ADDRESS/PREFIX) on a subnet of its own: a multi-homed
+    # host as clouds rent them (a management or storage network beside the cluster's).
+    second_nic: str | None = None
 
     def node_json(self) -> dict:
         gpu_name, mem_mib = GPUS[self.gpu]
@@ -102,12 +105,25 @@ def _parse_seconds(text: str) -> float:
     return seconds
 
 
+def _parse_second_nic(text: str) -> str:
+    import ipaddress
+    try:
+        iface = ipaddress.IPv4Interface(text)
+    except ValueError:
+        raise SpecError(f"second_nic wants a private IPv4 ADDRESS/PREFIX, got {text!r}") from None
+    if "/" not in text or not iface.ip.is_private or iface.network.prefixlen > 30:
+        raise SpecError(f"second_nic wants a private IPv4 ADDRESS/PREFIX (prefix <= 30), got {text!r}")
+    if iface.ip in ipaddress.ip_network("10.213.0.0/16"):
+        raise SpecError(f"second_nic {text}: 10.213.0.0/16 holds the testbeds' own subnets")
+    return str(iface)
+
+
 PARSERS = {
     "gpus": _parse_count, "gpu": _parse_choice(tuple(GPUS)), "cuda": _parse_choice(tuple(DRIVERS)),
     "disk": _parse_size, "daemon_json": str, "user": _parse_choice(USERS),
     "load_seconds": _parse_seconds, "pull_seconds": _parse_seconds,
     "nvidia_toolkit": _parse_bool, "decode_tok_s": _parse_seconds,
-    "profile": str,
+    "profile": str, "second_nic": _parse_second_nic,
 }
 
 

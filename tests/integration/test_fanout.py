@@ -63,7 +63,7 @@ def test_bringup_takes_the_checkpoint_from_the_hub_once(fanned):
         statuses = {s["status"] for s in state(tb.inventory, node)["steps"].values()}
         assert statuses == {"ok"}, (node, statuses)
     assert hub_total(tb) == hub_before
-    status = k3("status", "-i", str(tb.inventory), env={"COLUMNS": "300"})
+    status = k3("status", "-i", str(tb.inventory), "--steps", env={"COLUMNS": "300"})
     assert "hub 0.01 GB peers 0.02 GB" in out(status), out(status)
 
 

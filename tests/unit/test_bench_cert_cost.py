@@ -116,8 +116,9 @@ def test_status_cost_from_the_earliest_running_container():
              "node2": {"live": {"reachable": False}}}
     c = status_cost.view(inv, nodes, started + 1800)
     assert c["per_hour"] == 80.0 and c["spent"] == 40.0
-    assert status_cost.line(c) == ("cost: launched 30m00s ago, $40.00 spent since; the cluster "
-                                   "burns $80.00/hour idle or busy (32 GPUs at $2.50/GPU-hour)")
+    assert status_cost.line(c) == ("cost: launched 30m00s ago, $40.00 since; burns $80.00/hour "
+                                   "idle or busy (32 GPUs x $2.50/GPU-hour)")
+    assert len(status_cost.line(c)) <= 100
     idle = status_cost.view(inv, {"node0": {"live": {"container": None}}}, started)
     assert idle["spent"] is None and "no engine running" in status_cost.line(idle)
     assert status_cost.parse_started("0001-01-01T00:00:00Z") is None

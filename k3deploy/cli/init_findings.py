@@ -1,0 +1,72 @@
+"""What `k3deploy init` makes of each host's answers: GPU model and count, driver and CUDA,
+the data disk, and where the hosts disagree (named the way preflight names them: the GPU
+model and count against the value most hosts have, the driver and CUDA through
+steps/sameness.py). Pure: the facts come from init_cmd."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from k3deploy.cluster.gpus import match_smi_name
+from k3deploy.node.data_disk import DataDisk, data_disk
+from k3deploy.steps import sameness
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host as init found it (address: how it was given on the command line)."""
+    address: str
+    name: str
+    user: str | None
+    gpu_name: str | None
+    gpu: str | None          # the GPU table's key, None for a card k3deploy does not know
+    gpu_count: int
+    driver: str | None
+    cuda: str | None
+    disk: DataDisk | None
+
+
+def host_from(address: str, name: str, found: dict) -> Host:
+    gpus = found.get("gpus") or []
+    names = Counter(g["name"] for g in gpus)
+    gpu_name = names.most_common(1)[0][0] if names else None
+    model = match_smi_name(gpu_name) if gpu_name else None
+    return Host(address, name, found.get("user"), gpu_name, model.key if model else None,
+                len(gpus), found.get("driver"), found.get("cuda"),
+                data_disk(found.get("mounts") or []))
+
+
+def common(values: list) -> object:
+    """The value most hosts have (the first host's on a tie)."""
+    counts = Counter(values)
+    best = max(counts.values())
+    return next(v for v in values if counts[v] == best)
+
+
+def problems(hosts: list[Host]) -> list[str]:
+    """Why these hosts cannot be one cluster as they are, each naming its hosts."""
+    found = [f"{h.name}: no GPU answered nvidia-smi" for h in hosts if not h.gpu_count]
+    found += [f"{h.name}: {h.gpu_name!r} is no GPU k3deploy knows (k3deploy plan lists them)"
+              for h in hosts if h.gpu_count and h.gpu is None]
+    found += [f"{h.name}: no data filesystem found (findmnt shows none outside the system's own "
+              "directories)" for h in hosts if h.disk is None]
+    for label, key in (("GPU model", lambda h: h.gpu_name), ("GPU count", lambda h: h.gpu_count),
+                       ("data disk", lambda h: h.disk and h.disk.mount.target)):
+        want = common([key(h) for h in hosts])
+        found += [f"{h.name}: {label} {key(h)} differs from the other hosts' {want}"
+                  for h in hosts if key(h) != want and key(h)]
+    undeclared = {h.name: {"driver": h.driver, "cuda": h.cuda} for h in hosts}
+    found += [f"{node}: {message}" for node, _check, message
+              in sameness.undeclared_problems(undeclared)]
+    return found
+
+
+def summary(h: Host) -> str:
+    disk = "no data disk"
+    if h.disk:
+        m = h.disk.mount
+        disk = (f"{m.target} ({m.source} {m.fstype}, {m.size / 1e9:,.1f} GB, "
+                f"{m.avail / 1e9:,.1f} GB free{'' if h.disk.nvme else ', NOT on an NVMe device'})")
+    gpus = f"{h.gpu_count}x {h.gpu_name}" if h.gpu_count else "no GPU"
+    return f"{gpus}, driver {h.driver}, CUDA {h.cuda}; {disk}"
