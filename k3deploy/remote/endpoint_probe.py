@@ -49,7 +49,7 @@ def chat(cfg, tools=False):
 
 def version(cfg):
     """The engine's version as it reports it: vLLM /version; SGLang /server_info, or on a
-    release from before that name /get_server_info (now a deprecated alias that logs a
+    release from before that name /get_server_info (now a deprecated alias that writes a
     warning on every call: sgl-project/sglang#21463)."""
     for path in ("/version", "/server_info", "/get_server_info"):
         res = call(cfg, path, timeout=30)

@@ -153,6 +153,10 @@ class LaunchEngine(Step):
     def inputs(self, node):
         return {"engine": node.inv.engine.model_dump(), "ports": node.inv.ports.model_dump()}
 
+    def detail(self, facts, node):
+        return {"image": facts["spec"].image, "rank": node.rank,
+                "config": facts["spec"].labels[engines.CONFIG_LABEL]}
+
 
 def _died(node, state: dict | None, log: str) -> StepFailed:
     """The engine exited during its start-up: the rank, its exit code and its own error line."""
@@ -163,7 +167,3 @@ def _died(node, state: dict | None, log: str) -> StepFailed:
                       + (f": {said}" if said else "") + f"\nthe end of its log:\n{tail}",
                       step="launch", hint="fix what the engine names (engine.args in the "
                       "inventory), then re-run `k3deploy up` (exited containers are replaced)")
-
-    def detail(self, facts, node):
-        return {"image": facts["spec"].image, "rank": node.rank,
-                "config": facts["spec"].labels[engines.CONFIG_LABEL]}
