@@ -187,9 +187,9 @@ def _exited(run, gone: list[str], all_facts: dict) -> StepFailed:
     what = (f"container exited ({states[first]['exit_code']})" if states[first]
             else "container is gone")
     said = startup_log.error_line(log)
-    what += f": {said}" if said else ""
     after = [n for n in gone if n != first]
     also = f" ({', '.join(after)} exited after it: ranks abort when a peer dies)" if after else ""
+    also += f"; its error: {said}" if said else ""
     return StepFailed(first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was "
                       f"up{also}; the end of its log:\n{tail}", step="wait",
                       hint=f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix "
