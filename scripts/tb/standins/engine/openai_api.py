@@ -52,16 +52,21 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-def start(serving, host, port):
-    class Handler(_Handler):
-        state = serving
+def _serve(host, port, handler):
+    """Bind (uvicorn's own words when the port is taken) and serve in a thread."""
     try:
-        server = _Server((host, port), Handler)
+        server = _Server((host, port), handler)
     except OSError as e:
         raise EngineExit(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address "
                          f"('{host}', {port}): {e.strerror.lower()}")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def start(serving, host, port):
+    class Handler(_Handler):
+        state = serving
+    return _serve(host, port, Handler)
 
 
 def start_dummy_health(host, port):
@@ -81,13 +86,7 @@ def start_dummy_health(host, port):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
-    try:
-        server = _Server((host, port), Handler)
-    except OSError as e:
-        raise EngineExit(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address "
-                         f"('{host}', {port}): {e.strerror.lower()}")
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return _serve(host, port, Handler)
 
 
 class _Handler(BaseHTTPRequestHandler):
