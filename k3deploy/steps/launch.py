@@ -132,7 +132,9 @@ class LaunchEngine(Step):
         """Only while waiting (the log is looked at): the engine has not yet shown it is past
         its own start-up checks."""
         log = facts.get("log")
-        if not self.runs_engine or log is None or startup_log.started(node.inv.engine.kind, log):
+        if not self.runs_engine or log is None or not _logs_its_start(facts["spec"]):
+            return []
+        if startup_log.started(node.inv.engine.kind, log):
             return []
         return [self._start_action(node)]
 
@@ -156,6 +158,13 @@ class LaunchEngine(Step):
     def detail(self, facts, node):
         return {"image": facts["spec"].image, "rank": node.rank,
                 "config": facts["spec"].labels[engines.CONFIG_LABEL]}
+
+
+def _logs_its_start(spec) -> bool:
+    """The engines log their start-up lines at INFO: with a --log-level above it (SGLang's
+    docs run `--log-level warning`) there is no line to wait for, so launch does not."""
+    args = {str(k).lstrip("-"): v for k, v in spec.extra_args.items()}
+    return str(args.get("log-level", "info")).lower() in ("debug", "info")
 
 
 def _died(node, state: dict | None, log: str) -> StepFailed:

@@ -1,5 +1,6 @@
 """Step plans from fact fixtures: facts in, commands out. No I/O."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -295,6 +296,15 @@ def test_launch_waits_for_the_engine_past_its_own_checks_only_while_waiting(tmp_
     [action] = step.plan(facts, ctx)
     assert action.wait.until == "rank 0 engine started" and action.wait.timeout == 300
     facts["log"] += "[2026-02-25 15:39:24 TP0] Init torch distributed begin.\n"
+    assert step.plan(facts, ctx) == []
+
+
+def test_launch_does_not_wait_for_lines_a_quiet_log_level_hides(tmp_path):
+    step, ctx, facts = launch_facts(tmp_path)
+    facts["spec"] = dataclasses.replace(facts["spec"], extra_args={"log-level": "warning"})
+    label = facts["spec"].labels[engines.CONFIG_LABEL]
+    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: label}}
+    facts["log"] = ""
     assert step.plan(facts, ctx) == []
 
 
