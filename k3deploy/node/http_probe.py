@@ -39,5 +39,11 @@ def healthy(found: dict | None) -> bool:
     return bool(found) and (found.get("health") or {}).get("status") == 200
 
 
+def answered(found: dict | None) -> bool:
+    """The server answered /health with any status (SGLang: 503 while it warms up; its port
+    is closed before that, while the weights load)."""
+    return bool(found) and (found.get("health") or {}).get("status") is not None
+
+
 def url(inv) -> str:
     return f"http://{inv.head.address}:{inv.ports.serve}/v1"

@@ -48,8 +48,10 @@ def chat(cfg, tools=False):
 
 
 def version(cfg):
-    """The engine's version as it reports it: vLLM /version, SGLang /get_server_info."""
-    for path in ("/version", "/get_server_info"):
+    """The engine's version as it reports it: vLLM /version; SGLang /server_info, or on a
+    release from before that name /get_server_info (now a deprecated alias that writes a
+    warning on every call: sgl-project/sglang#21463)."""
+    for path in ("/version", "/server_info", "/get_server_info"):
         res = call(cfg, path, timeout=30)
         if res.get("status") == 200 and isinstance(res.get("body"), dict) \
                 and res["body"].get("version"):

@@ -29,7 +29,7 @@ class Waiter:
             if not any(a.waits_for(wait) for a in step.plan(facts, node)):
                 return facts
             now, seen = time.monotonic(), step.progress(facts, node)
-            if seen != marker:
+            if seen is None or seen != marker:   # None: no measure yet, nothing to stall
                 marker, changed = seen, now
             if wait.stall and now - changed > wait.stall:
                 raise StepFailed(node.name, f"waited for: {wait.until}; no progress for "

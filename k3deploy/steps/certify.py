@@ -1,7 +1,7 @@
 """What a bring-up certificate records of one node, as facts: the engine container (image,
 command line, config label, start time), the image's registry digest, per-GPU memory; on the
 head also the engine's version as the server reports it (vLLM /version, SGLang
-/get_server_info). verify looks at these in its own round trip and keeps them in its record;
+/server_info, else /get_server_info). verify looks at these in its own round trip and keeps them in its record;
 `bench` gathers them afresh (serving/certificate_facts.py)."""
 
 from __future__ import annotations

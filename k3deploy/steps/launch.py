@@ -2,6 +2,12 @@
 
 A running container whose configuration digest matches is left alone; a different one is only
 replaced with --replace, because replacing means re-loading 1.5 TB of weights.
+
+A started container is not yet a started engine: a real one imports torch and its package for
+10-30 s before it parses its flags and checks them (SGLang: ServerArgs.__post_init__, then
+check_server_args in engine.py before the scheduler processes start). So after `docker run`
+the step waits until the engine's log shows it is past those checks, or its container exits;
+then the failure names the rank and quotes the engine's own error line.
 """
 
 from __future__ import annotations
@@ -11,15 +17,22 @@ from collections.abc import Callable
 
 from k3deploy.node import apikey
 from k3deploy import engines
-from k3deploy.core import interrupt
 from k3deploy.node import facts as F
-from k3deploy.engines import spec_from_inventory
+from k3deploy.engines import spec_from_inventory, startup_log
 from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.steps import probes, raylayout
-from k3deploy.steps.base import Step, cmd, upload
+from pydantic import BaseModel, ConfigDict, Field
+
+from k3deploy.steps.base import Step, cmd, upload, wait
 from k3deploy.steps.image import chosen_image
+
+
+class LaunchParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    start_timeout: float = Field(default=300, gt=0)  # docker run -> engine past its checks
+    poll_seconds: float = Field(default=1.0, gt=0)
 
 
 def secret_file(spec) -> tuple[str, Callable[[str], str]]:
@@ -43,9 +56,12 @@ class LaunchEngine(Step):
     summary = "start the engine container with the node's rank"
     head_first = True
     needs_all_nodes = True
+    Params = LaunchParams
     # Multi-node vLLM: the ray-cluster step starts the containers; launch only execs
     # `vllm serve` on the head (steps/raylayout.py). RayCluster sets this False.
     serves_over_ray = True
+    # The container runs the engine itself (RayCluster's run `ray start`: no engine checks).
+    runs_engine = True
 
     def prepare(self, run) -> None:
         run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
@@ -82,7 +98,7 @@ class LaunchEngine(Step):
             return raylayout.launch_plan(facts, node)
         want = spec.labels[engines.CONFIG_LABEL]
         if current and current["running"] and current["labels"].get(engines.CONFIG_LABEL) == want:
-            return []
+            return self._start_wait(facts, node)
         actions = self._secret_actions(facts, node)
         if current and current["running"] and not node.run.option("replace"):
             raise StepFailed(node.name, f"container {spec.container_name} runs another "
@@ -107,19 +123,34 @@ class LaunchEngine(Step):
                     spec.secrets_host_dir, sudo=True, retry=True),
                 upload("write the endpoint key (0600)", path, content, sudo=True)]
 
+    def wait_probes(self, node):
+        # While waiting for the start: the engine's log says how far it got, or why it died.
+        return [F.command("log", engines.docker_logs_argv(node.inv.engine.container, tail=40),
+                          F.raw, sudo=True)]
+
+    def _start_wait(self, facts, node):
+        """Only while waiting (the log is looked at): the engine has not yet shown it is past
+        its own start-up checks."""
+        log = facts.get("log")
+        if not self.runs_engine or log is None or not _logs_its_start(facts["spec"]):
+            return []
+        if startup_log.started(node.inv.engine.kind, log):
+            return []
+        return [self._start_action(node)]
+
+    def _start_action(self, node):
+        return wait(f"wait until rank {node.rank}'s engine is past its start-up checks",
+                    f"rank {node.rank} engine started", poll=self.p.poll_seconds,
+                    timeout=self.p.start_timeout)
+
     def apply(self, node, actions):
         super().apply(node, actions)
         if self.serves_over_ray and raylayout.in_use(node.inv):
             return   # the plan's own wait saw the serve take the GPUs
-        interrupt.sleep(1.0)  # an engine that dies on bad flags or CUDA mismatch does so at once
-        state = probes.container_summary(F.gather(
-            node.conn, [probes.engine_container(node.inv)])["container"])
+        facts = self.run_action(node, self._start_action(node))
+        state = facts["container"]
         if not state or not state["running"]:
-            tail = node.conn.run(engines.docker_logs_argv(node.inv.engine.container, tail=15),
-                                 sudo=True, check=False).output
-            raise StepFailed(node.name, f"rank {node.rank} container exited "
-                             f"({(state or {}).get('exit_code')}) right after start:\n{tail}",
-                             step=self.name)
+            raise _died(node, state, facts.get("log") or "")
 
     def show_progress(self, facts, node):
         """Waiting over Ray: each new count `ray status` reports (it lags the cluster)."""
@@ -134,3 +165,21 @@ class LaunchEngine(Step):
     def detail(self, facts, node):
         return {"image": facts["spec"].image, "rank": node.rank,
                 "config": facts["spec"].labels[engines.CONFIG_LABEL]}
+
+
+def _logs_its_start(spec) -> bool:
+    """The engines log their start-up lines at INFO: with a --log-level above it (SGLang's
+    docs run `--log-level warning`) there is no line to wait for, so launch does not."""
+    args = {str(k).lstrip("-"): v for k, v in spec.extra_args.items()}
+    return str(args.get("log-level", "info")).lower() in ("debug", "info")
+
+
+def _died(node, state: dict | None, log: str) -> StepFailed:
+    """The engine exited during its start-up: the rank, its exit code and its own error line."""
+    said = startup_log.error_line(log)
+    tail = "\n".join(log.splitlines()[-15:])
+    return StepFailed(node.name, f"rank {node.rank} engine exited "
+                      f"({(state or {}).get('exit_code')}) during start-up"
+                      + (f": {said}" if said else "") + f"\nthe end of its log:\n{tail}",
+                      step="launch", hint="fix what the engine names (engine.args in the "
+                      "inventory), then re-run `k3deploy up` (exited containers are replaced)")

@@ -38,6 +38,7 @@ class RayCluster(LaunchEngine):
     head_first = True
     needs_all_nodes = True
     serves_over_ray = False   # LaunchEngine.plan: here, start the containers themselves
+    runs_engine = False
 
     def prepare(self, run) -> None:
         if raylayout.in_use(run.inv):

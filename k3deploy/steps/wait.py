@@ -1,9 +1,15 @@
 """wait: until rank 0 answers healthy. Fails fast when any rank's container exits, and when
-the process group cannot form, instead of sitting at the barrier until --dist-timeout."""
+the process group cannot form, instead of sitting at the barrier until --dist-timeout.
+
+Judged by progress, not by a clock a healthy load outlives (96 shards take ~25-30 min to
+load, then CUDA-graph capture and warm-up take minutes): the group formed once rank 0's log
+shows its loading bar (or rank 0's HTTP server answers at all: it starts only after every
+scheduler reported ready); from then on the wait fails only when rank 0's log has shown no
+new progress line (a loading bar, a start-up milestone) for `stall_seconds`. Only global rank
+0 prints the bar (sglang weight_utils.py enable_tqdm), so the head's log is the one read.
+"""
 
 from __future__ import annotations
-
-import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,17 +17,19 @@ from k3deploy.node import apikey, http_probe
 from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
+from k3deploy.engines import startup_log
 from k3deploy.steps import probes, raylayout, vllm_progress
 from k3deploy.steps.base import Step, wait
-
-LOADING = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)%")
-READY = "The server is fired up"
 
 
 class WaitParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    timeout: float | None = Field(default=None, gt=0)  # default: --dist-timeout + 10 min
+    timeout: float | None = Field(default=None, gt=0)  # an overall cap; none by default
     form_timeout: float = Field(default=900, gt=0)     # no weight loading by then: no group
+    # Formed, then no new progress line on rank 0 for this long: stuck. Generous: SGLang's
+    # multi-thread loader shows nothing until the first of its shards is read whole, and
+    # nothing between 100% and "Load weight end" (sgl-project/sglang#17970: minutes).
+    stall_seconds: float = Field(default=1800, gt=0)
     poll_seconds: float = Field(default=2.0, gt=0)
 
 
@@ -66,7 +74,7 @@ class WaitHealthy(Step):
         if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
             run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
                                                        create=False)
-        self._formed, self._shown = False, ""
+        self._formed, self._shown, self._marker = False, None, None
 
     def probes(self, node):
         name = node.inv.engine.container
@@ -84,9 +92,10 @@ class WaitHealthy(Step):
         return [F.command("log", logs, F.raw, sudo=True)]
 
     def facts_from(self, found, node):
+        health = found.get("health")
         return {"container": probes.container_summary(found["container"]),
-                "healthy": http_probe.healthy(found.get("health")), "log": found.get("log") or "",
-                "ray": found.get("ray")}
+                "healthy": http_probe.healthy(health), "log": found.get("log") or "",
+                "answers": http_probe.answered(health), "ray": found.get("ray")}
 
     def plan(self, facts, node):
         state = facts["container"]
@@ -96,8 +105,8 @@ class WaitHealthy(Step):
             # Also when rank 0 itself exited: the wait's first poll looks at every rank and
             # blames the one that exited first (ranks abort when a peer dies), with its log.
             return [wait("wait until rank 0 answers /health", "rank 0 answers /health",
-                         poll=self.p.poll_seconds, cluster=True,
-                         timeout=self.p.timeout or node.inv.engine.dist_timeout + 600)]
+                         poll=self.p.poll_seconds, cluster=True, timeout=self.p.timeout,
+                         stall=self.p.stall_seconds, hint=_stall_hint(node))]
         if not state["running"]:
             raise StepFailed(node.name, f"rank {node.rank} container exited ({state['exit_code']})",
                              step=self.name, hint=f"`k3deploy logs -i {node.inv.source}` shows "
@@ -106,17 +115,15 @@ class WaitHealthy(Step):
         return []
 
     def check_cluster(self, all_facts, run, waited):
-        """Fails fast: a rank's container exited, the ranks cannot form one group, or no rank
-        started loading weights in time; instead of sitting out the timeout."""
+        """Fails fast: a rank's container exited, the ranks cannot form one group, or rank 0
+        did not start loading weights in time; instead of sitting out the timeout."""
         states = {n: f["container"] for n, f in all_facts.items()}
         gone = [n for n, state in states.items() if not state or not state["running"]]
         if gone:
             raise _exited(run, gone, all_facts)
         _check_ranks(run, states)
         head = all_facts[run.inv.head.name]
-        logs = "\n".join(f["log"] for f in all_facts.values())
-        self._formed = (self._formed or bool(LOADING.search(logs)) or READY in logs
-                        or vllm_progress.formed(logs))
+        self._formed = self._formed or formed(head)
         if raylayout.in_use(run.inv):
             # The exec'd serve logs nowhere docker keeps; its ranks being placed on every
             # node (Ray holds the GPUs) is the sign the group formed, and losing them
@@ -124,18 +131,39 @@ class WaitHealthy(Step):
             self._formed = raylayout.serve_alive(head["ray"], head["healthy"],
                                                  run.inv.head.name) or self._formed
         if not self._formed and waited > self.p.form_timeout:
-            raise StepFailed(run.inv.head.name, f"no rank started loading weights within "
-                             f"{self.p.form_timeout:.0f}s: the process group did not form",
+            raise StepFailed(run.inv.head.name, f"rank 0 did not start loading weights "
+                             f"within {self.p.form_timeout:.0f}s: the process group did not form",
                              step=self.name, hint="check that every node reaches "
                              f"{run.inv.head.self_ip}:{run.inv.ports.dist_init} and the "
                              "ranks are 0..N-1 (k3deploy check)")
 
+    def progress(self, facts, node):
+        # None until the group formed: the form timeout judges that phase, not the stall.
+        # Our own /health polls fill the log tail during warm-up: keep the last line seen.
+        if not self._formed:
+            return None
+        self._marker = startup_log.progress_marker(facts["log"]) or self._marker
+        return self._marker or "formed"
+
     def show_progress(self, facts, node):
-        lines = [ln for ln in facts["log"].splitlines()
-                 if LOADING.search(ln) or READY in ln or vllm_progress.shown(ln)]
-        if lines and lines[-1] != self._shown and node.run.ui:
-            node.run.ui.say(f"{'':>14}{node.name}: {lines[-1].strip()[:120]}")
-            self._shown = lines[-1]
+        line = startup_log.progress_marker(facts["log"])
+        if line and line != self._shown and node.run.ui:
+            node.run.ui.say(f"{'':>14}{node.name}: {line[:120]}")
+            self._shown = line
+
+
+def formed(head: dict) -> bool:
+    """Rank 0 loads weights (its bar, printed by global rank 0 only), is ready, or its HTTP
+    server answers at all (503 during warm-up): every scheduler is past the rendezvous."""
+    log = head.get("log") or ""
+    return (bool(startup_log.loading(log)) or startup_log.ready(log) or vllm_progress.formed(log)
+            or bool(head.get("answers")))
+
+
+def _stall_hint(node) -> str:
+    return (f"rank 0 ({node.name}) printed no new loading or start-up line for that long; "
+            f"`k3deploy logs -i {node.inv.source}` saves every rank's log (a slow disk: raise "
+            "the wait step's stall_seconds)")
 
 
 def _check_ranks(run, states: dict) -> None:
@@ -155,11 +183,14 @@ def _exited(run, gone: list[str], all_facts: dict) -> StepFailed:
     # One rank dying makes the others abort (NCCL): the first to exit is the cause.
     states = {n: f["container"] for n, f in all_facts.items()}
     first = min(gone, key=lambda n: _finished_key(states[n]))
-    tail = "\n".join(all_facts[first]["log"].splitlines()[-15:])
+    log = all_facts[first]["log"]
+    tail = "\n".join(log.splitlines()[-15:])
     what = (f"container exited ({states[first]['exit_code']})" if states[first]
             else "container is gone")
+    said = startup_log.error_line(log)
     after = [n for n in gone if n != first]
     also = f" ({', '.join(after)} exited after it: ranks abort when a peer dies)" if after else ""
+    also += f"; its error: {said}" if said else ""
     return StepFailed(first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was "
                       f"up{also}; the end of its log:\n{tail}", step="wait",
                       hint=f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix "

@@ -66,12 +66,16 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "moby/moby daemon/daemon.go@docker-v29.1.2 CreateDaemonRoot/resolveSymlinkedDirectory "
        "(filepath.Abs + filepath.EvalSymlinks; DockerRootDir reports the result)",
        {"nvme_symlinked": True}),
-    _p("sglang-0.5.4", "sglang", "SGLang 0.5.4: the safetensors shard loader's progress line",
-       "sgl-project/sglang v0.5.4 python/sglang/srt/model_loader/weight_utils.py",
+    _p("sglang-0.5.4", "sglang",
+       "SGLang 0.5.4: 'Loading safetensors checkpoint shards' on global rank 0; /get_server_info",
+       "python/sglang/srt/model_loader/weight_utils.py safetensors_weights_iterator (before "
+       "sgl-project/sglang#20289); entrypoints/engine.py, http_server.py",
        {"sglang_version": "0.5.4"}),
     _p("sglang-0.5.16", "sglang",
-       "SGLang 0.5.16 (the kimi-k3 tags): the multi-thread loader, on global rank 0 only",
-       "sgl-project/sglang v0.5.16 python/sglang/srt/model_loader/weight_utils.py",
+       "SGLang 0.5.16 (the kimi-k3 tags): 'Multi-thread loading shards' on global rank 0 only; "
+       "/server_info",
+       "weight_utils.py multi_thread_safetensors_weights_iterator, default since 0.5.10 "
+       "(sgl-project/sglang#20289); /server_info canonical (#21463)",
        {"sglang_version": "0.5.16"}, default=True),
     _p("vllm-0.33", "vllm", "vLLM 0.33 log lines and start-up",
        "vllm 0.33.0 wheel: vllm/logger.py _FORMAT, entrypoints/launchers/launcher.py, "
@@ -92,7 +96,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "testbed", {"engine_import_seconds": 0.0}, default=True),
     _p("slow-engine-start", "engine-start",
        "the engine imports torch and its package for ~20 s before parsing its arguments",
-       "published SGLang/vLLM start-up logs (10-30 s from start to the first server_args line)",
+       "issue 18 (10-30 s of `import torch, sglang` before argparse runs); start-up checks: "
+       "server_args.py check_server_args, called by entrypoints/engine.py",
        {"engine_import_seconds": 20.0}),
 )}
 

@@ -59,7 +59,8 @@ def test_up_reports_duration_and_cost_and_writes_a_certificate(served):
     assert f"certificate: {path}" in up.stderr
     cert = json.loads(path.read_text())
     assert cert["kind"] == "up" and cert["verify"]["node0"]["status"] == "ok"
-    assert cert["versions"]["engine"]["version"] == "0.0.0+k3tb.standin"
+    # The stand-in reports its profile's SGLang (0.5.16, the default) where 0.5.16 does.
+    assert cert["versions"]["engine"] == {"version": "0.5.16", "path": "/server_info"}
     assert cert["versions"]["image_digest"].startswith("lmsysorg/sglang@sha256:")
     assert cert["launch"]["flags"]["--reasoning-parser"] == "kimi_k3"
     assert cert["launch"]["config_digest"] == cert["launch"]["config_digests"]["node0"]

@@ -61,7 +61,8 @@ def test_crashing_rank_fails_wait_fast_with_its_log(tmp_path):
         assert proc.returncode == 1, said(proc)
         text = said(proc)
         assert re.search(r"\[node1/wait\] rank 1 container exited \(1\) before the endpoint "
-                         r"was up; the end of its log", text), text
+                         r"was up; its error: RuntimeError: CUDA error: an illegal memory "
+                         r"access was encountered; the end of its log", text), text
         assert "CUDA error: an illegal memory access" in text  # the log tail
         assert "[node0/wait] rank 0" not in text and "exited after it" not in text  # no other rank
         assert summary(text)["node1"]["wait"] == "failed"

@@ -26,7 +26,10 @@ def _four_ranks_serving(cluster, tmp_path, timeout=3600, faults=None):
     port, dist = free_port(), free_port()
     runs = [make_node(tmp_path, f"node{r}", gpu="h100", faults=faults) for r in range(4)]
     # Workers first: they retry until rank 0 listens, as the guide's launch order allows.
-    procs = [cluster.start(runs[r], four_node_cmd(port, dist, r, timeout)) for r in (3, 1, 2)]
+    # Each on a port of its own: here all "nodes" share one loopback, and a worker serves
+    # SGLang's dummy health server on its --port once loaded (engine.py).
+    procs = [cluster.start(runs[r], four_node_cmd(free_port(), dist, r, timeout))
+             for r in (3, 1, 2)]
     head = cluster.start(runs[0], four_node_cmd(port, dist, 0, timeout),
                          env={"SGLANG_HOST_IP": "127.0.0.1", "SGLANG_HEALTH_CHECK_TIMEOUT": "1"})
     wait_health(port, head)
@@ -102,9 +105,12 @@ def test_a_duplicate_rank_never_forms_and_every_rank_times_out(cluster, tmp_path
     procs = [cluster.start(run, four_node_cmd(http_port, dist, rank, timeout=3),
                            env={"SGLANG_HOST_IP": ip} if ip else {})
              for run, (rank, ip, http_port) in zip(runs, ranks)]
-    # Rank 0 answers, not ready: loading never starts without a group (every rank's barrier
-    # timeout below proves it never formed).
-    assert wait_until(lambda: health_or_none(port), 10, "rank 0's HTTP server") == 503
+    # Rank 0's port stays closed: SGLang starts its HTTP server only once every scheduler is
+    # ready (engine.py), and without a group none is (every rank's barrier timeout below
+    # proves it never formed).
+    assert wait_until(lambda: "Waiting in store based barrier" in log_of(procs[0]), 20,
+                      "rank 0 at the barrier")
+    assert health_or_none(port) is None
     for proc in procs:
         assert wait_exit(proc, 10) == 1
         log = log_of(proc)
@@ -112,7 +118,7 @@ def test_a_duplicate_rank_never_forms_and_every_rank_times_out(cluster, tmp_path
         assert "world_size=32" in log      # torch counts one process per GPU: 4 nodes x 8
         assert ("DistStoreError: Timed out after 4 seconds waiting for clients" in log
                 if mistake == "two ranks 0" else "ran for 3001 milliseconds" in log)
-        assert "Loading safetensors" not in log
+        assert "loading shards" not in log and "checkpoint shards" not in log
     assert not any((run / "gpu.json").exists() for run in runs)
 
 

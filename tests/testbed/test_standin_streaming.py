@@ -66,7 +66,7 @@ def test_stream_is_one_token_per_chunk_at_the_decode_rate_with_usage(paced, flav
     content = [d["content"] for d in deltas if d.get("content")]
     assert len(reasoning) == usage["reasoning_tokens"] == 16   # effort low
     assert usage["completion_tokens_details"]["reasoning_tokens"] == 16
-    assert len(content) == usage["completion_tokens"]
+    assert len(reasoning) + len(content) == usage["completion_tokens"]   # reasoning is a part
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     # Paced: every token costs 1/RATE s (a lower bound only; the machine may be slower).
     assert elapsed >= 0.9 * (len(reasoning) + len(content)) / RATE
@@ -106,7 +106,9 @@ def test_after_a_tool_call_the_answer_says_whether_reasoning_came_back(paced):
 
 
 def test_engines_report_their_version_where_upstream_does(paced):
-    status, info = http(paced("sglang"), "/get_server_info")
-    assert status == 200 and info["version"] and info["reasoning_parser"] == "kimi_k3"
+    port = paced("sglang")
+    status, info = http(port, "/server_info")   # 0.5.16 (the default profile)
+    assert status == 200 and info["version"] == "0.5.16" and info["reasoning_parser"] == "kimi_k3"
+    assert http(port, "/get_server_info")[1] == info   # the deprecated alias still answers
     status, version = http(paced("vllm"), "/version")
-    assert status == 200 and version["version"] == info["version"]
+    assert status == 200 and version["version"]

@@ -275,12 +275,13 @@ def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
     step.prepare(run)
     seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
             for i in range(4)}
-    with pytest.raises(StepFailed, match="no rank started loading weights within 5s"):
+    with pytest.raises(StepFailed, match="rank 0 did not start loading weights within 5s"):
         step.check_cluster(seen, run, waited=6.0)
-    seen["node2"]["log"] = "Loading safetensors checkpoint shards:  10% Completed"
+    # SGLang >= 0.5.10's bar, on global rank 0 (the head) only: the group formed.
+    seen["node0"]["log"] = "Multi-thread loading shards:   0% Completed | 0/96 [00:00<?, ?it/s]\n"
     fresh = WaitHealthy({"form_timeout": 5})
     fresh.prepare(run)
-    fresh.check_cluster(seen, run, waited=6.0)   # one rank loading: the group formed
+    fresh.check_cluster(seen, run, waited=6.0)
 
 
 def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
@@ -359,3 +360,50 @@ def test_a_built_in_read_that_needs_root_goes_through_sudo_for_another_login():
         capture_output=True, text=True).stdout) for batch in (facts, shell))
     assert got["plain"] == want["plain"] == ("", 0)
     assert got["dir"][1] == want["dir"][1] != 0 and "sudo" in got["dir"][0], (got, want)
+
+
+class Unmeasured(Waits):
+    """No progress measure yet (None), e.g. the engine wait before the group formed."""
+
+    def progress(self, facts, node):
+        return None
+
+
+def test_a_wait_with_no_progress_measure_is_not_held_to_its_stall_limit(tmp_path):
+    waiter, node = waiter_for(tmp_path)
+    step = Unmeasured(goal=40, stall=0.05)   # 40 polls of 10 ms: well past the stall limit
+    assert waiter(step, node, step.plan({"count": 0}, node)[0].wait) == {"count": 40}
+
+
+BAR = "Multi-thread loading shards: {p:3d}% Completed | {n}/96 [00:{n:02d}<00:10,  1.00it/s]\n"
+
+
+def test_the_endpoint_wait_is_judged_by_rank0_progress_once_formed(tmp_path):
+    from k3deploy.steps.wait import WaitHealthy
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    step = WaitHealthy({"form_timeout": 5, "stall_seconds": 60})
+    step.prepare(run)
+    node0 = Runner(run, [step]).contexts[0]
+    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None,
+                         "answers": False} for i in range(4)}
+    assert step.progress(seen["node0"], node0) is None          # forming: the form timeout
+    seen["node0"]["log"] = BAR.format(p=0, n=0)
+    step.check_cluster(seen, run, waited=300.0)   # long past the form timeout: formed
+    first = step.progress(seen["node0"], node0)
+    seen["node0"]["log"] += BAR.format(p=1, n=1)
+    assert step.progress(seen["node0"], node0) not in (first, None)   # the bar advanced
+    # Warm-up: our own /health polls push the bar out of the log tail; no new progress.
+    last = step.progress(seen["node0"], node0)
+    seen["node0"]["log"] = '[2026-05-28 05:58:29] INFO:     127.0.0.1:50078 - "GET /health ' \
+                           'HTTP/1.1" 503\n' * 30
+    assert step.progress(seen["node0"], node0) == last
+    wait_action = step.plan(seen["node0"], node0)[0].wait
+    assert wait_action.stall == 60 and wait_action.timeout is None
+
+
+def test_rank0_answering_at_all_means_the_group_formed(tmp_path):
+    from k3deploy.steps.wait import formed
+    assert formed({"log": "", "answers": True})          # SGLang: 503 during warm-up
+    assert not formed({"log": "[2026-02-25 15:39:24 TP8] Init torch distributed begin.\n",
+                       "answers": False})

@@ -1,6 +1,8 @@
 """Step plans from fact fixtures: facts in, commands out. No I/O."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -283,3 +285,35 @@ def test_download_uploads_only_the_programs_the_node_does_not_have(tmp_path):
     assert len(uploads) == (len(files) - 1) + 1   # the other programs, and the manifest
     out = f"{present[same[0]]}  {same[0]}\nsha256sum: {stale[0]}: No such file or directory\n"
     assert node_files.fact([same[0], stale[0]]).parse(out, 1) == {same[0]: present[same[0]]}
+
+
+def test_launch_waits_for_the_engine_past_its_own_checks_only_while_waiting(tmp_path):
+    step, ctx, facts = launch_facts(tmp_path)
+    label = facts["spec"].labels[engines.CONFIG_LABEL]
+    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: label}}
+    # Importing torch and SGLang: nothing from its schedulers yet.
+    facts["log"] = "[2026-02-25 15:39:20] server_args=ServerArgs(model_path='m', tp_size=16)\n"
+    [action] = step.plan(facts, ctx)
+    assert action.wait.until == "rank 0 engine started" and action.wait.timeout == 300
+    facts["log"] += "[2026-02-25 15:39:24 TP0] Init torch distributed begin.\n"
+    assert step.plan(facts, ctx) == []
+
+
+def test_launch_does_not_wait_for_lines_a_quiet_log_level_hides(tmp_path):
+    step, ctx, facts = launch_facts(tmp_path)
+    facts["spec"] = dataclasses.replace(facts["spec"], extra_args={"log-level": "warning"})
+    label = facts["spec"].labels[engines.CONFIG_LABEL]
+    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: label}}
+    facts["log"] = ""
+    assert step.plan(facts, ctx) == []
+
+
+def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
+    from k3deploy.steps.launch import _died
+    _step, ctx, _facts = launch_facts(tmp_path, rank=1)
+    log = (Path(__file__).parents[1] / "fixtures" / "real" / "sglang" / "0.5.16" /
+           "check-server-args-error.txt").read_text()
+    err = _died(ctx, {"exit_code": 1, "running": False}, log)
+    assert str(err).startswith("rank 1 engine exited (1) during start-up: AssertionError: "
+                               "multi-node data parallel is not supported unless dp attention!")
+    assert err.node == ctx.name and "engine.args" in err.hint

@@ -166,12 +166,16 @@ class Generation:
             self.reasoning = None
             self.content = f"<think>{' '.join(think)}</think>{' '.join(reply)}{markup}"
             self.reasoning_tokens = 0
-        # Reasoning tokens are counted apart from completion tokens (bill against the sum).
-        self.completion_tokens = generated - self.reasoning_tokens
+        # As the real engines count: completion_tokens is every generated token, reasoning
+        # included; completion_tokens_details.reasoning_tokens says how many of them were
+        # reasoning (OpenAI's CompletionUsage: the details are a breakdown of completion_tokens).
+        self.completion_tokens = generated
 
     def usage(self):
-        total = self.prompt_tokens + self.completion_tokens + self.reasoning_tokens
+        # SGLang's UsageInfo (srt/entrypoints/openai/protocol.py) also has a top-level
+        # `reasoning_tokens`: the same count, again a part of completion_tokens.
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": total, "reasoning_tokens": self.reasoning_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+                "reasoning_tokens": self.reasoning_tokens,
                 "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
                 "prompt_tokens_details": None}

@@ -132,6 +132,23 @@ class Context:
         return float(self.node.get("engine_load_seconds", 2.0))
 
     @property
+    def sglang_version(self):
+        """(major, minor, patch) of the SGLang the image is built on (profile sglang-*)."""
+        text = str(self.node.get("sglang_version") or "0.5.16")
+        return tuple(int(part) for part in text.split(".")[:3])
+
+    @property
+    def import_seconds(self):
+        """How long `import torch, sglang|vllm` takes before the arguments are parsed
+        (profile slow-engine-start)."""
+        return float(self.node.get("engine_import_seconds", 0) or 0)
+
+    @property
+    def warmup_seconds(self):
+        """SGLang's warm-up request after the HTTP server came up (/health answers 503)."""
+        return float(self.node.get("engine_warmup_seconds", 0.5) or 0)
+
+    @property
     def decode_tok_s(self):
         """Single-stream decode rate the HTTP side paces tokens at (0: no pacing)."""
         return float(self.node.get("decode_tok_s", 0) or 0)

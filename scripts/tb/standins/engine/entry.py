@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
@@ -109,6 +110,9 @@ def dispatch(ctx, argv):
 
 
 def run_engine(ctx, program, argv, prog):
+    # `import torch` and the engine's package come before anything else: 10-30 s on a real
+    # node before the first flag is even parsed (profile slow-engine-start).
+    time.sleep(ctx.import_seconds)
     check_cuda(ctx)
     if program == "sglang":
         import sglang

@@ -1,7 +1,9 @@
 """The HTTP side of an engine: health, /v1/models and /v1/chat/completions in the shapes
 SGLang and vLLM answer with. Stdlib ThreadingHTTPServer; access lines in uvicorn's format.
 
-SGLang: /health and /health_generate answer 503 until the weights are loaded, then 200.
+SGLang: the HTTP server starts only after every scheduler reported ready (weights loaded; the
+port refuses connections before); /health and /health_generate answer 503 while the server
+status is Starting (the warm-up request), then 200 (http_server.py health_generate).
 A hung engine (a peer rank died, the scheduler sits in a collective) accepts every request:
 chat completions are never answered; SGLang's health check waits for the scheduler for
 SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and then answers 503.
@@ -30,8 +32,12 @@ class Serving:
     """What the server needs to know about the engine behind it."""
 
     def __init__(self, flavor, served_names, model_root, max_len, api_key=None,
-                 reasoning_parser=None, tool_parser=None, auto_tool_choice=True, decode_tok_s=0):
+                 reasoning_parser=None, tool_parser=None, auto_tool_choice=True, decode_tok_s=0,
+                 version=VERSION, info_paths=("/get_server_info",)):
         self.flavor, self.served_names, self.model_root = flavor, served_names, model_root
+        # SGLang's server-info route(s): "/server_info" is the name newer releases answer
+        # on, "/get_server_info" then a deprecated alias (http_server.py; #21463).
+        self.version, self.info_paths = version, tuple(info_paths)
         self.max_len, self.api_key = max_len, api_key
         self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
         self.auto_tool_choice = auto_tool_choice
@@ -46,16 +52,41 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
-def start(serving, host, port):
-    class Handler(_Handler):
-        state = serving
+def _serve(host, port, handler):
+    """Bind (uvicorn's own words when the port is taken) and serve in a thread."""
     try:
-        server = _Server((host, port), Handler)
+        server = _Server((host, port), handler)
     except OSError as e:
         raise EngineExit(f"ERROR:    [Errno {e.errno}] error while attempting to bind on address "
                          f"('{host}', {port}): {e.strerror.lower()}")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def start(serving, host, port):
+    class Handler(_Handler):
+        state = serving
+    return _serve(host, port, Handler)
+
+
+def start_dummy_health(host, port):
+    """SGLang's launch_dummy_health_check_server (srt/utils): what a node rank >= 1 serves on
+    --host/--port once its schedulers are ready: /health and /health_generate always 200,
+    anything else FastAPI's 404; uvicorn at log_level "warning", so no access lines."""
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            known = self.path.split("?", 1)[0] in ("/health", "/health_generate")
+            body = b"" if known else b'{"detail":"Not Found"}'
+            self.send_response(200 if known else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+    return _serve(host, port, Handler)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -111,8 +142,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/v1/models":
             return self._reply(200, self._models())
         if path == "/version" and not sglang:
-            return self._reply(200, {"version": VERSION})
-        if path in ("/get_server_info", "/server_info") and sglang:
+            return self._reply(200, {"version": self.state.version})
+        if path in self.state.info_paths and sglang:
+            if path == "/get_server_info" and "/server_info" in self.state.info_paths:
+                say("WARNING: Endpoint '/get_server_info' is deprecated and will be removed in a "
+                    "future version. Please use '/server_info' instead.")
             return self._reply(200, self._server_info())
         if path == "/get_model_info" and sglang:
             return self._reply(200, {"model_path": self.state.model_root,
@@ -148,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             return self._stream(body, completion)
         with self.state.pacer as pacer:
-            pacer.wait(gen.completion_tokens + gen.reasoning_tokens)
+            pacer.wait(gen.completion_tokens)
         self._reply(200, completion)
 
     def _check_request(self, body):
@@ -212,4 +246,4 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.state
         return {"model_path": state.model_root, "served_model_name": state.served_names[0],
                 "context_length": state.max_len, "reasoning_parser": state.reasoning_parser,
-                "tool_call_parser": state.tool_parser, "version": VERSION}
+                "tool_call_parser": state.tool_parser, "version": state.version}

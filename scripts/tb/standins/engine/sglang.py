@@ -5,6 +5,9 @@ error, exit 2), checks
 the launch shape against the node, finds the snapshot, forms the process group over TCP, emulates
 the weight load, reports GPU memory, and on node rank 0 serves the OpenAI API.
 """
+import sys
+import time
+
 import clitable
 import configfile
 import openai_api
@@ -12,6 +15,12 @@ import rendezvous
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
 
+# Multi-thread loading on by default from 0.5.10 (sgl-project/sglang#20289, 2026-03-10).
+MULTI_THREAD_SINCE = (0, 5, 10)
+# The last release modelled with /get_server_info only. /server_info was the canonical name by
+# 2025-12 (sgl-project/sglang#14533 reverts a change that had moved callers to it); 0.5.4
+# (2025-10) predates that evidence. The exact release it appeared in is not pinned down.
+OLD_INFO_PATH_UNTIL = (0, 5, 4)
 DEFAULT_MEM_FRACTION = 0.9
 DEFAULT_DIST_TIMEOUT = 600   # torch's process-group default
 CUDA_CONTEXT_MIB = 1638      # CUDA context + NCCL buffers outside the static pool
@@ -100,8 +109,7 @@ class Rank:
         snap = weights.resolve(ctx, args.model_path, args.revision)
         max_len = self.context_length(snap)
         arm_crash_fault(ctx, self.crash_text)
-        serving = self.start_http(snap, max_len) if args.node_rank == 0 else None
-        self.serving = serving
+        self.serving = None
         group = self.form_group()
         self.load(snap)
         # As in SGLang, every rank holds its weights and KV pool before rank 0 serves (the
@@ -110,7 +118,9 @@ class Rank:
         group.report_loaded()
         if args.node_rank == 0:
             group.wait_all_loaded()
-        self.finish_startup(serving)
+            self.serve(snap, max_len)
+        else:
+            self.serve_dummy_health()
         block_forever()
 
     def context_length(self, snap):
@@ -123,11 +133,14 @@ class Rank:
         return wanted
 
     def start_http(self, snap, max_len):
-        args = self.args
+        args, version = self.args, self.ctx.sglang_version
         serving = openai_api.Serving(
             "sglang", [args.served_model_name or args.model_path], args.model_path, max_len,
             api_key=args.api_key, reasoning_parser=args.reasoning_parser,
-            tool_parser=args.tool_call_parser, decode_tok_s=self.ctx.decode_tok_s)
+            tool_parser=args.tool_call_parser, decode_tok_s=self.ctx.decode_tok_s,
+            version=".".join(map(str, version)),
+            info_paths=(("/server_info", "/get_server_info") if version > OLD_INFO_PATH_UNTIL
+                        else ("/get_server_info",)))
         openai_api.start(serving, args.host, args.port)
         return serving
 
@@ -152,8 +165,7 @@ class Rank:
                                                       ctx.gpu_mem_mib)
         self.log(f"Load weight begin. avail mem={phys_gb * 0.96:.2f} GB")
         try:
-            weights.load(snap, ctx.load_seconds,
-                         lambda d, t, e: self.log(weights.progress_line(d, t, e)), oom_at)
+            weights.load(snap, ctx.load_seconds, self.progress, oom_at)
         except weights.LoadError as e:
             detail = weights.oom_text(ctx.gpu_mem_mib, need_gb, phys_gb) if str(e) == "oom" \
                 else f"Traceback (most recent call last):\n{e}"
@@ -163,6 +175,16 @@ class Rank:
                              f"--mem-fraction-static. Current value: {self.frac}")
         self.log(f"Load weight end. type=KimiK3ForConditionalGeneration, dtype=torch.bfloat16, "
                  f"avail mem={phys_gb - need_gb:.2f} GB, mem usage={need_gb:.2f} GB.")
+
+    def progress(self, done, total, elapsed):
+        """The loader's tqdm bar: on global rank 0 only (weight_utils.py: enable_tqdm is
+        `torch.distributed.get_rank() == 0`), to stderr as tqdm writes, without a log prefix;
+        its description by version (weights.py)."""
+        if self.args.node_rank != 0:
+            return
+        desc = (weights.MULTI_THREAD_DESC if self.ctx.sglang_version >= MULTI_THREAD_SINCE
+                else weights.SAFETENSORS_DESC)
+        say(weights.progress_line(done, total, elapsed, desc), sys.stderr)
 
     def memory_per_gpu(self):
         mem = self.ctx.gpu_mem_mib
@@ -181,14 +203,21 @@ class Rank:
                  f"{avail * 0.5:.2f} GB")
         self.log(f"Memory pool end. avail mem={avail:.2f} GB")
 
-    def finish_startup(self, serving):
-        if serving is None:
-            self.log("Node rank > 0: no HTTP server on this node; serving through node rank 0.")
-            return
+    def serve(self, snap, max_len):
+        """engine.py: the HTTP server starts once every scheduler is ready; http_server.py
+        _wait_and_warmup sends one request (health answers 503 while the status is Starting),
+        then logs the ready line."""
+        self.serving = self.start_http(snap, max_len)
         say(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} "
             "(Press CTRL+C to quit)")
-        serving.ready.set()
-        self.log("The server is fired up and ready to roll!")
+        time.sleep(self.ctx.warmup_seconds)
+        self.serving.ready.set()
+        say(f"[{now_stamp()}] The server is fired up and ready to roll!")
+
+    def serve_dummy_health(self):
+        """engine.py _launch_subprocesses: a node rank >= 1 waits for its schedulers, then
+        runs launch_dummy_health_check_server on the same --host/--port."""
+        openai_api.start_dummy_health(self.args.host, self.args.port)
 
     def hang(self):
         """A peer is gone: the scheduler sits in a collective, the HTTP side stays up."""
@@ -214,10 +243,34 @@ class _SingleNode:
         pass
 
 
+# engine.py _launch_subprocesses calls server_args.check_server_args() before any scheduler
+# starts; its assertions, in server_args.py's words (sgl-project/sglang main).
+CHECKS = (
+    (lambda a: a.tp_size % a.nnodes == 0, "tp_size must be divisible by number of nodes"),
+    (lambda a: not (a.dp_size > 1 and a.nnodes != 1 and not a.enable_dp_attention),
+     "multi-node data parallel is not supported unless dp attention!"),
+)
+
+
+def check_server_args(args):
+    for holds, message in CHECKS:
+        if not holds(args):
+            # Frames as the call chain runs (line numbers are not upstream's).
+            raise EngineExit(
+                "Traceback (most recent call last):\n"
+                '  File "/sgl-workspace/sglang/python/sglang/launch_server.py", in <module>\n'
+                "    run_server(server_args)\n"
+                '  File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/engine.py", in '
+                "_launch_subprocesses\n    server_args.check_server_args()\n"
+                '  File "/sgl-workspace/sglang/python/sglang/srt/server_args.py", in '
+                f"check_server_args\n    assert not (\nAssertionError: {message}")
+
+
 def main(ctx, argv, prog):
     # SGLang's config merger writes each key as `--KEY` verbatim (no `_` -> `-`).
     parser = build_parser(prog)
     argv, _ = clitable.strip_wrapper(parser.table, argv)
     args = parser.parse_args(configfile.expand_config(ctx, argv, verbatim=True))
+    check_server_args(args)
     validate(args, ctx)
     Rank(args, ctx).run()

@@ -145,7 +145,8 @@ def load(snapshot, seconds, progress, oom_at=None):
     of memory (LoadError('oom')). A bad shard raises LoadError naming it."""
     total = len(snapshot.shards)
     step = max(seconds, 0.0) / max(total, 1)
-    start, next_mark = time.monotonic(), 0
+    start, next_mark = time.monotonic(), 1
+    progress(0, total, 0.0)   # tqdm draws its bar once when it is created
     for done, shard in enumerate(snapshot.shards, 1):
         problem = shard_problem(os.path.join(snapshot.host_dir, shard))
         if problem:
@@ -158,13 +159,24 @@ def load(snapshot, seconds, progress, oom_at=None):
             next_mark = done * 10 // total + 1
 
 
-def progress_line(done, total, elapsed):
-    pct = done * 100 // total
-    rate = done / elapsed if elapsed > 0 else 0.0
-    left = (total - done) / rate if rate > 0 else 0.0
+# The loaders' tqdm descriptions. SGLang < 0.5.10 and vLLM: safetensors_weights_iterator;
+# SGLang >= 0.5.10 turned its multi-thread loader on by default (sgl-project/sglang#20289,
+# multi_thread_safetensors_weights_iterator in python/sglang/srt/model_loader/weight_utils.py).
+SAFETENSORS_DESC = "Loading safetensors checkpoint shards"
+MULTI_THREAD_DESC = "Multi-thread loading shards"
+
+
+def progress_line(done, total, elapsed, desc=SAFETENSORS_DESC):
+    """One tqdm update in the loaders' _BAR_FORMAT: "{desc}: {percentage:3.0f}% Completed |
+    {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"; before the first item tqdm
+    shows "?" for what it cannot know yet."""
     clock = lambda s: f"{int(s) // 60:02d}:{int(s) % 60:02d}"  # noqa: E731
-    return (f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {done}/{total} "
-            f"[{clock(elapsed)}<{clock(left)}, {rate:5.2f}it/s]")
+    head = f"{desc}: {done * 100 // total:3d}% Completed | {done}/{total} [{clock(elapsed)}<"
+    if done == 0 or elapsed <= 0:
+        return head + "?, ?it/s]"
+    rate = done / elapsed
+    speed = f"{rate:5.2f}it/s" if rate >= 1 else f"{1 / rate:5.2f}s/it"
+    return head + f"{clock((total - done) / rate)}, {speed}]"
 
 
 def resident_gb_per_gpu(world_gpus):

@@ -1,0 +1,74 @@
+"""What an engine's start-up log says: weight-loading progress, start-up milestones, the ready
+line and the engine's own error line. Pure: text in, values out.
+
+Weight loading is a tqdm bar whose text ends in "\\n" (SGLang/vLLM `_BAR_FORMAT`:
+"{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [...]"), printed only where
+`torch.distributed.get_rank() == 0` (global rank 0: the head's log, never a worker's). Its
+description depends on the loader: SGLang < 0.5.10 and vLLM "Loading safetensors checkpoint
+shards"; SGLang >= 0.5.10 (multi-thread loader on by default, sgl-project/sglang#20289)
+"Multi-thread loading shards". tqdm may also glue two updates into one line (its close()
+refresh), so every match on a line counts, the last one wins.
+"""
+
+from __future__ import annotations
+
+import re
+
+LOADING_DESCS = ("Multi-thread loading shards", "Loading safetensors checkpoint shards")
+_BAR = re.compile(r"(?:" + "|".join(map(re.escape, LOADING_DESCS)) +
+                  r"):\s*(\d+)% Completed \| (\d+)/(\d+) \[")
+# SGLang http_server.py _wait_and_warmup: logged after the warm-up request succeeded.
+READY = "The server is fired up and ready to roll!"
+# Lines an engine prints between loading and ready (no bar there): they count as progress.
+# SGLang model_runner.py ("Load weight end.", "Memory pool end.", "Capture cuda graph
+# end.") and vLLM gpu_model_runner.py ("Model loading took", "Graph capturing finished").
+_MILESTONES = re.compile(r"Load weight end\.|KV Cache is allocated|Memory pool end\.|"
+                         r"Capture (?:cuda|piecewise CUDA) graph (?:begin|end)|"
+                         r"Model loading took|Graph capturing finished|"
+                         r"Capturing (?:batches|num tokens)")
+# The scheduler started (SGLang engine.py runs check_server_args before it): flags accepted.
+STARTED = {"sglang": re.compile(r"Init torch distributed begin"),
+           "vllm": re.compile(r"Starting to load model|Initializing a V1 LLM engine")}
+# A Python exception's last line ("ValueError: ...", "torch.OutOfMemoryError: ...") or
+# argparse's "prog: error: ...".
+_ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)(?::.*)?|"
+                    r"\S+: error: .+|ERROR:\s+.+)$")
+
+
+def loading(text: str) -> tuple[int, int] | None:
+    """(shards done, total) of the last loading bar in the text, or None before loading."""
+    found = None
+    for match in _BAR.finditer(text):
+        found = (int(match.group(2)), int(match.group(3)))
+    return found
+
+
+def ready(text: str) -> bool:
+    return READY in text
+
+
+def started(engine: str, text: str) -> bool:
+    """The engine is past its own argument checks (its workers were started)."""
+    pattern = STARTED.get(engine)
+    return bool(pattern and pattern.search(text))
+
+
+def progress_marker(text: str) -> str | None:
+    """The last line that shows the start-up advancing (a loading bar, a milestone, the ready
+    line); changes as long as the engine gets on. Access-log lines (our own /health polls)
+    never count."""
+    last = None
+    for line in re.split(r"[\r\n]+", text):
+        if _BAR.search(line) or _MILESTONES.search(line) or READY in line:
+            last = line.strip()
+    return last
+
+
+def error_line(text: str) -> str | None:
+    """The engine's own error line: the last exception line (or argparse error) in the log."""
+    found = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if _ERROR.match(stripped):
+            found = stripped
+    return found

@@ -1,0 +1,83 @@
+"""The engine start-up log readers (k3deploy/engines/startup_log.py) on real transcripts:
+tests/fixtures/real/sglang/<version>/*.txt, each with a .source saying where it comes from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k3deploy.engines import startup_log
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang"
+
+
+def real(version: str, name: str) -> str:
+    assert (REAL / version / f"{name}.source").is_file(), f"{version}/{name} has no source"
+    return (REAL / version / f"{name}.txt").read_text()
+
+
+@pytest.mark.parametrize("version, name, expected", [
+    ("0.5.16", "rank0-loading", (4, 4)),        # the glued close() refresh is the last bar
+    ("0.5.16", "kimi-k25-loading", (3, 64)),
+    ("0.5.4", "rank0-loading", (14, 26)),
+    ("0.5.4", "dsv3-multinode-rank0-error", (41, 163)),
+    ("0.5.16", "worker-rank1-startup-error", None),   # workers print no bar
+    ("0.5.16", "ready", None),
+])
+def test_loading_reads_the_last_bar_of_either_loader(version, name, expected):
+    assert startup_log.loading(real(version, name)) == expected
+
+
+def test_the_first_bar_counts_as_loading_before_any_shard_is_read():
+    first = real("0.5.16", "kimi-k25-loading").splitlines()[0]
+    assert startup_log.loading(first) == (0, 64)
+
+
+def test_ready_line():
+    assert startup_log.ready(real("0.5.16", "ready"))
+    assert not startup_log.ready(real("0.5.16", "rank0-loading"))
+
+
+def test_progress_marker_is_the_last_progress_line_never_an_access_line():
+    assert startup_log.progress_marker(real("0.5.16", "ready")) == \
+        "[2026-05-28 05:58:29] The server is fired up and ready to roll!"
+    marker = startup_log.progress_marker(real("0.5.16", "rank0-loading"))
+    assert marker.startswith("Multi-thread loading shards: 100% Completed | 4/4")
+    # A log whose tail holds only our own /health polls shows no progress.
+    access = real("0.5.16", "ready").splitlines()[1]
+    assert startup_log.progress_marker(access) is None
+
+
+def test_progress_marker_changes_as_the_bar_advances():
+    lines = real("0.5.4", "rank0-loading").splitlines()
+    seen = [startup_log.progress_marker("\n".join(lines[:n])) for n in range(2, len(lines) + 1)]
+    assert len(set(seen)) == len(seen)
+
+
+def test_started_is_the_scheduler_past_the_argument_checks():
+    assert startup_log.started("sglang", real("0.5.16", "worker-rank1-startup-error"))
+    assert not startup_log.started("sglang", real("0.5.16", "check-server-args-error"))
+
+
+@pytest.mark.parametrize("version, name, line", [
+    ("0.5.16", "worker-rank1-startup-error", "torch.AcceleratorError: CUDA error: out of memory"),
+    ("0.5.16", "check-server-args-error",
+     "AssertionError: multi-node data parallel is not supported unless dp attention!"),
+    ("0.5.4", "dsv3-multinode-rank0-error", None),    # the excerpt ends before the exception
+    ("0.5.16", "ready", None),
+])
+def test_error_line_is_the_engines_own(version, name, line):
+    assert startup_log.error_line(real(version, name)) == line
+
+
+def test_error_line_reads_argparse_and_uvicorn_errors():
+    # argparse's error as published in devopsrustem/slurmv4 3/4.sh (a 2026 SGLang launch).
+    argparse = ("launch_server.py: error: unrecognized arguments: --disaggregation-decode-url "
+                "http://10.99.91.49:30001,http://10.99.91.33:30001\n")
+    assert startup_log.error_line(argparse) == argparse.strip()
+    # uvicorn/server.py startup(): "[Errno %d] error while attempting to bind on address %s: %s"
+    # under uvicorn's "ERROR:    " level prefix.
+    bind = "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): " \
+           "address already in use\n"
+    assert startup_log.error_line(bind) == bind.strip()
