@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from k3deploy.core.errors import InventoryError
 from k3deploy.cluster.inventory_partial import partial
+from k3deploy.cluster.moe_backend import moe_runner_backend
 from k3deploy.cluster.inventory_rules import semantic_problems
 from k3deploy.remote import protocol
 
@@ -161,6 +162,11 @@ class Inventory(_Model):
     @property
     def head(self) -> Node:
         return self.ranked()[0][1]
+
+    @property
+    def moe_runner_backend(self) -> str | None:
+        """The MoE backend the launch passes (the planner reports the same one)."""
+        return moe_runner_backend(self.engine.kind, self.gpu.model, self.model.precision)
 
     @property
     def total_gpus(self) -> int:

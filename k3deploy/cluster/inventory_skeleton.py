@@ -12,7 +12,6 @@ import ipaddress
 import yaml
 
 from k3deploy.cluster import sizing
-from k3deploy.cluster.gpus import get_gpu
 from k3deploy.cluster.sizing import SizingResult
 
 PLACEHOLDER_PUBLIC_NET = ipaddress.ip_network("203.0.113.0/24")  # TEST-NET-3
@@ -33,8 +32,9 @@ def is_placeholder_address(address: str) -> bool:
 def engine_args(config: SizingResult) -> dict:
     """engine.args overrides (flag without -- -> value, None removes a default flag).
 
-    The engine builders derive the parallel layout (TP/EP/DP, Ray) from engine kind, node
-    count and GPU model, so only what differs from their defaults is written here."""
+    The engine builders derive the parallel layout (TP/EP/DP, Ray) from engine kind and node
+    count and the MoE backend from moe_backend, as the planner does, so only what differs from
+    their defaults is written here."""
     shape = config.launch
     if shape.engine == "vllm":
         if shape.static_fraction != sizing.VLLM_GPU_MEMORY_UTILIZATION:
@@ -43,10 +43,6 @@ def engine_args(config: SizingResult) -> dict:
     args: dict = {}
     if shape.static_fraction != sizing.SGLANG_MEM_FRACTION_STATIC:
         args["mem-fraction-static"] = shape.static_fraction
-    hopper_tp_ep = not shape.dp_attention and not get_gpu(config.gpu).fp4_native
-    if hopper_tp_ep and not shape.moe_runner_backend:
-        # the builder sets marlin on Hopper; it is the W4A16 kernel for mxfp4 only
-        args["moe-runner-backend"] = None
     return args
 
 

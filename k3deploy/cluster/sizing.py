@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from k3deploy.cluster.gpus import GpuModel, get_gpu
+from k3deploy.cluster.moe_backend import moe_runner_backend
 
 # --- the model ("What Kimi K3 Actually Is", "VRAM Math") ---
 ROUTED_EXPERTS = 896  # "896 total experts, 16 active per token"
@@ -82,7 +83,7 @@ class LaunchShape:
     dp: int
     dp_attention: bool  # attention replicated per rank (SGLang --enable-dp-attention, vLLM DP)
     ray: bool  # vLLM across nodes runs over a Ray cluster
-    moe_runner_backend: str | None  # "marlin" for mxfp4 on GPUs without FP4 tensor cores
+    moe_runner_backend: str | None  # moe_backend.moe_runner_backend: marlin for mxfp4 on Hopper
     static_fraction: float  # SGLang --mem-fraction-static / vLLM --gpu-memory-utilization
     context_length: int | None  # None: not chosen (engines then default to the 1M maximum)
 
@@ -144,13 +145,14 @@ def default_static_fraction(engine: str) -> float:
 def launch_shape(gpu, gpus, nodes, precision, engine, fraction, context_length) -> LaunchShape:
     """The layouts k3deploy launches (launchspec.layout_for): SGLang on one node is the guide's
     B300 cell (TP=EP=DP, DP attention), across nodes the H100 cookbook cell (TP=EP=all GPUs,
-    marlin for mxfp4 on Hopper); vLLM is DP=EP=all GPUs, over Ray across nodes."""
+    the MoE backend from moe_backend); vLLM is DP=EP=all GPUs, over Ray across nodes."""
     if engine == "vllm":
         return LaunchShape("vllm", 1, gpus, gpus, True, nodes > 1, None, fraction, context_length)
+    backend = moe_runner_backend(engine, gpu, precision)
     if nodes == 1:
-        return LaunchShape("sglang", gpus, gpus, gpus, True, False, None, fraction, context_length)
-    marlin = "marlin" if precision == "mxfp4" and not gpu.fp4_native else None
-    return LaunchShape("sglang", gpus, gpus, 1, False, False, marlin, fraction, context_length)
+        return LaunchShape("sglang", gpus, gpus, gpus, True, False, backend, fraction,
+                           context_length)
+    return LaunchShape("sglang", gpus, gpus, 1, False, False, backend, fraction, context_length)
 
 
 def per_rank_resident_gb(precision: str, ranks: int) -> float:
