@@ -24,15 +24,15 @@ from k3deploy.steps import probes
 STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "teardown")
 
 
-def _live(session, inv, name: str) -> dict:
-    probe = [probes.engine_container(inv),
-             probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
-             *cluster_state.live_probes(inv)]
+def _live(session, inv, name: str, api_key: str | None) -> dict:
+    probe = [probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
+             *cluster_state.live_probes(inv, name == inv.head.name, api_key)]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
     return {"reachable": True, "container": probes.container_summary(found["container"]),
+            "health": found.get(cluster_state.HEALTH),
             "download": found["download"], "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
 
@@ -43,7 +43,8 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) ->
                  lock=False) as session:
         names = [n.name for n in inv.nodes]
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n), names)))
+            key = cluster_state.api_key(inv, session.state_dir)
+            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n, key), names)))
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}

@@ -16,9 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from k3deploy.core.errors import Interrupted, K3Error
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.node import facts as F
-from k3deploy.node import http_probe
 from k3deploy.remote import script_text
-from k3deploy.steps import probes, raylayout
+from k3deploy.steps import probes, raylayout, serves
 
 SCRIPT = script_text("portcheck.py")
 MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
@@ -67,12 +66,7 @@ def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
 
 
 def serving_facts(node) -> list[F.Fact]:
-    """What tells a serving cluster: the engine container (the launch step asks the same), and
-    on the head the endpoint's /health, asked from the head itself."""
-    found = [probes.engine_container(node.inv)]
-    if node.is_head:
-        found.append(http_probe.fact("serving", node.inv, ["health"], node.run.inputs.api_key))
-    return found
+    return serves.facts(node.inv, node.is_head, node.run.inputs.api_key)
 
 
 NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each other); "
@@ -81,10 +75,9 @@ NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each oth
 
 def serving(run, all_facts: dict) -> bool:
     head = all_facts.get(run.inv.head.name) or {}
-    running = [(probes.container_summary(f.get("container")) or {}).get("running")
-               for f in all_facts.values()]
-    return len(all_facts) == len(run.inv.nodes) and all(running) and \
-        http_probe.healthy(head.get("serving"))
+    return serves.serves(len(run.inv.nodes), [
+        serves.engine_running(probes.container_summary(f.get("container")))
+        for f in all_facts.values()], head.get(serves.HEALTH))
 
 
 def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
