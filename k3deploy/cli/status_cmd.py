@@ -19,14 +19,15 @@ from k3deploy.core.redact import redact_obj
 from k3deploy.node.session import Session
 from k3deploy.core.state import ClusterLock
 from k3deploy.remote.protocol import WorkPaths
-from k3deploy.steps import probes
+from k3deploy.steps import BRINGUP, TEARDOWN, probes, steps_in
 
-STEPS = ("preflight", "nvme", "download", "image", "launch", "wait", "verify", "teardown")
+# every registered step of a bring-up or a teardown, in registry order (steps/__init__.py)
+STEPS = steps_in(BRINGUP) + steps_in(TEARDOWN)
 
 
 def _live(session, inv, name: str, api_key: str | None) -> dict:
     probe = [probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
-             *cluster_state.live_probes(inv, name == inv.head.name, api_key)]
+             *cluster_state.live_probes(inv, inv.is_head(name), api_key)]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
@@ -100,7 +101,7 @@ def _step_columns(doc: dict) -> list[str]:
     all bring-up steps when nothing ran yet."""
     seen = [s for info in doc["nodes"].values() for s in info["state"]]
     ordered = [s for s in STEPS if s in seen] + [s for s in dict.fromkeys(seen) if s not in STEPS]
-    return ordered or list(STEPS)
+    return ordered or list(steps_in(BRINGUP))
 
 
 def render(doc: dict) -> Table:

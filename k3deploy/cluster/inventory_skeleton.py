@@ -13,6 +13,8 @@ import yaml
 
 from k3deploy.cluster import sizing
 from k3deploy.cluster.sizing import SizingResult
+from k3deploy.engines.layout import VLLM_MAX_NODES
+from k3deploy.engines.static_fraction import FLAGS, default_static_fraction
 
 PLACEHOLDER_PUBLIC_NET = ipaddress.ip_network("203.0.113.0/24")  # TEST-NET-3
 PLACEHOLDER_PRIVATE_NET = ipaddress.ip_network("192.0.2.0/24")  # TEST-NET-1
@@ -36,14 +38,9 @@ def engine_args(config: SizingResult) -> dict:
     count and the MoE backend from moe_backend, as the planner does, so only what differs from
     their defaults is written here."""
     shape = config.launch
-    if shape.engine == "vllm":
-        if shape.static_fraction != sizing.VLLM_GPU_MEMORY_UTILIZATION:
-            return {"gpu-memory-utilization": shape.static_fraction}
+    if shape.static_fraction == default_static_fraction(shape.engine):
         return {}
-    args: dict = {}
-    if shape.static_fraction != sizing.SGLANG_MEM_FRACTION_STATIC:
-        args["mem-fraction-static"] = shape.static_fraction
-    return args
+    return {FLAGS[shape.engine]: shape.static_fraction}
 
 
 def _nodes(count: int) -> list[dict]:
@@ -63,9 +60,9 @@ def _nodes(count: int) -> list[dict]:
 def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
     """An inventory dict for one sized config; rank = list order, node0 is the head.
     ValueError for a shape k3deploy does not launch (vLLM beyond two nodes)."""
-    if config.engine == "vllm" and config.nodes > sizing.VLLM_MAX_NODES:
+    if config.engine == "vllm" and config.nodes > VLLM_MAX_NODES:
         raise ValueError(
-            f"{config.label}: k3deploy launches vLLM on at most {sizing.VLLM_MAX_NODES} nodes; "
+            f"{config.label}: k3deploy launches vLLM on at most {VLLM_MAX_NODES} nodes; "
             f"use --engine sglang for {config.nodes} nodes"
         )
     return {

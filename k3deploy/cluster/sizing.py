@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass, replace
 
 from k3deploy.cluster.gpus import GpuModel, get_gpu
 from k3deploy.cluster.moe_backend import moe_runner_backend
+from k3deploy.engines.layout import VLLM_MAX_NODES
+from k3deploy.engines.static_fraction import (SGLANG_MEM_FRACTION_STATIC,  # noqa: F401 (plan --json)
+                                              VLLM_GPU_MEMORY_UTILIZATION, default_static_fraction)
 
 # --- the model ("What Kimi K3 Actually Is", "VRAM Math") ---
 ROUTED_EXPERTS = 896  # "896 total experts, 16 active per token"
@@ -28,11 +31,10 @@ GUIDE_H100_RANKS = 32  # --tp-size 32 --ep-size 32
 GUIDE_H100_PER_RANK_GB = 59.6  # "each rank ends up holding roughly 59.6GB resident"
 GUIDE_H100_KV_POOL_GB = 3.6  # "about 3.6GB for the KV cache pool"
 GUIDE_H100_KDA_STATE_GB = 3.4  # "another ~3.4GB for KDA's recurrent state"
-SGLANG_MEM_FRACTION_STATIC = 0.85  # the guide's launch: --mem-fraction-static 0.85
-# vLLM's own default for --gpu-memory-utilization (not in the guide); it plays the role of
-# SGLang's static fraction for vLLM rows and is an upper bound there (vLLM's budget also
-# covers activations).
-VLLM_GPU_MEMORY_UTILIZATION = 0.90
+# SGLANG_MEM_FRACTION_STATIC: the guide's launch, --mem-fraction-static 0.85 (engines/
+# static_fraction.py). VLLM_GPU_MEMORY_UTILIZATION, vLLM's own default (not in the guide), plays
+# the role of SGLang's static fraction for vLLM rows and is an upper bound there (vLLM's budget
+# also covers activations).
 
 # Per-rank duplication: "the extra ~350GB is per-rank duplication: every rank keeps a full copy
 # of the attention, KDA, AttnRes, embedding, and MoonViT-V2 stack ... plus the repacked weight
@@ -70,9 +72,7 @@ TIGHT_KV_POOL_GB = 10.0
 SUPERNODE_ACCELERATORS = 64  # Moonshot: "supernode configuration with 64 or more accelerators"
 
 ENGINES = ("sglang", "vllm")
-# The guide's vLLM layouts: one node (8x B300, DP8+EP8) or two over Ray (2x8 B200, DP16+EP16);
-# k3deploy's inventory rules refuse vLLM on more nodes, so larger shapes default to SGLang.
-VLLM_MAX_NODES = 2
+# VLLM_MAX_NODES (engines/layout.py): larger shapes default to SGLang.
 
 
 @dataclass(frozen=True)
@@ -136,10 +136,6 @@ def default_engine(gpu: GpuModel, nodes: int = 1) -> str:
     # Hopper: SGLang's cookbook cell (marlin); Blackwell: the guide's vLLM DP+EP recipes,
     # which stop at two nodes.
     return "vllm" if gpu.fp4_native and nodes <= VLLM_MAX_NODES else "sglang"
-
-
-def default_static_fraction(engine: str) -> float:
-    return SGLANG_MEM_FRACTION_STATIC if engine == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
 
 
 def launch_shape(gpu, gpus, nodes, precision, engine, fraction, context_length) -> LaunchShape:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from k3deploy.cluster import sizing as S
 from k3deploy.cluster.gpus import GpuModel, get_gpu
+from k3deploy.engines.static_fraction import inventory_static_fraction
 from k3deploy.cluster.sizing_notes import _fit_notes, _flag
 
 @dataclass(frozen=True)
@@ -140,15 +141,8 @@ def fits_inventory(
 def fits_inventory_of(inv) -> tuple[bool, str]:
     """fits_inventory for a loaded inventory (k3deploy.cluster.inventory.Inventory), with its engine
     and static fraction: an engine.args override first, then SGLang's engine.mem_fraction_static."""
-    engine = inv.engine.kind
-    flag = "mem-fraction-static" if engine == "sglang" else "gpu-memory-utilization"
-    fraction = inv.engine.args.get(flag)
-    if fraction is None and engine == "sglang":
-        fraction = inv.engine.mem_fraction_static
-    if isinstance(fraction, bool):
-        fraction = None
     return fits_inventory(
-        inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision, engine=engine,
-        mem_fraction_static=None if fraction is None else float(fraction),
+        inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision,
+        engine=inv.engine.kind, mem_fraction_static=inventory_static_fraction(inv),
     )
 

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
+from k3deploy.engines.static_fraction import SGLANG_MEM_FRACTION_STATIC
+
 ENGINES = ("sglang", "vllm")
 # tp-ep: the guide's multi-node SGLang cell; dp-attention: its single-node B300 SGLang
 # cell; dp-ep: vLLM data parallel + expert parallel (one node, or several over Ray).
@@ -59,7 +61,7 @@ class LaunchSpec:
     dist_init_port: int = 20000
     serve_port: int = 8000
     ray_port: int = 6379
-    mem_fraction_static: float | None = 0.85
+    mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC
     dist_timeout: int | None = 3600
     context_length: int | None = None
     chunked_prefill_tokens: int | None = None

@@ -171,7 +171,8 @@ class Runner:
 
     def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, dict]:
         all_facts: dict[str, dict] = {}
-        groups = [targets[:1], targets[1:]] if step.head_first else [targets]
+        groups = [[c for c in targets if c.is_head], [c for c in targets if not c.is_head]] \
+            if step.head_first else [targets]
         for group in groups:
             if not group:
                 continue

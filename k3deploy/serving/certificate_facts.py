@@ -17,7 +17,7 @@ def collect(session, inv) -> dict:
     names = [n.name for _, n in inv.ranked()]
 
     def look(name: str) -> dict:
-        probes = certify.node_probes(inv, name == names[0], key)
+        probes = certify.node_probes(inv, inv.is_head(name), key)
         return certify.node_record(F.gather(session.conn(name), probes))
     with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
         return summary(dict(zip(names, pool.map(look, names))), inv)

@@ -7,6 +7,7 @@ shows in memory. Both are checked here.
 
 from __future__ import annotations
 
+from k3deploy.engines.static_fraction import inventory_static_fraction
 from k3deploy.node import apikey, http_probe
 from k3deploy.steps import certify
 from k3deploy.steps.base import Step
@@ -19,9 +20,7 @@ CHECKS = ["models", "chat", "tools"]
 
 
 def expected_used_mib(inv, total_mib: int) -> float:
-    if inv.engine.kind == "vllm":
-        return float(inv.engine.args.get("gpu-memory-utilization") or 0.9) * total_mib
-    return inv.engine.mem_fraction_static * total_mib
+    return inventory_static_fraction(inv) * total_mib
 
 
 def _message(res: dict) -> dict:
@@ -111,12 +110,8 @@ class VerifyEndpoint(Step):
     def probes(self, node):
         # What the certificate records, GPUs included; on the head one endpoint probe for
         # both (its checks and the engine's version).
-        key = node.run.inputs.api_key
-        found = certify.node_probes(node.inv, False, node.run.inputs.api_key)
-        if not node.is_head:
-            return found
-        return found + [http_probe.fact("endpoint", node.inv, CHECKS + [certify.ENDPOINT_CHECK],
-                                        key)]
+        return certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
+                                   checks=tuple(CHECKS))
 
     def facts_from(self, found, node):
         if node.is_head and found.get("endpoint") is None:
