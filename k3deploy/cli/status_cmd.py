@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +12,7 @@ from k3deploy.cli import cluster_state
 from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cli import status_cost, status_teardown
+from k3deploy.core import group
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
 from k3deploy.node.identity import IDENTITY
 from k3deploy.core.redact import redact_obj
@@ -43,9 +43,8 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None) ->
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                  lock=False) as session:
         names = [n.name for n in inv.nodes]
-        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            key = cluster_state.api_key(inv, session.state_dir)
-            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n, key), names)))
+        key = cluster_state.api_key(inv, session.state_dir)
+        live = group.run_each(lambda n: _live(session, inv, n, key), names).unwrapped()
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}

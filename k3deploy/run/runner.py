@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from k3deploy.core import group as fan
 from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
@@ -84,11 +84,11 @@ class Runner:
     def execute(self) -> RunReport:
         self.report.ordered([c.name for c in self.contexts])
         # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            prepared = pool.submit(self._prepare_all)
-            self._fail_nodes(identity.connect_all(self.contexts))
-            if not prepared.result():
-                return self.report
+        found = fan.run_calls({"connect": lambda: identity.connect_all(self.contexts),
+                              "prepare": self._prepare_all})
+        self._fail_nodes(found.value("connect"))
+        if not found.value("prepare"):
+            return self.report
         try:
             for step in self.steps:
                 if interrupt.requested() or not self._run_step(step):
@@ -176,9 +176,8 @@ class Runner:
         for group in groups:
             if not group:
                 continue
-            with ThreadPoolExecutor(max_workers=min(32, len(group))) as pool:
-                for ctx, facts in zip(group, pool.map(lambda c: self._on_node(step, c), group)):
-                    all_facts[ctx.name] = facts
+            all_facts.update(fan.run_each(lambda c: self._on_node(step, c), group,
+                                          key=lambda c: c.name).unwrapped())
             if step.head_first and self.report.results.get(group[0].name, {}).get(
                     step.label, StepResult("ok")).status not in DONE:
                 break

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import random
-from concurrent.futures import ThreadPoolExecutor
 
+from k3deploy.core import group
 from k3deploy.core.errors import Interrupted, K3Error
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.node import facts as F
@@ -93,9 +93,7 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
     targets = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n for p in plan[m]]
                for n in names}
     try:
-        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            found = dict(zip(names, pool.map(
-                lambda n: _mesh(run, n, plan[n], targets[n]), names)))
+        found = group.run_each(lambda n: _mesh(run, n, plan[n], targets[n]), names).unwrapped()
     except Interrupted:
         raise
     except K3Error as err:
