@@ -12,6 +12,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from k3deploy.core.lastjson import last_json_line
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.cluster.hubmeta import manifest_for
@@ -221,10 +222,9 @@ def _size(n: float) -> str:
 
 
 def _status(out: str, code: int) -> dict:
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"unreadable": (out.strip() or f"exit code {code}")[-400:]}
+    found = last_json_line(out)
+    return found if found is not None else \
+        {"unreadable": (out.strip() or f"exit code {code}")[-400:]}
 
 
 def _once(actions: list[Action]) -> list[Action]:

@@ -6,9 +6,9 @@ replaced with --replace, because replacing means re-loading 1.5 TB of weights.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
+from k3deploy.core.digest import sha256_text
 from k3deploy.node import apikey
 from k3deploy import engines
 from k3deploy.core import interrupt
@@ -32,10 +32,6 @@ def secret_file(spec) -> tuple[str, Callable[[str], str]]:
 def _key_path(inv) -> str:
     name = SGLANG_SECRET_FILE if inv.engine.kind == "sglang" else VLLM_ENV_FILE
     return f"{spec_from_inventory.secrets_dir(inv)}/{name}"
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class LaunchEngine(Step):
@@ -101,7 +97,7 @@ class LaunchEngine(Step):
             return []
         path, render = secret_file(spec)
         content = render(key)
-        if facts["key_file_sha"] == _sha(content):
+        if facts["key_file_sha"] == sha256_text(content):
             return []
         return [cmd("create secrets dir (0700)", "install", "-d", "-m", "700",
                     spec.secrets_host_dir, sudo=True, retry=True),

@@ -9,10 +9,10 @@ group that hangs on a partly open range does not answer, and is probed.
 
 from __future__ import annotations
 
-import json
 import random
 
 from k3deploy.core import group
+from k3deploy.core.lastjson import last_json_line
 from k3deploy.core.errors import Interrupted, K3Error
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.node import facts as F
@@ -59,10 +59,7 @@ def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
     argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), me, *map(str, ports), "--",
             *targets]
     res = run.session.conn(name).run(argv, check=False, timeout=MESH_SECONDS + 60)
-    try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {}
+    return last_json_line(res.stdout) or {}
 
 
 def serving_facts(node) -> list[F.Fact]:

@@ -103,9 +103,7 @@ class VerifyEndpoint(Step):
     needs_all_nodes = True
 
     def prepare(self, run):
-        if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
-            run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
-                                                       create=False)
+        apikey.settle_for_run(run)
 
     def probes(self, node):
         # What the certificate records, GPUs included; on the head one endpoint probe for

@@ -63,9 +63,7 @@ class WaitHealthy(Step):
     needs_all_nodes = True
 
     def prepare(self, run):
-        if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
-            run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
-                                                       create=False)
+        apikey.settle_for_run(run)
         self._formed, self._shown = False, ""
 
     def probes(self, node):
