@@ -2,7 +2,7 @@
 
 The shape is the Inventory section of docs/architecture.md. Node addresses are placeholders
 from the RFC 5737 documentation ranges (they route nowhere), so a skeleton can pass validation
-yet never reach a real machine by accident; `is_placeholder_address` lets `check`/`up` refuse one.
+yet never reach a real machine by accident.
 """
 
 from __future__ import annotations
@@ -20,15 +20,6 @@ PLACEHOLDER_PUBLIC_NET = ipaddress.ip_network("203.0.113.0/24")  # TEST-NET-3
 PLACEHOLDER_PRIVATE_NET = ipaddress.ip_network("192.0.2.0/24")  # TEST-NET-1
 MODEL_REPO = "moonshotai/Kimi-K3"
 HF_ENDPOINT = "https://huggingface.co"
-
-
-def is_placeholder_address(address: str) -> bool:
-    """True for the documentation addresses a skeleton puts in place of real node IPs."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return ip in PLACEHOLDER_PUBLIC_NET or ip in PLACEHOLDER_PRIVATE_NET
 
 
 def engine_args(config: SizingResult) -> dict:

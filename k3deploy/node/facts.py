@@ -179,10 +179,6 @@ def raw(out: str, code: int) -> str | None:
     return out if code == 0 else None
 
 
-def lines(out: str, code: int) -> list[str]:
-    return [ln for ln in out.splitlines() if ln.strip()] if code == 0 else []
-
-
 def exit_ok(_out: str, code: int) -> bool:
     return code == 0
 

@@ -29,7 +29,6 @@ _STEPS = (
     ("file", "k3deploy.steps.files:EnsureFile", ANY),
 )
 REGISTRY = {name: target for name, target, _ in _STEPS}
-PHASE = {name: phase for name, _, phase in _STEPS}
 
 
 def steps_in(phase: str) -> tuple[str, ...]:

@@ -45,7 +45,6 @@ class Paths(WorkPaths):
 
 class DownloadWeights(Step):
     name = "download"
-    summary = "verified, resumable model download on every node"
     Params = DownloadParams
 
     def default_label(self) -> str:

@@ -21,7 +21,6 @@ class FileParams(BaseModel):
 
 class EnsureFile(Step):
     name = "file"
-    summary = "a file with the given content and mode"
     Params = FileParams
 
     def probes(self, node):

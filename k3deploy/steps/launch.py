@@ -36,7 +36,6 @@ def _key_path(inv) -> str:
 
 class LaunchEngine(Step):
     name = "launch"
-    summary = "start the engine container with the node's rank"
     head_first = True
     needs_all_nodes = True
     # Multi-node vLLM: the ray-cluster step starts the containers; launch only execs

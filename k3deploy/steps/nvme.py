@@ -29,7 +29,6 @@ def _daemon_json(out: str, code: int):
 
 class MoveToNvme(Step):
     name = "nvme"
-    summary = "HF cache and docker data-root on NVMe"
 
     def probes(self, node):
         p = node.inv.paths

@@ -85,7 +85,6 @@ def _start_script(node, paths: PeerPaths, progress: str) -> str:
 
 class StopPeerServer(Step):
     name = "stop-peer-server"
-    summary = "stop the node's peer server (weights fan-out)"
     runs_after_failures = True
 
     def probes(self, node):

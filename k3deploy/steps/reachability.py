@@ -89,13 +89,15 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
             for n in names}
     targets = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n for p in plan[m]]
                for n in names}
-    try:
-        found = group.run_each(lambda n: _mesh(run, n, plan[n], targets[n]), names).unwrapped()
-    except Interrupted:
-        raise
-    except K3Error as err:
-        return [(getattr(err, "node", "cluster"), "ports", str(err))]
-    return _report(found, {n: run.inv.node(n).self_ip for n in names})
+    found = group.run_each(lambda n: _mesh(run, n, plan[n], targets[n]), names)
+    for err in found.failed.values():
+        if isinstance(err, Interrupted):
+            raise err
+    # a node whose mesh did not run makes every other node's probes of it fail: name it alone
+    failed = found.failures(K3Error)
+    if failed:
+        return [(name, "ports", str(err)) for name, err in failed.items()]
+    return _report(found.succeeded, {n: run.inv.node(n).self_ip for n in names})
 
 
 def _unopened(found: dict, addresses: dict) -> set[str]:

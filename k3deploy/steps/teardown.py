@@ -35,7 +35,6 @@ def guard_files(node) -> list[F.Fact]:
 
 class CollectLogs(Step):
     name = "collect-logs"
-    summary = "save each node's engine log locally, named by node and rank"
     read_only = True
     runs_after_failures = True
 
@@ -87,7 +86,6 @@ class CollectLogs(Step):
 
 class RemoveContainers(Step):
     name = "teardown"
-    summary = "remove the engine container"
     runs_after_failures = True
 
     def probes(self, node):
@@ -113,7 +111,6 @@ class StopDownload(Step):
     stops it, so a torn-down spot node does not keep pulling 1.56 TB."""
 
     name = "stop-download"
-    summary = "stop the detached weight downloader"
     runs_after_failures = True
 
     def probes(self, node):
@@ -135,7 +132,6 @@ class StopDownload(Step):
 
 class WipeWeights(Step):
     name = "wipe-weights"
-    summary = "delete the downloaded weights and k3deploy's files on the node"
     runs_after_failures = True
 
     def targets(self, node) -> list[str]:

@@ -71,7 +71,7 @@ def _parser_setting(inv, check: str) -> str:
     """Point at the inventory line when it is what overrides the kimi_k3 parser."""
     flag = {"reasoning": "reasoning-parser", "tools": "tool-call-parser"}.get(check)
     args = inv.engine.args
-    value = (args.get(flag) or args.get(flag.replace("-", "_"))) if flag else None
+    value = args.get(flag) if flag else None   # FlagName: engine.args keys have no "_"
     if not value or value == "kimi_k3":
         return ""
     return (f"; the inventory sets engine.args.{flag}: {value}: set it to kimi_k3 (or remove it), "
@@ -98,7 +98,6 @@ def memory_problems(gpus: list[dict] | None, inv, rank: int) -> list[tuple[str, 
 
 class VerifyEndpoint(Step):
     name = "verify"
-    summary = "endpoint contract and per-GPU memory"
     read_only = True
     needs_all_nodes = True
 

@@ -58,7 +58,6 @@ def _finished_key(state: dict | None) -> str:
 
 class WaitHealthy(Step):
     name = "wait"
-    summary = "wait for the endpoint to answer healthy"
     Params = WaitParams
     needs_all_nodes = True
 

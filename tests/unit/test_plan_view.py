@@ -10,10 +10,10 @@ from rich.console import Console
 
 from k3deploy.cluster.inventory_skeleton import (
     engine_args,
-    is_placeholder_address,
     skeleton_for,
     skeleton_yaml,
 )
+from tests.unit.invdata import is_placeholder_address
 from k3deploy.cli.plan_view import launch_text, render_table, to_json
 from k3deploy.cluster.sizing import plan, size_config
 
