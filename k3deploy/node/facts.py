@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from collections.abc import Callable
 
-from k3deploy.remote import script_text
+from k3deploy.remote import for_argv, script_text
 
 MARK = "@@k3fact@@"
 
@@ -164,7 +164,8 @@ def python(name: str, program: str, args: list[str], parse, stdin: str | None = 
     # A fixed end marker per program: the same program with the same input, asked by two
     # steps, is one fact (compose runs it once).
     end = f"K3PY{hashlib.sha256(program.encode()).hexdigest()[:16]}"
-    script = (f'prog=$(cat <<\'{end}\'\n{program}\n{end}\n); '
+    # run as a shell fact (under sudo) the program is in python3's argv, which `ps` shows
+    script = (f'prog=$(cat <<\'{end}\'\n{for_argv(program)}{end}\n); '
               f'python3 -c "$prog" {shlex.join(args)}')
     return Fact(name, script, parse, sudo, stdin, program=(program, tuple(args)))
 

@@ -19,7 +19,7 @@ from k3deploy.node import facts as F
 from k3deploy.remote import script_text
 from k3deploy.steps import probes, raylayout, serves
 
-SCRIPT = script_text("portcheck.py")
+SCRIPT = script_text("portcheck.py")  # on stdin, not in argv (every `ps` on the node shows argv)
 MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
 SAMPLE = 2
 
@@ -56,9 +56,8 @@ def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) ->
 
 def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
     me = run.inv.node(name).self_ip   # the address the others probe it at
-    argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), me, *map(str, ports), "--",
-            *targets]
-    res = run.session.conn(name).run(argv, check=False, timeout=MESH_SECONDS + 60)
+    argv = ["python3", "-", "mesh", str(MESH_SECONDS), me, *map(str, ports), "--", *targets]
+    res = run.session.conn(name).run(argv, stdin=SCRIPT, check=False, timeout=MESH_SECONDS + 60)
     return last_json_line(res.stdout) or {}
 
 
