@@ -14,7 +14,6 @@ during a status round should not wait for that round's SSH threads.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -126,4 +125,4 @@ def run_watch(inv_path: str, *, restart: int | None, interval: float, **session)
         say("watch ended; the guards keep running on the nodes")
         sys.stdout.flush()
         # At once: SSH threads of a status or bring-up in flight are not waited for.
-        os._exit(getattr(err, "exit_code", 130))
+        interrupt.exit_process(getattr(err, "exit_code", 130))
