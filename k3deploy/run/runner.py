@@ -235,8 +235,9 @@ class Runner:
             try:
                 if not step.problems(facts, ctx) and not step.plan(facts, ctx):
                     return facts, [], []
-            except K3Error:
-                pass
+            except K3Error as err:   # decided again below, on a look made now; said in the log
+                ctx.log(step.label).log(self.event_level, "step.look_ahead_failed",
+                                        error=redact(str(err)), kind=type(err).__name__)
             facts, _ = self.observer.facts(step, ctx, fresh=True)
         found = step.problems(facts, ctx)
         return facts, found, [] if found else step.plan(facts, ctx)

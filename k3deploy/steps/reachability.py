@@ -13,6 +13,7 @@ import random
 
 from k3deploy.core import group
 from k3deploy.core.lastjson import last_json_line
+from k3deploy.node.output_tail import failure_tail
 from k3deploy.core.errors import Interrupted, K3Error
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.node import facts as F
@@ -58,7 +59,11 @@ def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
     me = run.inv.node(name).self_ip   # the address the others probe it at
     argv = ["python3", "-", "mesh", str(MESH_SECONDS), me, *map(str, ports), "--", *targets]
     res = run.session.conn(name).run(argv, stdin=SCRIPT, check=False, timeout=MESH_SECONDS + 60)
-    return last_json_line(res.stdout) or {}
+    found = last_json_line(res.stdout)
+    if isinstance(found, dict) and "probes" in found:
+        return found
+    return {"not_run": {"exit_code": res.exit_code,
+                        "output": failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 6)}}
 
 
 def serving_facts(node) -> list[F.Fact]:
@@ -107,9 +112,13 @@ def _unopened(found: dict, addresses: dict) -> set[str]:
             for port, how in (res.get("ports") or {}).items() if how == "busy"}
 
 
+def _not_run(how: dict) -> str:
+    said = " | ".join(how["output"]) or "no output"
+    return f"the port check did not run: python3 exited {how['exit_code']}: {said}"
+
+
 def _report(found: dict, addresses: dict) -> list[tuple[str, str, str]]:
-    out = [(n, "ports", "could not run the port check (python3 missing?)")
-           for n, res in found.items() if "probes" not in res]
+    out = [(n, "ports", _not_run(res["not_run"])) for n, res in found.items() if "not_run" in res]
     unopened = _unopened(found, addresses)
     for name, res in found.items():
         blocked = sorted(f"{t} ({why})" for t, why in (res.get("probes") or {}).items()

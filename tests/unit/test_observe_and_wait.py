@@ -376,3 +376,30 @@ def _assert_avail_bytes_between_two_df_reads(path, parse):
     slack = 2**20
     assert min(before, after) - slack <= native <= max(before, after) + slack, \
         (before, native, after)
+
+
+class FailsOnItsFirstJudgement(Asks):
+    """Its look-ahead facts cannot be judged (as a stale batch may not): the runner says so in
+    the log, then decides on a look made now."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.judged: set[str] = set()
+
+    def problems(self, facts, node):
+        if node.name not in self.judged:
+            self.judged.add(node.name)
+            raise StepFailed(node.name, "cannot judge these facts", step=self.name)
+        return []
+
+
+def test_a_look_ahead_that_raises_is_logged_and_looked_at_again(tmp_path):
+    from structlog.testing import capture_logs
+    with capture_logs() as events:
+        report, conns = run_with(tmp_path, {"a": "yes", "b": "yes"},
+                                 [Asks("a"), FailsOnItsFirstJudgement("b")])
+    assert {per["b"].status for per in report.results.values()} == {"ok"}
+    said = [e for e in events if e["event"] == "step.look_ahead_failed"]
+    assert sorted(e["node"] for e in said) == [f"node{i}" for i in range(4)]
+    assert all(e["step"] == "b" and "cannot judge these facts" in e["error"] for e in said)
+    assert {c.batches for c in conns.values()} == {2}   # the first look, b's own look now
