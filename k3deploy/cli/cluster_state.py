@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from k3deploy.node import facts as F
 from k3deploy.core.errors import BadInputError
+from k3deploy.core.status import Status
 from k3deploy.node import apikey, guard_config
 from k3deploy.steps import ENGINE_STEPS, probes, serves
 
@@ -21,7 +22,7 @@ LABELS = {SERVING: "serving", STOPPED: "stopped by the guard", DOWN: "down",
                     "/health; no guard incident)",
           UNREACHABLE: "unknown (a node is unreachable, no guard incident on the others)"}
 HEALTH = serves.HEALTH   # the head's /health in status's live record
-TORN_DOWN = "torn down"   # an engine step's status in `status` once a teardown undid it
+TORN_DOWN = Status.TORN_DOWN   # an engine step's status in `status` once a teardown undid it
 
 
 def engine_step(label: str) -> bool:
@@ -36,7 +37,7 @@ def torn_down(state: dict) -> dict | None:
     if not rec:
         return None
     later = [s.get("finished") or 0 for label, s in state.get("steps", {}).items()
-             if engine_step(label) and s.get("status") not in (TORN_DOWN, "never")]
+             if engine_step(label) and s.get("status") not in (TORN_DOWN, Status.NEVER)]
     return rec if rec["at"] > max(later, default=0) else None
 
 

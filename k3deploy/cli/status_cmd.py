@@ -13,6 +13,7 @@ from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cli import status_cost, status_teardown
 from k3deploy.core import group
+from k3deploy.core.status import Status
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
 from k3deploy.node.identity import IDENTITY
 from k3deploy.core.redact import redact_obj
@@ -59,7 +60,7 @@ def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
     replaced = bool(live.get("identity") and state.get("identity")
                     and live["identity"] != state["identity"])
     if replaced:
-        steps = {name: {**rec, "status": "stale"} for name, rec in steps.items()}
+        steps = {name: {**rec, "status": Status.STALE} for name, rec in steps.items()}
     down = None if replaced else status_teardown.view(state)
     return {"rank": rank, "live": live, "state": status_teardown.mark(steps, down),
             "replaced": replaced, "torn_down": down}
@@ -80,7 +81,8 @@ def _settled(steps: dict, idle: bool) -> dict:
     """A step recorded as running while no run is active was interrupted (laptop killed)."""
     if not idle:
         return steps
-    return {name: ({**rec, "status": "interrupted"} if rec.get("status") == "running" else rec)
+    return {name: ({**rec, "status": Status.INTERRUPTED} if rec.get("status") == Status.RUNNING
+                   else rec)
             for name, rec in steps.items()}
 
 

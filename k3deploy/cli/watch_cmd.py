@@ -23,6 +23,7 @@ from rich.console import Console
 from k3deploy.cli import cluster_state
 from k3deploy.core import interrupt
 from k3deploy.core.errors import EXIT_STEP_FAILED, Interrupted, K3Error
+from k3deploy.core.status import NOT_THROUGH
 from k3deploy.run.ui import Ui
 
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
@@ -84,7 +85,7 @@ class Watch:
             return err.exit_code
         failed = [f"{node}/{step}: {(r.error or [r.status])[0]}"
                   for node, per in report.results.items() for step, r in per.items()
-                  if r.status in ("failed", "unreachable", "blocked")]
+                  if r.status in NOT_THROUGH]
         say(f"bring-up {'verified the endpoint again' if report.exit_code() == 0 else 'failed'}"
             + (f": {failed[0]}" if failed else ""))
         return report.exit_code()

@@ -3,16 +3,16 @@ without k3deploy, and how to resume or stop it."""
 
 from __future__ import annotations
 
+from k3deploy.core.status import APPLIED, Status
 from k3deploy.steps import ENGINE_STEPS, TEARDOWN, steps_in
 
-DONE = ("ok", "changed")
 TEARDOWN_STEPS = steps_in(TEARDOWN)
 
 
 def stopped_at(report) -> str | None:
     """The step some node was in when the signal came (else the last one that ran)."""
     reached = [s for s in report.steps if any(s in per for per in report.results.values())]
-    hit = [s for s in reached if any(per.get(s) and per[s].status == "interrupted"
+    hit = [s for s in reached if any(per.get(s) and per[s].status == Status.INTERRUPTED
                                      for per in report.results.values())]
     return (hit or reached or [None])[0]
 
@@ -26,7 +26,7 @@ def downloading_nodes(report) -> list[str]:
     waiting = labels[-1] if labels[-1] == "download" else None
     return [n for n, per in report.results.items()
             if any(s in per for s in labels)
-            and not (waiting and per.get(waiting) and per[waiting].status in DONE)]
+            and not (waiting and per.get(waiting) and per[waiting].status in APPLIED)]
 
 
 def _teardown_run(report) -> bool:
