@@ -95,7 +95,6 @@ def size_config(
     return replace(result, notes=tuple(notes_for(result, gpu)))
 
 
-
 def _fewest_nodes_that_serve(gpu: GpuModel, per_node: int, precision: str, opts: dict) -> int:
     fraction = opts["mem_fraction_static"]
     if fraction is None:

@@ -21,7 +21,6 @@ from k3deploy.core.status import NOT_THROUGH, SETTLED, Status
 from k3deploy.steps.base import Step
 
 
-
 @dataclass
 class StepResult:
     status: Status
