@@ -10,15 +10,19 @@ engine container runs; recorded, a teardown removed the engine after the last en
 from __future__ import annotations
 
 from k3deploy.node import facts as F
-from k3deploy.node import guard_config
-from k3deploy.steps import ENGINE_STEPS, probes
+from k3deploy.core.errors import BadInputError
+from k3deploy.core.status import Status
+from k3deploy.node import apikey, guard_config
+from k3deploy.steps import ENGINE_STEPS, probes, serves
 
 SERVING, STOPPED, DOWN = "serving", "stopped-by-guard", "down"
 DEGRADED, UNREACHABLE = "degraded", "unreachable"
 LABELS = {SERVING: "serving", STOPPED: "stopped by the guard", DOWN: "down",
-          DEGRADED: "degraded (not every rank's engine runs, no guard incident)",
+          DEGRADED: "degraded (not every rank's engine runs, or the head does not answer "
+                    "/health; no guard incident)",
           UNREACHABLE: "unknown (a node is unreachable, no guard incident on the others)"}
-TORN_DOWN = "torn down"   # an engine step's status in `status` once a teardown undid it
+HEALTH = serves.HEALTH   # the head's /health in status's live record
+TORN_DOWN = Status.TORN_DOWN   # an engine step's status in `status` once a teardown undid it
 
 
 def engine_step(label: str) -> bool:
@@ -33,13 +37,23 @@ def torn_down(state: dict) -> dict | None:
     if not rec:
         return None
     later = [s.get("finished") or 0 for label, s in state.get("steps", {}).items()
-             if engine_step(label) and s.get("status") not in (TORN_DOWN, "never")]
+             if engine_step(label) and s.get("status") not in (TORN_DOWN, Status.NEVER)]
     return rec if rec["at"] > max(later, default=0) else None
 
 
-def live_probes(inv) -> list[F.Fact]:
-    """Added to status's one round trip per node."""
-    return [probes.file_json("incident", guard_config.node_paths(inv)["incident"], sudo=True)]
+def live_probes(inv, is_head: bool, api_key: str | None) -> list[F.Fact]:
+    """Added to status's one round trip per node: the guard's incident, and what
+    steps/serves.py needs (the engine container, the head's /health)."""
+    return [probes.file_json("incident", guard_config.node_paths(inv)["incident"], sudo=True),
+            *serves.facts(inv, is_head, api_key)]
+
+
+def api_key(inv, state_dir) -> str | None:
+    """The endpoint's key for the /health probe; None when status cannot know it (never made)."""
+    try:
+        return apikey.load_or_create(inv, state_dir, create=False)
+    except BadInputError:   # engine.api_key_env not exported in this shell
+        return None
 
 
 def summarize(nodes: dict[str, dict]) -> dict:
@@ -57,9 +71,11 @@ def summarize(nodes: dict[str, dict]) -> dict:
 
 
 def _engines(lives: list[dict]) -> str:
-    """Live: down when no rank's engine container runs, serving when every one does."""
-    running = [bool((n.get("container") or {}).get("running")) for n in lives]
-    return SERVING if all(running) else DOWN if not any(running) else DEGRADED
+    """Live: down when no rank's engine container runs, serving as steps/serves.py decides."""
+    running = [serves.engine_running(n.get("container")) for n in lives]
+    health = next((n["health"] for n in lives if n.get("health") is not None), None)
+    return SERVING if serves.serves(len(lives), running, health) else \
+        DOWN if not any(running) else DEGRADED
 
 
 def line(name: str, cluster: dict) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from k3deploy.cli import cluster_state, status_view
 from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cli import status_cost, status_teardown
+from k3deploy.core import group
+from k3deploy.core.status import Status
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
 from k3deploy.node.identity import IDENTITY
 from k3deploy.core.redact import redact_obj
@@ -19,8 +20,10 @@ from k3deploy.core.state import ClusterLock
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.run.playbook import load as load_playbook
 from k3deploy.steps import guard as guard_step
-from k3deploy.steps import probes, raylayout
+from k3deploy.steps import BRINGUP, TEARDOWN, probes, raylayout, steps_in
 
+# every registered step of a bring-up or a teardown, in registry order (steps/__init__.py)
+STEPS = steps_in(BRINGUP) + steps_in(TEARDOWN)
 GUARD = "guard."   # the guard step's facts, under their own names in status's one batch
 
 
@@ -46,12 +49,12 @@ def guard_label(found: dict, enabled: bool) -> str:
     return state.get("phase") or "starting"
 
 
-def _live(session, inv, name: str, detail: bool = True) -> dict:
+def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> dict:
     """detail: also the GPUs' memory and the guard (what status shows per node; watch, which
     looks every few seconds for the cluster's state only, spares the nodes nvidia-smi)."""
     probe = [probes.engine_container(inv),
              probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
-             *cluster_state.live_probes(inv)]
+             *cluster_state.live_probes(inv, inv.is_head(name), api_key)]
     if detail:
         probe += [probes.gpus(), *F.renamed(guard_step.guard_facts(inv), GUARD)]
     try:
@@ -59,6 +62,7 @@ def _live(session, inv, name: str, detail: bool = True) -> dict:
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
     live = {"reachable": True, "container": probes.container_summary(found["container"]),
+            "health": found.get(cluster_state.HEALTH),
             "download": found["download"], "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
     if detail:
@@ -72,8 +76,8 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                  lock=False) as session:
         names = [n.name for n in inv.nodes]
-        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            live = dict(zip(names, pool.map(lambda n: _live(session, inv, n, detail), names)))
+        key = cluster_state.api_key(inv, session.state_dir)
+        live = group.run_each(lambda n: _live(session, inv, n, key, detail), names).unwrapped()
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
@@ -88,7 +92,7 @@ def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
     replaced = bool(live.get("identity") and state.get("identity")
                     and live["identity"] != state["identity"])
     if replaced:
-        steps = {name: {**rec, "status": "stale"} for name, rec in steps.items()}
+        steps = {name: {**rec, "status": Status.STALE} for name, rec in steps.items()}
     down = None if replaced else status_teardown.view(state)
     return {"rank": rank, "live": live, "state": status_teardown.mark(steps, down),
             "replaced": replaced, "torn_down": down}
@@ -109,7 +113,8 @@ def _settled(steps: dict, idle: bool) -> dict:
     """A step recorded as running while no run is active was interrupted (laptop killed)."""
     if not idle:
         return steps
-    return {name: ({**rec, "status": "interrupted"} if rec.get("status") == "running" else rec)
+    return {name: ({**rec, "status": Status.INTERRUPTED} if rec.get("status") == Status.RUNNING
+                   else rec)
             for name, rec in steps.items()}
 
 
@@ -118,7 +123,8 @@ def step_order(doc: dict, inv) -> list[str]:
     the bring-up's when nothing ran yet; only those the inventory's engine runs."""
     bringup = bringup_order()
     seen = [s for info in doc["nodes"].values() for s in info["state"]]
-    ordered = [s for s in bringup if s in seen] + [s for s in dict.fromkeys(seen) if s not in bringup]
+    known = bringup + [s for s in STEPS if s not in bringup]
+    ordered = [s for s in known if s in seen] + [s for s in dict.fromkeys(seen) if s not in known]
     return applicable(ordered or bringup, inv)
 
 

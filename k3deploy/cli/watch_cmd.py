@@ -14,7 +14,6 @@ during a status round should not wait for that round's SSH threads.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -24,6 +23,7 @@ from rich.console import Console
 from k3deploy.cli import cluster_state
 from k3deploy.core import interrupt
 from k3deploy.core.errors import EXIT_STEP_FAILED, Interrupted, K3Error
+from k3deploy.core.status import NOT_THROUGH
 from k3deploy.run.ui import Ui
 
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
@@ -85,7 +85,7 @@ class Watch:
             return err.exit_code
         failed = [f"{node}/{step}: {(r.error or [r.status])[0]}"
                   for node, per in report.results.items() for step, r in per.items()
-                  if r.status in ("failed", "unreachable", "blocked")]
+                  if r.status in NOT_THROUGH]
         say(f"bring-up {'verified the endpoint again' if report.exit_code() == 0 else 'failed'}"
             + (f": {failed[0]}" if failed else ""))
         return report.exit_code()
@@ -134,4 +134,4 @@ def run_watch(inv_path: str, *, restart: int | None, interval: float, **session)
         say("watch ended; the guards keep running on the nodes")
         sys.stdout.flush()
         # At once: SSH threads of a status or bring-up in flight are not waited for.
-        os._exit(getattr(err, "exit_code", 130))
+        interrupt.exit_process(getattr(err, "exit_code", 130))

@@ -44,6 +44,3 @@ def peer_block(inv, manifest, node_name: str, secret_file: str,
             "nodes": {n.name: n.self_ip for _, n in inv.ranked() if n.name != node_name},
             "owner": assign(manifest.files, names), "stall_seconds": stall_seconds}
 
-
-def share_bytes(owner: dict[str, str], files, node_name: str) -> int:
-    return sum(f.size for f in files if owner.get(f.path) == node_name)

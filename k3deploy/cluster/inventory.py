@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from k3deploy.core.errors import InventoryError
 from k3deploy.cluster.inventory_partial import partial
+from k3deploy.cluster.moe_backend import moe_runner_backend
+from k3deploy.engines.static_fraction import SGLANG_MEM_FRACTION_STATIC
 from k3deploy.cluster.inventory_rules import semantic_problems
 from k3deploy.remote import protocol
 
@@ -51,7 +53,7 @@ class EngineSpec(_Model):
     args: dict[FlagName, SafeValue | int | float | bool | None] = Field(default_factory=dict)
     env: dict[EnvName, SafeValue | int | float] = Field(default_factory=dict)
     context_length: int | None = Field(default=131072, ge=1024, le=1048576)
-    mem_fraction_static: float = Field(default=0.85, gt=0.1, le=0.98)
+    mem_fraction_static: float = Field(default=SGLANG_MEM_FRACTION_STATIC, gt=0.1, le=0.98)
     dist_timeout: int = Field(default=3600, ge=60)
     api_key_env: EnvName | None = None
     require_api_key: bool = True
@@ -165,7 +167,16 @@ class Inventory(_Model):
 
     @property
     def head(self) -> Node:
+        """Rank 0: the one accessor for "the head" (is_head asks it)."""
         return self.ranked()[0][1]
+
+    def is_head(self, name: str) -> bool:
+        return name == self.head.name
+
+    @property
+    def moe_runner_backend(self) -> str | None:
+        """The MoE backend the launch passes (the planner reports the same one)."""
+        return moe_runner_backend(self.engine.kind, self.gpu.model, self.model.precision)
 
     @property
     def total_gpus(self) -> int:

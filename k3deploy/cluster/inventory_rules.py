@@ -10,7 +10,7 @@ from collections import Counter
 
 from k3deploy.cluster.inventory_engine_args import engine_arg_rules
 from k3deploy.cluster.fanout import peers_enabled
-from k3deploy.engines.layout import inventory_runs_over_ray, parallel_layout
+from k3deploy.engines.layout import VLLM_MAX_NODES, inventory_runs_over_ray, parallel_layout
 
 # Env keys that carry secrets must never be inventory env overrides: those become
 # `docker run --env K=V`, i.e. argv on the node, visible in ps and docker inspect.
@@ -132,7 +132,7 @@ def port_rules(inv) -> list[str]:
 
 def engine_rules(inv) -> list[str]:
     out = []
-    if inv.engine.kind == "vllm" and len(inv.nodes) > 2:
+    if inv.engine.kind == "vllm" and len(inv.nodes) > VLLM_MAX_NODES:
         out.append("engine.kind: the vLLM reference configs are 1 node or 2 nodes over Ray; "
                    f"{len(inv.nodes)} nodes is not a layout k3deploy knows")
     return out

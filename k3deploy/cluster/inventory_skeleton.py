@@ -2,7 +2,7 @@
 
 The shape is the Inventory section of docs/architecture.md. Node addresses are placeholders
 from the RFC 5737 documentation ranges (they route nowhere), so a skeleton can pass validation
-yet never reach a real machine by accident; `is_placeholder_address` lets `check`/`up` refuse one.
+yet never reach a real machine by accident.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import ipaddress
 import yaml
 
 from k3deploy.cluster import sizing
-from k3deploy.cluster.gpus import get_gpu
 from k3deploy.cluster.sizing import SizingResult
+from k3deploy.engines.layout import VLLM_MAX_NODES
+from k3deploy.engines.static_fraction import FLAGS, default_static_fraction
 
 PLACEHOLDER_PUBLIC_NET = ipaddress.ip_network("203.0.113.0/24")  # TEST-NET-3
 PLACEHOLDER_PRIVATE_NET = ipaddress.ip_network("192.0.2.0/24")  # TEST-NET-1
@@ -21,33 +22,16 @@ MODEL_REPO = "moonshotai/Kimi-K3"
 HF_ENDPOINT = "https://huggingface.co"
 
 
-def is_placeholder_address(address: str) -> bool:
-    """True for the documentation addresses a skeleton puts in place of real node IPs."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return ip in PLACEHOLDER_PUBLIC_NET or ip in PLACEHOLDER_PRIVATE_NET
-
-
 def engine_args(config: SizingResult) -> dict:
     """engine.args overrides (flag without -- -> value, None removes a default flag).
 
-    The engine builders derive the parallel layout (TP/EP/DP, Ray) from engine kind, node
-    count and GPU model, so only what differs from their defaults is written here."""
+    The engine builders derive the parallel layout (TP/EP/DP, Ray) from engine kind and node
+    count and the MoE backend from moe_backend, as the planner does, so only what differs from
+    their defaults is written here."""
     shape = config.launch
-    if shape.engine == "vllm":
-        if shape.static_fraction != sizing.VLLM_GPU_MEMORY_UTILIZATION:
-            return {"gpu-memory-utilization": shape.static_fraction}
+    if shape.static_fraction == default_static_fraction(shape.engine):
         return {}
-    args: dict = {}
-    if shape.static_fraction != sizing.SGLANG_MEM_FRACTION_STATIC:
-        args["mem-fraction-static"] = shape.static_fraction
-    hopper_tp_ep = not shape.dp_attention and not get_gpu(config.gpu).fp4_native
-    if hopper_tp_ep and not shape.moe_runner_backend:
-        # the builder sets marlin on Hopper; it is the W4A16 kernel for mxfp4 only
-        args["moe-runner-backend"] = None
-    return args
+    return {FLAGS[shape.engine]: shape.static_fraction}
 
 
 def _nodes(count: int) -> list[dict]:
@@ -67,9 +51,9 @@ def _nodes(count: int) -> list[dict]:
 def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
     """An inventory dict for one sized config; rank = list order, node0 is the head.
     ValueError for a shape k3deploy does not launch (vLLM beyond two nodes)."""
-    if config.engine == "vllm" and config.nodes > sizing.VLLM_MAX_NODES:
+    if config.engine == "vllm" and config.nodes > VLLM_MAX_NODES:
         raise ValueError(
-            f"{config.label}: k3deploy launches vLLM on at most {sizing.VLLM_MAX_NODES} nodes; "
+            f"{config.label}: k3deploy launches vLLM on at most {VLLM_MAX_NODES} nodes; "
             f"use --engine sglang for {config.nodes} nodes"
         )
     return {

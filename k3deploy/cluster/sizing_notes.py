@@ -1,11 +1,11 @@
 """Notes on a sized config: what a person choosing this shape must know.
 
-Split from sizing.py (the arithmetic); constants are read from there at call time.
+Above sizing_math.py (the arithmetic, whose constants it reads), below sizing_plan.py.
 """
 
 from __future__ import annotations
 
-from k3deploy.cluster import sizing as S
+from k3deploy.cluster import sizing_math as S
 from k3deploy.cluster.gpus import GpuModel
 
 def _flag(engine: str) -> str:

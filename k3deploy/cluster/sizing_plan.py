@@ -1,14 +1,20 @@
-"""The guide's reference configs and the planner's entry points (plan, explain,
-fits_inventory), on top of the arithmetic in sizing.py."""
+"""The guide's reference configs and the planner's entry points (size_config, plan, explain,
+fits_inventory), on top of the arithmetic in sizing_math.py and the notes in sizing_notes.py."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from k3deploy.cluster import sizing as S
+from k3deploy.cluster import sizing_math as S
 from k3deploy.cluster.gpus import GpuModel, get_gpu
-from k3deploy.cluster.sizing_notes import _fit_notes, _flag
+from k3deploy.engines.static_fraction import inventory_static_fraction
+from k3deploy.cluster.sizing_math import (ROUTED_EXPERTS, KV_SHARE_OF_POOL, SizingResult,
+                                          _check_inputs, _nodes_for, checkpoint_gb,
+                                          default_engine, default_label, default_static_fraction,
+                                          launch_shape, min_gpus, min_gpus_to_serve,
+                                          per_rank_resident_gb, usable_gb)
+from k3deploy.cluster.sizing_notes import _fit_notes, _flag, notes_for
 
 @dataclass(frozen=True)
 class ReferenceConfig:
@@ -42,6 +48,53 @@ REFERENCE_CONFIGS: tuple[ReferenceConfig, ...] = tuple(
 )
 
 
+def size_config(
+    gpu: str | GpuModel,
+    nodes: int,
+    gpus_per_node: int | None = None,
+    precision: str = "mxfp4",
+    engine: str | None = None,
+    max_model_len: int | None = None,
+    mem_fraction_static: float | None = None,
+    price_per_gpu_hour: float | None = None,
+    label: str | None = None,
+) -> SizingResult:
+    """The arithmetic for one cluster shape."""
+    gpu = get_gpu(gpu)
+    per_node = gpu.gpus_per_node if gpus_per_node is None else gpus_per_node
+    engine = engine or default_engine(gpu, nodes)
+    fraction = mem_fraction_static
+    if fraction is None:
+        fraction = default_static_fraction(engine)
+    _check_inputs(nodes, per_node, engine, fraction, max_model_len, price_per_gpu_hour)
+    gpus = nodes * per_node
+    total, ckpt = gpus * gpu.memory_gb, checkpoint_gb(precision)
+    resident = per_rank_resident_gb(precision, gpus)
+    pool = fraction * usable_gb(gpu) - resident
+    shape = launch_shape(gpu, gpus, nodes, precision, engine, fraction, max_model_len)
+    serve = min_gpus_to_serve(gpu, precision, fraction)
+    bare = min_gpus(gpu, precision)
+    result = SizingResult(
+        label=label or default_label(gpu, nodes, per_node),
+        gpu=gpu.key, nodes=nodes, gpus_per_node=per_node, gpus=gpus,
+        precision=precision, engine=engine,
+        total_memory_gb=total, checkpoint_gb=ckpt,
+        fits=total >= ckpt and pool > 0,
+        headroom_gb=total - ckpt, headroom_per_gpu_gb=(total - ckpt) / gpus,
+        experts_per_gpu=ROUTED_EXPERTS / shape.ep,
+        min_gpus=bare, min_nodes=_nodes_for(bare, per_node),
+        min_gpus_to_serve=serve, min_nodes_to_serve=_nodes_for(serve, per_node),
+        usable_per_gpu_gb=usable_gb(gpu), per_rank_resident_gb=resident,
+        static_pool_per_gpu_gb=max(pool, 0.0),
+        kv_pool_per_gpu_gb=max(pool, 0.0) * KV_SHARE_OF_POOL,
+        kda_state_per_gpu_gb=max(pool, 0.0) * (1 - KV_SHARE_OF_POOL),
+        launch=shape,
+        cost_per_hour=None if price_per_gpu_hour is None else price_per_gpu_hour * gpus,
+        notes=(),
+    )
+    return replace(result, notes=tuple(notes_for(result, gpu)))
+
+
 def _fewest_nodes_that_serve(gpu: GpuModel, per_node: int, precision: str, opts: dict) -> int:
     fraction = opts["mem_fraction_static"]
     if fraction is None:
@@ -59,7 +112,7 @@ def _reference_results(model: GpuModel | None, precision: str | None, opts: dict
             key = (ref.gpu, ref.nodes, ref.gpus_per_node, ref.precision, ref.engine)
             chosen.setdefault(key, ref)
     return [
-        S.size_config(r.gpu, r.nodes, r.gpus_per_node, r.precision, label=r.label,
+        size_config(r.gpu, r.nodes, r.gpus_per_node, r.precision, label=r.label,
                     **{**opts, "engine": r.engine})
         for r in chosen.values()
     ]
@@ -97,7 +150,7 @@ def plan(
     if per_node < 1:
         raise ValueError("GPUs per node must be at least 1")
     return [
-        S.size_config(
+        size_config(
             model, _fewest_nodes_that_serve(model, per_node, p, opts) if nodes is None else nodes,
             per_node, p, **opts,
         )
@@ -132,7 +185,7 @@ def fits_inventory(
 ) -> tuple[bool, str]:
     """For `up`/`check`: (False, why) for a cluster that cannot serve (8x B200 at mxfp4),
     with the arithmetic in the message; (True, the same arithmetic) otherwise."""
-    result = S.size_config(gpu, nodes, gpus_per_node, precision, engine=engine,
+    result = size_config(gpu, nodes, gpus_per_node, precision, engine=engine,
                          mem_fraction_static=mem_fraction_static)
     return result.fits, explain(result)
 
@@ -140,15 +193,8 @@ def fits_inventory(
 def fits_inventory_of(inv) -> tuple[bool, str]:
     """fits_inventory for a loaded inventory (k3deploy.cluster.inventory.Inventory), with its engine
     and static fraction: an engine.args override first, then SGLang's engine.mem_fraction_static."""
-    engine = inv.engine.kind
-    flag = "mem-fraction-static" if engine == "sglang" else "gpu-memory-utilization"
-    fraction = inv.engine.args.get(flag)
-    if fraction is None and engine == "sglang":
-        fraction = inv.engine.mem_fraction_static
-    if isinstance(fraction, bool):
-        fraction = None
     return fits_inventory(
-        inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision, engine=engine,
-        mem_fraction_static=None if fraction is None else float(fraction),
+        inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision,
+        engine=inv.engine.kind, mem_fraction_static=inventory_static_fraction(inv),
     )
 

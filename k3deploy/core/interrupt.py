@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable
 
 from k3deploy.core.errors import Interrupted
 
@@ -20,7 +21,13 @@ GRACE_SECONDS = 4.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _stop = threading.Event()
-_current: dict = {"signum": None, "finalizers": [], "timer": None}
+_current: dict = {"signum": None, "finalizers": [], "timer": None, "exit": None}
+
+
+def exit_process(code: int) -> None:
+    """Ends the process at once, threads and all: the forced exit's and watch's default.
+    tests/conftest.py replaces it, so no test can end the pytest run."""
+    os._exit(code)
 
 
 def requested() -> bool:
@@ -67,16 +74,18 @@ def _force_exit() -> None:
     num = _current["signum"] or signal.SIGINT
     os.write(2, f"interrupted by {signal.Signals(num).name}; a node command did not stop within "
                 f"{GRACE_SECONDS:.0f}s, exiting without it\n".encode())
-    os._exit(128 + num)
+    (_current["exit"] or exit_process)(128 + num)
 
 
 @contextlib.contextmanager
-def handling():
+def handling(force_exit: Callable[[int], None] | None = None):
     """Install the handlers for the duration of a run (main thread only; elsewhere, as in a
-    test's worker thread, signals stay as they are)."""
+    test's worker thread, signals stay as they are). force_exit: what the forced exit calls with the
+    exit code instead of exit_process (a test passes its own)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _current["exit"] = force_exit
     old = {s: signal.getsignal(s) for s in SIGNALS}
     for s in SIGNALS:
         signal.signal(s, _handler)
@@ -88,4 +97,4 @@ def handling():
         if _current["timer"]:
             _current["timer"].cancel()
         _stop.clear()
-        _current.update(signum=None, finalizers=[], timer=None)
+        _current.update(signum=None, finalizers=[], timer=None, exit=None)

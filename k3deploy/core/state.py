@@ -15,6 +15,7 @@ from pathlib import Path
 
 from k3deploy.core.errors import LockError
 from k3deploy.core.redact import redact_obj
+from k3deploy.core.status import Status
 
 SCHEMA = 1
 
@@ -83,18 +84,18 @@ class NodeState:
         return False
 
     def step(self, name: str) -> dict:
-        return self.data["steps"].setdefault(name, {"status": "never", "attempts": 0})
+        return self.data["steps"].setdefault(name, {"status": Status.NEVER, "attempts": 0})
 
     def begin(self, name: str, digest: str) -> None:
         """Kept in memory until the step looks at or changes the node (`flush`): a step
         decided from facts already at hand costs no write, and one that hangs on the node
         shows as running."""
         rec = self.step(name)
-        rec.update(status="running", started=time.time(), inputs_digest=digest,
+        rec.update(status=Status.RUNNING, started=time.time(), inputs_digest=digest,
                    attempts=rec.get("attempts", 0) + 1)
         self.unsaved = True
 
-    def finish(self, name: str, status: str, *, error: str | None = None,
+    def finish(self, name: str, status: Status, *, error: str | None = None,
                detail: dict | None = None) -> None:
         """A change or a failure is written at once. "ok" (looked, nothing to do) waits for
         the next write: lost in a crash, it is only a look the next run repeats."""
@@ -104,7 +105,7 @@ class NodeState:
         if detail is not None:
             rec["detail"] = detail
         self.unsaved = True
-        if status != "ok":
+        if status != Status.OK:
             self.save()
 
     def record_teardown(self, logs: str | None) -> None:
@@ -115,9 +116,9 @@ class NodeState:
 
     def mark_interrupted(self) -> None:
         """A step still running when the process must exit (Ctrl-C, SIGTERM)."""
-        running = [rec for rec in self.data["steps"].values() if rec.get("status") == "running"]
+        running = [rec for rec in self.data["steps"].values() if rec.get("status") == Status.RUNNING]
         for rec in running:
-            rec.update(status="interrupted", finished=time.time())
+            rec.update(status=Status.INTERRUPTED, finished=time.time())
         if running:
             self.save()
 

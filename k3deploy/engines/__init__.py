@@ -15,7 +15,7 @@ from k3deploy.engines.docker import (docker_exec_argv, docker_logs_argv, docker_
 from k3deploy.engines.images import (SGLANG_CU12, SGLANG_CU13, VLLM_DEFAULT, ImageChoiceError,
                                      choose_image, parse_cuda_version)
 from k3deploy.engines.layout import runs_over_ray
-from k3deploy.engines.ray import ray_head_container_argv, ray_status_argv, ray_worker_container_argv
+from k3deploy.engines.ray import ray_head_container_argv, ray_worker_container_argv
 from k3deploy.engines.sglang import (check_api_key, sglang_launch_argv, sglang_secret_config,
                                      sglang_secret_container_path, sglang_secret_host_path,
                                      sglang_serve_args)
@@ -29,7 +29,7 @@ __all__ = [
     "VLLM_DEFAULT", "ImageChoiceError", "LaunchSpec", "SpecError", "check_api_key",
     "choose_image", "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv",
     "docker_run_argv", "engine_env", "node_launch_argvs", "parse_cuda_version",
-    "ray_head_container_argv", "ray_status_argv",
+    "ray_head_container_argv",
     "ray_worker_container_argv", "sglang_launch_argv", "sglang_secret_config",
     "sglang_secret_container_path", "sglang_secret_host_path", "sglang_serve_args",
     "uses_ray", "vllm_env_host_path", "vllm_exec_serve_argv", "vllm_launch_argv",

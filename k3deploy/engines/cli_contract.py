@@ -59,11 +59,6 @@ def load_table(engine: str) -> CliTable:
                     by_string={s: o for o in doc["options"] for s in o["option_strings"]})
 
 
-def versions() -> dict[str, str]:
-    """{'sglang': '0.5.23', ...}: what the launch command lines are checked against."""
-    return {engine: load_table(engine).version for engine in ENGINES}
-
-
 def did_you_mean(table: CliTable, name: str) -> str | None:
     """The closest long option to a misspelt one, e.g. '--tp-szie' -> '--tp-size'."""
     longs = [s for s in table.by_string if s.startswith("--")]

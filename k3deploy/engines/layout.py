@@ -6,6 +6,10 @@ two functions, so a layout change is made once.
 
 from __future__ import annotations
 
+# The guide's vLLM layouts: one node (8x B300, DP8+EP8) or two over Ray (2x8 B200, DP16+EP16);
+# the inventory rules refuse vLLM on more nodes.
+VLLM_MAX_NODES = 2
+
 
 def runs_over_ray(engine: str, nnodes: int) -> bool:
     """Multi-node vLLM is the only layout that runs over a Ray cluster."""

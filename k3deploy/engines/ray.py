@@ -4,7 +4,7 @@ then gets `vllm serve` through `docker exec` once every node has joined."""
 
 from __future__ import annotations
 
-from k3deploy.engines.docker import docker_exec_argv, docker_run_argv
+from k3deploy.engines.docker import docker_run_argv
 from k3deploy.engines.layout import runs_over_ray
 from k3deploy.engines.spec import LaunchSpec, SpecError
 
@@ -30,11 +30,6 @@ def ray_worker_container_argv(spec: LaunchSpec) -> list[str]:
     _check_ray_spec(spec, head=False)
     cmd = _ray_start(spec, [f"--address={spec.head_address}:{spec.ray_port}"])
     return docker_run_argv(spec, cmd, entrypoint="ray")
-
-
-def ray_status_argv(spec: LaunchSpec) -> list[str]:
-    """`docker exec NAME ray status`: lists the live nodes and GPUs of the cluster."""
-    return docker_exec_argv(spec.container_name, ["ray", "status"])
 
 
 def _check_ray_spec(spec: LaunchSpec, *, head: bool) -> None:

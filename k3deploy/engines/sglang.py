@@ -35,13 +35,12 @@ def _parallel_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
     if spec.layout == "tp-ep":
         return [("tp-size", spec.world_size), ("ep-size", spec.world_size),
                 *_multi_node_flags(spec),
-                # marlin (W4A16) is the guide's Hopper kernel; on Blackwell the guide gives
-                # no backend, so none is forced (extra_args may set one).
-                ("moe-runner-backend", "marlin" if spec.is_hopper else None),
+                ("moe-runner-backend", spec.moe_runner_backend),
                 ("decode-attention-backend", "flashmla")]
     # dp-attention, the guide's single-node B300 cell (multi-node only if asked for).
     return [("tp", spec.world_size), ("ep-size", spec.world_size),
             ("enable-dp-attention", True), ("dp", spec.world_size),
+            ("moe-runner-backend", spec.moe_runner_backend),
             *(_multi_node_flags(spec) if spec.nnodes > 1 else [])]
 
 

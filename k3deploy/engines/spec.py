@@ -11,11 +11,12 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
+from k3deploy.engines.static_fraction import SGLANG_MEM_FRACTION_STATIC
+
 ENGINES = ("sglang", "vllm")
 # tp-ep: the guide's multi-node SGLang cell; dp-attention: its single-node B300 SGLang
 # cell; dp-ep: vLLM data parallel + expert parallel (one node, or several over Ray).
 LAYOUTS = {"tp-ep": "sglang", "dp-attention": "sglang", "dp-ep": "vllm"}
-HOPPER_GPUS = frozenset({"h100", "h200"})
 
 HF_CACHE_MOUNT = "/root/.cache/huggingface"
 SECRETS_MOUNT = "/k3deploy/secrets"
@@ -54,12 +55,13 @@ class LaunchSpec:
     hf_cache_host_path: str
     # None: the endpoint runs without an API key (no mount, no --config, no --env-file).
     secrets_host_dir: str | None
-    gpu_model: str = "h100"
+    # decided by cluster.moe_backend (precision x GPU); None: the engine's own default
+    moe_runner_backend: str | None = None
     served_model_name: str | None = None
     dist_init_port: int = 20000
     serve_port: int = 8000
     ray_port: int = 6379
-    mem_fraction_static: float | None = 0.85
+    mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC
     dist_timeout: int | None = 3600
     context_length: int | None = None
     chunked_prefill_tokens: int | None = None
@@ -87,10 +89,6 @@ class LaunchSpec:
     @property
     def is_head(self) -> bool:
         return self.node_rank == 0
-
-    @property
-    def is_hopper(self) -> bool:
-        return self.gpu_model.lower() in HOPPER_GPUS
 
 
 def _check_engine_and_layout(spec: LaunchSpec) -> None:

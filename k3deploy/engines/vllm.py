@@ -13,9 +13,6 @@ from k3deploy.engines.spec import FlagValue, LaunchSpec, SpecError, render_flags
 
 # Output of a detached `docker exec` goes nowhere; this sends it to the container's main
 # process stdout/stderr, which is what `docker logs` shows.
-_TO_CONTAINER_LOG = 'exec "$@" >>/proc/1/fd/1 2>>/proc/1/fd/2'
-
-
 def vllm_serve_args(spec: LaunchSpec) -> list[str]:
     """The arguments after `vllm serve`: the model, then the flags."""
     if spec.engine != "vllm":
@@ -60,16 +57,11 @@ def vllm_launch_argv(spec: LaunchSpec) -> list[str]:
                            env_file=spec.secrets_host_dir is not None)
 
 
-def vllm_exec_serve_argv(spec: LaunchSpec, *, capture_logs: bool = False) -> list[str]:
-    """Multi-node: `docker exec -d NAME vllm serve ...` in the Ray head container.
-
-    capture_logs: wrap in `sh -c` so the server's output lands in `docker logs NAME`
-    (a plain detached exec's output is discarded by docker)."""
+def vllm_exec_serve_argv(spec: LaunchSpec) -> list[str]:
+    """Multi-node: `docker exec -d NAME vllm serve ...` in the Ray head container."""
     if not spec.is_head:
         raise SpecError(f"vllm serve runs on the head only, not rank {spec.node_rank}")
     serve = ["vllm", "serve", *vllm_serve_args(spec)]
-    if capture_logs:
-        serve = ["sh", "-c", _TO_CONTAINER_LOG, "k3deploy-vllm", *serve]
     return docker_exec_argv(spec.container_name, serve, detach=True)
 
 

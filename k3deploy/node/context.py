@@ -48,7 +48,7 @@ class NodeContext:
 
     @property
     def is_head(self) -> bool:
-        return self.rank == 0
+        return self.inv.is_head(self.name)
 
     def log(self, step: str | None = None):
         return klog.get(node=self.name, step=step)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from collections.abc import Callable
 
-from k3deploy.remote import script_text
+from k3deploy.remote import for_argv, script_text
 
 MARK = "@@k3fact@@"
 
@@ -166,7 +166,8 @@ def python(name: str, program: str, args: list[str], parse, stdin: str | None = 
     # A fixed end marker per program: the same program with the same input, asked by two
     # steps, is one fact (compose runs it once).
     end = f"K3PY{hashlib.sha256(program.encode()).hexdigest()[:16]}"
-    script = (f'prog=$(cat <<\'{end}\'\n{program}\n{end}\n); '
+    # run as a shell fact (under sudo) the program is in python3's argv, which `ps` shows
+    script = (f'prog=$(cat <<\'{end}\'\n{for_argv(program)}{end}\n); '
               f'python3 -c "$prog" {shlex.join(args)}')
     return Fact(name, script, parse, sudo, stdin, program=(program, tuple(args)))
 
@@ -189,10 +190,6 @@ def json_doc(out: str, code: int):
         return json.loads(out)
     except json.JSONDecodeError:
         return None
-
-
-def lines(out: str, code: int) -> list[str]:
-    return [ln for ln in out.splitlines() if ln.strip()] if code == 0 else []
 
 
 def exit_ok(_out: str, code: int) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from k3deploy.core.lastjson import last_json_line
 from k3deploy.node import facts as F
 from k3deploy.remote import script_text
 
@@ -29,10 +30,7 @@ def unanswered(checks: list[str]) -> dict:
 
 
 def _last_json(out: str, code: int) -> dict | None:
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return None
+    return last_json_line(out)
 
 
 def healthy(found: dict | None) -> bool:

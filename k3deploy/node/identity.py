@@ -7,9 +7,9 @@ is read in the run's first look at the node (run/observer.py), not in a round tr
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 from k3deploy.node import facts as F
+from k3deploy.core import group
 from k3deploy.core.errors import K3Error
 
 IDENTITY = [
@@ -21,17 +21,8 @@ IDENTITY = [
 def connect_all(contexts) -> dict[str, K3Error]:
     """Every node's login at once; the nodes that failed, with why (unreachable, or a host
     key we must not trust)."""
-    def connect(ctx) -> K3Error | None:
-        try:
-            ctx.conn.open()
-        except K3Error as err:
-            return err
-        return None
-    if not contexts:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(32, len(contexts))) as pool:
-        errors = dict(zip([c.name for c in contexts], pool.map(connect, contexts)))
-    return {name: err for name, err in errors.items() if err is not None}
+    found = group.run_each(lambda ctx: ctx.conn.open(), contexts, key=lambda c: c.name)
+    return found.failures(K3Error)
 
 
 def record(ctx, values: dict) -> bool:

@@ -132,4 +132,8 @@ def route_problems(chosen: dict[str, Choice], routes: dict[str, dict[str, Route 
             elif route.dev != want:
                 problems.append(f"{host} reaches {peer}'s {chosen[peer].address} through "
                                 f"{route.dev}, not {want}: check the routing table")
+            elif route.src and route.src != chosen[host].address:
+                # the peer would see (and NCCL bootstrap answer) another address than ours
+                problems.append(f"{host} reaches {peer}'s {chosen[peer].address} from "
+                                f"{route.src}, not {chosen[host].address}: check the routing table")
     return problems

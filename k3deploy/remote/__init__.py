@@ -3,6 +3,7 @@
 They are run as files or with `python3 -c`, never imported by the laptop side, except
 protocol.py: the laptop<->node protocol both sides import.
 """
+import ast
 from functools import cache
 from pathlib import Path
 
@@ -16,6 +17,19 @@ def script_text(name: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no node-side script {name!r} in {path.parent}")
     return path.read_text()
+
+
+def for_argv(source: str) -> str:
+    """A program as shipped in a `python3 -c` argv, which every `ps` on the node shows: the
+    same code without its docstrings and comments (ast round trip)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree) + "\n"
 
 
 def downloader_files(work: str) -> list[tuple[str, str]]:

@@ -3,16 +3,16 @@ without k3deploy, and how to resume or stop it."""
 
 from __future__ import annotations
 
-from k3deploy.steps import ENGINE_STEPS
+from k3deploy.core.status import APPLIED, Status
+from k3deploy.steps import ENGINE_STEPS, TEARDOWN, steps_in
 
-DONE = ("ok", "changed")
-TEARDOWN_STEPS = ("collect-logs", "teardown", "stop-download", "wipe-weights")
+TEARDOWN_STEPS = steps_in(TEARDOWN)
 
 
 def stopped_at(report) -> str | None:
     """The step some node was in when the signal came (else the last one that ran)."""
     reached = [s for s in report.steps if any(s in per for per in report.results.values())]
-    hit = [s for s in reached if any(per.get(s) and per[s].status == "interrupted"
+    hit = [s for s in reached if any(per.get(s) and per[s].status == Status.INTERRUPTED
                                      for per in report.results.values())]
     return (hit or reached or [None])[0]
 
@@ -26,7 +26,12 @@ def downloading_nodes(report) -> list[str]:
     waiting = labels[-1] if labels[-1] == "download" else None
     return [n for n, per in report.results.items()
             if any(s in per for s in labels)
-            and not (waiting and per.get(waiting) and per[waiting].status in DONE)]
+            and not (waiting and per.get(waiting) and per[waiting].status in APPLIED)]
+
+
+def _teardown_run(report) -> bool:
+    """Only teardown steps in the run (guard-stop also runs in a bring-up, before the launch)."""
+    return all(s.partition("#")[0] in TEARDOWN_STEPS for s in report.steps)
 
 
 def notes(report, inv_source: str) -> list[str]:
@@ -43,14 +48,15 @@ def notes(report, inv_source: str) -> list[str]:
                 f"{inv_source}` re-attaches to it (verified files and partial bytes are kept)",
                 f"stop it: `k3deploy down -i {inv_source}` (stops the downloader, removes the "
                 "containers; --wipe-weights also deletes the weights)"]
+    tearing_down = step in TEARDOWN_STEPS and _teardown_run(report)
     if step in ENGINE_STEPS:
         out += [f"the engine containers keep running on the nodes: `k3deploy up -i {inv_source}` "
                 f"waits for them again, `k3deploy down -i {inv_source}` removes them"]
     elif step == "image":
         out += ["a `docker pull` that had started may still finish on its node; the next run "
                 "skips images that are there"]
-    elif step in TEARDOWN_STEPS:
+    elif tearing_down:
         out += [f"teardown stopped partway: run `k3deploy down -i {inv_source}` again"]
-    if not nodes and step not in ENGINE_STEPS + TEARDOWN_STEPS:
+    if not nodes and step not in ENGINE_STEPS and not tearing_down:
         out += ["re-run the same command to continue: every step looks at the node first"]
     return out

@@ -12,6 +12,7 @@ from k3deploy.core import log as klog
 from k3deploy.run import playbook as playbook_mod
 from k3deploy.node.context import RunContext
 from k3deploy.core.errors import Interrupted
+from k3deploy.core.status import Status
 from k3deploy.run.interrupt_notes import notes
 from k3deploy.run.outcome import failure_line
 from k3deploy.run.runner import Runner, RunReport
@@ -45,7 +46,7 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
         signum = interrupt.signum()
         closing = after(run, report) if after and not signum else []
     if report.problems:
-        ui.problems(report.problems, changed="changed" in report.statuses())
+        ui.problems(report.problems, changed=Status.CHANGED in report.statuses())
     if summary:
         ui.summary(report)
     failed = None if signum else failure_line(report)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from k3deploy.core import group as fan
 from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
@@ -17,14 +17,13 @@ from k3deploy.node import identity
 from k3deploy.run.observer import Observer
 from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
+from k3deploy.core.status import NOT_THROUGH, SETTLED, Status
 from k3deploy.steps.base import Step
-
-DONE = ("ok", "changed", "would-change")
 
 
 @dataclass
 class StepResult:
-    status: str
+    status: Status
     actions: list[str] = field(default_factory=list)
     error: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -46,7 +45,7 @@ class RunReport:
         """Keep rows in rank order, not in the order threads happened to finish."""
         self.results = {n: self.results.get(n, {}) for n in names} | self.results
 
-    def statuses(self) -> set[str]:
+    def statuses(self) -> set[Status]:
         return {r.status for per in self.results.values() for r in per.values()}
 
     def exit_code(self) -> int:
@@ -54,19 +53,19 @@ class RunReport:
         # In per-node work a problem row of a node that could not be reached ("could not be
         # checked") restates the unreachable status: partial, not a failure.
         gone = set(self.unreachable_nodes()) if self.partial_ok else set()
-        if [p for p in self.problems if p[0] not in gone] or seen & {"failed", "blocked"}:
+        if [p for p in self.problems if p[0] not in gone] or seen & {Status.FAILED, Status.BLOCKED}:
             return EXIT_STEP_FAILED
-        if "unreachable" in seen:
+        if Status.UNREACHABLE in seen:
             return EXIT_PARTIAL if self.partial_ok else EXIT_STEP_FAILED
         return EXIT_OK
 
     def unreachable_nodes(self) -> list[str]:
         return [n for n, per in self.results.items()
-                if any(r.status == "unreachable" for r in per.values())]
+                if any(r.status == Status.UNREACHABLE for r in per.values())]
 
     def failed_nodes(self) -> set[str]:
         return {n for n, per in self.results.items()
-                if any(r.status in ("failed", "unreachable", "blocked") for r in per.values())}
+                if any(r.status in NOT_THROUGH for r in per.values())}
 
 
 class Runner:
@@ -85,11 +84,11 @@ class Runner:
         self.report.ordered([c.name for c in self.contexts])
         self._gate_all()
         # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            prepared = pool.submit(self._prepare_all)
-            self._fail_nodes(identity.connect_all(self.contexts))
-            if not prepared.result():
-                return self.report
+        found = fan.run_calls({"connect": lambda: identity.connect_all(self.contexts),
+                              "prepare": self._prepare_all})
+        self._fail_nodes(found.value("connect"))
+        if not found.value("prepare"):
+            return self.report
         try:
             for step in self.steps:
                 if interrupt.requested() or not self._run_step(step):
@@ -124,7 +123,7 @@ class Runner:
             try:
                 step.prepare(self.run)
             except K3Error as err:
-                status = "interrupted" if isinstance(err, Interrupted) else "failed"
+                status = Status.INTERRUPTED if isinstance(err, Interrupted) else Status.FAILED
                 for ctx in self.contexts:
                     self._record(ctx, step, StepResult(status, error=err.lines()))
                 return False
@@ -141,8 +140,8 @@ class Runner:
     def _fail_nodes(self, errors: dict[str, K3Error]) -> None:
         """A node that cannot be logged in to fails every step of the run."""
         for name, err in errors.items():
-            status = ("unreachable" if isinstance(err, UnreachableError) else
-                      "interrupted" if isinstance(err, Interrupted) else "failed")
+            status = (Status.UNREACHABLE if isinstance(err, UnreachableError) else
+                      Status.INTERRUPTED if isinstance(err, Interrupted) else Status.FAILED)
             for step in self.steps:
                 self.report.set(name, step.label, StepResult(status, error=err.lines()))
             self._say(name, None, status, err.lines())
@@ -151,7 +150,7 @@ class Runner:
     def _targets(self, step: Step) -> list[NodeContext]:
         if step.runs_after_failures:
             gone = {n for n, per in self.report.results.items()
-                    if any(r.status == "unreachable" for r in per.values())}
+                    if any(r.status == Status.UNREACHABLE for r in per.values())}
         else:
             gone = self.report.failed_nodes()
         return [c for c in self.contexts if c.name not in gone]
@@ -165,8 +164,8 @@ class Runner:
         if not targets:
             return False
         all_facts = self._fan_out(step, targets)
-        if any(self.report.results.get(c.name, {}).get(step.label, StepResult("ok")).status
-               == "changed" for c in targets):
+        if any(self.report.results.get(c.name, {}).get(step.label, StepResult(Status.OK)).status
+               == Status.CHANGED for c in targets):
             self.observer.changed()
         if interrupt.requested():  # what a cut-short step saw is no basis for cluster checks
             return False
@@ -180,19 +179,19 @@ class Runner:
         msg = [f"not run on any node: {', '.join(bad)} failed earlier and {step.name} needs "
                "every node"]
         for ctx in targets:
-            self._record(ctx, step, StepResult("blocked", error=msg))
+            self._record(ctx, step, StepResult(Status.BLOCKED, error=msg))
 
     def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, dict]:
         all_facts: dict[str, dict] = {}
-        groups = [targets[:1], targets[1:]] if step.head_first else [targets]
+        groups = [[c for c in targets if c.is_head], [c for c in targets if not c.is_head]] \
+            if step.head_first else [targets]
         for group in groups:
             if not group:
                 continue
-            with ThreadPoolExecutor(max_workers=min(32, len(group))) as pool:
-                for ctx, facts in zip(group, pool.map(lambda c: self._on_node(step, c), group)):
-                    all_facts[ctx.name] = facts
+            all_facts.update(fan.run_each(lambda c: self._on_node(step, c), group,
+                                          key=lambda c: c.name).unwrapped())
             if step.head_first and self.report.results.get(group[0].name, {}).get(
-                    step.label, StepResult("ok")).status not in DONE:
+                    step.label, StepResult(Status.OK)).status not in SETTLED:
                 break
         return all_facts
 
@@ -217,26 +216,26 @@ class Runner:
         try:
             facts, result = self._contract(step, ctx)
         except Interrupted as err:
-            facts, result = None, StepResult("interrupted", error=err.lines())
+            facts, result = None, StepResult(Status.INTERRUPTED, error=err.lines())
         except UnreachableError as err:
-            facts, result = None, StepResult("unreachable", error=err.lines())
+            facts, result = None, StepResult(Status.UNREACHABLE, error=err.lines())
         except K3Error as err:
-            facts, result = None, StepResult("failed", error=_lines(err, step.name))
+            facts, result = None, StepResult(Status.FAILED, error=_lines(err, step.name))
             culprit = getattr(err, "node", None)
             if self._pending(ctx):
                 # --check: this step looks at what earlier steps would have changed; it cannot
                 # be judged before they run (Ansible's check mode has the same limit).
-                result = StepResult("would-change", actions=[
+                result = StepResult(Status.WOULD_CHANGE, actions=[
                     f"depends on the changes above; not judged in --check ({err})"])
         result.seconds = time.monotonic() - started
         self._record(ctx, step, result, facts)
-        if result.status == "failed" and culprit != ctx.name and culprit in self.report.results:
+        if result.status == Status.FAILED and culprit != ctx.name and culprit in self.report.results:
             # The head's wait found the fault on another node: the summary points there too.
-            self.report.set(culprit, step.label, StepResult("failed", error=result.error))
+            self.report.set(culprit, step.label, StepResult(Status.FAILED, error=result.error))
         return facts
 
     def _pending(self, ctx: NodeContext) -> bool:
-        return self.run.check and any(r.status == "would-change"
+        return self.run.check and any(r.status == Status.WOULD_CHANGE
                                       for r in self.report.results.get(ctx.name, {}).values())
 
     def _decide(self, step: Step, ctx: NodeContext) -> tuple[dict, list, list]:
@@ -248,8 +247,9 @@ class Runner:
             try:
                 if not step.problems(facts, ctx) and not step.plan(facts, ctx):
                     return facts, [], []
-            except K3Error:
-                pass
+            except K3Error as err:   # decided again below, on a look made now; said in the log
+                ctx.log(step.label).log(self.event_level, "step.look_ahead_failed",
+                                        error=redact(str(err)), kind=type(err).__name__)
             facts, _ = self.observer.facts(step, ctx, fresh=True)
         found = step.problems(facts, ctx)
         return facts, found, [] if found else step.plan(facts, ctx)
@@ -257,18 +257,18 @@ class Runner:
     def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
         facts, found, actions = self._decide(step, ctx)
         if found and self._pending(ctx):
-            return facts, StepResult("would-change", actions=[
+            return facts, StepResult(Status.WOULD_CHANGE, actions=[
                 "depends on the changes above; not judged in --check"])
         for check, message in found:
             self.report.problems.append((ctx.name, check, message))
         if found:  # the details go into the problems table printed at the end
-            return facts, StepResult("failed", error=[f"{len(found)} problem(s): "
+            return facts, StepResult(Status.FAILED, error=[f"{len(found)} problem(s): "
                                                       + ", ".join(sorted({c for c, _ in found}))])
         shown = [a.shown() for a in actions]
         if not actions:
-            return facts, StepResult("ok")
+            return facts, StepResult(Status.OK)
         if self.run.check:
-            return facts, StepResult("would-change", actions=shown)
+            return facts, StepResult(Status.WOULD_CHANGE, actions=shown)
         self._flush(ctx)
         step.apply(ctx, actions)
         facts, left = step.recheck(ctx)
@@ -277,12 +277,12 @@ class Runner:
                              f"still needed: {'; '.join(left)}", step=step.name)
         # Like Ansible, "changed" is about the node: saving its logs on the laptop is not.
         changed = any(not a.on_laptop for a in actions)
-        return facts, StepResult("changed" if changed else "ok", actions=shown)
+        return facts, StepResult(Status.CHANGED if changed else Status.OK, actions=shown)
 
     def _record(self, ctx: NodeContext, step: Step, result: StepResult, facts=None) -> None:
         self.report.set(ctx.name, step.label, result)
-        if not self.run.check and result.status != "blocked":
-            detail = step.detail(facts, ctx) if facts is not None and result.status in DONE else None
+        if not self.run.check and result.status != Status.BLOCKED:
+            detail = step.detail(facts, ctx) if facts is not None and result.status in SETTLED else None
             ctx.state.finish(step.label, result.status,
                              error=redact("\n".join(result.error)) or None, detail=detail)
         self._say(ctx.name, step.label, result.status, result.error, result.actions)

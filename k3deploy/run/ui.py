@@ -8,10 +8,11 @@ from rich.console import Console
 from rich.table import Table
 
 from k3deploy.core.redact import redact
+from k3deploy.core.status import Status
 
-STYLE = {"ok": "green", "changed": "yellow", "would-change": "cyan", "failed": "bold red",
-         "unreachable": "magenta", "blocked": "red", "skipped": "dim",
-         "interrupted": "bold magenta"}
+STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.WOULD_CHANGE: "cyan",
+         Status.FAILED: "bold red", Status.UNREACHABLE: "magenta", Status.BLOCKED: "red",
+         Status.INTERRUPTED: "bold magenta"}
 
 
 def _console() -> Console:
@@ -37,7 +38,7 @@ class Ui:
         where = f"{node}/{step}" if step else node
         with self._lock:
             self.console.print(f"[{STYLE.get(status, '')}]{status:>12}[/] {where}")
-            for line in (actions if status == "would-change" else []):
+            for line in (actions if status == Status.WOULD_CHANGE else []):
                 self.console.print(f"{'':>14}would: {redact(line)}", markup=False)
             for line in error:
                 self.console.print(f"{'':>14}{redact(line)}", markup=False)

@@ -9,9 +9,8 @@ the download, the endpoint's health, a Ray worker's join and `vllm serve` taking
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from k3deploy.core import interrupt
+from k3deploy.core import group, interrupt
 from k3deploy.core.errors import StepFailed
 from k3deploy.steps.base import Step, Wait
 
@@ -44,10 +43,8 @@ class Waiter:
         if not wait.cluster:
             return step.facts(node, waiting=True)
         others = [c for c in self.contexts if c.name != node.name]
-        with ThreadPoolExecutor(max_workers=min(32, len(others) + 1)) as pool:
-            looks = pool.map(lambda c: step.facts(c, waiting=True), others)
-            seen = dict(zip([c.name for c in others], looks))
-            facts = step.facts(node, waiting=True)
-        seen[node.name] = facts
+        seen = group.run_each(lambda c: step.facts(c, waiting=True), [*others, node],
+                              key=lambda c: c.name).unwrapped()
+        facts = seen[node.name]
         step.check_cluster({c.name: seen[c.name] for c in self.contexts}, node.run, waited)
         return facts

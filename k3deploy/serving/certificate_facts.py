@@ -4,8 +4,7 @@ SSH round trip per node. The verify results come from the state files."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
+from k3deploy.core import group
 from k3deploy.node import apikey
 from k3deploy.node import facts as F
 from k3deploy.steps import certify
@@ -17,10 +16,9 @@ def collect(session, inv) -> dict:
     names = [n.name for _, n in inv.ranked()]
 
     def look(name: str) -> dict:
-        probes = certify.node_probes(inv, name == names[0], key)
+        probes = certify.node_probes(inv, inv.is_head(name), key)
         return certify.node_record(F.gather(session.conn(name), probes))
-    with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-        return summary(dict(zip(names, pool.map(look, names))), inv)
+    return summary(group.run_each(look, names).unwrapped(), inv)
 
 
 def from_verify(session, inv) -> dict:

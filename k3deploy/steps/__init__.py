@@ -6,25 +6,35 @@ import importlib
 
 from k3deploy.core.errors import PlaybookError
 
-# name -> "module:Class"; imported lazily so `k3deploy plan` does not pay for SSH imports.
-REGISTRY = {
-    "preflight": "k3deploy.steps.preflight:Preflight",
-    "nvme": "k3deploy.steps.nvme:MoveToNvme",
-    "download": "k3deploy.steps.download:DownloadWeights",
-    "image": "k3deploy.steps.image:PullImage",
-    "ray-cluster": "k3deploy.steps.ray_cluster:RayCluster",
-    "launch": "k3deploy.steps.launch:LaunchEngine",
-    "wait": "k3deploy.steps.wait:WaitHealthy",
-    "verify": "k3deploy.steps.verify:VerifyEndpoint",
-    "collect-logs": "k3deploy.steps.teardown:CollectLogs",
-    "teardown": "k3deploy.steps.teardown:RemoveContainers",
-    "stop-download": "k3deploy.steps.teardown:StopDownload",
-    "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
-    "stop-peer-server": "k3deploy.steps.peers:StopPeerServer",
-    "file": "k3deploy.steps.files:EnsureFile",
-    "guard": "k3deploy.steps.guard:StartGuard",
-    "guard-stop": "k3deploy.steps.guard:StopGuard",
-}
+BRINGUP, TEARDOWN, ANY = "bring-up", "teardown", "any"
+# (name, "module:Class", phase), bring-up order first, then teardown order; classes are imported
+# lazily so `k3deploy plan` does not pay for SSH imports. The phase is what `status` columns and
+# an interrupted run's notes are derived from, so a new step cannot be left out of them.
+_STEPS = (
+    ("preflight", "k3deploy.steps.preflight:Preflight", BRINGUP),
+    ("nvme", "k3deploy.steps.nvme:MoveToNvme", BRINGUP),
+    ("download", "k3deploy.steps.download:DownloadWeights", BRINGUP),
+    ("image", "k3deploy.steps.image:PullImage", BRINGUP),
+    ("ray-cluster", "k3deploy.steps.ray_cluster:RayCluster", BRINGUP),
+    ("launch", "k3deploy.steps.launch:LaunchEngine", BRINGUP),
+    ("wait", "k3deploy.steps.wait:WaitHealthy", BRINGUP),
+    ("verify", "k3deploy.steps.verify:VerifyEndpoint", BRINGUP),
+    ("guard", "k3deploy.steps.guard:StartGuard", BRINGUP),
+    ("collect-logs", "k3deploy.steps.teardown:CollectLogs", TEARDOWN),
+    ("guard-stop", "k3deploy.steps.guard:StopGuard", TEARDOWN),
+    ("teardown", "k3deploy.steps.teardown:RemoveContainers", TEARDOWN),
+    ("stop-download", "k3deploy.steps.teardown:StopDownload", TEARDOWN),
+    ("wipe-weights", "k3deploy.steps.teardown:WipeWeights", TEARDOWN),
+    ("stop-peer-server", "k3deploy.steps.peers:StopPeerServer", TEARDOWN),
+    ("file", "k3deploy.steps.files:EnsureFile", ANY),
+)
+REGISTRY = {name: target for name, target, _ in _STEPS}
+
+
+def steps_in(phase: str) -> tuple[str, ...]:
+    """The registered steps of one phase, in registry order."""
+    return tuple(name for name, _, p in _STEPS if p == phase)
+
 
 # The steps that start, or need, the engine containers: what a teardown undoes, and what keeps
 # running on the nodes when a run stops during them.

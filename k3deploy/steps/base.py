@@ -82,7 +82,6 @@ def upload(description: str, path: str, content: str, mode: int = 0o600,
 
 class Step:
     name: ClassVar[str] = "step"
-    summary: ClassVar[str] = ""
     read_only: ClassVar[bool] = False
     head_first: ClassVar[bool] = False      # launch: head, then the others
     needs_all_nodes: ClassVar[bool] = False  # refuses to run if any node failed earlier

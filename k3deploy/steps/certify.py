@@ -15,12 +15,14 @@ from k3deploy.steps import probes
 ENDPOINT_CHECK = "version"
 
 
-def node_probes(inv, is_head: bool, key: str | None) -> list[F.Fact]:
-    """The same facts the image and launch steps ask for (a batch runs each once); the
-    head's version comes from verify's endpoint probe, or this one when bench asks."""
+def node_probes(inv, is_head: bool, key: str | None,
+                checks: tuple[str, ...] = ()) -> list[F.Fact]:
+    """The same facts the image and launch steps ask for (a batch runs each once); on the head
+    one endpoint probe for the engine's version and any further `checks` (verify's)."""
     found = [probes.engine_container(inv), probes.engine_images(inv),
              probes.gpus()]
-    return found + ([http_probe.fact("endpoint", inv, [ENDPOINT_CHECK], key)] if is_head else [])
+    return found + ([http_probe.fact("endpoint", inv, [*checks, ENDPOINT_CHECK], key)]
+                    if is_head else [])
 
 
 def node_record(found: dict) -> dict:

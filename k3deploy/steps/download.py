@@ -12,6 +12,8 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from k3deploy.core.lastjson import last_json_line
+from k3deploy.node.output_tail import failure_tail
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.cluster.hubgate import reach_for
@@ -45,7 +47,6 @@ class Paths(WorkPaths):
 
 class DownloadWeights(Step):
     name = "download"
-    summary = "verified, resumable model download on every node"
     Params = DownloadParams
 
     def default_label(self) -> str:
@@ -181,9 +182,8 @@ class DownloadWeights(Step):
                 node.run.inputs.download_started.add(node.name)
 
     def _failed(self, node, facts) -> None:
-        log = facts["log"].splitlines()
-        # The log is mostly "verified" lines; the reason is in its error lines.
-        tail = [ln for ln in log if "error" in ln.lower()][-3:] or log[-5:]
+        # The log is mostly "verified" lines; the reason is in its error lines or a traceback.
+        tail = failure_tail(facts["log"])
         error = (facts.get("progress") or {}).get("error") or "the downloader exited"
         raise StepFailed(node.name, f"download failed: {error} ({facts['missing_count']} of "
                          f"{facts['total']} files not verified)\n" + "\n".join(tail),
@@ -225,10 +225,9 @@ def _size(n: float) -> str:
 
 
 def _status(out: str, code: int) -> dict:
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"unreadable": (out.strip() or f"exit code {code}")[-400:]}
+    found = last_json_line(out)
+    return found if found is not None else \
+        {"unreadable": "\n".join(failure_tail(out)) or f"exit code {code}"}
 
 
 def _once(actions: list[Action]) -> list[Action]:

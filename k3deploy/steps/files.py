@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from k3deploy.core.digest import sha256_text
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Step, cmd, upload
 
@@ -21,7 +21,6 @@ class FileParams(BaseModel):
 
 class EnsureFile(Step):
     name = "file"
-    summary = "a file with the given content and mode"
     Params = FileParams
 
     def probes(self, node):
@@ -33,7 +32,7 @@ class EnsureFile(Step):
         return probe
 
     def plan(self, facts, node):
-        want = hashlib.sha256(self.p.content.encode()).hexdigest()
+        want = sha256_text(self.p.content)
         mode = self.p.mode.lstrip("0") or "0"
         if facts.get("sha256") != want:
             return [upload(f"write {self.p.path}", self.p.path, self.p.content,

@@ -84,7 +84,6 @@ def archive_action(inv) -> Action:
 
 class StartGuard(Step):
     name = "guard"
-    summary = "the serve-time guard: a dead rank stops the whole group"
     needs_all_nodes = True
 
     def prepare(self, run) -> None:
@@ -135,7 +134,6 @@ class StartGuard(Step):
 
 class StopGuard(Step):
     name = "guard-stop"
-    summary = "stop the guard (and archive its incident) before the containers go"
     runs_after_failures = True
 
     class Params(BaseModel):

@@ -19,7 +19,6 @@ def chosen_image(facts, node) -> str:
 
 class PullImage(Step):
     name = "image"
-    summary = "docker pull of the engine image"
 
     def probes(self, node):
         # Ask for every tag the driver could pick (cu13, cu12, or the pinned one) together

@@ -12,9 +12,9 @@ then the failure names the rank and quotes the engine's own error line.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
+from k3deploy.core.digest import sha256_text
 from k3deploy.node import apikey
 from k3deploy import engines
 from k3deploy.node import facts as F
@@ -47,13 +47,8 @@ def _key_path(inv) -> str:
     return f"{spec_from_inventory.secrets_dir(inv)}/{name}"
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 class LaunchEngine(Step):
     name = "launch"
-    summary = "start the engine container with the node's rank"
     head_first = True
     needs_all_nodes = True
     Params = LaunchParams
@@ -117,7 +112,7 @@ class LaunchEngine(Step):
             return []
         path, render = secret_file(spec)
         content = render(key)
-        if facts["key_file_sha"] == _sha(content):
+        if facts["key_file_sha"] == sha256_text(content):
             return []
         return [cmd("create secrets dir (0700)", "install", "-d", "-m", "700",
                     spec.secrets_host_dir, sudo=True, retry=True),

@@ -3,8 +3,7 @@ sha256 (in the step's batched look), and the plan keeps only the uploads that ch
 
 from __future__ import annotations
 
-import hashlib
-
+from k3deploy.core.digest import sha256_text
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action
 
@@ -22,8 +21,6 @@ def fact(paths: list[str], sudo: bool = False) -> F.Fact:
 def changed_only(actions: list[Action], present: dict[str, str] | None) -> list[Action]:
     """The actions without the uploads whose content the node already has."""
     present = present or {}
-    return [a for a in actions if not (a.upload_to and present.get(a.upload_to) == _sha(a.content))]
+    return [a for a in actions if not (a.upload_to and present.get(a.upload_to) == sha256_text(a.content))]
 
 
-def _sha(text: str | None) -> str:
-    return hashlib.sha256((text or "").encode()).hexdigest()

@@ -32,7 +32,6 @@ def _daemon_json(out: str, code: int):
 
 class MoveToNvme(Step):
     name = "nvme"
-    summary = "HF cache, docker data-root and containerd's image store on NVMe"
 
     def probes(self, node):
         p = node.inv.paths

@@ -8,10 +8,10 @@ another manifest or secret (their sha256 on the node are facts).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 
+from k3deploy.core.digest import sha256_text
 from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
 from k3deploy.remote import downloader_files, script_text
@@ -46,18 +46,14 @@ def node_manifest(base_json: str, node, manifest, stall_seconds: float) -> str:
     return json.dumps(doc)
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def server_actions(facts: dict, node, manifest_json: str, secret: str,
                    progress: str) -> list[Action]:
     """What makes the node's peer server run with this manifest and secret; [] when it does.
     `progress` is the downloader's progress file: peers see from it whether this node's
     download still runs."""
     peer, paths = facts.get("peer") or {}, PeerPaths(node.inv)
-    if peer.get("running") and peer.get("manifest_sha256") == _sha(manifest_json) \
-            and peer.get("secret_sha256") == _sha(secret):
+    if peer.get("running") and peer.get("manifest_sha256") == sha256_text(manifest_json) \
+            and peer.get("secret_sha256") == sha256_text(secret):
         return []
     return [Action("create k3deploy work dir", ("mkdir", "-p", node.inv.paths.work), retry=True),
             upload("upload the peer server", paths.server, SERVER, mode=0o644),
@@ -89,7 +85,6 @@ def _start_script(node, paths: PeerPaths, progress: str) -> str:
 
 class StopPeerServer(Step):
     name = "stop-peer-server"
-    summary = "stop the node's peer server (weights fan-out)"
     runs_after_failures = True
 
     def probes(self, node):

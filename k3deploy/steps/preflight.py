@@ -47,7 +47,6 @@ def _facts(node) -> list[F.Fact]:
 
 class Preflight(Step):
     name = "preflight"
-    summary = "read-only checks: GPUs, CUDA, docker, python, NIC, disk, Hub and CDN reach, ports, sizing"
     read_only = True
     ports_not_probed = False
 

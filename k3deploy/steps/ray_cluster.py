@@ -33,7 +33,6 @@ class RayParams(BaseModel):
 
 class RayCluster(LaunchEngine):
     name = "ray-cluster"
-    summary = "multi-node vLLM: Ray head, then each worker joins in turn"
     Params = RayParams
     head_first = True
     needs_all_nodes = True

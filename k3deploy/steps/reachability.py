@@ -9,18 +9,18 @@ group that hangs on a partly open range does not answer, and is probed.
 
 from __future__ import annotations
 
-import json
 import random
-from concurrent.futures import ThreadPoolExecutor
 
+from k3deploy.core import group
+from k3deploy.core.lastjson import last_json_line
+from k3deploy.node.output_tail import failure_tail
 from k3deploy.core.errors import Interrupted, K3Error
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.node import facts as F
-from k3deploy.node import http_probe
 from k3deploy.remote import script_text
-from k3deploy.steps import probes, raylayout
+from k3deploy.steps import probes, raylayout, serves
 
-SCRIPT = script_text("portcheck.py")
+SCRIPT = script_text("portcheck.py")  # on stdin, not in argv (every `ps` on the node shows argv)
 MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
 SAMPLE = 2
 
@@ -57,22 +57,17 @@ def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) ->
 
 def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
     me = run.inv.node(name).self_ip   # the address the others probe it at
-    argv = ["python3", "-c", SCRIPT, "mesh", str(MESH_SECONDS), me, *map(str, ports), "--",
-            *targets]
-    res = run.session.conn(name).run(argv, check=False, timeout=MESH_SECONDS + 60)
-    try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {}
+    argv = ["python3", "-", "mesh", str(MESH_SECONDS), me, *map(str, ports), "--", *targets]
+    res = run.session.conn(name).run(argv, stdin=SCRIPT, check=False, timeout=MESH_SECONDS + 60)
+    found = last_json_line(res.stdout)
+    if isinstance(found, dict) and "probes" in found:
+        return found
+    return {"not_run": {"exit_code": res.exit_code,
+                        "output": failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 6)}}
 
 
 def serving_facts(node) -> list[F.Fact]:
-    """What tells a serving cluster: the engine container (the launch step asks the same), and
-    on the head the endpoint's /health, asked from the head itself."""
-    found = [probes.engine_container(node.inv)]
-    if node.is_head:
-        found.append(http_probe.fact("serving", node.inv, ["health"], node.run.inputs.api_key))
-    return found
+    return serves.facts(node.inv, node.is_head, node.run.inputs.api_key)
 
 
 NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each other); "
@@ -81,10 +76,9 @@ NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each oth
 
 def serving(run, all_facts: dict) -> bool:
     head = all_facts.get(run.inv.head.name) or {}
-    running = [(probes.container_summary(f.get("container")) or {}).get("running")
-               for f in all_facts.values()]
-    return len(all_facts) == len(run.inv.nodes) and all(running) and \
-        http_probe.healthy(head.get("serving"))
+    return serves.serves(len(run.inv.nodes), [
+        serves.engine_running(probes.container_summary(f.get("container")))
+        for f in all_facts.values()], head.get(serves.HEALTH))
 
 
 def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
@@ -99,15 +93,15 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
             for n in names}
     targets = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n for p in plan[m]]
                for n in names}
-    try:
-        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            found = dict(zip(names, pool.map(
-                lambda n: _mesh(run, n, plan[n], targets[n]), names)))
-    except Interrupted:
-        raise
-    except K3Error as err:
-        return [(getattr(err, "node", "cluster"), "ports", str(err))]
-    return _report(found, {n: run.inv.node(n).self_ip for n in names})
+    found = group.run_each(lambda n: _mesh(run, n, plan[n], targets[n]), names)
+    for err in found.failed.values():
+        if isinstance(err, Interrupted):
+            raise err
+    # a node whose mesh did not run makes every other node's probes of it fail: name it alone
+    failed = found.failures(K3Error)
+    if failed:
+        return [(name, "ports", str(err)) for name, err in failed.items()]
+    return _report(found.succeeded, {n: run.inv.node(n).self_ip for n in names})
 
 
 def _unopened(found: dict, addresses: dict) -> set[str]:
@@ -118,9 +112,13 @@ def _unopened(found: dict, addresses: dict) -> set[str]:
             for port, how in (res.get("ports") or {}).items() if how == "busy"}
 
 
+def _not_run(how: dict) -> str:
+    said = " | ".join(how["output"]) or "no output"
+    return f"the port check did not run: python3 exited {how['exit_code']}: {said}"
+
+
 def _report(found: dict, addresses: dict) -> list[tuple[str, str, str]]:
-    out = [(n, "ports", "could not run the port check (python3 missing?)")
-           for n, res in found.items() if "probes" not in res]
+    out = [(n, "ports", _not_run(res["not_run"])) for n, res in found.items() if "not_run" in res]
     unopened = _unopened(found, addresses)
     for name, res in found.items():
         blocked = sorted(f"{t} ({why})" for t, why in (res.get("probes") or {}).items()

@@ -19,6 +19,8 @@ from k3deploy.steps.preflight import model_cache_dir
 
 
 def logs_dir(run) -> Path:
+    """The one folder of this run's logs, settled in CollectLogs.prepare on the laptop before
+    the nodes are looked at (from the clock once, not once per node thread)."""
     if run.inputs.logs_dir is None:
         out = run.option("out_dir") or run.session.state_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
         run.inputs.logs_dir = Path(out)
@@ -35,7 +37,6 @@ def guard_files(node) -> list[F.Fact]:
 
 class CollectLogs(Step):
     name = "collect-logs"
-    summary = "save each node's engine log locally, named by node and rank"
     read_only = True
     runs_after_failures = True
 
@@ -43,6 +44,7 @@ class CollectLogs(Step):
         # Registering the key makes redact() mask it: SGLang prints server_args, key included.
         apikey.load_or_create(run.inv, run.session.state_dir, create=False)
         guard_config.load_or_create_secret(run.session.state_dir, create=False)
+        logs_dir(run)
 
     def probes(self, node):
         logs = engines.docker_logs_argv(node.inv.engine.container)
@@ -52,9 +54,9 @@ class CollectLogs(Step):
 
     def plan(self, facts, node):
         kinds = [kind for kind, text in facts.items() if text]
-        if not kinds or node.run.check:   # --check writes nothing on the laptop either
+        if not kinds:   # under --check the runner applies nothing: it reports would-change
             return []
-        return [Action(f"save the {', '.join(kinds)} log(s) in {logs_dir(node.run)}",
+        return [Action(f"save the {', '.join(kinds)} log(s) in {node.run.inputs.logs_dir}",
                        on_laptop=True)]
 
     def apply(self, node, actions):
@@ -79,7 +81,7 @@ class CollectLogs(Step):
         return saved
 
     def closing_lines(self, run):
-        return [f"logs saved in {logs_dir(run)}"]
+        return [f"logs {'would be ' if run.check else ''}saved in {logs_dir(run)}"]
 
     def detail(self, facts, node):
         return {"saved": facts.get("saved", [])}
@@ -87,7 +89,6 @@ class CollectLogs(Step):
 
 class RemoveContainers(Step):
     name = "teardown"
-    summary = "remove the engine container"
     runs_after_failures = True
 
     def probes(self, node):
@@ -113,7 +114,6 @@ class StopDownload(Step):
     stops it, so a torn-down spot node does not keep pulling 1.56 TB."""
 
     name = "stop-download"
-    summary = "stop the detached weight downloader"
     runs_after_failures = True
 
     def probes(self, node):
@@ -135,7 +135,6 @@ class StopDownload(Step):
 
 class WipeWeights(Step):
     name = "wipe-weights"
-    summary = "delete the downloaded weights and k3deploy's files on the node"
     runs_after_failures = True
 
     def targets(self, node) -> list[str]:

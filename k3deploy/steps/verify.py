@@ -7,6 +7,7 @@ shows in memory. Both are checked here.
 
 from __future__ import annotations
 
+from k3deploy.engines.static_fraction import inventory_static_fraction
 from k3deploy.node import apikey, http_probe
 from k3deploy.steps import certify, probes
 from k3deploy.steps.base import Step
@@ -19,9 +20,7 @@ CHECKS = ["models", "chat", "tools"]
 
 
 def expected_used_mib(inv, total_mib: int) -> float:
-    if inv.engine.kind == "vllm":
-        return float(inv.engine.args.get("gpu-memory-utilization") or 0.9) * total_mib
-    return inv.engine.mem_fraction_static * total_mib
+    return inventory_static_fraction(inv) * total_mib
 
 
 def _message(res: dict) -> dict:
@@ -72,7 +71,7 @@ def _parser_setting(inv, check: str) -> str:
     """Point at the inventory line when it is what overrides the kimi_k3 parser."""
     flag = {"reasoning": "reasoning-parser", "tools": "tool-call-parser"}.get(check)
     args = inv.engine.args
-    value = (args.get(flag) or args.get(flag.replace("-", "_"))) if flag else None
+    value = args.get(flag) if flag else None   # FlagName: engine.args keys have no "_"
     if not value or value == "kimi_k3":
         return ""
     return (f"; the inventory sets engine.args.{flag}: {value}: set it to kimi_k3 (or remove it), "
@@ -99,25 +98,17 @@ def memory_problems(gpus: list[dict] | None, inv, rank: int) -> list[tuple[str, 
 
 class VerifyEndpoint(Step):
     name = "verify"
-    summary = "endpoint contract and per-GPU memory"
     read_only = True
     needs_all_nodes = True
 
     def prepare(self, run):
-        if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
-            run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
-                                                       create=False)
+        apikey.settle_for_run(run)
 
     def probes(self, node):
         # What the certificate records, GPUs included; on the head one endpoint probe for
         # both (its checks and the engine's version).
-        key = node.run.inputs.api_key
-        found = certify.node_probes(node.inv, False, node.run.inputs.api_key) + [
-            probes.lost_gpus()]
-        if not node.is_head:
-            return found
-        return found + [http_probe.fact("endpoint", node.inv, CHECKS + [certify.ENDPOINT_CHECK],
-                                        key)]
+        return certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
+                                   checks=tuple(CHECKS)) + [probes.lost_gpus()]
 
     def facts_from(self, found, node):
         if node.is_head and found.get("endpoint") is None:

@@ -66,14 +66,11 @@ def _finished_key(state: dict | None) -> str:
 
 class WaitHealthy(Step):
     name = "wait"
-    summary = "wait for the endpoint to answer healthy"
     Params = WaitParams
     needs_all_nodes = True
 
     def prepare(self, run):
-        if run.inputs.api_key is None:   # launch, earlier in this run, may have settled it
-            run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
-                                                       create=False)
+        apikey.settle_for_run(run)
         self._formed, self._shown, self._marker = False, None, None
 
     def probes(self, node):

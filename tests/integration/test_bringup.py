@@ -53,8 +53,19 @@ def test_check_apply_apply_again_then_down(tmp_path):
         assert len(changing_calls(tb.stats())) == calls_after_apply
         assert second < first
 
-        down = k3("down", "-i", inv, "--out", str(tmp_path / "logs"))
+        # down --check: would-change exactly where down then changes something (on the node, or
+        # the logs saved on the laptop), and nothing is done
+        calls_before_down = len(changing_calls(tb.stats()))
+        dry = k3("--log-json", "down", "-i", inv, "--check", "--out", str(tmp_path / "dry"))
+        assert dry.returncode == 0, out(dry)
+        assert len(changing_calls(tb.stats())) == calls_before_down
+        assert not (tmp_path / "dry").exists()
+        down = k3("--log-json", "down", "-i", inv, "--out", str(tmp_path / "logs"))
         assert down.returncode == 0, out(down)
+        would = {k for k, (status, _) in step_results(dry).items() if status == "would-change"}
+        did = {k for k, (status, actions) in step_results(down).items()
+               if status == "changed" or actions}
+        assert would == did and ("node0", "collect-logs") in did, (would, did)
         logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
         assert "node0-rank0-engine.log" in logs and "node3-rank3-engine.log" in logs
         assert "fired up" in (tmp_path / "logs" / "node0-rank0-engine.log").read_text()
@@ -69,6 +80,13 @@ def test_check_apply_apply_again_then_down(tmp_path):
         # The cluster's line names the last node's teardown (CI saw the four straddle a second).
         latest = max(first_down.values(), key=lambda r: r["at"])["when"]
         assert f"torn down {latest}, logs in {tmp_path / 'logs'}" in out(table), out(table)
+
+
+def step_results(proc) -> dict:
+    """(node, step) -> (status, actions), from --log-json's step.result events."""
+    events = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    return {(e["node"], e["step"]): (e["status"], e["actions"]) for e in events
+            if e["event"] == "step.result" and e.get("step")}
 
 
 def torn_down_records(inv: str) -> dict:

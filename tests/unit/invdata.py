@@ -1,3 +1,5 @@
+import ipaddress
+
 import pytest
 
 
@@ -16,3 +18,14 @@ def four_nodes(**overrides):
 @pytest.fixture
 def inv_doc():
     return four_nodes()
+
+
+def is_placeholder_address(address: str) -> bool:
+    """True for the RFC 5737 documentation addresses a skeleton (and inventories/) puts in place
+    of real node IPs: they route nowhere."""
+    from k3deploy.cluster.inventory_skeleton import PLACEHOLDER_PRIVATE_NET, PLACEHOLDER_PUBLIC_NET
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip in PLACEHOLDER_PUBLIC_NET or ip in PLACEHOLDER_PRIVATE_NET

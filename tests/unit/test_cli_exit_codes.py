@@ -88,7 +88,8 @@ def _live(running: bool, reachable: bool = True) -> dict:
     if not reachable:
         return {"reachable": False, "error": "cannot reach"}
     return {"reachable": True, "incident": None, "download": None, "identity": {}, "gpus": [],
-            "guard": "watching", "container": {"status": "running" if running else "exited",
+            "guard": "watching", "health": {"health": {"status": 200 if running else None}},
+            "container": {"status": "running" if running else "exited",
                                                "running": running}}
 
 
@@ -96,13 +97,13 @@ def _live(running: bool, reachable: bool = True) -> dict:
                                         ((False, False), 1)],
                          ids=["serving", "degraded", "down"])
 def test_status_exit_code_follows_the_cluster_state(lives, code, inv, monkeypatch):
-    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name, _d: _live(
+    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name, _k, _d: _live(
         lives[0] if name == "node0" else lives[1]))
     assert exit_code(["status", "-i", inv]) == code
 
 
 def test_status_with_a_node_out_of_reach_is_partial(inv, monkeypatch):
-    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name, _d: _live(True, name != "node2"))
+    monkeypatch.setattr(status_cmd, "_live", lambda _s, _i, name, _k, _d: _live(True, name != "node2"))
     assert exit_code(["status", "-i", inv]) == 3
 
 

@@ -198,8 +198,14 @@ def live(running=True, incident=None, reachable=True):
             else None, "incident": incident}
 
 
+HEALTHY = {"health": {"status": 200}}
+
+
 def test_cluster_states():
-    assert cluster_state.summarize({"a": live(), "b": live()})["state"] == "serving"
+    serving = {"a": {**live(), "health": HEALTHY}, "b": live()}
+    assert cluster_state.summarize(serving)["state"] == "serving"
+    # every engine runs, but the head does not answer /health yet: not serving
+    assert cluster_state.summarize({"a": live(), "b": live()})["state"] == "degraded"
     assert cluster_state.summarize({"a": live(None), "b": live(False)})["state"] == "down"
     assert cluster_state.summarize({"a": live(), "b": live(False)})["state"] == "degraded"
     assert cluster_state.summarize({"a": live(), "b": live(reachable=False)})["state"] == \

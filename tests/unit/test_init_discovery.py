@@ -123,7 +123,10 @@ def test_no_common_private_subnet_is_bad_input_naming_what_was_found():
 def test_routes_through_another_nic_are_named():
     chosen = {h: private_net.Choice(a, "eth0", "10.213.0.0/24") for h, a in SSH.items()}
     routes = {"node0": {"node1": Route("eth0", "10.213.0.10"), "node2": Route("eth1", None),
-                        "node3": None}}
+                        "node3": None},
+              "node1": {"node0": Route("eth0", "10.213.0.99")}}
     assert private_net.route_problems(chosen, routes) == [
         "node0 reaches node2's 10.213.0.12 through eth1, not eth0: check the routing table",
-        "node0 has no route to node3's 10.213.0.13"]
+        "node0 has no route to node3's 10.213.0.13",
+        "node1 reaches node0's 10.213.0.10 from 10.213.0.99, not 10.213.0.11: check the routing "
+        "table"]

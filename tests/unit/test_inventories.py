@@ -11,7 +11,7 @@ import pytest
 from k3deploy import engines
 from k3deploy.cluster import inventory, sizing
 from k3deploy.engines import spec_from_inventory
-from k3deploy.cluster.inventory_skeleton import is_placeholder_address
+from tests.unit.invdata import is_placeholder_address
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -10,10 +10,10 @@ from rich.console import Console
 
 from k3deploy.cluster.inventory_skeleton import (
     engine_args,
-    is_placeholder_address,
     skeleton_for,
     skeleton_yaml,
 )
+from tests.unit.invdata import is_placeholder_address
 from k3deploy.cli.plan_view import launch_text, render_table, to_json
 from k3deploy.cluster.sizing import plan, size_config
 
@@ -182,7 +182,8 @@ def test_skeleton_engine_args_only_carry_what_differs_from_the_builders():
     assert engine_args(size_config("h100", 4, 8)) == {}
     assert engine_args(size_config("h100", 4, 8, mem_fraction_static=0.88)) == {
         "mem-fraction-static": 0.88}
-    assert engine_args(size_config("h200", 4, 8, "mxfp8")) == {"moe-runner-backend": None}
+    # the builder decides the MoE backend from the precision as the planner does: no override
+    assert engine_args(size_config("h200", 4, 8, "mxfp8")) == {}
     assert engine_args(size_config("b300", 1, 8, mem_fraction_static=0.92)) == {
         "gpu-memory-utilization": 0.92}
 

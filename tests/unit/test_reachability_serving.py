@@ -95,3 +95,13 @@ def test_preflight_says_when_it_left_the_ports_unprobed(tmp_path):
     assert step.closing_lines(run) == [NOT_PROBED] and meshes(conns) == 0
     step.cluster_problems(facts(run, health=503), run)
     assert step.closing_lines(run) == [] and meshes(conns) == len(run.inv.nodes)
+
+
+def test_the_mesh_program_goes_on_stdin_and_its_argv_stays_small(tmp_path):
+    # every `ps` on a node shows argv: the 7.6 KB program with its docstring must not be there
+    run, conns = run_ctx(tmp_path)
+    reachability_problems(run, facts(run, health=None))
+    for conn in conns.values():
+        (command,) = [c for c in conn.commands if "mesh" in c]
+        assert command.startswith("python3 - mesh ") and len(command) < 400, command
+        assert '"""' not in command and "import" not in command

@@ -227,8 +227,10 @@ def test_port_report_names_blocked_targets_with_the_reason():
     from k3deploy.steps.reachability import _report
     found = _report({"node1": {"probes": {"10.0.0.10:20000": "timed out",
                                           "10.0.0.12:40000": True}},
-                     "node2": {}}, ADDRESSES)
-    assert ("node2", "ports", "could not run the port check (python3 missing?)") in found
+                     "node2": {"not_run": {"exit_code": 127,
+                                           "output": ["sh: 1: python3: not found"]}}}, ADDRESSES)
+    assert ("node2", "ports", "the port check did not run: python3 exited 127: "
+            "sh: 1: python3: not found") in found
     (blocked,) = [p for p in found if p[0] == "node1"]
     assert blocked[2].startswith("cannot reach 10.0.0.10:20000 (timed out): open the full TCP")
 

@@ -3,6 +3,7 @@
 
 import pytest
 
+from k3deploy.core import interrupt
 from k3deploy.core.errors import UnreachableError
 from k3deploy.node.transport import Endpoint, NodeConnection
 
@@ -21,10 +22,11 @@ def test_connect_gives_up_after_bounded_attempts(monkeypatch):
         raise TimeoutError("timed out")
 
     monkeypatch.setattr(conn, "_open_once", refuse)
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    slept = []   # the transport waits through interrupt.sleep (a stop request ends it)
+    monkeypatch.setattr(interrupt, "sleep", slept.append)
     with pytest.raises(UnreachableError) as err:
         conn.open()
-    assert len(calls) == 3
+    assert len(calls) == 3 and len(slept) == 2 and all(0 < s <= 5 for s in slept), slept
     assert "after 3 attempts" in str(err.value) and err.value.node == "node0"
     assert "spot reclaim" in err.value.hint
 
@@ -38,11 +40,13 @@ def test_command_retried_only_when_marked_safe(monkeypatch):
         raise EOFError()
 
     monkeypatch.setattr(conn, "_run_once", drop)
-    monkeypatch.setattr("time.sleep", lambda s: None)
+    slept = []
+    monkeypatch.setattr(interrupt, "sleep", slept.append)
     with pytest.raises(UnreachableError):
         conn.run(["docker", "run", "x"])
-    assert len(calls) == 1
+    assert len(calls) == 1 and slept == []
     calls.clear()
     with pytest.raises(UnreachableError) as err:
         conn.run(["cat", "/etc/hostname"], retry=True, step="probe")
     assert len(calls) == 3 and err.value.step == "probe"
+    assert len(slept) == 2 and all(0 < s <= 5 for s in slept), slept   # wait_exponential(max=5)

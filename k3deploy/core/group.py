@@ -1,0 +1,75 @@
+"""One call per node, all at once, and what came back: the one place k3deploy fans out.
+
+Modelled on Fabric's `ThreadingGroup` and `GroupResult` (fabric/group.py and
+fabric/exceptions.py @2e5dffbc): every call runs to its end in its own thread, and the result
+maps each key to the call's return value or to the exception that stopped it, with `succeeded`
+and `failed` sub-dicts. Where Fabric raises `GroupException(result)` when any call failed, the
+callers here choose: `unwrapped()` raises the first failure in key order (what a
+`ThreadPoolExecutor.map` loop raised), `failed` lets them report every node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+MAX_THREADS = 32  # SSH sessions opened at once; a larger cluster queues behind them
+T = TypeVar("T")
+
+
+class GroupResult(dict):
+    """key -> return value, or the BaseException the call raised (in the order given)."""
+
+    @property
+    def succeeded(self) -> dict:
+        return {k: v for k, v in self.items() if not isinstance(v, BaseException)}
+
+    @property
+    def failed(self) -> dict[Any, BaseException]:
+        return {k: v for k, v in self.items() if isinstance(v, BaseException)}
+
+    def value(self, key):
+        """The call's return value; its exception is raised here."""
+        found = self[key]
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+    def failures(self, expected: type[BaseException]) -> dict:
+        """The failures of the kind the caller reports per node; any other is raised (the
+        first in key order)."""
+        for err in self.failed.values():
+            if not isinstance(err, expected):
+                raise err
+        return self.failed
+
+    def unwrapped(self) -> dict:
+        """Every return value; the first failure in key order is raised instead."""
+        return {key: self.value(key) for key in self}
+
+
+def _capture(fn: Callable[[T], Any], item: T):
+    try:
+        return fn(item)
+    except BaseException as err:  # noqa: B036 - handed to the caller, as Fabric's thread does
+        return err
+
+
+def run_each(fn: Callable[[T], Any], items: Iterable[T],
+             key: Callable[[T], Any] = lambda item: item) -> GroupResult:
+    """fn(item) for every item at once (at most MAX_THREADS threads); keyed by key(item)."""
+    items = list(items)
+    result = GroupResult()
+    if not items:
+        return result
+    with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(items))) as pool:
+        found = list(pool.map(lambda item: _capture(fn, item), items))
+    for item, value in zip(items, found):
+        result[key(item)] = value
+    return result
+
+
+def run_calls(calls: dict[str, Callable[[], Any]]) -> GroupResult:
+    """Independent calls side by side, keyed by name."""
+    return run_each(lambda name: calls[name](), list(calls))

@@ -1,0 +1,31 @@
+"""No import circle anywhere in k3deploy/ (issue 21: sizing <-> sizing_plan <-> sizing_notes
+was one): in the import graph import-linter's grimp builds, no module is reachable from a
+module it imports."""
+
+from __future__ import annotations
+
+import grimp
+
+
+def _cycles(graph) -> list[tuple[str, ...]]:
+    """One import chain a -> b -> ... -> a per edge a -> b that closes a circle."""
+    found = []
+    for importer in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back:
+                found.append((importer, *back))
+    return found
+
+
+def test_no_import_cycle_in_k3deploy():
+    assert _cycles(grimp.build_graph("k3deploy", cache_dir=None)) == []
+
+
+def test_the_cycle_finder_finds_one():
+    graph = grimp.ImportGraph()
+    for a, b in (("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.c", "p.d")):
+        graph.add_import(importer=a, imported=b)
+    assert ("p.a", "p.b", "p.c", "p.a") in _cycles(graph)
+    graph.remove_import(importer="p.c", imported="p.a")
+    assert _cycles(graph) == []
