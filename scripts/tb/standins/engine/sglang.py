@@ -8,6 +8,7 @@ the weight load, reports GPU memory, and on node rank 0 serves the OpenAI API.
 import clitable
 import configfile
 import openai_api
+import rankwork
 import rendezvous
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
@@ -107,6 +108,8 @@ class Rank:
         # As in SGLang, every rank holds its weights and KV pool before rank 0 serves (the
         # pool's size is agreed across ranks): memory first, then "loaded" to rank 0.
         self.allocate_memory()
+        rankwork.attach_sglang(args, ctx, group, serving, args.node_rank * ctx.gpus,
+                               args.dist_timeout or DEFAULT_DIST_TIMEOUT)
         group.report_loaded()
         if args.node_rank == 0:
             group.wait_all_loaded()
