@@ -145,6 +145,7 @@ def test_b300_sglang_dp_attention_matches_the_guide_cell():
         "--reasoning-parser", "kimi_k3", "--tool-call-parser", "kimi_k3",
         "--host", "0.0.0.0", "--port", "8000", "--context-length", "1048576",
         "--served-model-name", "moonshotai/Kimi-K3",
+        "--enable-metrics", "--enable-metrics-for-all-schedulers",
         "--config", "/k3deploy/secrets/sglang-secret.yaml"]
     guide = pairs(guide_tokens(GUIDE_SGLANG_B300))
     for flag, value in guide:
