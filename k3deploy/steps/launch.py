@@ -14,7 +14,6 @@ from k3deploy import engines
 from k3deploy.core import interrupt
 from k3deploy.node import facts as F
 from k3deploy.engines import spec_from_inventory
-from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.steps import probes, raylayout
@@ -27,11 +26,6 @@ def secret_file(spec) -> tuple[str, Callable[[str], str]]:
     if spec.engine == "sglang":
         return engines.sglang_secret_host_path(spec), engines.sglang_secret_config
     return engines.vllm_env_host_path(spec), engines.vllm_secret_env
-
-
-def _key_path(inv) -> str:
-    name = SGLANG_SECRET_FILE if inv.engine.kind == "sglang" else VLLM_ENV_FILE
-    return f"{spec_from_inventory.secrets_dir(inv)}/{name}"
 
 
 def _sha(text: str) -> str:
@@ -60,7 +54,7 @@ class LaunchEngine(Step):
 
     def probes(self, node):
         # The key file's place depends on the inventory alone, not on facts.
-        key_path = _key_path(node.inv)
+        key_path = spec_from_inventory.api_key_file(node.inv)
         found = [probes.cuda(), probes.engine_container(node.inv),
                  F.native("key", "sha256_hex", [key_path], F.text, sudo=True)]
         if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:

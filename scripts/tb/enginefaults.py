@@ -16,6 +16,7 @@ import os
 import signal
 from pathlib import Path
 
+from tb import node
 from tb.nodefs import node_dir
 
 DEFAULT_PREFILL_SECONDS = 3.0
@@ -41,8 +42,23 @@ def engine_pids(tb_dir: Path, name: str) -> list[int]:
     return pids
 
 
-def _signal_engine(tb_dir: Path, name: str, sig: int, what: str) -> str:
-    pids = engine_pids(tb_dir, name)
+def host_pids(record: dict, node_pids: list[int]) -> list[int]:
+    """The node runs in its own pid namespace: its pids are the last field of NSpid."""
+    found = []
+    for pid in node.node_pids([record]):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        nspid = next((line.split()[1:] for line in status.splitlines()
+                      if line.startswith("NSpid:")), [])
+        if nspid and int(nspid[-1]) in node_pids:
+            found.append(pid)
+    return found
+
+
+def _signal_engine(state, name: str, sig: int, what: str) -> str:
+    pids = host_pids(state.node(name), engine_pids(state.dir, name))
     if not pids:
         raise RuntimeError(f"{name}: no running engine container")
     for pid in pids:
@@ -50,15 +66,16 @@ def _signal_engine(tb_dir: Path, name: str, sig: int, what: str) -> str:
     return f"{name}: engine process {', '.join(map(str, pids))} {what}"
 
 
-def wedge(tb_dir: Path, name: str) -> str:
-    return _signal_engine(tb_dir, name, signal.SIGSTOP, "stopped (SIGSTOP): alive, no progress")
+def wedge(state, name: str) -> str:
+    return _signal_engine(state, name, signal.SIGSTOP, "stopped (SIGSTOP): alive, no progress")
 
 
-def unwedge(tb_dir: Path, name: str) -> str:
-    return _signal_engine(tb_dir, name, signal.SIGCONT, "continued (SIGCONT)")
+def unwedge(state, name: str) -> str:
+    return _signal_engine(state, name, signal.SIGCONT, "continued (SIGCONT)")
 
 
-def slow_prefill(tb_dir: Path, name: str, seconds: str | None = None) -> str:
+def slow_prefill(state, name: str, seconds: str | None = None) -> str:
+    tb_dir = state.dir
     value = DEFAULT_PREFILL_SECONDS if seconds is None else float(seconds)
     path = node_dir(tb_dir, name) / "run" / "faults.json"
     faults = _read(path)

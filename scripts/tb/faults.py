@@ -160,7 +160,7 @@ def apply(tb_dir: Path, action: str, args: list[str]) -> str:
                              "prefill chunk" if action == "slow-prefill" else ""))
         _running_node(state, args[0])
         try:
-            return ENGINE_ACTIONS[action](state.dir, *args)
+            return ENGINE_ACTIONS[action](state, *args)
         except (RuntimeError, ValueError) as err:
             raise FaultError(str(err)) from None
     if action in HUB_ACTIONS:

@@ -250,9 +250,10 @@ def test_a_port_its_node_could_not_open_proves_nothing_either_way():
 
 
 def test_launch_key_path_matches_the_engine_builders(tmp_path):
-    from k3deploy.steps.launch import _key_path, secret_file
+    from k3deploy.engines.spec_from_inventory import api_key_file
+    from k3deploy.steps.launch import secret_file
     step, ctx, facts = launch_facts(tmp_path)
-    assert _key_path(ctx.inv) == secret_file(facts["spec"])[0] == \
+    assert api_key_file(ctx.inv) == secret_file(facts["spec"])[0] == \
         "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"
 
 
