@@ -174,7 +174,9 @@ class Guard:
         views, cfg = self.views(peers), self.cfg
         if wedge.wants_probe(now, views, self.probe.state(), cfg["probe"]["every"]):
             self.probe.start()
-        silent_after = max(10.0, 2 * self.hold + 3 * cfg["poll"] + progress.SAMPLE_TIMEOUT)
+        # A peer's view reaches the head within a heartbeat (hold), its samples are a poll
+        # plus their timeout apart: older than that, its metrics did not answer.
+        silent_after = self.hold + 2 * cfg["poll"] + progress.SAMPLE_TIMEOUT + 1
         verdict = wedge.judge(now, views, self.probe.state(), cfg["wedge_seconds"], silent_after)
         if verdict is None:
             return None
