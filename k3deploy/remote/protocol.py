@@ -120,6 +120,8 @@ class WorkPaths:
         self.pid = f"{work}/download.pid"
         self.secrets = f"{work}/secrets"   # the endpoint key, mounted into the engine container
         self.guard = f"{work}/guard"
+        # The engines' compile caches, one dir per key (engines/compile_cache.py), on NVMe.
+        self.compile_cache = f"{work}/compile-cache"
         self.peer = PeerFiles(work)
 
 

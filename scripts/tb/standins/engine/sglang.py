@@ -7,6 +7,7 @@ the weight load, reports GPU memory, and on node rank 0 serves the OpenAI API.
 """
 import clitable
 import configfile
+import kernels
 import openai_api
 import rankwork
 import rendezvous
@@ -105,6 +106,7 @@ class Rank:
         self.serving = serving
         group = self.form_group()
         self.load(snap)
+        kernels.warm_or_compile(ctx, "sglang", self.kernel_shape(), self.log)
         # As in SGLang, every rank holds its weights and KV pool before rank 0 serves (the
         # pool's size is agreed across ranks): memory first, then "loaded" to rank 0.
         self.allocate_memory()
@@ -166,6 +168,14 @@ class Rank:
                              f"--mem-fraction-static. Current value: {self.frac}")
         self.log(f"Load weight end. type=KimiK3ForConditionalGeneration, dtype=torch.bfloat16, "
                  f"avail mem={phys_gb - need_gb:.2f} GB, mem usage={need_gb:.2f} GB.")
+
+    def kernel_shape(self):
+        """The flags that change which kernels get compiled (parallel sizes, backends)."""
+        a = self.args
+        return {"tp": a.tp_size, "ep": a.ep_size, "dp": a.dp_size, "dp_attention": dp_attention(a),
+                "moe_runner_backend": a.moe_runner_backend,
+                "decode_attention_backend": a.decode_attention_backend,
+                "kv_cache_dtype": a.kv_cache_dtype, "quantization": a.quantization}
 
     def memory_per_gpu(self):
         mem = self.ctx.gpu_mem_mib
