@@ -22,6 +22,7 @@ REGISTRY = {
     "wipe-weights": "k3deploy.steps.teardown:WipeWeights",
     "stop-peer-server": "k3deploy.steps.peers:StopPeerServer",
     "file": "k3deploy.steps.files:EnsureFile",
+    "compile-cache-seal": "k3deploy.steps.compile_cache:SealCompileCache",
     "guard": "k3deploy.steps.guard:StartGuard",
     "guard-stop": "k3deploy.steps.guard:StopGuard",
 }
