@@ -97,3 +97,19 @@ def test_the_peer_server_serves_only_what_a_sealed_dir_lists(tmp_path):
         assert peer_cache.resolve(base, url + bad) is None, bad
     assert peer_cache.resolve(base, "/compile-cache/../x/f/y") is None
     assert peer_cache.resolve(None, url + node_cache.SUMS) is None
+
+
+def test_seal_only_an_open_dir_of_this_launchs_key(tmp_path):
+    from k3deploy.steps.compile_cache import SealCompileCache
+    from tests.unit.test_step_plans import launch_facts
+    _, ctx, facts = launch_facts(tmp_path)
+    key = facts["spec"].compile_cache_host_dir.rsplit("/", 1)[-1]
+    facts["key_inputs"] = {"engine": "sglang"}
+    step = SealCompileCache()
+    for caches in ({}, {key: "sealed"}, {"0000000000000000": "open"}):
+        assert step.plan({**facts, "compile_caches": caches}, ctx) == [], caches
+    actions = step.plan({**facts, "compile_caches": {key: "open"}}, ctx)
+    assert [a.description for a in actions] == ["upload compile_cache.py",
+                                                 "seal the compile cache"]
+    assert list(actions[-1].argv[-2:]) == [facts["spec"].compile_cache_host_dir,
+                                           '{"engine": "sglang"}']
