@@ -59,7 +59,12 @@ class Forward:
         finally:
             with self.cond:
                 self.running -= 1
+                idle = self.running == 0
             self.progress.set_running(self.running)
+            if idle:  # every scheduler's batch is empty now, not only rank 0's
+                with self.loop:  # one writer per connection at a time
+                    for _, conn in self._members():
+                        send(conn, {"event": "idle", "running": self.running})
 
     def _members(self):
         members = getattr(self.group, "members", {}) or {}
@@ -115,6 +120,8 @@ class Share:
             own_share(self.ctx, msg.get("mode", ""))
             self.pending = msg
             send(self.group.conn, {"event": "step_done", "seq": msg.get("seq")})
+        elif event == "idle":
+            self.progress.set_running(int(msg.get("running", 0)))
         elif event == "commit" and self.pending and self.pending.get("seq") == msg.get("seq"):
             done, self.pending = self.pending, None
             self.progress.step(done["mode"], int(done["tokens"]), int(done.get("running", 0)))

@@ -7,7 +7,8 @@ sgl-project/sglang python/sglang/srt/environ.py@21ff4b08a19649d55c59ed4bd8383ab9
 TRITON_CACHE_DIR (triton-lang/triton python/triton/knobs.py@689edabdbe3b8f2707eb35a1d0ce336f69122ea9),
 FLASHINFER_WORKSPACE_BASE (its cache is $BASE/.cache/flashinfer, flashinfer-ai/flashinfer
 flashinfer/jit/env.py@05ce648b408ab17c2c31ad7b498b3c28d15b9369), TORCHINDUCTOR_CACHE_DIR
-(default /tmp/torchinductor_<user>, pytorch/pytorch torch/_inductor/runtime/cache_dir_utils.py@24beefe432a78f66c5451435b614c512dfce8fe1),
+(default /tmp/torchinductor_<user>, pytorch/pytorch
+torch/_inductor/runtime/cache_dir_utils.py@24beefe432a78f66c5451435b614c512dfce8fe1),
 VLLM_CACHE_ROOT (default ~/.cache/vllm, vllm-project/vllm vllm/envs.py@f218f9c24d224800e0ea4488aa71bd8215c8bdcd).
 Inside a container those defaults are in the image's own filesystem: every new container
 starts cold (sglang #18823, #29170, #32124 report up to ~30 min to rebuild DeepGEMM's).

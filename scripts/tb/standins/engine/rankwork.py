@@ -19,3 +19,14 @@ def attach_sglang(args, ctx, group, serving, first_rank, timeout):
         return
     collective.Share(ctx, group, counts)
     rankhttp.start(args.host, args.port, metrics)
+
+
+class _OneNode:
+    """vLLM here: its ranks' steps are not spread over the stand-in's nodes (Ray's workers
+    load, but the collective is not modelled across them)."""
+
+
+def attach_vllm(serving, ctx, model_name, timeout):
+    metrics = progress.Progress("vllm", model_name, 0, 1)
+    serving.progress = metrics
+    serving.forward = collective.Forward(ctx, _OneNode(), metrics, timeout)
