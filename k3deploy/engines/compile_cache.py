@@ -35,7 +35,7 @@ KERNEL_FLAGS = frozenset({
     "--enable-dp-attention", "--attn-dp-size", "--moe-runner-backend",
     "--decode-attention-backend", "--prefill-attention-backend", "--attention-backend",
     "--quantization", "--kv-cache-dtype", "--dtype", "--max-model-len", "--context-length",
-    "--cuda-graph-max-bs", "--compilation-config", "--enable-torch-compile",
+    "--compilation-config", "--enable-torch-compile",
 })
 
 
