@@ -50,3 +50,4 @@ CollectLogs
 StopDownload
 VerifyEndpoint
 WaitHealthy
+SealCompileCache

@@ -5,6 +5,7 @@ keeps the certificate of the bring-up it found."""
 
 from __future__ import annotations
 
+import datetime
 import time
 
 from k3deploy.cluster import cost
@@ -12,10 +13,32 @@ from k3deploy.run.outcome import did_something
 from k3deploy.serving import certificate
 
 
-def bringup_record(inv, started: float, finished: float) -> dict:
-    return {"started": started, "finished": finished,
-            "seconds": round(finished - started, 1),
-            "cost": cost.summary(inv, finished - started)}
+def bringup_record(inv, started: float, finished: float, incidents: dict | None = None) -> dict:
+    record = {"started": started, "finished": finished,
+              "seconds": round(finished - started, 1),
+              "cost": cost.summary(inv, finished - started)}
+    relaunch = relaunch_record(incidents or {}, started, finished)
+    return {**record, "relaunch": relaunch} if relaunch else record
+
+
+def relaunch_record(incidents: dict, started: float, finished: float) -> dict | None:
+    """A bring-up that archived the guard's incident relaunched the group: what stopped it and
+    how long from the incident (its first record) to serving again."""
+    found = [i for i in incidents.values() if isinstance(i, dict) and i.get("recorded_at")]
+    if not found:
+        return None
+    first = min(found, key=lambda i: i["recorded_at"])
+    at = _epoch(first["recorded_at"])
+    return {"after": (first.get("failure") or {}).get("cause"), "incident_at": first["recorded_at"],
+            "relaunch_seconds": round(finished - started, 1),
+            "incident_to_serving_seconds": round(finished - at, 1) if at else None}
+
+
+def _epoch(stamp: str) -> float | None:
+    try:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def cost_line(record: dict) -> str:
@@ -42,6 +65,6 @@ def closing_for():
             return [f"nothing to do: every step was already done on every node; the "
                     f"certificate stays {kept}"]
         from k3deploy.cli.certificate_cmd import write_after_up
-        record = bringup_record(run.inv, started, time.time())
+        record = bringup_record(run.inv, started, time.time(), run.inputs.relaunched_after)
         return [cost_line(record), write_after_up(run.session, run.inv, record)]
     return closing

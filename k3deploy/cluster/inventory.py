@@ -78,6 +78,8 @@ class GuardSpec(_Model):
     peer_timeout: float = Field(default=20, ge=3, le=3600)  # a silent guard this long: failed
     poll_seconds: float = Field(default=1.0, ge=0.2, le=60)
     stop_grace: int = Field(default=30, ge=1, le=600)  # docker stop -t: SIGTERM, then SIGKILL
+    # Work outstanding and no rank advancing this long: the group is wedged (remote/guard_wedge.py).
+    wedge_seconds: float = Field(default=60, ge=5, le=3600)
 
 
 class Paths(_Model):

@@ -6,6 +6,7 @@ read-only secrets mount, and vLLM through `--env-file` (docker reads that file i
 
 from __future__ import annotations
 
+from k3deploy.engines.compile_cache import CACHE_MOUNT, cache_env
 from k3deploy.engines.spec import (HF_CACHE_MOUNT, SECRETS_MOUNT, VLLM_ENV_FILE, LaunchSpec,
                                    SpecError)
 
@@ -18,6 +19,8 @@ def engine_env(spec: LaunchSpec) -> list[tuple[str, str]]:
     """The container environment, defaults first (guide order), then extra_env
     (override in place; None removes; new names sorted)."""
     env = _sglang_env(spec) if spec.engine == "sglang" else _vllm_env(spec)
+    if spec.compile_cache_host_dir is not None:
+        env += cache_env(spec.engine)
     # Weights are already on local NVMe, so the engine never needs (or sees) the HF token.
     env.append(("HF_HUB_OFFLINE", "1"))
     overrides = dict(spec.extra_env)
@@ -62,6 +65,8 @@ def docker_run_argv(spec: LaunchSpec, cmd: list[str], *, entrypoint: str | None 
             "-v", f"{spec.hf_cache_host_path}:{HF_CACHE_MOUNT}"]
     if spec.secrets_host_dir is not None and spec.engine == "sglang":
         argv += ["-v", f"{spec.secrets_host_dir}:{SECRETS_MOUNT}:ro"]
+    if spec.compile_cache_host_dir is not None:
+        argv += ["-v", f"{spec.compile_cache_host_dir}:{CACHE_MOUNT}"]
     for key, value in engine_env(spec):
         argv += ["--env", f"{key}={value}"]
     if env_file:

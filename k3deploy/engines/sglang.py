@@ -55,7 +55,10 @@ def _tail_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
             ("reasoning-parser", "kimi_k3"), ("tool-call-parser", "kimi_k3"),
             ("host", "0.0.0.0"), ("port", spec.serve_port),
             ("context-length", spec.context_length),
-            ("served-model-name", spec.model_name)]
+            ("served-model-name", spec.model_name),
+            # Every rank's scheduler on /metrics (node rank >= 1: its health server), so the
+            # guard sees which rank stopped advancing (remote/guard_progress.py).
+            ("enable-metrics", True), ("enable-metrics-for-all-schedulers", True)]
 
 
 def sglang_launch_argv(spec: LaunchSpec) -> list[str]:

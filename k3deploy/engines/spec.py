@@ -69,6 +69,8 @@ class LaunchSpec:
     extra_args: Mapping[str, FlagValue] = field(default_factory=dict)
     extra_env: Mapping[str, str | None] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The node's compile-cache dir for this launch's key (engines/compile_cache.py), or None.
+    compile_cache_host_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check_engine_and_layout(self)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from k3deploy.engines import LaunchSpec, SpecError
+from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.engines.layout import parallel_layout
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.errors import BadInputError
@@ -14,6 +15,18 @@ def layout_for(inv) -> str:
 
 def secrets_dir(inv) -> str:
     return WorkPaths(inv.paths.work).secrets
+
+
+def api_key_file(inv) -> str:
+    """Where the engine's API key file lives on a node (SGLang's --config yaml, vLLM's env file)."""
+    name = SGLANG_SECRET_FILE if inv.engine.kind == "sglang" else VLLM_ENV_FILE
+    return f"{secrets_dir(inv)}/{name}"
+
+
+def metrics_on_every_rank(inv) -> bool:
+    """SGLang serves /metrics on every node (node rank >= 1: its health server); vLLM only on
+    the head's API server."""
+    return inv.engine.kind == "sglang"
 
 
 def build(inv, node, rank: int, image: str, sha: str, with_key: bool) -> LaunchSpec:

@@ -16,7 +16,7 @@ from k3deploy.remote import script_text
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import cluster_secret
 
-SCRIPTS = ("guard.py", "guard_http.py", "guard_record.py")
+SCRIPTS = ("guard.py", "guard_http.py", "guard_record.py", "guard_progress.py", "guard_wedge.py")
 
 
 def guard_dir(inv) -> str:
@@ -45,10 +45,21 @@ def config(inv, node_name: str) -> dict:
             "peers": [{"node": n.name, "rank": r, "address": n.self_ip}
                       for r, n in inv.ranked() if n.name != node_name],
             "peer_timeout": inv.guard.peer_timeout, "poll": inv.guard.poll_seconds,
-            "stop_grace": inv.guard.stop_grace,
+            "stop_grace": inv.guard.stop_grace, "wedge_seconds": inv.guard.wedge_seconds,
             "serve_port": inv.ports.serve if rank == 0 else None,
+            "metrics_port": inv.ports.serve if rank == 0 or
+            spec_from_inventory.metrics_on_every_rank(inv) else None,
+            "probe": probe_config(inv) if rank == 0 else None,
             "dir": paths["dir"], "secret_file": paths["secret"],
             "secrets_dir": spec_from_inventory.secrets_dir(inv)}
+
+
+def probe_config(inv) -> dict:
+    """The head guard's 1-token request while the endpoint is idle: often enough that a wedge
+    of an idle group is seen within a quarter of wedge_seconds more, at most every 2 s."""
+    every = min(15.0, max(2.0, inv.guard.wedge_seconds / 4))
+    return {"port": inv.ports.serve, "model": inv.model.repo, "every": every,
+            "key_file": spec_from_inventory.api_key_file(inv)}
 
 
 def with_digest(cfg: dict, secret: str) -> dict:

@@ -22,7 +22,11 @@ import time
 sys.dont_write_bytecode = True  # nothing but its own files in the guard dir
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import guard_http as net
+import guard_progress as progress
 import guard_record as rec
+import guard_wedge as wedge
+
+WEDGE_STOP_GRACE = 5  # seconds: a wedged engine cannot drain its requests anyway
 
 
 class Guard:
@@ -38,6 +42,12 @@ class Guard:
         self.secrets = rec.secret_values(secret, cfg.get("secrets_dir"))
         self.hold = net.hold_seconds(cfg["peer_timeout"], cfg["poll"])
         self.published = net.Versioned(self.public_state)
+        self.local = progress.Local(cfg["metrics_port"], cfg["poll"]) \
+            if cfg.get("metrics_port") else None
+        probe = cfg.get("probe")
+        self.probe = progress.Probe(probe["port"], probe["model"],
+                                    progress.read_api_key(probe.get("key_file")),
+                                    cfg["wedge_seconds"] + 5) if probe else None
 
     # -- log and state -------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -54,7 +64,8 @@ class Guard:
         with self.lock:
             return {"node": self.cfg["node"], "rank": self.cfg["rank"],
                     "digest": self.cfg["digest"], "engine": dict(self.engine),
-                    "incident": self.incident}
+                    "incident": self.incident,
+                    "progress": self.local.public() if self.local else None}
 
     # -- the engine container ----------------------------------------------------------
     def inspect(self) -> dict | None:
@@ -84,7 +95,9 @@ class Guard:
     def stop_engine(self) -> str:
         if not self.engine["running"]:
             return f"already exited ({self.engine['exit_code']})"
-        grace = str(int(self.cfg["stop_grace"]))
+        wedged = ((self.incident or {}).get("failure") or {}).get("kind") == "wedged"
+        grace = str(int(min(self.cfg["stop_grace"], WEDGE_STOP_GRACE) if wedged
+                        else self.cfg["stop_grace"]))
         res = subprocess.run(["docker", "stop", "-t", grace, self.engine["id"]],
                              capture_output=True, text=True, check=False)
         self.log(f"docker stop -t {grace} {self.cfg['container']}: exit {res.returncode}")
@@ -145,7 +158,32 @@ class Guard:
                                 detail=f"its guard gave no answer for {now - seen['last_ok']:.0f}s "
                                 f"({seen['error']})")
             return rec.incident(cfg, first, cfg["node"])
-        return self.serving_failure(now)
+        return self.serving_failure(now) or self.wedge_failure(now, peers)
+
+    # -- progress (head only: it has the probe) ----------------------------------------
+    def views(self, peers: dict) -> list[dict]:
+        now = time.monotonic()
+        mine = [wedge.view(self.cfg["node"], self.cfg["rank"], self.local.public(), now)]
+        theirs = [wedge.view(p["node"], p["rank"], (peers[p["node"]]["state"] or {}).get(
+            "progress"), peers[p["node"]]["last_ok"]) for p in self.cfg["peers"]]
+        return [v for v in mine + theirs if v]
+
+    def wedge_failure(self, now: float, peers: dict) -> dict | None:
+        if self.probe is None or self.local is None:
+            return None
+        views, cfg = self.views(peers), self.cfg
+        if wedge.wants_probe(now, views, self.probe.state(), cfg["probe"]["every"]):
+            self.probe.start()
+        # A peer's view reaches the head within a heartbeat (hold), its samples are a poll
+        # plus their timeout apart: older than that, its metrics did not answer.
+        silent_after = self.hold + 2 * cfg["poll"] + progress.SAMPLE_TIMEOUT + 1
+        verdict = wedge.judge(now, views, self.probe.state(), cfg["wedge_seconds"], silent_after)
+        if verdict is None:
+            return None
+        first_rank = verdict["ranks"][0]
+        first = rec.failure(first_rank["node"], first_rank["rank"], "wedged",
+                            detail=wedge.cause_detail(verdict))
+        return {**rec.incident(cfg, first, cfg["node"], self.evidence()), "wedge": verdict}
 
     def serving_failure(self, now: float) -> dict | None:
         if not self.cfg.get("serve_port"):
@@ -191,6 +229,8 @@ class Guard:
         cfg = self.cfg
         net.serve(cfg["bind"], cfg["port"], self.secret, self.published, self.hold)
         threading.Thread(target=self.watch_engine, daemon=True).start()
+        if self.local:
+            threading.Thread(target=self.local.run, daemon=True).start()
         for peer in self.cfg["peers"]:
             threading.Thread(target=self.poll_peer, args=(peer,), daemon=True).start()
         self.log(f"guarding {self.cfg['container']} (rank {self.cfg['rank']}), "

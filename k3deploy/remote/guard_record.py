@@ -80,10 +80,11 @@ def kernel_lines(secrets: list[str]) -> list[str] | str:
 
 def failure(node: str, rank: int, kind: str, *, exit_code=None, detail: str = "",
             at: str | None = None) -> dict:
-    """kind: exited | unreachable | not serving; at: when it happened (docker's FinishedAt),
+    """kind: exited | unreachable | not serving | wedged; at: when it happened (docker's FinishedAt),
     else now (when it was noticed)."""
     what = {"exited": f"engine exited with code {exit_code}",
-            "unreachable": "unreachable", "not serving": "serving port refused"}
+            "unreachable": "unreachable", "not serving": "serving port refused",
+            "wedged": "no progress"}
     return {"node": node, "rank": rank, "kind": kind, "exit_code": exit_code,
             "cause": f"rank {rank} ({node}): {what.get(kind, kind)}" + (f"; {detail}" if detail else ""),
             "at": at or now_iso()}

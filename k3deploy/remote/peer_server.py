@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
 # The downloader's modules ship next to this file (protocol.DOWNLOADER_FILES).
+import peer_cache
 from fetch_base import BadInput
 from fetch_cache import Ledger, RepoCache
 from fetch_manifest import Manifest
@@ -187,6 +188,9 @@ class PeerHandler(BaseHTTPRequestHandler):
             return self._status(401)
         if self.path == "/index" and send_body:
             return self._json(self.server.blobs.index())
+        if self.path.startswith("/compile-cache/"):
+            return self._send_file(peer_cache.resolve(self.server.compile_cache, self.path),
+                                   send_body)
         match = _BLOB_PATH.match(self.path)
         blob = self.server.blobs.open(match.group(1)) if match else None
         if blob is None:
@@ -194,6 +198,18 @@ class PeerHandler(BaseHTTPRequestHandler):
             return self._status(404, {"X-K3-Partial": str(have)} if match else None)
         with blob:
             self._send_blob(match.group(1), blob, send_body)
+
+    def _send_file(self, path: str | None, send_body: bool) -> None:
+        try:
+            with open(path or "", "rb") as fh:
+                body = fh.read()
+        except OSError:
+            return self._status(404)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
 
     def _send_blob(self, etag: str, blob, send_body: bool) -> None:
         size = os.fstat(blob.fileno()).st_size
@@ -272,6 +288,7 @@ def parse_args(argv):
     parser.add_argument("--max-connections", type=int, default=64)
     parser.add_argument("--test-corrupt-flag", help="test hook: flip served bytes while it exists")
     parser.add_argument("--progress", help="the downloader's progress file (its state is indexed)")
+    parser.add_argument("--compile-cache", help="root of the sealed compile caches it serves")
     parser.add_argument("--ready-file", help="written once listening (the starter waits for it)")
     return parser.parse_args(argv)
 
@@ -282,8 +299,10 @@ def build(args) -> PeerServer:
     progress = Path(args.progress) if args.progress else None
     blobs = Blobs(manifest, RepoCache(args.hf_home, manifest.repo), progress)
     flag = Path(args.test_corrupt_flag) if args.test_corrupt_flag else None
-    return PeerServer((host, int(port)), blobs, read_secret(args.secret_file),
-                      Path(args.served_log), max(1, args.max_connections), flag)
+    server = PeerServer((host, int(port)), blobs, read_secret(args.secret_file),
+                        Path(args.served_log), max(1, args.max_connections), flag)
+    server.compile_cache = args.compile_cache
+    return server
 
 
 def main(argv=None) -> int:

@@ -110,7 +110,8 @@ def check_schema(doc, what: str):
 # own directory. Uploaded side by side into the work dir, by the download step and by the peer
 # server's start (which imports the manifest and cache readers from the same files).
 DOWNLOADER_FILES = ("fetch_weights.py", "fetch_base.py", "fetch_manifest.py", "fetch_cache.py",
-                    "fetch_progress.py", "fetch_hub.py", "peer_fetch.py", "protocol.py")
+                    "fetch_progress.py", "fetch_hub.py", "peer_fetch.py", "protocol.py",
+                    "peer_cache.py")
 
 
 class WorkPaths:
@@ -126,6 +127,8 @@ class WorkPaths:
         self.pid = f"{work}/download.pid"
         self.secrets = f"{work}/secrets"   # the endpoint key, mounted into the engine container
         self.guard = f"{work}/guard"
+        # The engines' compile caches, one dir per key (engines/compile_cache.py), on NVMe.
+        self.compile_cache = f"{work}/compile-cache"
         self.peer = PeerFiles(work)
 
 

@@ -19,6 +19,7 @@ _STEPS = (
     ("launch", "k3deploy.steps.launch:LaunchEngine", BRINGUP),
     ("wait", "k3deploy.steps.wait:WaitHealthy", BRINGUP),
     ("verify", "k3deploy.steps.verify:VerifyEndpoint", BRINGUP),
+    ("compile-cache-seal", "k3deploy.steps.compile_cache_seal:SealCompileCache", BRINGUP),
     ("guard", "k3deploy.steps.guard:StartGuard", BRINGUP),
     ("collect-logs", "k3deploy.steps.teardown:CollectLogs", TEARDOWN),
     ("guard-stop", "k3deploy.steps.guard:StopGuard", TEARDOWN),

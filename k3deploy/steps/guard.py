@@ -9,6 +9,7 @@ teardown is not an incident) and before `up --replace` swaps the containers they
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -79,7 +80,8 @@ def archive_action(inv) -> Action:
     paths = guard_config.node_paths(inv)
     script = (f"mkdir -p {shlex.quote(paths['archive'])} && mv -f {shlex.quote(paths['incident'])}"
               f" {shlex.quote(paths['archive'])}/incident-$(date +%Y%m%dT%H%M%S).json")
-    return cmd("archive the incident record", "sh", "-c", script, sudo=True)
+    return dataclasses.replace(cmd("archive the incident record", "sh", "-c", script, sudo=True),
+                               tag="archive-incident")
 
 
 class StartGuard(Step):
@@ -123,6 +125,12 @@ class StartGuard(Step):
                 upload("write the guard secret (0600)", paths["secret"],
                        f"{node.run.inputs.guard_secret or ''}\n", sudo=True),  # None: --check
                 cmd("start the guard, detached", "sh", "-c", detached, sudo=True)]
+
+    def apply(self, node, actions):
+        if any(a.tag == "archive-incident" for a in actions):
+            # The bring-up recovers from it: the certificate says from what and how fast.
+            node.run.inputs.relaunched_after[node.name] = self.facts(node).get("incident")
+        super().apply(node, actions)
 
     def inputs(self, node):
         return {"guard": node.inv.guard.model_dump(), "port": node.inv.ports.guard}

@@ -19,10 +19,9 @@ from k3deploy.node import apikey
 from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.engines import spec_from_inventory, startup_log
-from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import manifest_for
-from k3deploy.steps import probes, raylayout
+from k3deploy.steps import compile_cache, probes, raylayout
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.steps.base import Step, cmd, upload, wait
@@ -42,9 +41,6 @@ def secret_file(spec) -> tuple[str, Callable[[str], str]]:
     return engines.vllm_env_host_path(spec), engines.vllm_secret_env
 
 
-def _key_path(inv) -> str:
-    name = SGLANG_SECRET_FILE if inv.engine.kind == "sglang" else VLLM_ENV_FILE
-    return f"{spec_from_inventory.secrets_dir(inv)}/{name}"
 
 
 class LaunchEngine(Step):
@@ -64,15 +60,22 @@ class LaunchEngine(Step):
         manifest_for(run)
 
     def spec(self, facts, node):
+        return self.spec_and_cache_key(facts, node)[0]
+
+    def spec_and_cache_key(self, facts, node):
+        """(the launch spec with its config label, the compile cache key's inputs or None)"""
         run = node.run
         spec = spec_from_inventory.build(node.inv, node.node, node.rank, chosen_image(facts, node),
                                 run.inputs.manifest.sha, with_key=bool(run.inputs.api_key))
-        return engines.with_config_label(spec, run.inputs.api_key)
+        inputs = None
+        if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster
+            spec, inputs = compile_cache.keyed(spec, facts, node.inv)
+        return engines.with_config_label(spec, run.inputs.api_key), inputs
 
     def probes(self, node):
         # The key file's place depends on the inventory alone, not on facts.
-        key_path = _key_path(node.inv)
-        found = [probes.cuda(), probes.engine_container(node.inv),
+        key_path = spec_from_inventory.api_key_file(node.inv)
+        found = [*compile_cache.key_probes(node.inv), probes.engine_container(node.inv),
                  F.native("key", "sha256_hex", [key_path], F.text, sudo=True)]
         if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
             found += raylayout.head_probes(node)
@@ -80,12 +83,12 @@ class LaunchEngine(Step):
 
     def facts_from(self, found, node):
         found = dict(found)
-        spec = self.spec(found, node)
+        spec, key_inputs = self.spec_and_cache_key(found, node)
         ray = raylayout.head_facts(found) if (
             self.serves_over_ray and engines.uses_ray(spec) and node.is_head) else {}
         key_file = found.pop("key") if spec.secrets_host_dir else None
         return {**found, "spec": spec, "container": probes.container_summary(found["container"]),
-                "key_file_sha": key_file, **ray}
+                "key_file_sha": key_file, "key_inputs": key_inputs, **ray}
 
     def plan(self, facts, node):
         spec, current = facts["spec"], facts["container"]
@@ -103,6 +106,8 @@ class LaunchEngine(Step):
         if current:
             actions.append(cmd(f"remove old container {spec.container_name}",
                                *engines.docker_rm_argv(spec.container_name), sudo=True, retry=True))
+        if spec.compile_cache_host_dir is not None:
+            actions += compile_cache.prepare_actions(node, spec, facts)
         return actions + [cmd(f"start rank {spec.node_rank}", *engines.node_launch_argvs(spec)[0],
                               sudo=True)]
 

@@ -12,6 +12,7 @@ import json
 import shlex
 
 from k3deploy.core.digest import sha256_text
+from k3deploy.engines import compile_cache
 from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
 from k3deploy.remote import downloader_files, script_text
@@ -74,7 +75,8 @@ def _start_script(node, paths: PeerPaths, progress: str) -> str:
     argv = ["python3", paths.server, "--manifest", paths.manifest, "--hf-home", node.inv.paths.hf,
             "--listen", f"{node.node.self_ip}:{node.inv.ports.peer}", "--secret-file",
             paths.secret, "--served-log", paths.served, "--test-corrupt-flag",
-            paths.corrupt_flag, "--ready-file", paths.ready, "--progress", progress]
+            paths.corrupt_flag, "--ready-file", paths.ready, "--progress", progress,
+            "--compile-cache", compile_cache.cache_root(node.inv)]
     ready, log = shlex.quote(paths.ready), shlex.quote(paths.log)
     # The pid file names the new server at once; the start waits (bounded) until it listens.
     return (f"{_stop_script(paths)}; rm -f {ready}; setsid nohup {shlex.join(argv)} >> {log} "

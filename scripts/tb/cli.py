@@ -25,13 +25,15 @@ def _up_parser(sub) -> None:
     up.add_argument("--cuda", choices=tuple(DRIVERS), default="13.0", help="driver CUDA version")
     up.add_argument("--node", action="append", default=[], metavar="NAME:KEY=VALUE",
                     help="per-node override; keys: gpus gpu cuda disk daemon_json user "
-                         "load_seconds pull_seconds nvidia_toolkit decode_tok_s profile "
+                         "load_seconds pull_seconds nvidia_toolkit decode_tok_s compile_seconds profile "
                          "second_nic (ADDRESS/PREFIX: an eth1 on a subnet of its own)")
     up.add_argument("--profile", default="", metavar="NAME[,NAME...]",
                     help="node behaviour as an upstream version has it, on every node "
                          "(`testbed profiles` lists them)")
     up.add_argument("--disk", default="4G", help="NVMe (tmpfs) size per node")
     up.add_argument("--load-seconds", type=float, default=2.0, help="stand-in engine load time")
+    up.add_argument("--compile-seconds", type=float, default=0.0,
+                    help="stand-in engine kernel compile time when no matching cache is mounted")
     up.add_argument("--pull-seconds", type=float, default=0.5, help="stand-in docker pull time")
     up.add_argument("--engine", choices=ENGINES, default="sglang", help="inventory engine.kind")
     up.add_argument("--shard-bytes", type=int, help="size of each of the 96 mock shards")
@@ -75,7 +77,8 @@ def parser() -> argparse.ArgumentParser:
 
 def _up(args) -> int:
     defaults = {"gpu": args.gpu, "gpus": args.gpus_per_node, "cuda": args.cuda, "disk": args.disk,
-                "load_seconds": args.load_seconds, "pull_seconds": args.pull_seconds}
+                "load_seconds": args.load_seconds, "pull_seconds": args.pull_seconds,
+                "compile_seconds": args.compile_seconds}
     specs = build_specs(args.nodes, defaults, args.node, profiles.split_names(args.profile))
     if args.hub_token_file and not Path(args.hub_token_file).is_file():
         raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")

@@ -5,7 +5,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from tb import hubctl, net, node, nodefs
+from tb import enginefaults, hubctl, net, node, nodefs
 from tb.nodespec import spec_from_dict
 from tb.sshcmd import KEY_FILE
 from tb.state import TestbedState
@@ -163,11 +163,13 @@ def hub_fault(state: TestbedState, action: str, args: list[str], status: int | N
 NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition": partition,
                 "firewall": firewall, "heal": heal, "fill-disk": fill_disk,
                 "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
+ENGINE_ACTIONS = {"wedge-engine": enginefaults.wedge, "unwedge-engine": enginefaults.unwedge,
+                  "slow-prefill": enginefaults.slow_prefill}
 # testbed action -> (hubfaults action, how many arguments)
 HUB_ACTIONS = {"hub-drop-after": ("drop-after", 1), "hub-corrupt": ("corrupt", 1), "hub-heal": ("heal", 0),
                "hub-outage": ("outage", 1), "hub-rate-limit": ("rate-limit", 2),
                "cdn-forbid": ("cdn-forbid", 1)}
-ACTIONS = (*NODE_ACTIONS, *HUB_ACTIONS)
+ACTIONS = (*NODE_ACTIONS, *ENGINE_ACTIONS, *HUB_ACTIONS)
 
 
 def apply(tb_dir: Path, action: str, args: list[str], status: int | None = None) -> str:
@@ -178,6 +180,15 @@ def apply(tb_dir: Path, action: str, args: list[str], status: int | None = None)
         if len(args) != 1:
             raise FaultError(f"{action} wants exactly one node name")
         return NODE_ACTIONS[action](state, args[0])
+    if action in ENGINE_ACTIONS:
+        if not 1 <= len(args) <= (2 if action == "slow-prefill" else 1):
+            raise FaultError(f"{action} wants a node name" + (" and optionally seconds per "
+                             "prefill chunk" if action == "slow-prefill" else ""))
+        _running_node(state, args[0])
+        try:
+            return ENGINE_ACTIONS[action](state, *args)
+        except (RuntimeError, ValueError) as err:
+            raise FaultError(str(err)) from None
     if action in HUB_ACTIONS:
         hub_action, want = HUB_ACTIONS[action]
         if len(args) != want:

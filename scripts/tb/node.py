@@ -132,6 +132,11 @@ def kill_processes(records: list[dict]) -> None:
     raise NodeError(f"processes survive SIGKILL: {sorted(_node_pids(records))}")
 
 
+def node_pids(records: list[dict]) -> set[int]:
+    """Every process of these nodes (init and whatever runs in their namespaces)."""
+    return _node_pids(records)
+
+
 def _node_pids(records: list[dict]) -> set[int]:
     net_inodes, mnt_inodes, pids = set(), set(), set()
     for record in records:

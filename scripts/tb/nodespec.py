@@ -45,6 +45,7 @@ class NodeSpec:
     pull_seconds: float = 0.5
     nvidia_toolkit: bool = True
     decode_tok_s: float = 0.0   # stand-in engine's single-stream decode rate (0: unpaced)
+    compile_seconds: float = 0.0  # stand-in engine's kernel compile without a cache (engine/kernels.py)
     profiles: tuple[str, ...] = ()  # tb/profiles.py names, in the order given
     # A second private interface (eth1, ADDRESS/PREFIX) on a subnet of its own: a multi-homed
     # host as clouds rent them (a management or storage network beside the cluster's).
@@ -56,6 +57,7 @@ class NodeSpec:
                 "gpu_mem_mib": mem_mib, "cuda": self.cuda, "driver": DRIVERS[self.cuda],
                 "engine_load_seconds": self.load_seconds, "pull_seconds": self.pull_seconds,
                 "nvidia_toolkit": self.nvidia_toolkit, "decode_tok_s": self.decode_tok_s,
+                "engine_compile_seconds": self.compile_seconds,
                 **self.profile_settings()}
 
     def profile_settings(self) -> dict:
@@ -123,6 +125,7 @@ PARSERS = {
     "disk": _parse_size, "daemon_json": str, "user": _parse_choice(USERS),
     "load_seconds": _parse_seconds, "pull_seconds": _parse_seconds,
     "nvidia_toolkit": _parse_bool, "decode_tok_s": _parse_seconds,
+    "compile_seconds": _parse_seconds,
     "profile": str, "second_nic": _parse_second_nic,
 }
 

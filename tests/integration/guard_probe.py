@@ -53,6 +53,16 @@ def status(tb) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+def serving_again(tb) -> None:
+    """The cluster serves: brought back with `up` when an earlier test left it stopped."""
+    code, doc = status(tb)
+    if doc["cluster"]["state"] != "serving":
+        again = k3("up", "-i", str(tb.inventory))
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        code, doc = status(tb)
+    assert code == 0 and doc["cluster"]["state"] == "serving", doc["cluster"]
+
+
 def all_stopped_within(tb, nodes: list[str], bound: float, since: float) -> float:
     """Seconds from `since` until no listed node's engine runs; fails past the bound."""
     left = set(nodes)

@@ -96,10 +96,12 @@ def test_h100_rank2_docker_argv_is_the_guide_command_with_documented_differences
     # 3. the configuration digest label, before the image
     i = expected.index("lmsysorg/sglang:kimi-k3")
     expected[i:i] = ["--label", f"{CONFIG_LABEL}={digest}"]
-    # 4. engine args: pinned revision, explicit served name, key from the config file
+    # 4. engine args: pinned revision, explicit served name, every rank's metrics for the
+    # guard's progress check, key from the config file
     i = expected.index("moonshotai/Kimi-K3") + 1
     expected[i:i] = ["--revision", SHA]
-    expected += ["--served-model-name", "moonshotai/Kimi-K3",
+    expected += ["--served-model-name", "moonshotai/Kimi-K3", "--enable-metrics",
+                 "--enable-metrics-for-all-schedulers",
                  "--config", "/k3deploy/secrets/sglang-secret.yaml"]
 
     assert engines.sglang_launch_argv(spec) == expected
@@ -141,6 +143,7 @@ def test_b300_sglang_dp_attention_matches_the_guide_cell():
         "--reasoning-parser", "kimi_k3", "--tool-call-parser", "kimi_k3",
         "--host", "0.0.0.0", "--port", "8000", "--context-length", "1048576",
         "--served-model-name", "moonshotai/Kimi-K3",
+        "--enable-metrics", "--enable-metrics-for-all-schedulers",
         "--config", "/k3deploy/secrets/sglang-secret.yaml"]
     guide = pairs(guide_tokens(GUIDE_SGLANG_B300))
     for flag, value in guide:
@@ -259,7 +262,8 @@ def test_extra_args_override_in_place_remove_and_append_sorted():
     assert args[i - 2:i + 2] == ["--moe-runner-backend", "marlin", "--mem-fraction-static", "0.8"]
     assert "--decode-attention-backend" not in args and "flashmla" not in args
     tail = args[args.index("--served-model-name") + 2:]
-    assert tail == ["--alpha-flag", "x", "--zeta-flag", "--config",
+    assert tail == ["--enable-metrics", "--enable-metrics-for-all-schedulers",
+                    "--alpha-flag", "x", "--zeta-flag", "--config",
                     "/k3deploy/secrets/sglang-secret.yaml"]
     # dict order does not change the argv
     flipped = h100_spec(extra_args=dict(reversed(list(spec.extra_args.items()))))

@@ -337,3 +337,20 @@ def test_a_peer_is_silent_only_past_two_heartbeats():
     g.peers[g.cfg["peers"][0]["node"]]["last_ok"] = time.monotonic() - 21
     found = g.first_failure()
     assert found["failure"]["node"] == g.cfg["peers"][0]["node"], found  # that peer, not me
+
+
+def test_every_sglang_rank_reports_progress_and_only_the_head_probes():
+    inv = inventory.parse(four_nodes())
+    head, worker = (guard_config.config(inv, n.name) for n in (inv.ranked()[0][1], inv.ranked()[2][1]))
+    assert head["wedge_seconds"] == worker["wedge_seconds"] == 60
+    assert head["metrics_port"] == worker["metrics_port"] == inv.ports.serve
+    assert worker["probe"] is None
+    assert head["probe"] == {"port": inv.ports.serve, "model": inv.model.repo, "every": 15.0,
+                             "key_file": "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"}
+    doc = four_nodes()
+    doc["engine"] = {**doc.get("engine", {}), "kind": "vllm"}
+    doc["nodes"] = doc["nodes"][:2]
+    doc["guard"] = {"wedge_seconds": 8}
+    vllm = inventory.parse(doc)
+    assert guard_config.config(vllm, vllm.ranked()[1][1].name)["metrics_port"] is None
+    assert guard_config.config(vllm, vllm.head.name)["probe"]["every"] == 2.0

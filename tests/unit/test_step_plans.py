@@ -133,8 +133,12 @@ def launch_facts(tmp_path, rank=0, container=None, key="k3-testkey-0123456789", 
 def test_launch_fresh_node_writes_key_file_then_runs_its_rank(tmp_path):
     step, ctx, facts = launch_facts(tmp_path, rank=2)
     actions = step.plan(facts, ctx)
+    # The compile cache is prepared (script uploaded, checked) right before the container starts.
     assert [a.description for a in actions] == ["create secrets dir (0700)",
-                                                 "write the endpoint key (0600)", "start rank 2"]
+                                                 "write the endpoint key (0600)",
+                                                 "upload compile_cache.py",
+                                                 "check the compile cache (a peer's when there "
+                                                 "is none)", "start rank 2"]
     run = list(actions[-1].argv)
     assert run[:3] == ["docker", "run", "-d"] and run[run.index("--node-rank") + 1] == "2"
     assert run[run.index("--dist-init-addr") + 1] == "10.0.0.10:20000"
@@ -157,8 +161,9 @@ def test_launch_other_config_needs_replace(tmp_path):
     assert "--replace" in err.value.hint
     step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
     facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
-    assert [a.description for a in step.plan(facts, ctx)][-2:] == ["remove old container k3",
-                                                                     "start rank 0"]
+    assert [a.description for a in step.plan(facts, ctx)][-4:] == [
+        "remove old container k3", "upload compile_cache.py",
+        "check the compile cache (a peer's when there is none)", "start rank 0"]
 
 
 def test_launch_picks_cu12_image_from_driver(tmp_path):
@@ -254,9 +259,10 @@ def test_a_port_its_node_could_not_open_proves_nothing_either_way():
 
 
 def test_launch_key_path_matches_the_engine_builders(tmp_path):
-    from k3deploy.steps.launch import _key_path, secret_file
+    from k3deploy.engines.spec_from_inventory import api_key_file
+    from k3deploy.steps.launch import secret_file
     step, ctx, facts = launch_facts(tmp_path)
-    assert _key_path(ctx.inv) == secret_file(facts["spec"])[0] == \
+    assert api_key_file(ctx.inv) == secret_file(facts["spec"])[0] == \
         "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"
 
 

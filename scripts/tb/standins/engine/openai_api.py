@@ -45,6 +45,8 @@ class Serving:
         self.hung = threading.Event()
         self.created = int(time.time())
         self.pacer = Pacer(decode_tok_s)
+        self.progress = None  # progress.Progress when the engine exposes /metrics
+        self.forward = None   # collective.Forward once the group formed
 
 
 class _Server(ThreadingHTTPServer):
@@ -141,6 +143,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(200 if self.state.ready.is_set() else 503)
         if path == "/v1/models":
             return self._reply(200, self._models())
+        if path == "/metrics" and self.state.progress is not None:
+            return self._reply(200, self.state.progress.render().encode(),
+                               "text/plain; version=0.0.4; charset=utf-8")
         if path == "/version" and not sglang:
             return self._reply(200, {"version": self.state.version})
         if path in self.state.info_paths and sglang:
@@ -179,6 +184,9 @@ class _Handler(BaseHTTPRequestHandler):
         except chat.BadRequest as e:
             return self._error(e.status, e.message, e.kind, e.param)
         completion = self._completion(body, gen)
+        if self.state.forward is not None:  # every rank's share of every step (collective.py)
+            self.state.forward.generate(gen.prompt_tokens,
+                                        gen.completion_tokens + gen.reasoning_tokens)
         if body.get("stream"):
             return self._stream(body, completion)
         with self.state.pacer as pacer:

@@ -70,6 +70,9 @@ class Group:
         self.loaded = set()
         self.formed = False
         self.conn = None     # a client's connection to rank 0
+        # collective.py's forward steps once formed: rank 0 hears each step_done, a client
+        # each step and commit.
+        self.on_step_done = self.on_message = None
 
     # ---- shared ---------------------------------------------------------------------------
     def _barrier(self, joined):
@@ -173,6 +176,9 @@ class Group:
                                 _send(other, {"event": "joined", "joined": joined})
                 elif msg.get("event") == "loaded":
                     self.loaded.add(rank)
+                elif msg.get("event") == "step_done" and self.on_step_done:
+                    self.on_step_done(rank, msg)
+                    continue
                 self.lock.notify_all()
         with self.lock:
             if self.formed:
@@ -261,8 +267,9 @@ class Group:
             return
 
         def watch_master():
-            for _ in _lines(self.conn):
-                pass
+            for msg in _lines(self.conn):
+                if self.on_message is not None:
+                    self.on_message(msg)
             self._peer_lost("node rank 0")
 
         threading.Thread(target=watch_master, daemon=True).start()

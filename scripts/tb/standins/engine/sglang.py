@@ -10,7 +10,9 @@ import time
 
 import clitable
 import configfile
+import kernels
 import openai_api
+import rankwork
 import rendezvous
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
@@ -112,9 +114,12 @@ class Rank:
         self.serving = None
         group = self.form_group()
         self.load(snap)
+        kernels.warm_or_compile(ctx, "sglang", self.kernel_shape(), self.log)
         # As in SGLang, every rank holds its weights and KV pool before rank 0 serves (the
         # pool's size is agreed across ranks): memory first, then "loaded" to rank 0.
         self.allocate_memory()
+        rankwork.attach_sglang(args, ctx, group, serving, args.node_rank * ctx.gpus,
+                               args.dist_timeout or DEFAULT_DIST_TIMEOUT)
         group.report_loaded()
         if args.node_rank == 0:
             group.wait_all_loaded()
@@ -185,6 +190,14 @@ class Rank:
         desc = (weights.MULTI_THREAD_DESC if self.ctx.sglang_version >= MULTI_THREAD_SINCE
                 else weights.SAFETENSORS_DESC)
         say(weights.progress_line(done, total, elapsed, desc), sys.stderr)
+
+    def kernel_shape(self):
+        """The flags that change which kernels get compiled (parallel sizes, backends)."""
+        a = self.args
+        return {"tp": a.tp_size, "ep": a.ep_size, "dp": a.dp_size, "dp_attention": dp_attention(a),
+                "moe_runner_backend": a.moe_runner_backend,
+                "decode_attention_backend": a.decode_attention_backend,
+                "kv_cache_dtype": a.kv_cache_dtype, "quantization": a.quantization}
 
     def memory_per_gpu(self):
         mem = self.ctx.gpu_mem_mib

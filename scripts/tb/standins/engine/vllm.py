@@ -12,7 +12,9 @@ import sys
 
 import clitable
 import configfile
+import kernels
 import openai_api
+import rankwork
 import ray_job
 import vllm_log as log
 import weights
@@ -77,12 +79,20 @@ class Server:
         arm_crash_fault(ctx, self.crash_text)
         job, local_gpus = self.place()
         self.load(snap, local_gpus)
+        kernels.warm_or_compile(ctx, "vllm", self.kernel_shape(), log)
         if job is not None:
             job.wait_workers_loaded()
         self.serve(snap, max_len, local_gpus)
         if job is not None:
             job.watch()
         block_forever()
+
+    def kernel_shape(self):
+        """The flags that change which kernels get compiled."""
+        a = self.args
+        return {"tp": a.tensor_parallel_size, "dp": a.data_parallel_size,
+                "ep": bool(a.enable_expert_parallel), "kv_cache_dtype": a.kv_cache_dtype,
+                "quantization": a.quantization, "max_model_len": a.max_model_len}
 
     def non_default(self):
         defaults = vars(build_parser().parse_args([]))
@@ -151,6 +161,7 @@ class Server:
             api_key=(args.api_key or [None])[0] or ctx.env.get("VLLM_API_KEY"),
             reasoning_parser=args.reasoning_parser, tool_parser=args.tool_call_parser,
             auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s)
+        rankwork.attach_vllm(serving, ctx, serving.served_names[0], 600)
         host = args.host or "0.0.0.0"
         openai_api.start(serving, host, args.port)
         log.info(f"Starting vLLM server on http://{host}:{args.port}", "serving")

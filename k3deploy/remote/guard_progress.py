@@ -1,0 +1,158 @@
+"""Is the group still making progress? The guard's view of a wedged group: every process
+alive, the serving port accepting, nothing advancing (NCCL stalled, a rank stopped). Standard
+library only; uploaded beside guard.py.
+
+Each guard reads its own engine's Prometheus /metrics (the names are the engines' own: SGLang's
+python/sglang/srt/metrics/collector.py, vLLM's vllm/v1/metrics/loggers.py) and publishes what it
+saw to the other guards. The head's guard judges: work outstanding (requests running or queued,
+or its own 1-token probe unanswered) and no rank's token counter moving for `wedge_seconds`.
+When the endpoint is idle nothing would move anyway, so the head asks a 1-token request now
+and then; its answer is progress too. A long prefill that advances moves the counters: busy is
+not wedged.
+"""
+import http.client
+import json
+import threading
+import time
+
+RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
+QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
+# SGLang's scheduler counter first (updated each log interval, prefill chunks included); the
+# per-request counters of older SGLang and of vLLM otherwise.
+TOKENS = (("sglang:realtime_tokens_total",),
+          ("sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
+          ("vllm:prompt_tokens_total", "vllm:generation_tokens_total"))
+SAMPLE_TIMEOUT = 2.0
+
+
+def parse_metrics(text: str) -> dict:
+    """Token counters summed over every series (any rank moving moves the sum); the request
+    gauges as their largest series (every TP rank reports the same batch; only > 0 matters)."""
+    sums: dict[str, float] = {}
+    peaks: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "{" in line:
+            name, rest = line[:line.index("{")], line[line.rindex("}") + 1:].split()
+        else:
+            name, *rest = line.split()
+        try:
+            value = float(rest[0])
+        except (IndexError, ValueError):
+            continue
+        sums[name] = sums.get(name, 0.0) + value
+        peaks[name] = max(peaks.get(name, value), value)
+    tokens = next((sum(sums[n] for n in names) for names in TOKENS
+                   if all(n in sums for n in names)), None)
+    return {"running": _first(peaks, RUNNING), "queued": _first(peaks, QUEUED), "tokens": tokens}
+
+
+def _first(sums: dict, names: tuple) -> float | None:
+    return next((sums[n] for n in names if n in sums), None)
+
+
+def get(port: int, method: str, path: str, body: bytes | None = None,
+        headers: dict | None = None, timeout: float = SAMPLE_TIMEOUT) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+class Local:
+    """This node's engine metrics, sampled every `every` seconds in a thread of its own
+    (a stopped engine makes each sample wait for its timeout)."""
+
+    def __init__(self, port: int, every: float):
+        self.port, self.every = port, every
+        self.lock = threading.Lock()
+        now = time.monotonic()
+        self.seen = {"tokens": None, "running": None, "queued": None, "error": None,
+                     "answered_at": now, "changed_at": now}
+
+    def sample(self) -> None:
+        try:
+            status, body = get(self.port, "GET", "/metrics")
+            found = parse_metrics(body.decode(errors="replace")) if status == 200 else None
+            error = None if status == 200 else f"HTTP {status}"
+        except (OSError, http.client.HTTPException) as err:
+            found, error = None, str(err) or type(err).__name__
+        now = time.monotonic()
+        with self.lock:
+            if found is None:
+                self.seen["error"] = error
+                return
+            moved = found["tokens"] != self.seen["tokens"]
+            self.seen.update(found, error=None, answered_at=now,
+                             changed_at=now if moved else self.seen["changed_at"])
+
+    def run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(self.every)
+
+    def public(self) -> dict:
+        """What the other guards see: ages, not times (each node has its own monotonic clock)."""
+        now = time.monotonic()
+        with self.lock:
+            seen = dict(self.seen)
+        return {"tokens": seen["tokens"], "running": seen["running"], "queued": seen["queued"],
+                "error": seen["error"], "unanswered_s": round(now - seen["answered_at"], 1),
+                "still_s": round(now - seen["changed_at"], 1)}
+
+
+def read_api_key(path: str | None) -> str | None:
+    """`api-key: KEY` (SGLang's --config yaml) or `VLLM_API_KEY=KEY` (vLLM's env file)."""
+    try:
+        with open(path or "", encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.replace("=", ":", 1).partition(":")
+        if key.strip().lower() in ("api-key", "vllm_api_key") and value.strip():
+            return value.strip().strip("'\"")
+    return None
+
+
+class Probe:
+    """The head's 1-token request when nothing else shows the group works."""
+
+    def __init__(self, port: int, model: str, key: str | None, deadline: float):
+        self.port, self.model, self.key, self.deadline = port, model, key, deadline
+        self.lock = threading.Lock()
+        self.started = self.done_at = None
+        self.error = None
+
+    def start(self) -> None:
+        with self.lock:
+            if self.started is not None:
+                return
+            self.started = time.monotonic()
+        threading.Thread(target=self._ask, daemon=True).start()
+
+    def _ask(self) -> None:
+        body = json.dumps({"model": self.model, "max_tokens": 1, "stream": False,
+                           "messages": [{"role": "user", "content": "k3deploy guard probe"}]})
+        headers = {"Content-Type": "application/json"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        try:
+            status, _ = get(self.port, "POST", "/v1/chat/completions", body.encode(), headers,
+                            timeout=self.deadline)
+            error = None if status == 200 else f"HTTP {status}"
+        except (OSError, http.client.HTTPException) as err:
+            error = str(err) or type(err).__name__
+        with self.lock:
+            self.started, self.error = None, error
+            if error is None:
+                self.done_at = time.monotonic()
+
+    def state(self) -> dict:
+        with self.lock:
+            return {"started": self.started, "done_at": self.done_at, "error": self.error}

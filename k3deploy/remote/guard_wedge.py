@@ -1,0 +1,75 @@
+"""The head guard's judgement of a wedged group, from every rank's published progress
+(guard_progress.Local.public) and its own probe. Pure functions of what was seen and when (the
+head's monotonic clock); standard library only, uploaded beside guard.py.
+
+Wedged: work outstanding (requests running or queued at the head, or the probe unanswered)
+and no rank's token counter moved, and no probe answered, for `wedge_seconds`. The ranks
+named are the ones whose metrics stopped answering (a stopped process, a scheduler stuck
+holding its lock); when every rank still answers, none advancing, every rank is named: from
+the outside an NCCL stall looks the same on every member.
+"""
+
+
+def view(node: str, rank: int, public: dict | None, received_at: float) -> dict | None:
+    """One rank's progress on the head's clock; None when that rank publishes none."""
+    if not public:
+        return None
+    return {"node": node, "rank": rank, "tokens": public.get("tokens"),
+            "running": public.get("running"), "queued": public.get("queued"),
+            "error": public.get("error"),
+            "changed_at": received_at - float(public.get("still_s") or 0),
+            "answered_at": received_at - float(public.get("unanswered_s") or 0)}
+
+
+def busy(head: dict | None) -> bool:
+    return bool(head) and ((head.get("running") or 0) + (head.get("queued") or 0)) > 0
+
+
+def last_progress(views: list[dict], probe: dict) -> float | None:
+    times = [v["changed_at"] for v in views] + ([probe["done_at"]] if probe.get("done_at") else [])
+    return max(times) if times else None
+
+
+def wants_probe(now: float, views: list[dict], probe: dict, every: float) -> bool:
+    """Idle (nothing running at the head) and nothing seen to move for `every` seconds."""
+    if probe.get("started") is not None or busy(views[0] if views else None):
+        return False
+    last = last_progress(views, probe)
+    return last is None or now - last >= every
+
+
+def judge(now: float, views: list[dict], probe: dict, wedge_seconds: float,
+          silent_after: float) -> dict | None:
+    """The verdict (stalled for how long, which ranks, what was seen) or None."""
+    head = views[0] if views and views[0]["rank"] == 0 else None
+    outstanding = busy(head) or probe.get("started") is not None
+    last = last_progress(views, probe)
+    if not outstanding or last is None or now - last < wedge_seconds:
+        return None
+    silent = [v for v in views if now - v["answered_at"] > silent_after]
+    named = silent or views
+    return {"stalled_s": round(now - last, 1),
+            "ranks": [{"node": v["node"], "rank": v["rank"]} for v in named],
+            "silent": bool(silent), "seen": [describe(now, v) for v in views],
+            "probe": None if probe.get("started") is None else
+            f"1-token request unanswered for {now - probe['started']:.0f}s"}
+
+
+def describe(now: float, v: dict) -> str:
+    said = (f"metrics unanswered for {now - v['answered_at']:.0f}s ({v['error']})"
+            if now - v["answered_at"] > 0.5 and v.get("error") else "metrics answer")
+    return (f"rank {v['rank']} ({v['node']}): {said}; tokens {_n(v['tokens'])} unchanged for "
+            f"{now - v['changed_at']:.0f}s, running {_n(v['running'])}, queued {_n(v['queued'])}")
+
+
+def cause_detail(verdict: dict) -> str:
+    names = ", ".join(f"rank {r['rank']} ({r['node']})" for r in verdict["ranks"])
+    how = "stopped answering its metrics" if verdict["silent"] else \
+        "answer their metrics but none advances"
+    work = verdict["probe"] or "requests outstanding"
+    return (f"no rank advanced for {verdict['stalled_s']:.0f}s with work outstanding ({work}); "
+            f"{names} {how}")
+
+
+def _n(value) -> str:
+    return "?" if value is None else f"{value:g}"
