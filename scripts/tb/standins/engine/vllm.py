@@ -14,6 +14,7 @@ import clitable
 import configfile
 import openai_api
 import ray_job
+import vision
 import vllm_log as log
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, say
@@ -150,7 +151,8 @@ class Server:
             "vllm", args.served_model_name or [self.model], self.model, max_len,
             api_key=(args.api_key or [None])[0] or ctx.env.get("VLLM_API_KEY"),
             reasoning_parser=args.reasoning_parser, tool_parser=args.tool_call_parser,
-            auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s)
+            auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s,
+            vision_off=vision.off_flag("vllm", args))
         host = args.host or "0.0.0.0"
         openai_api.start(serving, host, args.port)
         log.info(f"Starting vLLM server on http://{host}:{args.port}", "serving")
