@@ -6,8 +6,10 @@ vLLM 0.33.0), so a spelling the parser accepts (`--opt=value`, `--no-opt`) is re
 read it, and a table refresh that drops one of these options fails here, not silently.
 
 - vLLM `--language-model-only` (EnableDisableAction; `--no-language-model-only` undoes it):
-  MultiModalConfig.language_model_only, "disables all multimodal inputs by setting all
-  modality limits to 0" (vllm/config/multimodal.py, v0.28.0 on; get_limit_per_prompt returns 0).
+  "a text-only mode can be enabled by setting all multimodal modalities to 0 using
+  --language-model-only" (vLLM's multimodal-models docs, mirrored at
+  https://www.mintlify.com/vllm-project/vllm/models/multimodal-models); the stored upstream
+  copies of vllm/config/multimodal.py predate the option, which is in the 0.33.0 table.
 - vLLM `--limit-mm-per-prompt` with an image count of 0 (`{"image": 0}` or
   `{"image": {"count": 0}}`, MultiModalConfig._validate_limit_per_prompt): every image is
   refused by validate_num_items (vllm/multimodal/processing/context.py@0045689b).

@@ -1,8 +1,8 @@
 """The vision path of the stand-in engines: whether the launch left it on, and what the real
 engine answers to an image when it did not (sources in README.md, "Vision").
 
-vLLM: `--language-model-only` sets every modality's limit to 0 (MultiModalConfig,
-vllm/config/multimodal.py from v0.28.0), as does `--limit-mm-per-prompt '{"image": 0}'`; the
+vLLM: `--language-model-only` sets every modality's limit to 0 (vLLM's multimodal-models
+docs: "setting all multimodal modalities to 0 using --language-model-only"), as does `--limit-mm-per-prompt '{"image": 0}'`; the
 chat parser's item tracker then refuses the first image in validate_num_items
 (vllm/entrypoints/chat_utils.py@001eadcf, vllm/multimodal/processing/context.py@0045689b) with
 a ValueError, which the OpenAI server returns as 400 BadRequestError.
