@@ -13,6 +13,10 @@ TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]}}}
+# A 2x2 red PNG: the smallest image every processor accepts, so the probe tests that the
+# vision path answers, not how well it sees.
+PNG_B64 = ("iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAA"
+           "ABJRU5ErkJggg==")
 
 
 def call(cfg, path, body=None, timeout=60):
@@ -47,6 +51,16 @@ def chat(cfg, tools=False):
     return call(cfg, "/v1/chat/completions", body, timeout=300)
 
 
+def vision(cfg):
+    """The guide's check before multimodal traffic: a base64 image in an image_url block."""
+    body = {"model": cfg["model"], "max_tokens": 256, "reasoning_effort": "low",
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "What colour is this image?"},
+                {"type": "image_url",
+                 "image_url": {"url": "data:image/png;base64," + PNG_B64}}]}]}
+    return call(cfg, "/v1/chat/completions", body, timeout=300)
+
+
 def version(cfg):
     """The engine's version as it reports it: vLLM /version; SGLang /server_info, or on a
     release from before that name /get_server_info (now a deprecated alias that writes a
@@ -66,6 +80,7 @@ CHECKS = {
     "models": lambda cfg: call(cfg, "/v1/models", timeout=30),
     "chat": lambda cfg: chat(cfg),
     "tools": lambda cfg: chat(cfg, tools=True),
+    "vision": vision,
 }
 
 

@@ -53,6 +53,8 @@ def build(kind: str, cluster: str, facts: dict, *, verify: dict, bench: dict | N
                        "flags": flags_of(head.get("argv") or []),
                        "config_digests": facts.get("config_digests", {})},
             "gpu_memory_mib": facts.get("gpu_memory_mib", {}),
+            # verify's image probe on the head (None after `bench`, which does not send it)
+            "vision": head.get("vision"),
             "verify": verify, "bench": bench, "bringup": bringup}
 
 

@@ -13,6 +13,20 @@ from k3deploy.steps import probes
 
 
 ENDPOINT_CHECK = "version"
+VISION_CHECK = "vision"   # verify's image probe; `bench` does not send it
+
+
+def vision_record(result: dict | None) -> dict | None:
+    """What the certificate keeps of the image probe: its status and whether a message came
+    back (None: not probed in this round trip)."""
+    if result is None:
+        return None
+    body = result.get("body") if isinstance(result.get("body"), dict) else {}
+    message = ((body.get("choices") or [{}])[0]).get("message") or {}
+    return {"status": result.get("status"), "answered": bool(message.get("content")),
+            "error": None if result.get("status") == 200
+            else str(body.get("message") or (body.get("error") or {}).get("message")
+                     or result.get("error") or result.get("body"))[:200]}
 
 
 def node_probes(inv, is_head: bool, key: str | None,
@@ -37,4 +51,5 @@ def node_record(found: dict) -> dict:
     if "endpoint" in found:
         version = (found["endpoint"] or {}).get(ENDPOINT_CHECK) or {}
         out["engine_version"] = version.get("body") if version.get("status") == 200 else None
+        out["vision"] = vision_record((found["endpoint"] or {}).get(VISION_CHECK))
     return out

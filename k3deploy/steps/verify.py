@@ -7,6 +7,8 @@ shows in memory. Both are checked here.
 
 from __future__ import annotations
 
+from k3deploy.engines import vision
+from k3deploy.engines.spec import render_flags
 from k3deploy.engines.static_fraction import inventory_static_fraction
 from k3deploy.node import apikey, http_probe
 from k3deploy.steps import certify, probes
@@ -16,7 +18,7 @@ GIB_MIB = 1024
 SHORT_FRACTION = 0.85  # below this share of the expected memory a rank did not load its shard
 
 
-CHECKS = ["models", "chat", "tools"]
+CHECKS = ["models", "chat", "tools", "vision"]
 
 
 def expected_used_mib(inv, total_mib: int) -> float:
@@ -65,6 +67,29 @@ def endpoint_problems(results: dict, model: str) -> list[tuple[str, str]]:
         out.append(("tools", "the tool-call probe did not parse into tool_calls: set "
                     "--tool-call-parser kimi_k3"))
     return out
+
+
+def vision_off(inv) -> list[vision.VisionOff]:
+    """The inventory's own flags (engine.args) that turn the vision path off; k3deploy's
+    defaults never do (tests/unit/test_vision_flags.py checks every reference launch)."""
+    return vision.vision_off(inv.engine.kind, render_flags([], inv.engine.args))
+
+
+def vision_problems(res: dict | None, inv) -> list[tuple[str, str]]:
+    """The image probe must be answered with a message. A launch that turns vision off fails
+    even when the engine answers 200: SGLang then drops the image and answers from the text."""
+    res = res or {}
+    answer = (f"answered {res.get('status')}: "
+              f"{str(res.get('body') or res.get('error'))[:200]}")
+    off = vision_off(inv)
+    if off:
+        keys = ", ".join(f"engine.args.{v.flag[2:]}" for v in off)
+        return [("vision", f"the launch turns the vision path off with "
+                 f"{', '.join(v.as_given for v in off)} (the image probe {answer}): remove "
+                 f"{keys} from the inventory, then run `k3deploy up --replace`")]
+    if res.get("status") != 200 or not _message(res).get("content"):
+        return [("vision", f"the image probe (a base64 PNG in an image_url block) {answer}")]
+    return []
 
 
 def _parser_setting(inv, check: str) -> str:
@@ -122,6 +147,7 @@ class VerifyEndpoint(Step):
         if node.is_head:
             out += [(check, message + _parser_setting(node.inv, check)) for check, message
                     in endpoint_problems(facts["endpoint"], node.inv.model.repo)]
+            out += vision_problems(facts["endpoint"].get("vision"), node.inv)
         return out
 
     def closing_lines(self, run) -> list[str]:

@@ -10,7 +10,8 @@ import pytest
 
 from k3deploy import engines
 from k3deploy.cluster import inventory, sizing
-from k3deploy.engines import spec_from_inventory
+from k3deploy.engines import spec_from_inventory, vision
+from k3deploy.steps.verify import vision_off
 from tests.unit.invdata import is_placeholder_address
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"
@@ -85,3 +86,13 @@ def test_h100_and_h200_are_the_same_tp32_shape():
     for argv in h100 + h200:
         assert _flag(argv, "--tp-size") == "32" and _flag(argv, "--moe-runner-backend") == "marlin"
     assert [_flag(a, "--node-rank") for a in h200] == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_no_reference_launch_turns_the_vision_path_off(name):
+    # verify's image probe must pass on every reference config: neither k3deploy's own flags
+    # nor the example's engine.args may switch the vision path off.
+    inv = inventory.load(INVENTORIES / name)
+    assert vision_off(inv) == []
+    for argv in _argvs(inv):
+        assert vision.vision_off(inv.engine.kind, argv) == [], argv

@@ -106,10 +106,23 @@ def history_note(messages):
     return f" [stand-in: all {len(earlier)} earlier assistant message(s) kept reasoning_content]"
 
 
+def image_parts(messages):
+    """The OpenAI image_url content parts of every message."""
+    return [p for m in messages if isinstance(m, dict) and isinstance(m.get("content"), list)
+            for p in m["content"] if isinstance(p, dict) and p.get("type") == "image_url"]
+
+
+def image_note(messages):
+    """Says in the answer that the images reached the model, so a test can tell an answer
+    that saw them from one that was given the text alone (SGLang without its vision tower)."""
+    n = len(image_parts(messages))
+    return f" [stand-in: saw {n} image(s)]" if n else ""
+
+
 class Generation:
     """One request's output after the engine's parsers, plus its usage."""
 
-    def __init__(self, body, reasoning_parser, tool_parser, max_len):
+    def __init__(self, body, reasoning_parser, tool_parser, max_len, sees_images=True):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("messages must be a non-empty list", param="messages")
@@ -121,7 +134,8 @@ class Generation:
         self.prompt_tokens = prompt_tokens(messages, body.get("tools"))
         limit = self._max_tokens(body, max_len)
         think = words(thinking(prompt, EFFORT_TOKENS[effort]))
-        reply = words(answer(prompt) + history_note(messages))
+        reply = words(answer(prompt) + history_note(messages)
+                      + (image_note(messages) if sees_images else ""))
         tool = chosen_tool(body)
         self.finish = "stop"
         if len(think) + len(reply) > limit:

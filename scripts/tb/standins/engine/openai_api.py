@@ -20,6 +20,7 @@ import os
 
 import chat
 import sse
+import vision
 from common import EngineExit, say
 from pacing import Pacer
 
@@ -33,7 +34,7 @@ class Serving:
 
     def __init__(self, flavor, served_names, model_root, max_len, api_key=None,
                  reasoning_parser=None, tool_parser=None, auto_tool_choice=True, decode_tok_s=0,
-                 version=VERSION, info_paths=("/get_server_info",)):
+                 version=VERSION, info_paths=("/get_server_info",), vision_off=None):
         self.flavor, self.served_names, self.model_root = flavor, served_names, model_root
         # SGLang's server-info route(s): "/server_info" is the name newer releases answer
         # on, "/get_server_info" then a deprecated alias (http_server.py; #21463).
@@ -41,6 +42,8 @@ class Serving:
         self.max_len, self.api_key = max_len, api_key
         self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
         self.auto_tool_choice = auto_tool_choice
+        # The flag that left the vision path off (None: on); see vision.py for each engine.
+        self.vision_off = vision_off
         self.ready = threading.Event()
         self.hung = threading.Event()
         self.created = int(time.time())
@@ -180,7 +183,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._check_request(body)
             gen = chat.Generation(body, self.state.reasoning_parser, self.state.tool_parser,
-                                  self.state.max_len)
+                                  self.state.max_len, sees_images=not self.state.vision_off)
         except chat.BadRequest as e:
             return self._error(e.status, e.message, e.kind, e.param)
         completion = self._completion(body, gen)
@@ -195,6 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _check_request(self, body):
         state = self.state
+        vision.check(state.flavor, state.vision_off, body.get("messages"))
         if state.flavor != "vllm":
             return
         model = body.get("model")

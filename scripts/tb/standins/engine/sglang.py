@@ -14,6 +14,7 @@ import kernels
 import openai_api
 import rankwork
 import rendezvous
+import vision
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
 
@@ -145,7 +146,8 @@ class Rank:
             tool_parser=args.tool_call_parser, decode_tok_s=self.ctx.decode_tok_s,
             version=".".join(map(str, version)),
             info_paths=(("/server_info", "/get_server_info") if version > OLD_INFO_PATH_UNTIL
-                        else ("/get_server_info",)))
+                        else ("/get_server_info",)),
+            vision_off=vision.off_flag("sglang", args))
         openai_api.start(serving, args.host, args.port)
         return serving
 

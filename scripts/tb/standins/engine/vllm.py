@@ -16,6 +16,7 @@ import kernels
 import openai_api
 import rankwork
 import ray_job
+import vision
 import vllm_log as log
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, say
@@ -160,7 +161,8 @@ class Server:
             "vllm", args.served_model_name or [self.model], self.model, max_len,
             api_key=(args.api_key or [None])[0] or ctx.env.get("VLLM_API_KEY"),
             reasoning_parser=args.reasoning_parser, tool_parser=args.tool_call_parser,
-            auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s)
+            auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s,
+            vision_off=vision.off_flag("vllm", args))
         rankwork.attach_vllm(serving, ctx, serving.served_names[0], 600)
         host = args.host or "0.0.0.0"
         openai_api.start(serving, host, args.port)
