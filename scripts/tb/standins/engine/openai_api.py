@@ -74,26 +74,6 @@ def start(serving, host, port):
     return _serve(host, port, Handler)
 
 
-def start_dummy_health(host, port):
-    """SGLang's launch_dummy_health_check_server (srt/utils): what a node rank >= 1 serves on
-    --host/--port once its schedulers are ready: /health and /health_generate always 200,
-    anything else FastAPI's 404; uvicorn at log_level "warning", so no access lines."""
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            known = self.path.split("?", 1)[0] in ("/health", "/health_generate")
-            body = b"" if known else b'{"detail":"Not Found"}'
-            self.send_response(200 if known else 404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-    return _serve(host, port, Handler)
-
-
 class _Handler(BaseHTTPRequestHandler):
     state = None
     protocol_version = "HTTP/1.1"

@@ -119,15 +119,20 @@ class Rank:
         # As in SGLang, every rank holds its weights and KV pool before rank 0 serves (the
         # pool's size is agreed across ranks): memory first, then "loaded" to rank 0.
         self.allocate_memory()
-        rankwork.attach_sglang(args, ctx, group, serving, args.node_rank * ctx.gpus,
-                               args.dist_timeout or DEFAULT_DIST_TIMEOUT)
+        if args.node_rank != 0:   # its schedulers' side of each step, and the dummy health server
+            self.attach_collective(group, None)
         group.report_loaded()
         if args.node_rank == 0:
             group.wait_all_loaded()
-            self.serve(snap, max_len)
-        else:
-            self.serve_dummy_health()
+            self.serve(snap, max_len, group)
         block_forever()
+
+    def attach_collective(self, group, serving):
+        """Every forward step needs every rank (rankwork.py); a node rank >= 1 also serves
+        SGLang's dummy health server (rankhttp.py), with /metrics under --enable-metrics."""
+        args, ctx = self.args, self.ctx
+        rankwork.attach_sglang(args, ctx, group, serving, args.node_rank * ctx.gpus,
+                               args.dist_timeout or DEFAULT_DIST_TIMEOUT)
 
     def context_length(self, snap):
         derived = snap.max_context() or K3_MAX_CONTEXT
@@ -218,21 +223,17 @@ class Rank:
                  f"{avail * 0.5:.2f} GB")
         self.log(f"Memory pool end. avail mem={avail:.2f} GB")
 
-    def serve(self, snap, max_len):
+    def serve(self, snap, max_len, group):
         """engine.py: the HTTP server starts once every scheduler is ready; http_server.py
         _wait_and_warmup sends one request (health answers 503 while the status is Starting),
         then logs the ready line."""
         self.serving = self.start_http(snap, max_len)
+        self.attach_collective(group, self.serving)
         say(f"INFO:     Uvicorn running on http://{self.args.host}:{self.args.port} "
             "(Press CTRL+C to quit)")
         time.sleep(self.ctx.warmup_seconds)
         self.serving.ready.set()
         say(f"[{now_stamp()}] The server is fired up and ready to roll!")
-
-    def serve_dummy_health(self):
-        """engine.py _launch_subprocesses: a node rank >= 1 waits for its schedulers, then
-        runs launch_dummy_health_check_server on the same --host/--port."""
-        openai_api.start_dummy_health(self.args.host, self.args.port)
 
     def hang(self):
         """A peer is gone: the scheduler sits in a collective, the HTTP side stays up."""

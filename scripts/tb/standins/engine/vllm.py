@@ -80,7 +80,7 @@ class Server:
         arm_crash_fault(ctx, self.crash_text)
         job, local_gpus = self.place()
         self.load(snap, local_gpus)
-        kernels.warm_or_compile(ctx, "vllm", self.kernel_shape(), log)
+        kernels.warm_or_compile(ctx, "vllm", self.kernel_shape(), say)  # the stand-in's own line, no vLLM prefix
         if job is not None:
             job.wait_workers_loaded()
         self.serve(snap, max_len, local_gpus)
