@@ -12,7 +12,7 @@ from k3deploy.engines import ImageChoiceError, choose_image
 from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
-from k3deploy.steps import docker_host, hubreach, probes
+from k3deploy.steps import docker_host, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, ports_in_use,
                                          reachability_problems, serving, serving_facts)
@@ -57,7 +57,8 @@ class Preflight(Step):
         manifest_for(run)
 
     def probes(self, node):
-        return _facts(node) + serving_facts(node) + hubreach.facts(node)
+        return (_facts(node) + serving_facts(node) + hubreach.facts(node)
+                + shared_hf.marker_fact(node.inv))
 
     def problems(self, facts, node):
         out = []
@@ -67,7 +68,8 @@ class Preflight(Step):
         return out
 
     def cluster_problems(self, all_facts, run):
-        out = _unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
+        out = (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
+               + shared_hf.marker_problems(all_facts, run))
         self.ports_not_probed = serving(run, all_facts)
         return out + reachability_problems(run, all_facts)
 
