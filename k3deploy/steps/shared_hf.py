@@ -47,6 +47,17 @@ def marker_fact(inv) -> list[F.Fact]:
     return [F.Fact(FACT, f"cat {path} 2>/dev/null || true", F.text)]
 
 
+def volume_free_fact(inv) -> list[F.Fact]:
+    """On the head: free bytes of the filesystem the cache goes to (its nearest existing
+    ancestor: before the first bring-up the cache dir under the mount point is not made yet)."""
+    if not shared(inv):
+        return []
+    path = shlex.quote(inv.paths.hf)
+    script = (f'p={path}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
+              'df -B1 --output=avail "$p" | tail -n 1')
+    return [F.Fact("volume_free_bytes", script, F.integer)]
+
+
 def sees_marker(facts: dict, inv) -> bool:
     return (facts.get(FACT) or "").strip() == marker_text(inv).strip()
 
@@ -63,7 +74,7 @@ def write_marker(facts: dict, node) -> list[Action]:
 def mount_missing(inv, name: str) -> str:
     return (f"does not see the shared HF cache: {marker_path(inv)} (written by the head "
             f"{inv.head.name}) is not there; mount the shared volume at {inv.paths.hf} on "
-            f"{name}, as on the head")
+            f"{name}, as on the head (or, if {name}'s mount is right, the head's is missing)")
 
 
 def require_marker(facts: dict, node, step: str) -> None:

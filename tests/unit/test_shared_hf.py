@@ -149,3 +149,19 @@ def test_preflight_names_nodes_that_do_not_see_the_heads_marker(tmp_path):
     plain = ctx(tmp_path, doc=four_nodes())
     assert shared_hf.marker_problems({"node0": {}}, plain.run) == []
     assert not any(f.name == shared_hf.FACT for f in Preflight().probes(plain))
+
+
+def test_preflight_disk_check_counts_the_checkpoint_against_the_shared_volume(tmp_path):
+    from k3deploy.steps.preflight import _disk_problems
+    gb = 10 ** 9
+    small_nvme = {"free_bytes": 30 * gb, "have_bytes": 0}   # > reserve (20 GB), < nothing else
+    for rank in (1, 2):
+        assert _disk_problems(small_nvme, ctx(tmp_path, rank=rank)) == []
+    head = ctx(tmp_path, rank=0)
+    assert _disk_problems({**small_nvme, "volume_free_bytes": 10 ** 12}, head) == []
+    [(check, message)] = _disk_problems({**small_nvme, "volume_free_bytes": 100}, head)
+    assert check == "disk" and "shared volume (/mnt/shared/hf)" in message
+    [(check, message)] = _disk_problems({"free_bytes": gb, "have_bytes": 0}, ctx(tmp_path, rank=3))
+    assert "paths.reserve_gb" in message
+    assert any(f.name == "volume_free_bytes" for f in Preflight().probes(head))
+    assert not any(f.name == "volume_free_bytes" for f in Preflight().probes(ctx(tmp_path, rank=1)))
