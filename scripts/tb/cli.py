@@ -80,7 +80,7 @@ def parser() -> argparse.ArgumentParser:
 def _up(args) -> int:
     defaults = {"gpu": args.gpu, "gpus": args.gpus_per_node, "cuda": args.cuda, "disk": args.disk,
                 "load_seconds": args.load_seconds, "pull_seconds": args.pull_seconds,
-                "shared_hf": args.shared_hf}
+                **({"shared_hf": True} if args.shared_hf else {})}
     specs = build_specs(args.nodes, defaults, args.node, profiles.split_names(args.profile))
     if args.hub_token_file and not Path(args.hub_token_file).is_file():
         raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")

@@ -85,9 +85,12 @@ def symlinked_nvme(spec: NodeSpec) -> list[str]:
 
 
 def shared_hf_mount(tb_dir: Path, spec: NodeSpec) -> list[str]:
-    """Every node has a directory of its own at the shared path (a tmpfs: never the host's
-    /mnt); with shared_hf the testbed's one host directory is bound over it, so a node without
-    it is what a machine whose volume did not mount looks like: an empty local directory."""
+    """On a --shared-hf testbed every node has a directory of its own at the shared path (a
+    tmpfs: never the host's /mnt); with shared_hf the testbed's one host directory is bound over
+    it, so a node without it is what a machine whose volume did not mount looks like: an empty
+    local directory."""
+    if spec.shared_hf is None:
+        return []   # no mount a discovery (`k3deploy init`) could take for the NVMe
     lines = [f"mount -t tmpfs -o size={shlex.quote(spec.disk)},mode=0755 k3tb-local "
              f"{SHARED_HF_MOUNT}"]
     if spec.shared_hf:

@@ -51,8 +51,9 @@ class NodeSpec:
     second_nic: str | None = None
     # `up --shared-hf`: the testbed's one shared HF directory is bind-mounted at
     # nodefs.SHARED_HF_MOUNT; false (`--node NAME:shared_hf=false`): the node has only its own
-    # empty directory there, as a machine whose mount is missing (node.py shared_hf_mount)
-    shared_hf: bool = False
+    # empty directory there, as a machine whose mount is missing (node.py shared_hf_mount);
+    # None (no --shared-hf): nothing is mounted there
+    shared_hf: bool | None = None
 
     def node_json(self) -> dict:
         gpu_name, mem_mib = GPUS[self.gpu]

@@ -22,6 +22,8 @@ def test_every_node_binds_the_one_host_dir_but_the_one_told_not_to():
     # every node has a local directory there first: a node without the bind sees it empty
     assert all(f"k3tb-local {SHARED_HF_MOUNT}" in s for s in scripts)
     assert all(s.index(bind) < s.index("/tmp\n") for s in scripts[:2])  # before /tmp is bound
+    plain = node.init_script(Path("/n"), Path("/s"), build_specs(1, {}, [])[0], "10.213.0.1")
+    assert SHARED_HF_MOUNT not in plain   # without --shared-hf: no extra mount at all
 
 
 def test_the_inventory_names_the_shared_cache_and_k3deploy_accepts_it(tmp_path):
