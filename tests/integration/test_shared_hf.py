@@ -1,7 +1,8 @@
 """A shared HF cache on the testbed (issue 22): `testbed up --shared-hf` mounts one host
 directory at /mnt/k3tb-shared on all 4 nodes and the inventory says download.shared. The head
 downloads once, the others wait and verify; a second `up` changes nothing; `down
---wipe-weights` deletes the one copy once; a node whose mount dropped is named by `check`."""
+--wipe-weights` deletes the one copy once; the download step from nothing has the others wait for the head; a node whose mount dropped is
+named by `check`."""
 
 import pytest
 from tbfixture import testbed
@@ -55,6 +56,15 @@ def test_shared_cache_downloaded_once_verified_everywhere_wiped_once(tmp_path):
         said = " ".join(out(down).split())
         assert f"removed the shared copy {CACHE} once, on the head node0" in said, said
         assert tb.ssh("node1", f"test -e {CACHE}").returncode == 1
+
+        # From nothing, the download step alone: the head fetches while the others wait for it.
+        refill = k3("run", "resume-download", "-i", inv)
+        assert refill.returncode == 0, out(refill)
+        for node in tb.nodes:
+            step = state(tb.inventory, node)["steps"]["download"]
+            assert step["status"] == "changed", (node, step)   # the head fetched, the rest waited
+            assert step["detail"]["verified"] == step["detail"]["files"], (node, step)
+        assert list(served(tb)) == ["node0"] and sum(served(tb).values()) <= 2.1 * repo
 
         # node3's mount drops: it sees its own empty directory, and `check` names it alone.
         assert tb.ssh("node3", "umount /mnt/k3tb-shared").returncode == 0
