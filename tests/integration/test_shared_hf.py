@@ -1,8 +1,8 @@
 """A shared HF cache on the testbed (issue 22): `testbed up --shared-hf` mounts one host
 directory at /mnt/k3tb-shared on all 4 nodes and the inventory says download.shared. The head
 downloads once, the others wait and verify; a second `up` changes nothing; `down
---wipe-weights` deletes the one copy once; the download step from nothing has the others wait for the head; a node whose mount dropped is
-named by `check`."""
+--wipe-weights` deletes the one copy once; the download step from nothing has the others wait
+for the head; a node whose mount dropped is named by `check`."""
 
 import pytest
 from tbfixture import testbed
