@@ -84,6 +84,8 @@ def test_a_follower_without_the_marker_is_named(tmp_path):
         with pytest.raises(StepFailed) as err:
             step.plan({**MISSING, shared_hf.FACT: ""}, node)
         assert err.value.node == "node2" and "does not see the shared HF cache" in str(err.value)
+    node.run.check = True   # --check on a fresh volume: the head has written no marker yet
+    assert len(DownloadWeights().plan({**MISSING, shared_hf.FACT: ""}, node)) == 1
 
 
 def test_a_follower_wait_fails_on_the_head_when_its_downloader_died(tmp_path):
