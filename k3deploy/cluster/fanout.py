@@ -14,8 +14,9 @@ PEER_STALL_SECONDS = 30.0  # an owner showing no progress this long: fetch its f
 
 
 def peers_enabled(inv) -> bool:
-    """`download.peers`, defaulting to on for a multi-node cluster; never for one node."""
-    if len(inv.nodes) < 2:
+    """`download.peers`, defaulting to on for a multi-node cluster; never for one node, nor
+    for a shared cache (the nodes already share the bytes)."""
+    if len(inv.nodes) < 2 or inv.download.shared:
         return False
     return True if inv.download.peers is None else inv.download.peers
 

@@ -112,6 +112,9 @@ class Paths(_Model):
 class DownloadSpec(_Model):
     # null: on when the cluster has more than one node (k3deploy.cluster.fanout.peers_enabled)
     peers: bool | None = None
+    # paths.hf_home is one volume every node mounts at that path (the guide's shared-volume
+    # option): the head downloads, the others wait and verify; no fan-out (steps/shared_hf.py)
+    shared: bool = False
 
 
 class SshSpec(_Model):

@@ -138,8 +138,27 @@ def engine_rules(inv) -> list[str]:
     return out
 
 
+def shared_cache_rules(inv) -> list[str]:
+    """download.shared: the cache must be named, off the node-local NVMe, and not fanned out."""
+    download, paths = getattr(inv, "download", None), getattr(inv, "paths", None)
+    if not getattr(download, "shared", False) or paths is None:
+        return []
+    out = []
+    hf, nvme = paths.hf_home, (paths.nvme or "").rstrip("/")
+    if not hf:
+        out.append("paths.hf_home: download.shared needs the shared volume's path here (the "
+                   "same path on every node)")
+    elif nvme and (hf.rstrip("/") + "/").startswith(nvme + "/"):
+        out.append(f"paths.hf_home: {hf} is under paths.nvme ({nvme}), each node's own disk; "
+                   "with download.shared it must be the shared volume's mount point")
+    if download.peers:
+        out.append("download.peers: true with download.shared: the nodes already share the "
+                   "bytes; drop download.peers")
+    return out
+
+
 RULES = (unique_fields, rank_rules, address_rules, parallel_rules, secret_rules, port_rules,
-         engine_rules, engine_arg_rules)
+         engine_rules, engine_arg_rules, shared_cache_rules)
 
 
 def semantic_problems(inv) -> list[str]:

@@ -22,7 +22,7 @@ from k3deploy.core.log import get as get_log
 from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
-from k3deploy.steps import node_files, peers
+from k3deploy.steps import node_files, peers, shared_hf
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
@@ -93,7 +93,8 @@ class DownloadWeights(Step):
                          _status, stdin=self._manifest_json(node)),
                 node_files.fact(programs),
                 F.native("token_file", "exists", [paths.env], F.exit_ok),
-                F.native("log", "tail", [40, paths.log], F.text)]
+                F.native("log", "tail", [40, paths.log], F.text),
+                *([] if shared_hf.writer(node.inv, node.name) else shared_hf.marker_fact(node.inv))]
 
     def facts_from(self, found, node):
         status = found["status"]
@@ -102,9 +103,12 @@ class DownloadWeights(Step):
                              f"{status['unreadable']}", step=self.name, hint="is python3 "
                              "installed there (k3deploy check)?")
         return {**status, "token_file": found["token_file"], "log": found["log"] or "",
-                node_files.FACT: found.get(node_files.FACT) or {}}
+                node_files.FACT: found.get(node_files.FACT) or {},
+                shared_hf.FACT: found.get(shared_hf.FACT)}
 
     def plan(self, facts, node):
+        if not shared_hf.writer(node.inv, node.name):
+            return self._follower_plan(facts, node)
         actions = self._peer_actions(facts, node)
         if facts["missing_count"] == 0:
             # The token is only needed to download: none stays behind, also when the download
@@ -133,7 +137,33 @@ class DownloadWeights(Step):
                 cmd("remove the HF token file (download complete)", "rm", "-f", Paths(node).env,
                     retry=True)]
 
+    def _follower_plan(self, facts, node) -> list[Action]:
+        """A node on the head's shared cache: never a downloader of its own; it waits until
+        what it sees of the volume is every file verified (the same status the head reads)."""
+        shared_hf.require_marker(facts, node, self.name)
+        if facts["missing_count"] == 0 or not self.p.wait:
+            return []
+        head = node.inv.head.name
+        return [wait(f"wait until {head} (the head) has every file verified on the shared "
+                     "volume", "every file verified on the shared volume", poll=self.p.poll_seconds,
+                     stall=self.p.stall_seconds, cluster=True,
+                     hint=f"the head {head} downloads for every node; see its download log")]
+
+    def check_cluster(self, all_facts, run, waited):
+        """A follower's wait: the head's downloader, started by this run, died."""
+        head = run.inv.head.name
+        facts = all_facts.get(head)
+        if facts and facts["missing_count"] and not facts["running"] \
+                and head in run.inputs.download_started:
+            error = (facts.get("progress") or {}).get("error") or "the downloader exited"
+            raise StepFailed(head, f"the head's download into the shared cache failed: {error} "
+                             f"({facts['missing_count']} of {facts['total']} files not verified)\n"
+                             + "\n".join(failure_tail(facts["log"])), step=self.name,
+                             hint=_download_hint(error, run.inv.source))
+
     def progress(self, facts, node):
+        if not shared_hf.writer(node.inv, node.name):
+            return facts["verified_bytes"] + facts["partial_bytes"]
         if facts["missing_count"] and not facts["running"]:
             self._failed(node, facts)   # the downloader died while we waited
         return (facts.get("progress") or {}).get("bytes_done", 0)
@@ -204,6 +234,9 @@ class DownloadWeights(Step):
         details = [run.session.states[n.name].step(self.label).get("detail") or {}
                    for n in run.inv.nodes]
         lines = [hub_summary(details, run.inputs.manifest.total_bytes)]
+        if shared_hf.shared(run.inv):
+            lines.append(f"weights: one copy on the shared volume {run.inv.paths.hf}, "
+                         f"downloaded by the head {run.inv.head.name}; every node verified it")
         seen = {n.name: d.get("bad_peers") or [] for n, d in zip(run.inv.nodes, details)}
         for bad in sorted({p for found in seen.values() for p in found}):
             by = ", ".join(n for n, found in seen.items() if bad in found)

@@ -14,7 +14,7 @@ import json
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.remote import protocol
-from k3deploy.steps import containerd_config, docker_host, probes
+from k3deploy.steps import containerd_config, docker_host, probes, shared_hf
 from k3deploy.steps.base import Step, cmd, upload
 
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -36,17 +36,18 @@ class MoveToNvme(Step):
     def probes(self, node):
         p = node.inv.paths
         return [
-            F.native("hf_owner", "owner", [p.hf], F.text),
-            F.native("hf_writable", "writable", [p.hf, p.work], F.exit_ok),
+            F.native("hf_owner", "owner", [_owned(node)], F.text),
+            F.native("hf_writable", "writable", _local_dirs(node), F.exit_ok),
             F.native("login_user", "login_user", [], F.text),
             F.native("docker_dir", "is_dir", [p.docker], F.exit_ok, sudo=True),
             F.read("daemon_json", DAEMON_JSON, _daemon_json, sudo=True),
             docker_host.resolved("docker_root_wanted", p.docker), probes.docker_root(),
-            *docker_host.image_store_facts(),
+            *docker_host.image_store_facts(), *shared_hf.marker_fact(node.inv),
         ]
 
     def plan(self, facts, node):
-        actions = self._dirs(facts, node) + self._daemon_json(facts, node)
+        actions = self._dirs(facts, node) + shared_hf.write_marker(facts, node)
+        actions += self._daemon_json(facts, node)
         moved = self._containerd(facts, node)
         actions += moved
         if moved or facts.get("docker_root") != facts.get("docker_root_wanted"):
@@ -94,10 +95,14 @@ class MoveToNvme(Step):
                                retry=True))
         if facts.get("hf_owner") != user or not facts.get("hf_writable"):
             # The downloader runs as the login user, so it must own the cache and work dir.
-            actions += [cmd("create HF cache and k3deploy work dirs", "mkdir", "-p",
-                            protocol.hub_cache(p.hf), p.work, sudo=True, retry=True),
-                        cmd("give them to the login user", "chown", f"{user}:", p.hf,
-                            protocol.hub_cache(p.hf), p.work, sudo=True, retry=True)]
+            mine = shared_hf.writer(node.inv, node.name)
+            made = [protocol.hub_cache(p.hf), p.work] if mine else [p.work]
+            owned = [p.hf, *made] if mine else made
+            actions += [cmd("create HF cache and k3deploy work dirs" if mine else
+                            "create the k3deploy work dir", "mkdir", "-p", *made, sudo=True,
+                            retry=True),
+                        cmd("give them to the login user", "chown", f"{user}:", *owned,
+                            sudo=True, retry=True)]
         return actions
 
     def detail(self, facts, node):
@@ -105,3 +110,14 @@ class MoveToNvme(Step):
         if docker_host.images_under_containerd_root(facts):
             out["containerd_root"] = node.inv.paths.containerd
         return out
+
+
+def _local_dirs(node) -> list[str]:
+    """What this step creates and hands to the login user: the work dir, and the HF cache
+    unless it is a shared volume someone else's node writes (only the head prepares that)."""
+    p = node.inv.paths
+    return [p.hf, p.work] if shared_hf.writer(node.inv, node.name) else [p.work]
+
+
+def _owned(node) -> str:
+    return _local_dirs(node)[0]

@@ -12,7 +12,7 @@ from k3deploy.engines import ImageChoiceError, choose_image
 from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
-from k3deploy.steps import docker_host, hubreach, probes
+from k3deploy.steps import docker_host, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, ports_in_use,
                                          reachability_problems, serving, serving_facts)
@@ -57,7 +57,9 @@ class Preflight(Step):
         manifest_for(run)
 
     def probes(self, node):
-        return _facts(node) + serving_facts(node) + hubreach.facts(node)
+        volume = shared_hf.volume_free_fact(node.inv) if node.is_head else []
+        return (_facts(node) + serving_facts(node) + hubreach.facts(node)
+                + shared_hf.marker_fact(node.inv) + volume)
 
     def problems(self, facts, node):
         out = []
@@ -67,7 +69,8 @@ class Preflight(Step):
         return out
 
     def cluster_problems(self, all_facts, run):
-        out = _unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
+        out = (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
+               + shared_hf.marker_problems(all_facts, run))
         self.ports_not_probed = serving(run, all_facts)
         return out + reachability_problems(run, all_facts)
 
@@ -143,6 +146,9 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
         return [("disk", f"{node.inv.paths.nvme} does not exist on this node; mount the NVMe "
                  "there or set paths.nvme")]
     manifest = node.run.inputs.manifest
+    if shared_hf.shared(node.inv):   # the checkpoint goes to the shared volume, not the NVMe
+        return _reserve_problems(free, node) + (
+            _volume_problems(facts, node) if node.is_head else [])
     need = manifest.total_bytes * 1.02 + node.inv.paths.reserve_gb * GB
     have = facts.get("have_bytes") or 0
     if free + have < need:
@@ -151,6 +157,24 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
                  f"{manifest.total_bytes / GB:,.2f} GB + 2% + {node.inv.paths.reserve_gb} GB "
                  "for the image); free space there or mount a larger NVMe (paths.nvme)")]
     return []
+
+
+def _reserve_problems(free: int, node) -> list[tuple[str, str]]:
+    need = node.inv.paths.reserve_gb * GB
+    if free >= need:
+        return []
+    return [("disk", f"{free / GB:,.2f} GB free on {node.inv.paths.nvme} < {need / GB:,.2f} GB "
+             "kept for the image and logs (paths.reserve_gb); free space there")]
+
+
+def _volume_problems(facts, node) -> list[tuple[str, str]]:
+    free, have = facts.get("volume_free_bytes"), facts.get("have_bytes") or 0
+    need = node.run.inputs.manifest.total_bytes * 1.02
+    if free is None or free + have >= need:
+        return []
+    return [("disk", f"{free / GB:,.2f} GB free on the shared volume ({node.inv.paths.hf}) + "
+             f"{have / GB:,.2f} GB already downloaded < {need / GB:,.2f} GB needed (checkpoint "
+             "+ 2%); free space there or use a larger volume")]
 
 
 def _unchecked(all_facts, run) -> list[tuple[str, str, str]]:

@@ -12,7 +12,8 @@ from k3deploy.node import apikey, guard_config
 from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.core.redact import redact
-from k3deploy.steps import probes
+from k3deploy.core.status import Status
+from k3deploy.steps import probes, shared_hf
 from k3deploy.steps.base import Action, Step, cmd
 from k3deploy.steps.download import Paths as DownloadPaths
 from k3deploy.steps.preflight import model_cache_dir
@@ -138,6 +139,9 @@ class WipeWeights(Step):
     runs_after_failures = True
 
     def targets(self, node) -> list[str]:
+        # A shared cache is one copy: only the head deletes it (and says so, closing_lines).
+        if not shared_hf.writer(node.inv, node.name):
+            return [node.inv.paths.work]
         return [model_cache_dir(node.inv), node.inv.paths.work]
 
     def probes(self, node):
@@ -146,5 +150,18 @@ class WipeWeights(Step):
 
     def plan(self, facts, node):
         present = [p for i, p in enumerate(self.targets(node)) if facts[f"exists{i}"]]
-        return [cmd("delete weights and k3deploy files", "rm", "-rf", "--", *present,
+        what = "weights and k3deploy files" if model_cache_dir(node.inv) in present else \
+            "k3deploy files"
+        return [cmd(f"delete {what}", "rm", "-rf", "--", *present,
                     sudo=True, retry=True)] if present else []
+
+    def closing_lines(self, run):
+        """Printed only when every node ran the step (the runner): the head did too."""
+        if not shared_hf.shared(run.inv):
+            return []
+        head, where = run.inv.head.name, model_cache_dir(run.inv)
+        status = run.session.states[head].step(self.label).get("status")
+        if status != Status.CHANGED:
+            return [f"the shared copy {where} was already gone"]
+        return [f"removed the shared copy {where} once, on the head {head}; the other nodes "
+                "removed only their own k3deploy files"]

@@ -26,11 +26,15 @@ def _up_parser(sub) -> None:
     up.add_argument("--node", action="append", default=[], metavar="NAME:KEY=VALUE",
                     help="per-node override; keys: gpus gpu cuda disk daemon_json user "
                          "load_seconds pull_seconds nvidia_toolkit decode_tok_s compile_seconds profile "
-                         "second_nic (ADDRESS/PREFIX: an eth1 on a subnet of its own)")
+                         "second_nic (ADDRESS/PREFIX: an eth1 on a subnet of its own) "
+                         "shared_hf (false: this node misses the --shared-hf mount)")
     up.add_argument("--profile", default="", metavar="NAME[,NAME...]",
                     help="node behaviour as an upstream version has it, on every node "
                          "(`testbed profiles` lists them)")
     up.add_argument("--disk", default="4G", help="NVMe (tmpfs) size per node")
+    up.add_argument("--shared-hf", action="store_true",
+                    help="one host directory mounted at /mnt/k3tb-shared on every node, the "
+                         "inventory's HF cache (download.shared: true)")
     up.add_argument("--load-seconds", type=float, default=2.0, help="stand-in engine load time")
     up.add_argument("--compile-seconds", type=float, default=0.0,
                     help="stand-in engine kernel compile time when no matching cache is mounted")
@@ -78,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
 def _up(args) -> int:
     defaults = {"gpu": args.gpu, "gpus": args.gpus_per_node, "cuda": args.cuda, "disk": args.disk,
                 "load_seconds": args.load_seconds, "pull_seconds": args.pull_seconds,
-                "compile_seconds": args.compile_seconds}
+                "compile_seconds": args.compile_seconds,
+                **({"shared_hf": True} if args.shared_hf else {})}
     specs = build_specs(args.nodes, defaults, args.node, profiles.split_names(args.profile))
     if args.hub_token_file and not Path(args.hub_token_file).is_file():
         raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")
@@ -89,7 +94,7 @@ def _up(args) -> int:
                              hub_token_file=args.hub_token_file, hub=not args.no_hub,
                              hub_cdn=args.hub_cdn, hub_url_ttl=args.hub_url_ttl,
                              hub_conn_rates=args.hub_conn_rates, hub_conn_seed=args.hub_conn_seed,
-                             hub_gated=args.hub_gated)
+                             hub_gated=args.hub_gated, shared_hf=args.shared_hf)
     testbed.up(args.dir, opts)
     return 0
 

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from tb.nodefs import SHARED_HF_HOME
 from tb.nodespec import NodeSpec
 from tb.sshcmd import KEY_FILE, KNOWN_HOSTS_FILE
 
@@ -38,8 +39,10 @@ def _looks_special(text: str) -> bool:
 
 
 def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: str,
-           nodes: list[tuple[NodeSpec, str]]) -> str:
-    """nodes: (spec, address) in rank order."""
+           nodes: list[tuple[NodeSpec, str]], shared_hf: bool = False) -> str:
+    """nodes: (spec, address) in rank order. shared_hf: the HF cache is the testbed's one
+    shared directory (`up --shared-hf`), k3deploy's download.shared."""
+    hf_home = SHARED_HF_HOME if shared_hf else "/mnt/nvme/hf"
     lines = [
         f"cluster: {cluster}",
         "model: " + _flow({"repo": "moonshotai/Kimi-K3", "revision": "main",
@@ -54,8 +57,9 @@ def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: st
         "gpu: " + _flow({"model": gpu, "count": gpus_per_node}),
         "ports: {dist_init: 20000, serve: 8000, ray: 6379}",
         # The stand-in image weighs nothing, so no room is kept for a 13 GB one.
-        "paths: {nvme: /mnt/nvme, hf_home: /mnt/nvme/hf, docker_root: /mnt/nvme/docker, "
+        f"paths: {{nvme: /mnt/nvme, hf_home: {hf_home}, docker_root: /mnt/nvme/docker, "
         "reserve_gb: 0.05}",
+        *(["download: {shared: true}"] if shared_hf else []),
         "ssh: " + _flow({"user": "root", "port": 22, "key": KEY_FILE, "known_hosts": KNOWN_HOSTS_FILE,
                          "connect_timeout": 5}),
         "hf_token_env: HF_TOKEN",

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tb import net
-from tb.nodefs import node_dir
+from tb.nodefs import SHARED_HF_MOUNT, node_dir, shared_hf_dir
 from tb.nodespec import NodeSpec
 from tb.sshcmd import ssh_argv
 from tb.state import process_start_time, same_process
@@ -50,6 +50,7 @@ def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str
              "ip link set eth0 up",
              *_second_nic(spec),
              *([] if symlinked(spec) else [nvme_mount(spec, "/mnt/nvme")]),
+             *shared_hf_mount(ndir.parent.parent, spec),
              f"mount --bind {q(str(standins))} /usr/local/bin",
              "mount -o remount,bind,ro /usr/local/bin"]
     lines += [f"mount --bind {q(str(ndir / src))} {dst}" for src, dst in BINDS]
@@ -81,6 +82,20 @@ def symlinked_nvme(spec: NodeSpec) -> list[str]:
             f"mkdir -p {NVME_TARGET}",
             nvme_mount(spec, NVME_TARGET),
             f"ln -s {NVME_TARGET} /mnt/nvme"]
+
+
+def shared_hf_mount(tb_dir: Path, spec: NodeSpec) -> list[str]:
+    """On a --shared-hf testbed every node has a directory of its own at the shared path (a
+    tmpfs: never the host's /mnt); with shared_hf the testbed's one host directory is bound over
+    it, so a node without it is what a machine whose volume did not mount looks like: an empty
+    local directory."""
+    if spec.shared_hf is None:
+        return []   # no mount a discovery (`k3deploy init`) could take for the NVMe
+    lines = [f"mount -t tmpfs -o size={shlex.quote(spec.disk)},mode=0755 k3tb-local "
+             f"{SHARED_HF_MOUNT}"]
+    if spec.shared_hf:
+        lines.append(f"mount --bind {shlex.quote(str(shared_hf_dir(tb_dir)))} {SHARED_HF_MOUNT}")
+    return lines
 
 
 def _second_nic(spec: NodeSpec) -> list[str]:

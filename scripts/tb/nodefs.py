@@ -18,7 +18,12 @@ from tb.nodespec import NodeSpec
 NODE_PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/bin:/usr/sbin:/sbin"
 # Mount points that must exist on the host for the node's mounts (empty dirs, left in place).
 HOST_MOUNT_POINTS = ("/mnt/nvme", "/etc/docker", "/var/lib/docker", "/run/k3tb", "/run/sshd",
-                     "/etc/containerd", "/var/lib/containerd", "/usr/local/sbin", "/run/containerd")
+                     "/etc/containerd", "/var/lib/containerd", "/usr/local/sbin", "/run/containerd",
+                     "/mnt/k3tb-shared")
+# Where `up --shared-hf` mounts the testbed's one HF directory on every node (the inventory's
+# paths.hf_home is SHARED_HF_HOME), and the host directory behind it.
+SHARED_HF_MOUNT = "/mnt/k3tb-shared"
+SHARED_HF_HOME = f"{SHARED_HF_MOUNT}/hf"
 FRESH_DIRS = ("etc-docker", "var-lib-docker", "etc-containerd", "var-lib-containerd",
               "usr-local-sbin", "run-containerd", "root-home", "home", "tmp", "etc")
 # What the containerd.io package installs as /etc/containerd/config.toml (every docker-ce
@@ -68,6 +73,10 @@ UBUNTU_SUDOERS = "ubuntu ALL=(ALL) NOPASSWD:ALL\n"
 
 def node_dir(tb_dir: Path, name: str) -> Path:
     return Path(tb_dir) / "nodes" / name
+
+
+def shared_hf_dir(tb_dir: Path) -> Path:
+    return Path(tb_dir) / "shared-hf"
 
 
 HOST_MOUNT_FILES = ("/etc/hostname", "/etc/hosts", "/etc/machine-id")

@@ -50,6 +50,11 @@ class NodeSpec:
     # A second private interface (eth1, ADDRESS/PREFIX) on a subnet of its own: a multi-homed
     # host as clouds rent them (a management or storage network beside the cluster's).
     second_nic: str | None = None
+    # `up --shared-hf`: the testbed's one shared HF directory is bind-mounted at
+    # nodefs.SHARED_HF_MOUNT; false (`--node NAME:shared_hf=false`): the node has only its own
+    # empty directory there, as a machine whose mount is missing (node.py shared_hf_mount);
+    # None (no --shared-hf): nothing is mounted there
+    shared_hf: bool | None = None
 
     def node_json(self) -> dict:
         gpu_name, mem_mib = GPUS[self.gpu]
@@ -126,7 +131,7 @@ PARSERS = {
     "load_seconds": _parse_seconds, "pull_seconds": _parse_seconds,
     "nvidia_toolkit": _parse_bool, "decode_tok_s": _parse_seconds,
     "compile_seconds": _parse_seconds,
-    "profile": str, "second_nic": _parse_second_nic,
+    "profile": str, "second_nic": _parse_second_nic, "shared_hf": _parse_bool,
 }
 
 

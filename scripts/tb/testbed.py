@@ -29,6 +29,7 @@ class UpOptions:
     hub_conn_rates: str | None = None   # "SLOW,FAST,FRACTION"
     hub_conn_seed: int = 1
     hub_gated: bool = False
+    shared_hf: bool = False             # one host dir as every node's HF cache (node.py)
 
 
 class AlreadyUp(RuntimeError):
@@ -75,6 +76,8 @@ def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
         net.add_rule(rule)
     records = [_record_node(state, idx, spec) for spec in opts.nodes]
     _prepare_nodes(state.dir, opts.nodes, records)
+    if opts.shared_hf:
+        nodefs.shared_hf_dir(state.dir).mkdir(mode=0o755, exist_ok=True)
     if opts.hub:
         (state.dir / "hub").mkdir(exist_ok=True)
         hubctl.write_nodes_map(state.dir, {r["name"]: r["address"] for r in records})
@@ -83,7 +86,8 @@ def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
     endpoint = (hubctl.wait_ready(state) if opts.hub
                 else f"http://{net.bridge_address(idx)}:{hubctl.PREFERRED_PORT}")
     text = inventory.render(f"tb{idx}", endpoint, opts.gpu, opts.gpus_per_node, opts.engine,
-                            [(spec, r["address"]) for spec, r in zip(opts.nodes, records)])
+                            [(spec, r["address"]) for spec, r in zip(opts.nodes, records)],
+                            shared_hf=opts.shared_hf)
     inventory.write(state.dir, text)
 
 
