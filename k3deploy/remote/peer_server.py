@@ -13,6 +13,9 @@ detached by k3deploy's download step and stopped by `k3deploy down`:
   GET /index               {"verified": [etag], "partial": {etag: bytes on disk}, "downloader":
                            state}: one request tells a peer what it can fetch here and whether
                            the owner still progresses
+  HEAD|GET /image?ref=R    the docker image R: its ID in `X-K3-Image-Id` (404 when absent); GET
+                           streams `docker save R` (no length: the body ends at close), which a
+                           peer pipes into `docker load` and checks by that ID (image_peers.py)
 What it refuses: a request without `Authorization: Bearer <cluster peer secret>` (401); a path
 that is not exactly /blobs/<hex etag> of a manifest file, whatever its encoding (404: nothing
 from the request is ever used as a filesystem path, the blob is looked up by etag); a blob the
@@ -34,6 +37,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -49,6 +53,8 @@ from fetch_manifest import Manifest
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY = 0, 2, 3
 _BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# A docker reference (name[:tag][@digest]) and nothing else reaches docker's argv.
+_IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,254}(@sha256:[0-9a-f]{64})?$")
 _FLIP = bytes(b ^ 0xFF for b in range(256))
 SEND_CHUNK = 64 << 20  # sendfile per call: the bytes sent are known even when a peer hangs up
 # Every peer asks for the index, 31 of them on a 32-node cluster; each answer opens and checks
@@ -187,6 +193,8 @@ class PeerHandler(BaseHTTPRequestHandler):
             return self._status(401)
         if self.path == "/index" and send_body:
             return self._json(self.server.blobs.index())
+        if self.path.startswith("/image?"):
+            return self._image(send_body)
         match = _BLOB_PATH.match(self.path)
         blob = self.server.blobs.open(match.group(1)) if match else None
         if blob is None:
@@ -236,6 +244,35 @@ class PeerHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         return sent
 
+    def _image(self, send_body: bool) -> None:
+        from urllib.parse import parse_qs, urlsplit
+        ref = (parse_qs(urlsplit(self.path).query).get("ref") or [""])[0]
+        found = _docker("image", "inspect", "--format", "{{.Id}}", ref) \
+            if _IMAGE_REF.match(ref) else None
+        if found is None or found.returncode != 0:
+            return self._status(404)
+        self.send_response(200)
+        self.send_header("X-K3-Image-Id", found.stdout.decode().strip())
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        if send_body:
+            began, saver = time.monotonic(), _docker_stream("save", ref)
+            sent = self._copy(saver.stdout)
+            complete = saver.wait() == 0
+            self.server.record(self.client_address[0], f"image:{ref}", 0, sent, complete,
+                               time.monotonic() - began)
+
+    def _copy(self, stream) -> int:
+        sent = 0
+        try:
+            while chunk := stream.read(SEND_CHUNK >> 4):
+                self.connection.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass
+        return sent
+
     def _json(self, doc: dict) -> None:
         body = json.dumps(doc).encode()
         self.send_response(200)
@@ -250,6 +287,21 @@ class PeerHandler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.send_header("Content-Length", "0")
         self.end_headers()
+
+
+def _docker_argv(*args: str) -> list[str]:
+    """docker as this server may call it: itself when root, else through `sudo -n` (the server
+    runs as the login user, who may not be in the docker group)."""
+    return ["docker", *args] if os.geteuid() == 0 else ["sudo", "-n", "docker", *args]
+
+
+def _docker(*args: str):
+    return subprocess.run(_docker_argv(*args), capture_output=True, timeout=30)
+
+
+def _docker_stream(*args: str):
+    return subprocess.Popen(_docker_argv(*args), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
 
 
 def read_secret(path: str) -> str:
