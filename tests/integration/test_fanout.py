@@ -179,7 +179,9 @@ def test_the_image_crosses_the_internet_once_and_a_replaced_node_takes_it_from_p
     print(f"re-up after revive-node node2 took {took:.1f}s")
     assert again.returncode == 0, out(again)
     assert registry_pulls(tb) == pulls, registry_pulls(tb)
-    assert state(tb.inventory, "node2")["steps"]["image"]["detail"]["id"] == ids[tb.nodes[0]]
+    image = state(tb.inventory, "node2")["steps"]["image"]
+    assert image["status"] == "changed" and image["detail"]["id"] == ids[tb.nodes[0]]
+    print(f"node2's image step (load from a peer) took {image['finished'] - image['started']:.1f}s")
     hub_bytes = tb.stats()["hub"]["by_node"].get("node2", {}).get("bytes", 0) - hub_before
     # the weights: node2 fetches its own fan-out share from the Hub again (not this test's part)
     print(f"node2 took {hub_bytes} Hub bytes of {tb.stats()['hub']['repo_bytes']}")

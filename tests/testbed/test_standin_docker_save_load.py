@@ -66,3 +66,13 @@ def test_load_rejects_a_cut_stream_and_save_an_unknown_image(pair, tmp_path):
     assert bad.returncode == 1 and bad.stderr.startswith("Error response from daemon:")
     assert dst.docker("image", "inspect", IMAGE).returncode == 1
     assert src.docker("save", "lmsysorg/sglang:nope").returncode == 1
+
+
+def test_stats_counts_registry_pulls_per_node_from_the_calls_log():
+    from tb.stats import registry_pulls
+    calls = [{"tool": "docker", "argv": ["docker", "pull", IMAGE]},
+             {"tool": "docker", "argv": ["docker", "image", "pull", IMAGE]},
+             {"tool": "docker", "argv": ["docker", "load"]},
+             {"tool": "docker", "argv": ["docker", "image", "inspect", IMAGE]},
+             {"tool": "systemctl", "argv": ["systemctl", "pull"]}]
+    assert registry_pulls(calls) == 2
