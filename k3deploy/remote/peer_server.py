@@ -13,6 +13,9 @@ detached by k3deploy's download step and stopped by `k3deploy down`:
   GET /index               {"verified": [etag], "partial": {etag: bytes on disk}, "downloader":
                            state}: one request tells a peer what it can fetch here and whether
                            the owner still progresses
+  HEAD|GET /image?ref=R    the docker image R: its ID in `X-K3-Image-Id` (404 when absent); GET
+                           streams `docker save R` (no length: the body ends at close), which a
+                           peer pipes into `docker load` and checks by that ID (image_peers.py)
 What it refuses: a request without `Authorization: Bearer <cluster peer secret>` (401); a path
 that is not exactly /blobs/<hex etag> of a manifest file, whatever its encoding (404: nothing
 from the request is ever used as a filesystem path, the blob is looked up by etag); a blob the
@@ -43,6 +46,7 @@ from pathlib import Path
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
 # The downloader's modules ship next to this file (protocol.DOWNLOADER_FILES).
 import peer_cache
+import peer_image
 from fetch_base import BadInput
 from fetch_cache import Ledger, RepoCache
 from fetch_manifest import Manifest
@@ -50,6 +54,7 @@ from fetch_manifest import Manifest
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY = 0, 2, 3
 _BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# A docker reference (name[:tag][@digest]) and nothing else reaches docker's argv.
 _FLIP = bytes(b ^ 0xFF for b in range(256))
 SEND_CHUNK = 64 << 20  # sendfile per call: the bytes sent are known even when a peer hangs up
 # Every peer asks for the index, 31 of them on a 32-node cluster; each answer opens and checks
@@ -191,6 +196,8 @@ class PeerHandler(BaseHTTPRequestHandler):
         if self.path.startswith("/compile-cache/"):
             return self._send_file(peer_cache.resolve(self.server.compile_cache, self.path),
                                    send_body)
+        if self.path.startswith("/image?"):
+            return peer_image.answer(self, send_body)
         match = _BLOB_PATH.match(self.path)
         blob = self.server.blobs.open(match.group(1)) if match else None
         if blob is None:

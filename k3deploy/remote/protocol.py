@@ -111,7 +111,7 @@ def check_schema(doc, what: str):
 # server's start (which imports the manifest and cache readers from the same files).
 DOWNLOADER_FILES = ("fetch_weights.py", "fetch_base.py", "fetch_manifest.py", "fetch_cache.py",
                     "fetch_progress.py", "fetch_hub.py", "peer_fetch.py", "protocol.py",
-                    "peer_cache.py")
+                    "peer_cache.py", "peer_image.py")
 
 
 class WorkPaths:

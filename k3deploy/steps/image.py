@@ -1,13 +1,26 @@
 """image: the engine image on every node (tag matched to the driver's CUDA); skipped when
-already present under the current data-root."""
+already present under the current data-root.
+
+The image crosses the Internet once per cluster: the head pulls it from the registry (Docker
+Hub limits anonymous pulls per address), every other node loads it from a peer that holds it
+(remote/image_peers.py through the peer server, behind the cluster's peer secret), checked by
+image ID; with no peer holding it (or no peer server: one node, `download.peers: false`) a node
+pulls. The order is the runner's: `head_first` runs the head before the others look.
+"""
 
 from __future__ import annotations
 
-from k3deploy.engines import ImageChoiceError
+from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.core.errors import StepFailed
+from k3deploy.engines import ImageChoiceError, image_ref
+from k3deploy.node import facts as F
+from k3deploy.remote import script_text
 from k3deploy.steps import probes
-from k3deploy.steps.base import Step, cmd
+from k3deploy.steps.base import Step, cmd, upload
+from k3deploy.steps.peers import PeerPaths
 from k3deploy.steps.preflight import image_for
+
+SCRIPT = script_text("image_peers.py")
 
 
 def chosen_image(facts, node) -> str:
@@ -17,25 +30,49 @@ def chosen_image(facts, node) -> str:
         raise StepFailed(node.name, str(err), step="image") from None
 
 
+def peer_images(node) -> F.Fact:
+    """Which peer holds each candidate tag (probe mode of image_peers.py): {ref: {node, addr,
+    id}}. Digest references are left out: a loaded image carries no registry digest in the
+    legacy store, so it would never count as present."""
+    refs = [r for r in probes.candidate_images(node.inv) if not image_ref.parse(r).digest]
+    peers = [f"{n.name}={n.self_ip}" for _, n in node.inv.ranked() if n.name != node.name]
+    args = ["probe", "--refs", ",".join(refs), "--peers", ",".join(peers), "--port",
+            str(node.inv.ports.peer), "--secret-file", PeerPaths(node.inv).secret]
+    return F.python("peer_images", SCRIPT, args, lambda out, code: F.json_doc(out, code) or {},
+                    sudo=True)
+
+
 class PullImage(Step):
     name = "image"
+    head_first = True   # the head pulls; the others then find it on a peer
 
     def probes(self, node):
         # Ask for every tag the driver could pick (cu13, cu12, or the pinned one) together
         # with the driver's CUDA, then keep the answer for the chosen tag.
-        return [probes.cuda(), probes.engine_images(node.inv)]
+        found = [probes.cuda(), probes.engine_images(node.inv)]
+        return found + ([peer_images(node)] if peers_enabled(node.inv) else [])
 
     def facts_from(self, found, node):
         image = chosen_image(found, node)
-        return {"cuda": found["cuda"], "image": image, "present": image in found["images"]}
+        mine = found["images"].get(image) or {}
+        return {"cuda": found["cuda"], "image": image, "present": image in found["images"],
+                "id": mine.get("id"), "peer": (found.get("peer_images") or {}).get(image)}
 
     def plan(self, facts, node):
         if facts["present"]:
             return []
+        peer = facts.get("peer")
+        if peer:
+            path = f"{node.inv.paths.work}/image_peers.py"
+            return [upload("upload the image loader", path, SCRIPT, mode=0o644),
+                    cmd(f"load {facts['image']} from {peer['node']} (checked by image ID)",
+                        "python3", path, "load", "--ref", facts["image"], "--peer",
+                        f"{peer['addr']}:{node.inv.ports.peer}", "--secret-file",
+                        PeerPaths(node.inv).secret, "--expect-id", peer["id"], sudo=True,
+                        timeout=3600)]
         # A pull is safe to repeat: docker resumes layers it already has.
         return [cmd(f"pull {facts['image']}", "docker", "pull", facts["image"], sudo=True,
                     retry=True, timeout=3600)]
 
     def detail(self, facts, node):
-        return {"image": facts["image"]}
-
+        return {"image": facts["image"], "id": facts.get("id")}

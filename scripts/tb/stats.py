@@ -28,6 +28,18 @@ def node_calls(tb_dir: Path, name: str) -> list[dict]:
     return calls
 
 
+def registry_pulls(calls: list[dict]) -> int:
+    """`docker pull` and `docker image pull` calls: each asks the registry (a load from a peer
+    does not)."""
+    return sum(1 for c in calls if c.get("tool") == "docker" and
+               (c.get("argv", [])[1:2] == ["pull"] or c.get("argv", [])[1:3] == ["image", "pull"]))
+
+
+def _node_doc(tb_dir: Path, name: str) -> dict:
+    calls = node_calls(tb_dir, name)
+    return {"calls": calls, "registry_pulls": registry_pulls(calls)}
+
+
 def _node_names(tb_dir: Path) -> list[str]:
     state = TestbedState.load(tb_dir)
     if state is not None and state.data.get("nodes"):
@@ -47,4 +59,4 @@ def collect(tb_dir: Path) -> dict:
     hub = _read_json(tb_dir / "hub" / "stats.json", {})
     cdn = hub.pop("cdn", None) or dict(EMPTY_CDN)
     return {"hub": hub, "cdn": cdn,
-            "nodes": {name: {"calls": node_calls(tb_dir, name)} for name in _node_names(tb_dir)}}
+            "nodes": {name: _node_doc(tb_dir, name) for name in _node_names(tb_dir)}}

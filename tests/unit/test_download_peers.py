@@ -87,10 +87,11 @@ def test_single_node_cluster_is_unchanged(tmp_path):
     node = ctx(tmp_path, rank=0, doc=doc)
     assert "peers" not in json.loads(DownloadWeights()._manifest_json(node))
     actions = DownloadWeights({"wait": False}).plan({"missing_count": 4, "running": False}, node)
-    # peer_fetch.py and peer_cache.py are among the downloader's files; without a peers block
+    # peer_fetch.py, peer_cache.py and peer_image.py are among the downloader's files; without a peers block
     # they are never imported
     assert not any("peer" in a.description for a in actions
-                   if a.description not in ("upload peer_fetch.py", "upload peer_cache.py"))
+                   if a.description not in ("upload peer_fetch.py", "upload peer_cache.py",
+                                                  "upload peer_image.py"))
 
 
 def test_stop_peer_server_only_when_running(tmp_path):

@@ -14,7 +14,8 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights
 from k3deploy.steps.files import EnsureFile
-from k3deploy.steps.image import PullImage
+from k3deploy.steps.image import SCRIPT, PullImage
+from k3deploy.steps.peers import PeerPaths
 from k3deploy.steps.launch import LaunchEngine
 from k3deploy.steps.nvme import MoveToNvme
 from k3deploy.steps.teardown import RemoveContainers, WipeWeights
@@ -83,6 +84,43 @@ def test_image_pull_only_when_missing(tmp_path):
     assert step.plan({"present": True, "image": "lmsysorg/sglang:kimi-k3"}, ctx) == []
     (pull,) = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3-cu12"}, ctx)
     assert pull.argv == ("docker", "pull", "lmsysorg/sglang:kimi-k3-cu12") and pull.retry
+
+
+IMAGE_ID = "sha256:" + "ab" * 32
+
+
+def test_image_loads_from_the_peer_that_holds_it(tmp_path):
+    step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
+    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID}
+    up, load = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3", "peer": peer}, ctx)
+    assert up.upload_to.endswith("/image_peers.py") and up.content == SCRIPT
+    assert load.sudo and load.argv[:3] == ("python3", up.upload_to, "load")
+    args = dict(zip(load.argv[3::2], load.argv[4::2]))
+    assert args == {"--ref": "lmsysorg/sglang:kimi-k3", "--peer": f"10.0.0.11:{ctx.inv.ports.peer}",
+                    "--secret-file": PeerPaths(ctx.inv).secret, "--expect-id": IMAGE_ID}
+    assert "pull" not in " ".join(shown([up, load]))
+    # a node that has it does nothing, whoever else holds it
+    assert step.plan({"present": True, "image": "lmsysorg/sglang:kimi-k3", "peer": peer}, ctx) == []
+
+
+def test_image_from_the_registry_when_no_peer_holds_it(tmp_path):
+    step, ctx = PullImage(), node_ctx(tmp_path, rank=2)
+    (pull,) = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3", "peer": None}, ctx)
+    assert pull.argv == ("docker", "pull", "lmsysorg/sglang:kimi-k3")
+
+
+def test_image_facts_pick_the_chosen_tags_peer(tmp_path):
+    step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
+    assert step.head_first
+    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID}
+    found = {"cuda": "13.0", "images": {}, "peer_images": {"lmsysorg/sglang:kimi-k3": peer}}
+    facts = step.facts_from(found, ctx)
+    assert facts["image"] == "lmsysorg/sglang:kimi-k3" and facts["peer"] == peer
+    assert step.facts_from({**found, "cuda": "12.8"}, ctx)["peer"] is None  # cu12 tag: none holds it
+    names = [f.name for f in step.probes(ctx)]
+    assert "peer_images" in names
+    solo = node_ctx(tmp_path, doc=four_nodes(download={"peers": False}))
+    assert "peer_images" not in [f.name for f in step.probes(solo)]
 
 
 # -- download -----------------------------------------------------------------------------

@@ -224,6 +224,41 @@ def cmd_rmi(argv):
     return code
 
 
+def cmd_save(argv):
+    opts, args = parse(argv, "save", {"output": ("str", "output")}, {"o": "output"})
+    if not args:
+        raise Exit(1, "\"docker save\" requires at least 1 argument.\nSee 'docker save --help'.")
+    state = connect()
+    image = images.lookup(state, args[0])
+    if image is None:
+        raise Exit(1, f"Error response from daemon: reference does not exist")
+    from . import imagetar
+    if opts["output"]:
+        with open(opts["output"], "wb") as out:
+            imagetar.save(image, out)
+    else:
+        imagetar.save(image, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    return 0
+
+
+def cmd_load(argv):
+    opts, _ = parse(argv, "load", {"input": ("str", "input"), "quiet": ("bool", "quiet")},
+                    {"i": "input", "q": "quiet"})
+    state = connect()
+    from . import imagetar
+    try:
+        if opts["input"]:
+            with open(opts["input"], "rb") as stream:
+                lines = imagetar.load(state, stream)
+        else:
+            lines = imagetar.load(state, sys.stdin.buffer)
+    except imagetar.LoadError as e:
+        raise Exit(1, f"Error response from daemon: {e}") from None
+    print("\n".join(lines))
+    return 0
+
+
 def _function(handler):
     """A handler, or "module.function" imported only now: a call loads its own command's
     module, so read-only commands never load run/exec's process machinery."""
@@ -240,9 +275,10 @@ def main(argv):
                 "ps": "dockerctr.cmd_ps", "inspect": "dockerctr.cmd_inspect", "logs": "dockerctr.cmd_logs",
                 "rm": "dockerctr.cmd_rm", "stop": "dockerctr.cmd_stop", "kill": "dockerctr.cmd_kill",
                 "wait": "dockerctr.cmd_wait",
-                "rmi": cmd_rmi}
+                "rmi": cmd_rmi, "save": cmd_save, "load": cmd_load}
     groups = {("image", "ls"): "images", ("image", "list"): "images", ("image", "pull"): "pull",
               ("image", "inspect"): cmd_image_inspect, ("image", "rm"): "rmi",
+              ("image", "save"): "save", ("image", "load"): "load",
               ("container", "ls"): "ps", ("container", "list"): "ps"}
     for verb in ("run", "exec", "start", "inspect", "logs", "rm", "stop", "kill", "wait"):
         groups[("container", verb)] = verb

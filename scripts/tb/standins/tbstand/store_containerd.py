@@ -101,6 +101,18 @@ def fetch(state, source, digest, layers, write):
     runtime.write_json_atomic(_blob(state, digest), manifest)
 
 
+def load(state, rec, write):
+    """`docker load`: the manifest under its digest, which is the image's id here."""
+    size = write(lambda l: [_blob(state, "sha256:" + l), _snapshot(state, l)])
+    manifest = {"repo": rec["repo"], "created": rec["created"], "size": size,
+                "layers": rec["layers"], "config": rec["config"]}
+    runtime.write_json_atomic(_blob(state, rec["id"]), manifest)
+
+
+def add_loaded(state, repo, tag, rec):
+    add_ref(state, repo, tag, rec["id"], None)
+
+
 def add_ref(state, repo, tag, digest, source):
     now = time.time()
     _update(state, lambda names: names.__setitem__(

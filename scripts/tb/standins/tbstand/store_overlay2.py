@@ -83,6 +83,23 @@ def fetch(state, source, digest, layers, write):
     runtime.write_json_atomic(_config_path(state, iid), config)
 
 
+def load(state, rec, write):
+    """`docker load`: the image under its own id (the config's digest travels in the tar)."""
+    root = runtime.host_path(state["data_root"])
+    size = write(lambda l: [os.path.join(root, "overlay2", l, "diff", "layer.bin")])
+    config = {"config": rec["config"], "rootfs": {"diff_ids": ["sha256:" + l for l in rec["layers"]]},
+              "k3tb": {"created": rec["created"], "size": size, "manifest": rec["manifest"],
+                       "repo": rec["repo"]}}
+    os.makedirs(os.path.dirname(_config_path(state, rec["id"])), exist_ok=True)
+    runtime.write_json_atomic(_config_path(state, rec["id"]), config)
+
+
+def add_loaded(state, repo, tag, rec):
+    """A loaded tag: the tag only, no repo@digest (a load brings no distribution metadata)."""
+    _update(state, lambda repos: repos.setdefault(repo, {}).__setitem__(
+        images.ref_string(repo, tag), rec["id"]))
+
+
 def add_ref(state, repo, tag, digest, source):
     refs = [f"{repo}@{digest}"] + ([] if tag.startswith("@") else [images.ref_string(repo, tag)])
     _update(state, lambda repos: [repos.setdefault(repo, {}).__setitem__(r, image_id(source))

@@ -1,0 +1,68 @@
+"""The peer server's image route: a node without the engine image loads it from a peer that
+holds it (remote/image_peers.py streams this into `docker load` and checks the loaded ID), so the
+image crosses the Internet once per cluster. Standard library only; uploaded beside
+peer_server.py. The request is already authorized (the peer secret) when it gets here.
+
+HEAD|GET /image?ref=REF  ->  200 with X-K3-Image-Id (GET: the `docker save REF` tar), or 404
+"""
+import json
+import os
+import re
+import subprocess
+import time
+from urllib.parse import parse_qs, urlsplit
+
+# Checked before the ref reaches docker's argv: a reference, never an option or a path.
+_IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,254}(@sha256:[0-9a-f]{64})?$")
+CHUNK = 4 << 20
+
+
+def answer(handler, send_body: bool) -> None:
+    ref = (parse_qs(urlsplit(handler.path).query).get("ref") or [""])[0]
+    found = _docker("image", "inspect", "--format", "{{.Id}}", ref) \
+        if _IMAGE_REF.match(ref) else None
+    if found is None or found.returncode != 0:
+        return handler._status(404)
+    handler.send_response(200)
+    handler.send_header("X-K3-Image-Id", found.stdout.decode().strip())
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    handler.close_connection = True
+    if send_body:
+        _stream(handler, ref)
+
+
+def _stream(handler, ref: str) -> None:
+    began, saver = time.monotonic(), _docker_stream("save", ref)
+    sent = _copy(handler.connection, saver.stdout)
+    complete = saver.wait() == 0
+    # In the server's own log, not --served-log: that one counts the weights' blobs.
+    print(json.dumps({"t": time.time(), "client": handler.client_address[0], "image": ref,
+                      "bytes": sent, "complete": complete,
+                      "seconds": round(time.monotonic() - began, 4)}), flush=True)
+
+
+def _copy(connection, stream) -> int:
+    sent = 0
+    try:
+        while chunk := stream.read(CHUNK):
+            connection.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        pass
+    return sent
+
+
+def _docker_argv(*args: str) -> list[str]:
+    """docker as this server may call it: itself when root, else through `sudo -n` (the server
+    runs as the login user, who may not be in the docker group)."""
+    return ["docker", *args] if os.geteuid() == 0 else ["sudo", "-n", "docker", *args]
+
+
+def _docker(*args: str):
+    return subprocess.run(_docker_argv(*args), capture_output=True, timeout=30)
+
+
+def _docker_stream(*args: str):
+    return subprocess.Popen(_docker_argv(*args), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)

@@ -1,0 +1,93 @@
+"""The engine image from a peer, on loopback: the peer server's `/image?ref=` (HEAD: the ID;
+GET: `docker save`) and remote/image_peers.py's probe and load, against the docker stand-in's
+save/load (two stand-in nodes, no testbed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_peer_server import PORT, REMOTE, request
+from test_peer_server import hub, nodes  # noqa: F401 (fixtures: the manifest's mock Hub, peers)
+
+from tests.testbed.test_standins import STANDINS, Node
+
+pytestmark = pytest.mark.integration
+IMAGE = "lmsysorg/sglang:kimi-k3"
+
+
+@pytest.fixture
+def docker_pair(tmp_path):
+    made = []
+    for name in ("a", "b"):
+        (tmp_path / f"docker-{name}").mkdir()
+        made.append(Node(tmp_path / f"docker-{name}"))
+    for n in made:
+        n.node_json({"image_size_mib": 2})
+    yield made
+    for n in made:
+        n.kill_everything()
+
+
+def standin_env(node: Node) -> dict:
+    return {**node.env, "PATH": f"{STANDINS}:{node.env['PATH']}"}
+
+
+def image_peers(node: Node, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REMOTE / "image_peers.py"), *args],
+                          capture_output=True, text=True, env=standin_env(node), timeout=60)
+
+
+def image_id(node: Node, ref: str = IMAGE) -> str:
+    return node.docker("image", "inspect", "--format", "{{.Id}}", ref, check=0).stdout.strip()
+
+
+def test_a_node_loads_the_image_from_the_peer_that_holds_it(nodes, docker_pair, monkeypatch):  # noqa: F811
+    holder, taker = docker_pair
+    peer_a, peer_b = nodes(["node0", "node1"])
+    holder.pull(IMAGE)
+    for key, value in standin_env(holder).items():
+        monkeypatch.setenv(key, value)   # the server's docker is the holder's
+    peer_a.start_server()
+    status, headers, _ = request(peer_a, "HEAD", "/image?ref=" + IMAGE)
+    assert status == 200 and headers["X-K3-Image-Id"] == image_id(holder)
+    assert request(peer_a, "HEAD", "/image?ref=" + IMAGE, secret="wrong" * 8)[0] == 401
+    assert request(peer_a, "HEAD", "/image?ref=lmsysorg/sglang:nope")[0] == 404
+    assert request(peer_a, "HEAD", "/image?ref=--help")[0] == 404   # never reaches docker's argv
+
+    peers = f"node0={peer_a.ip},node9=127.0.0.250"
+    probe = image_peers(taker, "probe", "--refs", f"{IMAGE},lmsysorg/sglang:kimi-k3-cu12",
+                        "--peers", peers, "--port", str(PORT), "--secret-file",
+                        str(peer_b.secret_file))
+    found = json.loads(probe.stdout)
+    assert found == {IMAGE: {"node": "node0", "addr": peer_a.ip, "id": image_id(holder)}}
+
+    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
+                       "--secret-file", str(peer_b.secret_file), "--expect-id", image_id(holder))
+    assert load.returncode == 0, load.stderr
+    assert f"Loaded image: {IMAGE}" in load.stdout and image_id(taker) == image_id(holder)
+    assert not any(c["argv"][1:2] == ["pull"] for c in calls(taker))
+    log = peer_a.stop_server()
+    served = [json.loads(line) for line in log.splitlines() if line.startswith('{"t"')]
+    assert [(s["image"], s["complete"]) for s in served] == [(IMAGE, True)]
+
+
+def test_a_load_whose_id_differs_is_removed_and_fails(nodes, docker_pair, monkeypatch):  # noqa: F811
+    holder, taker = docker_pair
+    (peer_a,) = nodes(["node0"])
+    holder.pull(IMAGE)
+    for key, value in standin_env(holder).items():
+        monkeypatch.setenv(key, value)
+    peer_a.start_server()
+    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
+                       "--secret-file", str(peer_a.secret_file), "--expect-id", "sha256:" + "0" * 64)
+    assert load.returncode == 1 and "removed" in load.stderr
+    assert taker.docker("image", "inspect", IMAGE).returncode == 1
+
+
+def calls(node: Node) -> list[dict]:
+    path = node.run_dir / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
