@@ -150,11 +150,11 @@ class Connections:
         return seg
 
     def _run(self, seg: Segment, conn: Conn) -> int:
-        job, got = seg.job, 0
+        job, start = seg.job, seg.pos
         conn.busy = True
         try:
             with self.source.open_range(job.spec, seg.pos, seg.end, conn.link) as response:
-                got = self._copy(seg, conn, response)
+                self._copy(seg, conn, response)
         except Replace:
             conn.renew()
         except Transient as e:
@@ -167,11 +167,12 @@ class Connections:
             conn.renew()
         finally:
             conn.busy = False
+            got = seg.pos - start
             self._settle(seg)
         return got
 
-    def _copy(self, seg: Segment, conn: Conn, response) -> int:
-        job, got = seg.job, 0
+    def _copy(self, seg: Segment, conn: Conn, response) -> None:
+        job = seg.job
         skip = seg.pos if response.status_code == 200 else 0  # the range was ignored
         for chunk in response.iter_bytes():
             if self.stop_event.is_set() or job.fatal:
@@ -182,13 +183,12 @@ class Connections:
             take = min(len(chunk), seg.end - seg.pos)
             if take > 0:
                 job.part.write_at(job.f, seg.pos, chunk[:take])
-                seg.pos, got, conn.bytes, job.last_byte = seg.pos + take, got + take, conn.bytes + take, time.monotonic()
+                seg.pos, conn.bytes, job.last_byte = seg.pos + take, conn.bytes + take, time.monotonic()
             if seg.pos >= seg.end:
-                return got
+                return
             self._judge(conn)
         if seg.pos < seg.end and not job.fatal and not self.stop_event.is_set():
             raise Transient(f"the response ended at byte {seg.pos}")
-        return got
 
     def _judge(self, conn: Conn) -> None:
         mine = conn.rate()
