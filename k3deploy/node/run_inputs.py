@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k3deploy.cluster.hubgate import HubReach
 from k3deploy.cluster.hubmeta import Manifest, token_from_env
 
 
@@ -18,6 +19,7 @@ from k3deploy.cluster.hubmeta import Manifest, token_from_env
 class RunInputs:
     manifest: Manifest | None = None                     # the pinned revision (hubmeta)
     manifest_json: str | None = None                     # its JSON for the nodes, one copy per run
+    hub_reach: HubReach | None = None                    # the gate check's answer (hubgate)
     api_key: str | None = field(default=None, repr=False)        # the endpoint's key, if any
     peer_secret: str | None = field(default=None, repr=False)    # fan-out's peer secret
     guard_secret: str | None = field(default=None, repr=False)   # the serve-time guard's

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, Interrupted, K3Error,
-                             StepFailed, UnreachableError)
+from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, BadInputError,
+                             Interrupted, K3Error, StepFailed, UnreachableError)
 from k3deploy.node import identity
 from k3deploy.run.observer import Observer
 from k3deploy.run.waiter import Waiter
@@ -83,6 +83,7 @@ class Runner:
 
     def execute(self) -> RunReport:
         self.report.ordered([c.name for c in self.contexts])
+        self._gate_all()
         # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
         with ThreadPoolExecutor(max_workers=1) as pool:
             prepared = pool.submit(self._prepare_all)
@@ -103,6 +104,18 @@ class Runner:
         that hangs there shows as running the step), and at the end of the run."""
         if not self.run.check:
             ctx.state.flush()
+
+    def _gate_all(self) -> None:
+        """Laptop-side refusals before any login: a BadInputError (the Hub's gate) leaves the
+        run with nothing touched and exits 2. Any other error is left to prepare, which meets
+        it again and records it on every node as a failed step."""
+        for step in self.steps:
+            try:
+                step.gate(self.run)
+            except BadInputError:
+                raise
+            except K3Error:
+                return
 
     def _prepare_all(self) -> bool:
         """Every step settles its laptop-side inputs first (a revision, a key), so the first

@@ -105,6 +105,10 @@ class Step:
         return self.name
 
     # -- hooks -----------------------------------------------------------------------
+    def gate(self, run) -> None:
+        """Once on the laptop before any SSH login: a BadInputError here ends the run (exit 2)
+        with no node touched (the Hub's gate refusing the token)."""
+
     def prepare(self, run) -> None:
         """Once on the laptop, before any node is looked at (resolve a revision, make a key)."""
 

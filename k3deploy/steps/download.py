@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
+from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.log import get as get_log
 from k3deploy.remote import bundled, downloader_files
@@ -49,6 +50,9 @@ class DownloadWeights(Step):
 
     def default_label(self) -> str:
         return self.name if self.p.wait else "download-start"
+
+    def gate(self, run) -> None:
+        reach_for(run)
 
     def prepare(self, run) -> None:
         manifest = manifest_for(run)

@@ -9,9 +9,10 @@ from k3deploy.node import facts as F
 from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import sizing
 from k3deploy.engines import ImageChoiceError, choose_image
+from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
-from k3deploy.steps import probes
+from k3deploy.steps import hubreach, probes
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, ports_in_use,
                                          reachability_problems, serving, serving_facts)
@@ -45,19 +46,23 @@ def _facts(node) -> list[F.Fact]:
 
 class Preflight(Step):
     name = "preflight"
-    summary = "read-only checks: GPUs, CUDA, docker, python, NIC, disk, ports, sizing"
+    summary = "read-only checks: GPUs, CUDA, docker, python, NIC, disk, Hub and CDN reach, ports, sizing"
     read_only = True
     ports_not_probed = False
+
+    def gate(self, run) -> None:
+        reach_for(run)
 
     def prepare(self, run) -> None:
         manifest_for(run)
 
     def probes(self, node):
-        return _facts(node) + serving_facts(node)
+        return _facts(node) + serving_facts(node) + hubreach.facts(node)
 
     def problems(self, facts, node):
         out = []
-        for check in (_gpu_problems, _software_problems, _network_problems, _disk_problems):
+        for check in (_gpu_problems, _software_problems, _network_problems, _disk_problems,
+                      hubreach.problems):
             out += check(facts, node)
         return out
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tb import faults, profiles, stats, testbed
+from tb.hubcdn import parse_conn_rates
 from tb.inventory import ENGINES
 from tb.nodespec import DRIVERS, GPUS, SpecError, build_specs
 
@@ -37,7 +38,18 @@ def _up_parser(sub) -> None:
                     help="mock Hub bytes/s per connection (0: unthrottled)")
     up.add_argument("--hub-node-rate", type=int, default=0,
                     help="mock Hub bytes/s per node over all its connections (0: unthrottled)")
-    up.add_argument("--hub-token-file", help="mock Hub requires this bearer token")
+    up.add_argument("--hub-token-file", help="the mock Hub's granted bearer tokens, one per line "
+                    "(without --hub-gated every request needs one)")
+    up.add_argument("--hub-gated", action="store_true",
+                    help="the real gate: API and tree public, /resolve 401 without a token, 403 with "
+                         "one not in --hub-token-file")
+    up.add_argument("--hub-cdn", action="store_true",
+                    help="/resolve of LFS files answers 302 to a CDN (signed URLs, its own port)")
+    up.add_argument("--hub-url-ttl", type=int, default=3600, help="seconds a signed CDN URL is valid")
+    up.add_argument("--hub-conn-rates", metavar="SLOW,FAST,FRACTION",
+                    help="each new CDN connection runs at SLOW bytes/s with probability FRACTION, "
+                         "else FAST (needs --hub-cdn)")
+    up.add_argument("--hub-conn-seed", type=int, default=1, help="seed of the --hub-conn-rates draws")
     up.add_argument("--no-hub", action="store_true",
                     help="no mock Hub (the inventory endpoint then has no server behind it)")
 
@@ -52,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
     fault.add_argument("--dir", required=True, type=Path)
     fault.add_argument("action", choices=faults.ACTIONS)
     fault.add_argument("args", nargs="*")
+    fault.add_argument("--status", type=int, help="hub-outage: the status every request gets (503)")
     stat = sub.add_parser("stats", help="what the Hub served and the stand-ins were asked")
     stat.add_argument("--dir", required=True, type=Path)
     stat.add_argument("--json", action="store_true", help="one JSON document")
@@ -65,12 +78,28 @@ def _up(args) -> int:
     specs = build_specs(args.nodes, defaults, args.node, profiles.split_names(args.profile))
     if args.hub_token_file and not Path(args.hub_token_file).is_file():
         raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")
+    _check_cdn_flags(args)
     opts = testbed.UpOptions(nodes=specs, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
                              engine=args.engine, shard_bytes=args.shard_bytes, hub_rate=args.hub_rate,
                              hub_node_rate=args.hub_node_rate,
-                             hub_token_file=args.hub_token_file, hub=not args.no_hub)
+                             hub_token_file=args.hub_token_file, hub=not args.no_hub,
+                             hub_cdn=args.hub_cdn, hub_url_ttl=args.hub_url_ttl,
+                             hub_conn_rates=args.hub_conn_rates, hub_conn_seed=args.hub_conn_seed,
+                             hub_gated=args.hub_gated)
     testbed.up(args.dir, opts)
     return 0
+
+
+def _check_cdn_flags(args) -> None:
+    if args.hub_conn_rates:
+        if not args.hub_cdn:
+            raise SpecError("--hub-conn-rates needs --hub-cdn (it sets the CDN's connection speeds)")
+        try:
+            parse_conn_rates(args.hub_conn_rates)
+        except ValueError as err:
+            raise SpecError(str(err).replace("--conn-rates", "--hub-conn-rates")) from None
+    if args.hub_url_ttl <= 0:
+        raise SpecError("--hub-url-ttl must be > 0 seconds")
 
 
 def _down(args) -> int:
@@ -80,7 +109,7 @@ def _down(args) -> int:
 
 
 def _fault(args) -> int:
-    print(faults.apply(args.dir, args.action, args.args))
+    print(faults.apply(args.dir, args.action, args.args, status=args.status))
     return 0
 
 
@@ -91,6 +120,8 @@ def _stats(args) -> int:
         return 0
     for name, data in doc["hub"].get("by_node", {}).items():
         print(f"hub -> {name}: {data.get('bytes', 0)} bytes, {data.get('requests', 0)} requests")
+    for name, data in doc["cdn"].get("by_node", {}).items():
+        print(f"cdn -> {name}: {data.get('bytes', 0)} bytes, {data.get('requests', 0)} requests")
     for name, data in doc["nodes"].items():
         tools = sorted({c.get("tool", "?") for c in data["calls"]})
         print(f"{name}: {len(data['calls'])} stand-in calls ({', '.join(tools) or 'none'})")

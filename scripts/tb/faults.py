@@ -129,32 +129,58 @@ def peer_heal(state: TestbedState, name: str) -> str:
     return f"{name}: its peer server serves true bytes again"
 
 
-def hub_fault(state: TestbedState, action: str, arg: str | None) -> str:
+def _number(text: str, what: str, kind=int):
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise FaultError(f"{what} wants a number, got {text!r}") from None
+    if value < 0:
+        raise FaultError(f"{what} wants a number >= 0, got {text!r}")
+    return value
+
+
+def hub_fault(state: TestbedState, action: str, args: list[str], status: int | None = None) -> str:
+    """The Hub faults of hubfaults.py; arguments checked here, before faults.json changes."""
     if action == "drop-after":
-        if arg is None or not arg.isdigit():
-            raise FaultError("hub-drop-after wants a byte count")
-    elif action == "corrupt" and not arg:
+        _number(args[0], "hub-drop-after BYTES")
+    elif action == "corrupt" and not args[0]:
         raise FaultError("hub-corrupt wants a file name (path inside the repo)")
-    faults = hubctl.set_fault(state.dir, action, arg)
+    elif action == "outage":
+        _number(args[0], "hub-outage SECONDS", float)
+        if status is not None and not 400 <= status <= 599:
+            raise FaultError(f"hub-outage --status wants an HTTP error status, got {status}")
+        args = [args[0], status or 503]
+    elif action == "rate-limit":
+        if _number(args[1], "hub-rate-limit WINDOW") == 0:
+            raise FaultError("hub-rate-limit WINDOW must be > 0 seconds")
+        _number(args[0], "hub-rate-limit QUOTA")
+    elif action == "cdn-forbid":
+        _number(args[0], "cdn-forbid N")
+    faults = hubctl.set_fault(state.dir, action, *args)
     return f"hub faults now {faults}"
 
 
 NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition": partition,
                 "firewall": firewall, "heal": heal, "fill-disk": fill_disk,
                 "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
-HUB_ACTIONS = {"hub-drop-after": "drop-after", "hub-corrupt": "corrupt", "hub-heal": "heal"}
+# testbed action -> (hubfaults action, how many arguments)
+HUB_ACTIONS = {"hub-drop-after": ("drop-after", 1), "hub-corrupt": ("corrupt", 1), "hub-heal": ("heal", 0),
+               "hub-outage": ("outage", 1), "hub-rate-limit": ("rate-limit", 2),
+               "cdn-forbid": ("cdn-forbid", 1)}
 ACTIONS = (*NODE_ACTIONS, *HUB_ACTIONS)
 
 
-def apply(tb_dir: Path, action: str, args: list[str]) -> str:
+def apply(tb_dir: Path, action: str, args: list[str], status: int | None = None) -> str:
     state = _active_state(tb_dir)
+    if status is not None and action != "hub-outage":
+        raise FaultError("--status is for hub-outage only")
     if action in NODE_ACTIONS:
         if len(args) != 1:
             raise FaultError(f"{action} wants exactly one node name")
         return NODE_ACTIONS[action](state, args[0])
     if action in HUB_ACTIONS:
-        want = 0 if action == "hub-heal" else 1
+        hub_action, want = HUB_ACTIONS[action]
         if len(args) != want:
             raise FaultError(f"{action} wants {want} argument(s)")
-        return hub_fault(state, HUB_ACTIONS[action], args[0] if args else None)
+        return hub_fault(state, hub_action, args, status)
     raise FaultError(f"unknown fault {action!r}; one of {', '.join(ACTIONS)}")

@@ -21,15 +21,25 @@ file never sees stats that miss it.
 
 CLI: hub.py serve --dir HUBDIR --listen IP:PORT [--repo R] [--shards N] [--shard-bytes B]
                   [--rate BYTES_PER_SEC_PER_CONN] [--node-rate BYTES_PER_SEC_PER_NODE] [--token-file F]
---node-rate caps each node (client address) over all its connections at once: a node's Internet
-link, shared by its parallel downloads; --rate still caps each connection.
+                  [--gated] [--cdn-listen IP:PORT [--url-ttl S] [--conn-rates SLOW,FAST,FRACTION]
+                  [--conn-seed N]]
+--node-rate caps each node (client address) over all its connections at once, Hub and CDN
+together: a node's Internet link, shared by its parallel downloads; --rate caps each connection
+(on the CDN too, unless --conn-rates draws each CDN connection's speed).
+--token-file: the granted tokens, one per line. --gated: the real gate (only /resolve refuses);
+without it a token file makes every request need a granted token.
+--cdn-listen: /resolve of LFS files redirects to a CDN on that address (hubcdn.py); its URL is in
+HUBDIR/cdn once listening. stats.json then has "cdn": {bytes, requests, authorized_requests,
+connections, slow_connections, by_node}.
 
-This file: the faults, the server's settings, start/stop and the CLI; hubhttp.py answers the
-requests, hubfiles.py keeps stats.json, hubrepo.py builds the repo.
+This file: the server's settings, start/stop and the CLI; hubhttp.py answers the Hub's requests,
+hubcdn.py the CDN's, hubbody.py sends file bodies, hubfaults.py keeps the faults, hubfiles.py
+stats.json, hubrepo.py builds the repo.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -43,29 +53,22 @@ try:
 except ImportError:  # run as a script: scripts/tb/hub.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tb import hubrepo
-from tb.hubfiles import HubStats, read_json, write_json_atomic  # noqa: E402
+from tb import hubcdn  # noqa: E402
+from tb.hubfaults import LiveFaults  # noqa: E402
+from tb.hubfaults import write_fault as _write_fault  # noqa: E402
+from tb.hubfiles import HubStats  # noqa: E402
 from tb.hubhttp import HubHandler  # noqa: E402
 
 
-def write_fault(hub_dir, action: str, arg=None) -> dict:
-    """Set a Hub fault: drop-after BYTES, corrupt FILE, heal (clears all). Faults combine.
+def write_fault(hub_dir, action: str, *args) -> dict:
+    """Set a Hub fault (hubfaults.py): drop-after BYTES, corrupt FILE, outage SECONDS [STATUS],
+    rate-limit QUOTA WINDOW, cdn-forbid N, heal (clears all). Faults combine.
 
-    drop-after cuts every /resolve/ body after BYTES (of that response) and hangs up. Note that
+    drop-after cuts every body (Hub or CDN) after BYTES of that response and hangs up. Note that
     huggingface_hub 2.4 writes in 10 MiB pieces and drops the unwritten rest of a cut body, so with
     BYTES below 10 MiB the real client never gets further than its first retry's start.
     corrupt serves the second half of FILE with every bit flipped: same length, same headers."""
-    path = Path(hub_dir) / "faults.json"
-    faults = read_json(path, {})
-    if action == "drop-after":
-        faults["drop_after"] = int(arg)
-    elif action == "corrupt":
-        faults["corrupt"] = str(arg)
-    elif action == "heal":
-        faults = {}
-    else:
-        raise ValueError(f"unknown hub fault {action!r} (drop-after, corrupt, heal)")
-    write_json_atomic(path, faults)
-    return faults
+    return _write_fault(hub_dir, action, *args)
 
 
 class NodeLink:
@@ -82,14 +85,31 @@ class NodeLink:
         time.sleep(wait)
 
 
-class Hub:
-    """The repo, the settings and the counters one server answers from."""
+@dataclasses.dataclass
+class HubOptions:
+    """How the mock Hub behaves (see the module docstring)."""
+    rate: int = 0
+    node_rate: int = 0
+    tokens: frozenset[str] | None = None
+    gated: bool = False
+    cdn_listen: str | None = None
+    url_ttl: int = 3600
+    conn_rates: tuple[int, int, float] | None = None
+    conn_seed: int = 1
 
-    def __init__(self, hub_dir, repo: hubrepo.Repo, rate: int = 0, token: str | None = None,
-                 node_rate: int = 0):
-        self.dir, self.repo, self.rate, self.token = Path(hub_dir), repo, int(rate), token
-        self.node_rate, self.links, self.links_lock = int(node_rate), {}, threading.Lock()
+
+class Hub:
+    """The repo, the settings and the counters one server (and its CDN) answers from."""
+
+    def __init__(self, hub_dir, repo: hubrepo.Repo, opts: HubOptions):
+        self.dir, self.repo, self.rate, self.tokens = Path(hub_dir), repo, int(opts.rate), opts.tokens
+        self.gated, self.node_rate = opts.gated, int(opts.node_rate)
+        self.links, self.links_lock = {}, threading.Lock()
         self.url: str | None = None  # set once the server is bound
+        self.cdn_url: str | None = None  # set once the CDN is bound (--cdn-listen)
+        self.signer = hubcdn.Signer(opts.url_ttl)
+        self.lottery = hubcdn.ConnLottery(opts.conn_rates, opts.rate, opts.conn_seed)
+        self.faults = LiveFaults(self.dir)
         self.stats = HubStats(self.dir, repo)
 
     def link(self, ip: str) -> NodeLink | None:
@@ -121,46 +141,58 @@ class HubServer(ThreadingHTTPServer):
                 self.answering -= 1
 
 
+def _bind(listen: str, handler_base, hub: Hub) -> tuple[HubServer, str]:
+    host, _, port = listen.rpartition(":")
+    handler = type(f"Bound{handler_base.__name__}", (handler_base,), {"hub": hub})
+    server = HubServer((host or "0.0.0.0", int(port)), handler)
+    return server, f"http://{host or '127.0.0.1'}:{server.server_address[1]}"
+
+
 def start(hub_dir, listen: str = "127.0.0.1:0", repo_id: str = hubrepo.DEFAULT_REPO,
           shards: int = hubrepo.DEFAULT_SHARDS, shard_bytes: int = hubrepo.DEFAULT_SHARD_BYTES,
-          rate: int = 0, token: str | None = None, node_rate: int = 0) -> tuple[HubServer, Hub]:
-    """Bind the server (not yet serving) and write HUBDIR/ready with its URL."""
+          rate: int = 0, token: str | None = None, node_rate: int = 0,
+          **options) -> tuple[list[HubServer], Hub]:
+    """Bind the Hub (and the CDN with cdn_listen=...; not yet serving) and write HUBDIR/ready
+    with the Hub's URL (HUBDIR/cdn with the CDN's). `token`: one granted token (shorthand for
+    tokens=); other keyword arguments are HubOptions fields."""
     hub_dir = Path(hub_dir)
     hub_dir.mkdir(parents=True, exist_ok=True)
     repo = hubrepo.build_repo(hub_dir / "repo-cache", repo_id, shards, shard_bytes)
-    hub = Hub(hub_dir, repo, rate, token, node_rate)
-    host, _, port = listen.rpartition(":")
-    handler = type("BoundHubHandler", (HubHandler,), {"hub": hub})
-    server = HubServer((host or "0.0.0.0", int(port)), handler)
-    hub.url = f"http://{host or '127.0.0.1'}:{server.server_address[1]}"
+    if token is not None:
+        options["tokens"] = frozenset([token])
+    hub = Hub(hub_dir, repo, HubOptions(rate=rate, node_rate=node_rate, **options))
+    server, hub.url = _bind(listen, HubHandler, hub)
+    servers = [server]
+    (hub_dir / "cdn").unlink(missing_ok=True)
+    if options.get("cdn_listen"):
+        cdn, hub.cdn_url = _bind(options["cdn_listen"], hubcdn.CdnHandler, hub)
+        servers.append(cdn)
+        (hub_dir / "cdn").write_text(hub.cdn_url + "\n")
     hub.stats.flush()
     (hub_dir / "ready").write_text(hub.url + "\n")
-    return server, hub
+    return servers, hub
 
 
 class HubHandle:
-    """A Hub serving from a background thread, for in-process tests."""
+    """A Hub (and its CDN) serving from background threads, for in-process tests."""
 
-    def __init__(self, server: HubServer, hub: Hub):
-        self.server, self.hub, self.url, self.repo, self.dir = server, hub, hub.url, hub.repo, hub.dir
-        self.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-        self.thread.start()
+    def __init__(self, servers: list[HubServer], hub: Hub):
+        self.servers, self.server, self.hub = servers, servers[0], hub
+        self.url, self.cdn_url, self.repo, self.dir = hub.url, hub.cdn_url, hub.repo, hub.dir
+        for server in servers:
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
 
     def answering(self) -> int:
         """Connections the hub still serves. A killed client's end when the hub's next write to
         it fails; only then are the bytes it sent that client all counted."""
-        return self.server.answering
+        return sum(server.answering for server in self.servers)
 
     def stats(self) -> dict:
         """stats.json as of now (flushed first)."""
         return json.loads(self.hub.stats.flush())
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.hub.stats.stop_event.set()
-        self.hub.stats.flush()
-        (self.dir / "ready").unlink(missing_ok=True)
+        _close(self.servers, self.hub)
 
     def __enter__(self):
         return self
@@ -169,28 +201,46 @@ class HubHandle:
         self.stop()
 
 
+def _close(servers: list[HubServer], hub: Hub) -> None:
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+    hub.stats.stop_event.set()
+    hub.stats.flush()
+    (hub.dir / "ready").unlink(missing_ok=True)
+
+
 def serve_in_thread(hub_dir, **kwargs) -> HubHandle:
     """Same arguments as start(); returns a running HubHandle (use as a context manager)."""
     return HubHandle(*start(hub_dir, **kwargs))
 
 
+def _tokens(path: str | None) -> frozenset[str] | None:
+    if not path:
+        return None
+    return frozenset(line.strip() for line in Path(path).read_text().splitlines() if line.strip())
+
+
 def _serve(args) -> int:
-    token = Path(args.token_file).read_text().strip() if args.token_file else None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before binding: no window for a hard kill
-    server, hub = start(args.dir, args.listen, args.repo, args.shards, args.shard_bytes, args.rate, token,
-                        args.node_rate)
-    threading.Thread(target=lambda: (stop.wait(), server.shutdown()), daemon=True).start()
+    conn_rates = hubcdn.parse_conn_rates(args.conn_rates) if args.conn_rates else None
+    servers, hub = start(args.dir, args.listen, args.repo, args.shards, args.shard_bytes, args.rate,
+                         node_rate=args.node_rate, tokens=_tokens(args.token_file), gated=args.gated,
+                         cdn_listen=args.cdn_listen, url_ttl=args.url_ttl, conn_rates=conn_rates,
+                         conn_seed=args.conn_seed)
+    for server in servers[1:]:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    threading.Thread(target=lambda: (stop.wait(), servers[0].shutdown()), daemon=True).start()
     print(f"mock hub serving {hub.repo.repo_id}@{hub.repo.sha} ({len(hub.repo.files)} files, "
-          f"{hub.repo.total_bytes} bytes) on {hub.url}", flush=True)
+          f"{hub.repo.total_bytes} bytes) on {hub.url}" + (f", CDN {hub.cdn_url}" if hub.cdn_url else ""),
+          flush=True)
     try:
-        server.serve_forever(poll_interval=0.2)
+        servers[0].serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
-    server.server_close()
-    hub.stats.stop_event.set()
-    hub.stats.flush()
-    (Path(args.dir) / "ready").unlink(missing_ok=True)
+    _close(servers[1:], hub)
+    servers[0].server_close()
     return 0
 
 
@@ -206,7 +256,12 @@ def main(argv=None) -> int:
     serve.add_argument("--rate", type=int, default=0, help="bytes/s per connection, 0 = unthrottled")
     serve.add_argument("--node-rate", type=int, default=0,
                        help="bytes/s per node over all its connections, 0 = unthrottled")
-    serve.add_argument("--token-file", help="require 'Authorization: Bearer <token in this file>'")
+    serve.add_argument("--token-file", help="the granted tokens ('Authorization: Bearer T'), one per line")
+    serve.add_argument("--gated", action="store_true", help="the real gate: only /resolve refuses")
+    serve.add_argument("--cdn-listen", help="IP:PORT of the CDN that /resolve of LFS files redirects to")
+    serve.add_argument("--url-ttl", type=int, default=3600, help="seconds a signed CDN URL is valid")
+    serve.add_argument("--conn-rates", help="SLOW,FAST,FRACTION: each CDN connection's bytes/s")
+    serve.add_argument("--conn-seed", type=int, default=1, help="seed of the --conn-rates draws")
     args = parser.parse_args(argv)
     return _serve(args)
 

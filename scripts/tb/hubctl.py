@@ -16,6 +16,7 @@ HUB_SCRIPT = Path(__file__).resolve().parent / "hub.py"
 HUB_REPO = "moonshotai/Kimi-K3"
 HUB_SHARDS = 96
 PREFERRED_PORT = 8900
+PREFERRED_CDN_PORT = 8901
 
 
 class HubError(RuntimeError):
@@ -34,29 +35,43 @@ def write_nodes_map(tb_dir: Path, addresses: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
-def _pick_port(address: str) -> int:
+def _pick_port(address: str, preferred: int = PREFERRED_PORT) -> int:
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the hub's server does
         try:
-            probe.bind((address, PREFERRED_PORT))
-            return PREFERRED_PORT
+            probe.bind((address, preferred))
+            return preferred
         except OSError:
             return 0  # the hub picks one; the endpoint is read back from its `ready` file
 
 
-def start(state: TestbedState, address: str, shard_bytes: int | None, rate: int,
-          token_file: str | None, node_rate: int = 0) -> None:
+def _hub_argv(hdir: Path, address: str, opts) -> list[str]:
+    """hub.py serve's argv from the testbed's UpOptions. The CDN listens on the same bridge
+    address, another port: another origin for the client, traffic still on the bridge."""
+    argv = [sys.executable, str(HUB_SCRIPT), "serve", "--dir", str(hdir),
+            "--listen", f"{address}:{_pick_port(address)}", "--repo", HUB_REPO,
+            "--shards", str(HUB_SHARDS), "--rate", str(opts.hub_rate), "--node-rate", str(opts.hub_node_rate)]
+    if opts.shard_bytes is not None:
+        argv += ["--shard-bytes", str(opts.shard_bytes)]
+    if opts.hub_token_file:
+        argv += ["--token-file", str(Path(opts.hub_token_file).resolve())]
+    if opts.hub_gated:
+        argv += ["--gated"]
+    if opts.hub_cdn:
+        argv += ["--cdn-listen", f"{address}:{_pick_port(address, PREFERRED_CDN_PORT)}",
+                 "--url-ttl", str(opts.hub_url_ttl), "--conn-seed", str(opts.hub_conn_seed)]
+        if opts.hub_conn_rates:
+            argv += ["--conn-rates", opts.hub_conn_rates]
+    return argv
+
+
+def start(state: TestbedState, address: str, opts) -> None:
+    """Start hub.py for the testbed's UpOptions `opts` (hub_* fields, shard_bytes)."""
     if not HUB_SCRIPT.exists():
         raise HubError(f"mock hub not found at {HUB_SCRIPT}")
     hdir = hub_dir(state.dir)
     (hdir / "ready").unlink(missing_ok=True)
-    argv = [sys.executable, str(HUB_SCRIPT), "serve", "--dir", str(hdir),
-            "--listen", f"{address}:{_pick_port(address)}", "--repo", HUB_REPO,
-            "--shards", str(HUB_SHARDS), "--rate", str(rate), "--node-rate", str(node_rate)]
-    if shard_bytes is not None:
-        argv += ["--shard-bytes", str(shard_bytes)]
-    if token_file:
-        argv += ["--token-file", str(Path(token_file).resolve())]
+    argv = _hub_argv(hdir, address, opts)
     with open(hdir / "hub.log", "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 cwd=str(hdir), start_new_session=True)
@@ -128,12 +143,13 @@ def _reap(pid: int) -> None:
         pass
 
 
-def set_fault(tb_dir: Path, action: str, arg: str | None) -> dict:
-    """action: drop-after | corrupt | heal (the hub re-reads faults.json on every request)."""
-    try:
-        from tb import hub
-    except ImportError:
-        hub = None
-    if hub is not None and hasattr(hub, "write_fault"):
-        return hub.write_fault(hub_dir(tb_dir), action, arg)
-    raise HubError("scripts/tb/hub.py has no write_fault(); cannot set hub faults")
+def cdn_url(tb_dir: Path) -> str | None:
+    """The CDN's URL (HUBDIR/cdn, written once it listens), None without --hub-cdn."""
+    path = hub_dir(tb_dir) / "cdn"
+    return path.read_text().strip() or None if path.exists() else None
+
+
+def set_fault(tb_dir: Path, action: str, *args) -> dict:
+    """action: one of hubfaults.ACTIONS (the hub re-reads faults.json on every request)."""
+    from tb import hubfaults
+    return hubfaults.write_fault(hub_dir(tb_dir), action, *args)

@@ -1,22 +1,35 @@
-"""The mock Hub's HTTP side: routing, the repo checks and errors huggingface_hub expects, and
-file bodies with Range, rate limits and the faults of faults.json (see hub.py)."""
+"""The mock Hub's HTTP side: routing, the repo checks and errors huggingface_hub expects, the
+gate, the redirect of LFS files to the CDN (hubcdn.py) and the faults of faults.json (hubfaults.py).
+
+The gate (`gated`, --hub-gated) is the real one: model info and the tree are public, only
+/resolve refuses. Without a token: 401, `X-Error-Code: GatedRepo`, "Access to model R is
+restricted. You must have access to it and be authenticated to access it. Please log in."
+(published in ToTheBeginning/PuLID#97 and Aratako/T5Gemma-TTS#6); with a token not granted: 403
+GatedRepo, "Access to model R is restricted and you are not in the authorized list. Visit
+https://huggingface.co/R to ask for access." (huggingface_hub tests/test_file_download.py
+@ ee0a4510f4bc; ariG23498/gemma3-object-detection#5). Without `gated`, a token list makes the
+whole repo private-like (every request needs a granted token), as before.
+
+With the CDN on, /resolve of an LFS file answers 302 with Location (a signed CDN URL),
+X-Repo-Commit, X-Linked-Etag and X-Linked-Size and no body bytes: huggingface_hub 2.4.0
+get_hf_file_metadata stops at the first off-Hub redirect and reads them there
+(utils/_http.py _httpx2_follow_hub_redirects_with_backoff). Small (git) files answer directly."""
 from __future__ import annotations
 
 import json
-import re
-import time
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tb import hubrepo
-from tb.hubfiles import read_json
+from tb import hubbody, hubrepo
 
 if TYPE_CHECKING:
     from tb.hub import Hub
 
-_FLIP = bytes(b ^ 0xFF for b in range(256))
-_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*$")
+_NO_TOKEN = ("Access to model {repo} is restricted. You must have access to it and be authenticated "
+             "to access it. Please log in.")
+_NOT_GRANTED = ("Access to model {repo} is restricted and you are not in the authorized list. "
+                "Visit https://huggingface.co/{repo} to ask for access.")
 
 
 class HubHandler(BaseHTTPRequestHandler):
@@ -42,6 +55,10 @@ class HubHandler(BaseHTTPRequestHandler):
     def _route(self, send_body: bool) -> None:
         auth = self.headers.get("Authorization") or ""
         self.hub.stats.request(self.client_address[0], auth.startswith("Bearer "))
+        self.faults = self.hub.faults.current()
+        status = self.hub.faults.outage(self.faults)
+        if status is not None:
+            return self._error(status, None, "Service Unavailable")
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.split("/") if p]
         if parts[:2] == ["api", "agent-harnesses"]:
@@ -54,20 +71,32 @@ class HubHandler(BaseHTTPRequestHandler):
             return self._error(404, "RepoNotFound", "Repository not found")
         return self._error(404, None, "Not Found")
 
-    def _check_repo(self, repo_id: str, rev: str | None, auth: str) -> bool:
+    def _check_repo(self, repo_id: str, rev: str | None, auth: str, resolve: bool = False) -> bool:
         hub = self.hub
         if repo_id != hub.repo.repo_id:
             self._error(404, "RepoNotFound", "Repository not found")
-        elif hub.token is not None and auth != f"Bearer {hub.token}":
-            if auth.startswith("Bearer "):
-                self._error(401, None, "Invalid credentials in Authorization header")
-            else:
-                self._error(401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access "
-                                              "to it and be authenticated to access it. Please log in.")
+        elif (resolve or not hub.gated) and not self._granted(repo_id, auth):
+            pass  # answered
         elif rev is not None and rev not in ("main", hub.repo.sha):
             self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
         else:
             return True
+        return False
+
+    def _granted(self, repo_id: str, auth: str) -> bool:
+        """The token check: the real gate's answers when gated, else a private repo's."""
+        tokens = self.hub.tokens
+        if not self.hub.gated and tokens is None:
+            return True
+        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+        if token is not None and token in (tokens or ()):
+            return True
+        if token is None:
+            self._error(401, "GatedRepo", _NO_TOKEN.format(repo=repo_id))
+        elif self.hub.gated:
+            self._error(403, "GatedRepo", _NOT_GRANTED.format(repo=repo_id))
+        else:
+            self._error(401, None, "Invalid credentials in Authorization header")
         return False
 
     def _api(self, parts: list[str], query: dict, auth: str) -> None:
@@ -77,7 +106,8 @@ class HubHandler(BaseHTTPRequestHandler):
             return
         if not rest or (rest[0] == "revision" and len(rest) == 2):
             blobs = query.get("blobs", ["false"])[0].lower() in ("1", "true")
-            return self._json(hubrepo.model_info(self.hub.repo, blobs, gated=self.hub.token is not None))
+            return self._json(hubrepo.model_info(self.hub.repo, blobs,
+                                                  gated=self.hub.gated or self.hub.tokens is not None))
         if rest[0] == "tree" and len(rest) >= 2:
             under = "/".join(rest[2:])
             entries = [e for e in hubrepo.tree_entries(self.hub.repo) if not under or e["path"].startswith(under + "/")]
@@ -88,70 +118,41 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _resolve(self, parts: list[str], auth: str, send_body: bool) -> None:
         repo_id, rev, path = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
-        if not self._check_repo(repo_id, rev, auth):
+        allowed, limit_headers = self.hub.faults.resolve_quota(self.faults)
+        if not allowed:
+            # Only the headers are the real Hub's (hubfaults.py); the body text is generic.
+            return self._error(429, None, "Too Many Requests", limit_headers)
+        if not self._check_repo(repo_id, rev, auth, resolve=True):
             return
         hub = self.hub
         f = hub.repo.file(path)
         if f is None:
             return self._error(404, "EntryNotFound", f"{path} does not exist on \"{rev}\"",
                                {"X-Repo-Commit": hub.repo.sha})
-        start, end = 0, f.size - 1
-        match = _RANGE.match(self.headers.get("Range") or "")
-        if match:
-            start = int(match.group(1))
-            end = min(int(match.group(2)), f.size - 1) if match.group(2) else f.size - 1
-            if start >= f.size or start > end:
-                return self._error(416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{f.size}"})
-        self.send_response(206 if match else 200)
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(end - start + 1),
-                   "Accept-Ranges": "bytes", "X-Repo-Commit": hub.repo.sha, "ETag": f'"{f.etag}"'}
+        meta = {"X-Repo-Commit": hub.repo.sha, **limit_headers}
         if f.is_lfs:
-            headers.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)})
-        if match:
-            headers["Content-Range"] = f"bytes {start}-{end}/{f.size}"
+            meta.update({"X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)})
+            if hub.cdn_url:
+                return self._redirect(f, meta)
+        span = hubbody.byte_range(self.headers.get("Range"), f.size)
+        if span is None:
+            return self._error(416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{f.size}"})
+        start, end, ranged = span
+        self.send_response(206 if ranged else 200)
+        headers = {**hubbody.range_headers(f, start, end, ranged), "ETag": f'"{f.etag}"', **meta}
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
         if send_body:
-            self._send_file(f, start, end + 1)
+            hubbody.send_file(self, hub, hub.stats.hub, f, start, end + 1, hub.rate)
 
-    def _send_file(self, f: hubrepo.RepoFile, start: int, stop: int) -> None:
-        faults, hub, ip = read_json(self.hub.dir / "faults.json", {}), self.hub, self.client_address[0]
-        drop_after = faults.get("drop_after")
-        cut = stop if drop_after is None else min(stop, start + max(int(drop_after), 0))
-        corrupt_from = f.size // 2 if faults.get("corrupt") == f.path else None
-        hub.stats.file_bytes(ip, f.path, 0, new_get=True)
-        rates = [r for r in (hub.rate, hub.node_rate) if r]
-        chunk = max(1024, min(65536, min(rates) // 20)) if rates else 256 * 1024
-        link = hub.link(ip)
-        began, sent, pos = time.monotonic(), 0, start
-        with open(hub.repo.local_path(f.path), "rb") as src:
-            src.seek(start)
-            while pos < cut:
-                data = src.read(min(chunk, cut - pos))
-                if corrupt_from is not None and pos + len(data) > corrupt_from:
-                    keep = max(corrupt_from - pos, 0)
-                    data = data[:keep] + data[keep:].translate(_FLIP)
-                last = pos + len(data) >= cut
-                if last:  # count and publish before the client can see the end of the body
-                    hub.stats.file_bytes(ip, f.path, len(data))
-                    hub.stats.flush()
-                try:
-                    self.wfile.write(data)
-                except OSError:
-                    if last:
-                        hub.stats.file_bytes(ip, f.path, -len(data))
-                    self.close_connection = True
-                    return
-                if not last:
-                    hub.stats.file_bytes(ip, f.path, len(data))
-                pos, sent = pos + len(data), sent + len(data)
-                if link:
-                    link.take(len(data))
-                if hub.rate:
-                    time.sleep(max(0.0, began + sent / hub.rate - time.monotonic()))
-        if cut < stop:  # the drop-after fault: hang up mid-body
-            self.close_connection = True
+    def _redirect(self, f: hubrepo.RepoFile, meta: dict) -> None:
+        location = self.hub.signer.url(self.hub.cdn_url, self.hub.repo.repo_id, f.sha256, f.path)
+        self.send_response(302)
+        for key, value in {"Location": location, "Content-Length": "0", "Accept-Ranges": "bytes",
+                           **meta}.items():
+            self.send_header(key, value)
+        self.end_headers()
 
     def _json(self, doc) -> None:
         body = json.dumps(doc).encode()

@@ -36,7 +36,15 @@ def _node_names(tb_dir: Path) -> list[str]:
     return sorted(p.name for p in nodes.iterdir()) if nodes.is_dir() else []
 
 
+EMPTY_CDN = {"bytes": 0, "requests": 0, "authorized_requests": 0, "connections": 0,
+             "slow_connections": 0, "by_node": {}}
+
+
 def collect(tb_dir: Path) -> dict:
+    """{"hub": ..., "cdn": ..., "nodes": ...}: the CDN's counters (--hub-cdn; zeros without it)
+    come out of the hub's stats.json into their own section."""
     tb_dir = Path(tb_dir).resolve()
-    return {"hub": _read_json(tb_dir / "hub" / "stats.json", {}),
+    hub = _read_json(tb_dir / "hub" / "stats.json", {})
+    cdn = hub.pop("cdn", None) or dict(EMPTY_CDN)
+    return {"hub": hub, "cdn": cdn,
             "nodes": {name: {"calls": node_calls(tb_dir, name)} for name in _node_names(tb_dir)}}

@@ -24,6 +24,11 @@ class UpOptions:
     hub_node_rate: int = 0
     hub_token_file: str | None = None
     hub: bool = True
+    hub_cdn: bool = False
+    hub_url_ttl: int = 3600
+    hub_conn_rates: str | None = None   # "SLOW,FAST,FRACTION"
+    hub_conn_seed: int = 1
+    hub_gated: bool = False
 
 
 class AlreadyUp(RuntimeError):
@@ -73,8 +78,7 @@ def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
     if opts.hub:
         (state.dir / "hub").mkdir(exist_ok=True)
         hubctl.write_nodes_map(state.dir, {r["name"]: r["address"] for r in records})
-        hubctl.start(state, net.bridge_address(idx), opts.shard_bytes, opts.hub_rate,
-                     opts.hub_token_file, opts.hub_node_rate)
+        hubctl.start(state, net.bridge_address(idx), opts)
     start_nodes(state, records)
     endpoint = (hubctl.wait_ready(state) if opts.hub
                 else f"http://{net.bridge_address(idx)}:{hubctl.PREFERRED_PORT}")

@@ -1,0 +1,113 @@
+"""The Hub's gate, asked from the laptop before any node is touched, and where downloads go.
+
+On the real Hub the model info and the file tree of a gated repo are public; only /resolve
+refuses: 401 without a token, 403 (`X-Error-Code: GatedRepo`) for a token whose account was not
+granted access, a plain 403 for a fine-grained token without read access to public gated repos
+(reference/hf-hub-notes.md; huggingface_hub utils/_http.py hf_raise_for_status). So the manifest
+(hubmeta.resolve) cannot tell; one HEAD of one file's /resolve can, with the token the nodes
+will use. Not following its redirect (as huggingface_hub's get_hf_file_metadata stops at the
+first off-Hub one) leaves the CDN host in its Location: the host every node must also reach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote, urljoin, urlsplit
+
+from k3deploy.core.errors import BadInputError, K3Error
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """scheme://host:port a node must reach over TCP (and TLS for https)."""
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        return cls(parts.scheme, (parts.hostname or "").lower(),
+                   parts.port or _DEFAULT_PORTS.get(parts.scheme, 0))
+
+    @property
+    def label(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class HubReach:
+    """What the gate check learned: the Hub's origin and, when /resolve redirects to another
+    origin (a CDN), that one too."""
+    hub: Origin
+    cdn: Origin | None
+
+    def origins(self) -> list[Origin]:
+        return [self.hub] + ([self.cdn] if self.cdn and self.cdn != self.hub else [])
+
+
+def probe_file(manifest):
+    """The file to resolve: the smallest LFS file (its answer redirects where the weights come
+    from), else the smallest file."""
+    lfs = [f for f in manifest.files if f.sha256]
+    return min(lfs or manifest.files, key=lambda f: (f.size, f.path))
+
+
+def resolve_url(manifest, path: str) -> str:
+    return f"{manifest.endpoint.rstrip('/')}/{manifest.repo}/resolve/{manifest.sha}/{quote(path)}"
+
+
+def check(manifest, token: str | None, token_env: str) -> HubReach:
+    """HEAD one /resolve with the token; raises BadInputError when the gate refuses it."""
+    # Imported late, as in hubmeta: huggingface_hub is slow to import and `plan` never needs it.
+    from huggingface_hub.utils import build_hf_headers, get_session
+    url = resolve_url(manifest, probe_file(manifest).path)
+    headers = build_hf_headers(token=token or False)
+    try:
+        response = get_session().head(url, headers=headers, follow_redirects=False, timeout=30)
+    except Exception as err:  # noqa: BLE001 - httpx and httpx2 name their errors differently
+        raise K3Error(f"cannot reach {manifest.endpoint} to check access to {manifest.repo}: {err}",
+                      hint="check model.endpoint and the laptop's network") from None
+    status = response.status_code
+    if status in (401, 403):
+        raise refusal(manifest, status, response.headers, token is not None, token_env)
+    if status >= 400:
+        raise K3Error(f"{manifest.endpoint} answered {status} to {url}",
+                      hint="the Hub may be having trouble; re-run in a few minutes")
+    location = response.headers.get("Location") if 300 <= status < 400 else None
+    hub = Origin.of(manifest.endpoint)
+    cdn = Origin.of(urljoin(url, location)) if location else None
+    return HubReach(hub, cdn if cdn != hub else None)
+
+
+def reach_for(run) -> HubReach:
+    """The gate check, once per run (after the manifest: it names the file and the commit)."""
+    if run.inputs.hub_reach is None:
+        from k3deploy.cluster.hubmeta import manifest_for
+        manifest, var = manifest_for(run), run.inv.hf_token_env
+        run.inputs.hub_reach = check(manifest, run.inputs.hf_token(var), var)
+    return run.inputs.hub_reach
+
+
+def refusal(manifest, status: int, headers, had_token: bool, token_env: str) -> BadInputError:
+    """The gate's answer, said with what to do about it."""
+    page = f"{manifest.endpoint.rstrip('/')}/{manifest.repo}"
+    said = headers.get("X-Error-Message") or headers.get("X-Error-Code") or "no reason given"
+    if not had_token:
+        return BadInputError(
+            f"the Hub refuses {manifest.repo} without a token ({status}: {said}); "
+            f"${token_env} is not set",
+            hint=f"accept the model's terms on {page} while logged in, create a read token "
+                 f"(https://huggingface.co/settings/tokens), set {token_env} to it in the laptop's "
+                 "environment and re-run")
+    if status == 401:
+        return BadInputError(
+            f"the Hub does not accept the token in ${token_env} for {manifest.repo} ({status}: {said})",
+            hint=f"the token is wrong or revoked: put a valid read token in ${token_env}")
+    return BadInputError(
+        f"the token in ${token_env} has no access to {manifest.repo} ({status}: {said})",
+        hint=f"accept the model's terms on {page} with the account the token belongs to (some "
+             "repos grant access only after review); a fine-grained token also needs read access "
+             "to public gated repos (its permissions on https://huggingface.co/settings/tokens)")

@@ -1,0 +1,79 @@
+"""File bodies for the mock Hub and its CDN: Range parsing, the byte loop with the per-connection
+rate, the node's link (--node-rate, shared by Hub and CDN) and the drop-after/corrupt faults."""
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING
+
+from tb import hubrepo
+from tb.hubfiles import read_json
+
+if TYPE_CHECKING:
+    from tb.hub import Hub
+    from tb.hubfiles import Counters
+
+_FLIP = bytes(b ^ 0xFF for b in range(256))
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d+)\s*-\s*(\d*)\s*$")
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int, bool] | None:
+    """(start, end inclusive, ranged) for a Range header; None when it cannot be satisfied."""
+    match = _RANGE.match(header or "")
+    if not match:
+        return 0, size - 1, False
+    start = int(match.group(1))
+    end = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+    if start >= size or start > end:
+        return None
+    return start, end, True
+
+
+def range_headers(f: hubrepo.RepoFile, start: int, end: int, ranged: bool) -> dict:
+    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(end - start + 1),
+               "Accept-Ranges": "bytes"}
+    if ranged:
+        headers["Content-Range"] = f"bytes {start}-{end}/{f.size}"
+    return headers
+
+
+def send_file(handler, hub: Hub, counters: Counters, f: hubrepo.RepoFile, start: int, stop: int,
+              rate: int) -> None:
+    """Write f[start:stop] to the handler's connection at `rate` bytes/s (0: unthrottled) and
+    the node's link. Bytes are counted in `counters` (the Hub's or the CDN's)."""
+    faults, ip = read_json(hub.dir / "faults.json", {}), handler.client_address[0]
+    drop_after = faults.get("drop_after")
+    cut = stop if drop_after is None else min(stop, start + max(int(drop_after), 0))
+    corrupt_from = f.size // 2 if faults.get("corrupt") == f.path else None
+    counters.file_bytes(ip, f.path, 0, new_get=True)
+    rates = [r for r in (rate, hub.node_rate) if r]
+    chunk = max(1024, min(65536, min(rates) // 20)) if rates else 256 * 1024
+    link = hub.link(ip)
+    began, sent, pos = time.monotonic(), 0, start
+    with open(hub.repo.local_path(f.path), "rb") as src:
+        src.seek(start)
+        while pos < cut:
+            data = src.read(min(chunk, cut - pos))
+            if corrupt_from is not None and pos + len(data) > corrupt_from:
+                keep = max(corrupt_from - pos, 0)
+                data = data[:keep] + data[keep:].translate(_FLIP)
+            last = pos + len(data) >= cut
+            if last:  # count and publish before the client can see the end of the body
+                counters.file_bytes(ip, f.path, len(data))
+                hub.stats.flush()
+            try:
+                handler.wfile.write(data)
+            except OSError:
+                if last:
+                    counters.file_bytes(ip, f.path, -len(data))
+                handler.close_connection = True
+                return
+            if not last:
+                counters.file_bytes(ip, f.path, len(data))
+            pos, sent = pos + len(data), sent + len(data)
+            if link:
+                link.take(len(data))
+            if rate:
+                time.sleep(max(0.0, began + sent / rate - time.monotonic()))
+    if cut < stop:  # the drop-after fault: hang up mid-body
+        handler.close_connection = True

@@ -1,0 +1,45 @@
+"""The laptop's gate check: which file it resolves, what it learns from the redirect, and what a
+refusal says (cluster/hubgate.py)."""
+
+from k3deploy.cluster import hubgate
+from k3deploy.cluster.hubmeta import Manifest, RepoFile
+from k3deploy.core.errors import EXIT_BAD_INPUT
+
+SHA = "a" * 40
+
+
+def manifest(files, endpoint="https://huggingface.co"):
+    return Manifest("moonshotai/Kimi-K3", "main", SHA, endpoint, tuple(files))
+
+
+def test_the_smallest_lfs_file_is_resolved_so_the_redirect_shows_the_cdn():
+    files = [RepoFile("config.json", 10, None, "1" * 40), RepoFile("model-2.safetensors", 500, "b" * 64, "2" * 40),
+             RepoFile("model-1.safetensors", 400, "c" * 64, "3" * 40)]
+    assert hubgate.probe_file(manifest(files)).path == "model-1.safetensors"
+    assert hubgate.probe_file(manifest(files[:1])).path == "config.json"
+    url = hubgate.resolve_url(manifest(files), "sub dir/model 1.safetensors")
+    assert url == f"https://huggingface.co/moonshotai/Kimi-K3/resolve/{SHA}/sub%20dir/model%201.safetensors"
+
+
+def test_origins_carry_default_ports_and_the_cdn_only_when_it_differs():
+    hub = hubgate.Origin.of("https://huggingface.co")
+    cdn = hubgate.Origin.of("https://cas-bridge.xethub.hf.co/xet-bridge-us/x?X-Amz-Expires=3600")
+    assert (hub.port, cdn.host, cdn.label) == (443, "cas-bridge.xethub.hf.co", "cas-bridge.xethub.hf.co:443")
+    assert hubgate.HubReach(hub, cdn).origins() == [hub, cdn]
+    assert hubgate.HubReach(hub, None).origins() == [hub]
+
+
+def test_refusals_name_the_repo_the_variable_and_the_fix():
+    m = manifest([], endpoint="http://10.213.0.1:8900")
+    no_token = hubgate.refusal(m, 401, {"X-Error-Code": "GatedRepo"}, False, "MY_HF")
+    assert no_token.exit_code == EXIT_BAD_INPUT
+    text = "\n".join(no_token.lines())
+    assert "moonshotai/Kimi-K3" in text and "$MY_HF is not set" in text
+    assert "accept the model's terms on http://10.213.0.1:8900/moonshotai/Kimi-K3" in text
+    denied = "\n".join(hubgate.refusal(m, 403, {"X-Error-Message": "not in the authorized list"},
+                                       True, "MY_HF").lines())
+    assert "the token in $MY_HF has no access to moonshotai/Kimi-K3" in denied
+    assert "not in the authorized list" in denied and "fine-grained token" in denied
+    bad = "\n".join(hubgate.refusal(m, 401, {"X-Error-Message": "Invalid credentials in Authorization "
+                                             "header"}, True, "MY_HF").lines())
+    assert "does not accept the token in $MY_HF" in bad
