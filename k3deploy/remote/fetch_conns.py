@@ -20,7 +20,7 @@ import threading
 import time
 
 from fetch_base import DownloadError, HubUnavailable, Stopped, log
-from fetch_retry import BACKOFF_CAP, BACKOFF_FIRST, Transient
+from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
 
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
 SLOW_RATIO = 0.4
@@ -121,7 +121,7 @@ class Connections:
                 continue
             got = self._run(seg, conn)
             failures = 0 if got else failures + 1
-            if failures and self.stop_event.wait(min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (failures - 1))):
+            if failures and self.stop_event.wait(min(CONN_BACKOFF_CAP, BACKOFF_FIRST * 2 ** (failures - 1))):
                 break
         conn.link.renew()
 

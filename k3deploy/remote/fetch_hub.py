@@ -102,6 +102,7 @@ class HubSource:
                 response.read()
                 self.gate.failed(host, told_wait(response.status_code, response.headers))
                 raise Transient(f"HTTP {response.status_code} from {host}")
+            self.gate.ok(host)
             yield response
 
     def _signed(self, spec: FileSpec) -> str | None:

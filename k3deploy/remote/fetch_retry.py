@@ -21,6 +21,7 @@ import time
 
 RATELIMIT = re.compile(r"\"(?P<resource_type>\w+)\"\s*;\s*r\s*=\s*(?P<r>\d+)\s*;\s*t\s*=\s*(?P<t>\d+)")
 BACKOFF_FIRST, BACKOFF_CAP = 0.5, 30.0
+CONN_BACKOFF_CAP = 8.0   # one connection's own backoff after transport errors
 
 
 class Transient(Exception):
@@ -63,9 +64,11 @@ class Gate:
             self.not_before[host] = max(self.not_before.get(host, 0.0), until)
 
     def failed(self, host: str, told: float | None) -> float:
-        """Record a failure; returns the wait it imposes on the host."""
+        """Record a failure; returns the wait it imposes on the host. Failures seen while the
+        host is already held (every connection finding the same outage) count once."""
         with self.lock:
-            self.streak[host] = n = self.streak.get(host, 0) + 1
+            held = self.not_before.get(host, 0.0) > time.monotonic()
+            self.streak[host] = n = self.streak.get(host, 0) + (0 if held else 1)
         delay = told if told is not None else min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (n - 1))
         # Jitter only lengthens a wait: never a request before the time a host named.
         self.hold(host, delay * (1 + 0.2 * random.random()) if told is None else delay)

@@ -27,7 +27,11 @@ class Misbehaving(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.server.ranges.append(self.headers.get("Range"))
-        status, headers, body = self.server.answer(self.headers.get("Range"))
+        if getattr(self.server, "with_path", False):
+            status, headers, body = self.server.answer(self.headers.get("Range"), self.path,
+                                                       self.headers.get("Authorization"))
+        else:
+            status, headers, body = self.server.answer(self.headers.get("Range"))
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -165,3 +169,49 @@ def test_free_space_check(tmp_path, monkeypatch, free, partial, blob_present, en
         need = len(BODY) - len(partial)
         with pytest.raises(fw.DownloadError, match=f"need {need} more bytes, {free} free"):
             fw.check_free_space(cache, manifest.files)
+
+
+def test_no_request_before_the_t_a_429_gave(tmp_path):
+    """The Hub's rate limit answer (hub-docs rate-limits.md): every connection waits t (+1 s,
+    as huggingface_hub does) before the next request to that host."""
+    seen = []
+
+    def answer(rng):
+        seen.append(time.monotonic())
+        if len(seen) <= 3:
+            return 429, {"RateLimit": '"resolvers";r=0;t=1',
+                         "RateLimit-Policy": '"fixed window";"resolvers";q=3;w=300'}, b""
+        start, end = (int(x) for x in rng.removeprefix("bytes=").split("-"))
+        return 206, {"Content-Range": f"bytes {start}-{end}/{len(BODY)}"}, BODY[start:end + 1]
+    with serving(answer) as server:
+        part = fetch(tmp_path, server, connections=3, retry_seconds=20)
+    assert part.digest() == part.spec.sha256
+    gaps = [b - a for a, b in zip(seen, seen[1:])]
+    assert len(seen) == 4 and min(gaps) >= 2.0, gaps  # t=1, and huggingface_hub's +1 s
+
+
+def test_cdn_refusal_means_a_fresh_resolve_and_the_cdn_never_gets_the_token(tmp_path):
+    cdn_auth, resolves, port = [], [], []
+
+    def answer(rng, path="", auth=None):
+        if path.startswith("/cdn"):
+            cdn_auth.append(auth)
+            if len(cdn_auth) <= 3:
+                return 403, {}, b"expired"
+            start, end = (int(x) for x in rng.removeprefix("bytes=").split("-"))
+            return 206, {"Content-Range": f"bytes {start}-{end}/{len(BODY)}"}, BODY[start:end + 1]
+        resolves.append(auth)
+        return 302, {"Location": f"http://localhost:{port[0]}/cdn/signed?n={len(resolves)}"}, b""
+    with serving(answer) as server:
+        server.with_path = True
+        port.append(server.server_port)
+        manifest, spec, cache, progress = setup(tmp_path, f"http://127.0.0.1:{server.server_port}",
+                                                connections=1, retry_seconds=10)
+        part = fw.PartialBlob(cache.partial(spec.etag), spec, progress, cache.ranges(spec.etag))
+        try:
+            fw.hub_connections(manifest, "hf_secret", progress).fetch(spec, part)
+        finally:
+            progress.stop_event.set()
+    assert part.digest() == spec.sha256
+    assert len(resolves) >= 3 and all(a == "Bearer hf_secret" for a in resolves)
+    assert cdn_auth and all(a is None for a in cdn_auth)
