@@ -103,6 +103,11 @@ class Paths(_Model):
 class DownloadSpec(_Model):
     # null: on when the cluster has more than one node (k3deploy.cluster.fanout.peers_enabled)
     peers: bool | None = None
+    # A file fails only after this long without a new byte (the Hub's 5xx/429 minutes are
+    # waited out); the laptop then restarts a downloader that died of that, a few times.
+    retry_minutes: float = Field(default=15, gt=0, le=24 * 60)
+    # Hub connections per node, shared by the files in flight (CDN edges cap each one).
+    connections: int = Field(default=32, ge=1, le=256)
 
 
 class SshSpec(_Model):
