@@ -25,6 +25,7 @@ from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
 SLOW_RATIO = 0.4
 MIN_STEAL = 256 << 10  # a running range is split only when both halves get at least this
+MIN_PIECES = 8
 
 
 class Replace(Exception):
@@ -41,6 +42,8 @@ class Job:
 
     def __init__(self, spec, part, segment_bytes: int):
         self.spec, self.part, self.f = spec, part, part.open()
+        # At least MIN_PIECES ranges per file, so a file under segment_bytes still spreads.
+        segment_bytes = max(MIN_STEAL, min(segment_bytes, -(-spec.size // MIN_PIECES)))
         self.queue = [Segment(self, s, min(e, s + segment_bytes))
                       for gs, e in part.missing() for s in range(gs, e, segment_bytes)]
         self.running: set[Segment] = set()
@@ -76,7 +79,7 @@ class Connections:
         self.conns: dict[int, Conn] = {}
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
-        self.replaced = 0
+        self.replaced, self.worker_error = 0, None
 
     def fetch(self, spec, part) -> None:
         """Fill `part` to spec.size from the Hub (blocks; many workers write into it)."""
@@ -89,6 +92,8 @@ class Connections:
             while not job.done.wait(0.25):
                 if self.stop_event.is_set():
                     raise Stopped()
+                if not any(t.is_alive() for t in self.threads):
+                    raise DownloadError(f"{spec.path}: every Hub connection worker died ({self.worker_error})")
                 if time.monotonic() - job.last_byte > self.budget:
                     raise HubUnavailable(f"{spec.path}: no new byte for {self.budget:.0f}s "
                                         f"(retry budget; last: {job.reason})")
@@ -113,6 +118,13 @@ class Connections:
 
     # -- a worker ----------------------------------------------------------------------
     def _work(self, index: int) -> None:
+        try:
+            self._serve(index)
+        except Exception as e:  # seen by fetch(): a dead pool must fail the run, not hang it
+            self.worker_error = f"{type(e).__name__}: {e}"
+            log(f"connection worker {index} died: {self.worker_error}")
+
+    def _serve(self, index: int) -> None:
         conn, failures = Conn(self.source.link()), 0
         self.conns[index] = conn
         while not self.stop_event.is_set():

@@ -34,9 +34,9 @@ RETRYABLE = (408, 425, 429, 500, 502, 503, 504)
 class Link:
     """One connection's HTTP client to the CDN; renew() drops it for a new TCP connection."""
 
-    def __init__(self, timeout: float):
-        import httpx
-        self.httpx, self.timeout, self.client = httpx, timeout, None
+    def __init__(self, http_module, timeout: float):
+        # huggingface_hub's own HTTP package (httpx, or httpx2 from huggingface_hub 2.x)
+        self.httpx, self.timeout, self.client = http_module, timeout, None
 
     def get(self):
         if self.client is None:
@@ -62,11 +62,11 @@ class HubSource:
         self.hub_host = urlsplit(manifest.endpoint).netloc
         self.signed: dict[str, tuple[str, float]] = {}  # path -> (CDN URL, when resolved)
         self.lock = threading.Lock()
-        http_module = sys.modules.get(type(self.session).__module__.split(".")[0])
-        self.transport_errors = (getattr(http_module, "TransportError", OSError), OSError)
+        self.http = sys.modules[type(self.session).__module__.split(".")[0]]
+        self.transport_errors = (getattr(self.http, "TransportError", OSError), OSError)
 
     def link(self) -> Link:
-        return Link(self.timeout)
+        return Link(self.http, self.timeout)
 
     @contextmanager
     def open_range(self, spec: FileSpec, start: int, end: int, link: Link):
