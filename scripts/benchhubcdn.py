@@ -116,7 +116,7 @@ def single_node(shard_bytes: int = SHARD_BYTES, link: int = LINK) -> dict:
             k3 = _k3deploy(tb, node)
             aria2 = _aria2(node, endpoint, sha, files)
             hf = _hf(node, endpoint, sha)
-            cdn = json.loads(_sh(PY, "scripts/testbed", "stats", "--dir", str(tb), "--json").stdout)["hub"]["cdn"]
+            cdn = json.loads(_sh(PY, "scripts/testbed", "stats", "--dir", str(tb), "--json").stdout)["cdn"]
         finally:
             _sh(PY, "scripts/testbed", "down", "--dir", str(tb), check=False)
     floor = repo_bytes / link
