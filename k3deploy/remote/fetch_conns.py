@@ -24,7 +24,8 @@ from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
 
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
 SLOW_RATIO = 0.4
-MIN_STEAL = 256 << 10  # a running range is split only when both halves get at least this
+MIN_STEAL = 256 << 10  # a running range is split only when both parts get at least this
+STEAL_ETA = 1.0        # ... and only when it would still run longer than this (seconds)
 MIN_PIECES = 8
 
 
@@ -34,7 +35,11 @@ class Replace(Exception):
 
 class Segment:
     def __init__(self, job, start: int, end: int):
-        self.job, self.pos, self.end = job, start, end
+        self.job, self.pos, self.end, self.conn = job, start, end, None
+
+    def eta(self, fallback: float) -> float:
+        rate = (self.conn.rate() if self.conn else None) or fallback
+        return (self.end - self.pos) / max(rate, 1.0)
 
 
 class Job:
@@ -79,7 +84,7 @@ class Connections:
         self.conns: dict[int, Conn] = {}
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
-        self.replaced, self.worker_error = 0, None
+        self.replaced, self.worker_error, self.reference = 0, None, None
 
     def fetch(self, spec, part) -> None:
         """Fill `part` to spec.size from the Hub (blocks; many workers write into it)."""
@@ -152,21 +157,27 @@ class Connections:
             return seg
 
     def _steal(self) -> Segment | None:
-        running = [s for j in self.jobs if not j.fatal for s in j.running if s.end - s.pos >= 2 * MIN_STEAL]
+        """Split the range that will take longest: the running connection keeps the share its
+        rate earns against the faster quarter's (a slow edge keeps little of a file's tail)."""
+        fast = self._fast_rate() or 1.0
+        running = [s for j in self.jobs if not j.fatal for s in j.running
+                   if s.end - s.pos >= 2 * MIN_STEAL and s.eta(fast) > STEAL_ETA]
         if not running:
             return None
-        victim = max(running, key=lambda s: s.end - s.pos)
-        mid = victim.pos + (victim.end - victim.pos) // 2
+        victim = max(running, key=lambda s: s.eta(fast))
+        mine = (victim.conn.rate() if victim.conn else None) or fast
+        keep = int((victim.end - victim.pos) * mine / (mine + fast))
+        mid = victim.pos + min(max(keep, MIN_STEAL), victim.end - victim.pos - MIN_STEAL)
         seg, victim.end = Segment(victim.job, mid, victim.end), mid
         victim.job.running.add(seg)
         return seg
 
     def _run(self, seg: Segment, conn: Conn) -> int:
         job, start = seg.job, seg.pos
-        conn.busy = True
+        conn.busy, seg.conn = True, conn
         try:
             with self.source.open_range(job.spec, seg.pos, seg.end, conn.link) as response:
-                self._copy(seg, conn, response)
+                self._copy(seg, conn, response, seg.end)
         except Replace:
             conn.renew()
         except Transient as e:
@@ -183,10 +194,11 @@ class Connections:
             self._settle(seg)
         return got
 
-    def _copy(self, seg: Segment, conn: Conn, response) -> None:
+    def _copy(self, seg: Segment, conn: Conn, response, asked: int) -> None:
         job = seg.job
         skip = seg.pos if response.status_code == 200 else 0  # the range was ignored
-        for chunk in response.iter_bytes():
+        chunks = response.iter_bytes()
+        for chunk in chunks:
             if self.stop_event.is_set() or job.fatal:
                 break
             if skip:
@@ -197,26 +209,33 @@ class Connections:
                 job.part.write_at(job.f, seg.pos, chunk[:take])
                 seg.pos, conn.bytes, job.last_byte = seg.pos + take, conn.bytes + take, time.monotonic()
             if seg.pos >= seg.end:
+                if seg.end == asked and not skip and response.status_code == 206:
+                    for _ in chunks:  # the body's end: the connection stays open for the next range
+                        pass
                 return
             self._judge(conn)
         if seg.pos < seg.end and not job.fatal and not self.stop_event.is_set():
             raise Transient(f"the response ended at byte {seg.pos}")
 
+    def _fast_rate(self, but=None) -> float | None:
+        """The faster quarter's rate among busy connections (3 or more), else the last such."""
+        others = sorted(r for c in list(self.conns.values()) if c is not but and (r := c.rate()))
+        if len(others) >= 3:
+            self.reference = others[(3 * len(others)) // 4]
+        return self.reference
+
     def _judge(self, conn: Conn) -> None:
         mine = conn.rate()
-        if mine is None:
+        fast = self._fast_rate(conn) if mine is not None else None
+        if fast is None:
             return
-        others = sorted(r for c in list(self.conns.values()) if c is not conn and (r := c.rate()))
-        if len(others) < 3:
-            return
-        fast = others[(3 * len(others)) // 4]
         now = time.monotonic()
         if mine < SLOW_RATIO * fast:
             with self.cond:
                 if now < self.next_replace:
                     return
                 self.next_replace, self.replaced = now + self.replace_gap, self.replaced + 1
-            log(f"connection at {mine / 1e6:.1f} MB/s against {fast / 1e6:.1f} MB/s for the faster "
+            log(f"connection at {mine / 1e6:.3f} MB/s against {fast / 1e6:.3f} MB/s for the faster "
                 "quarter: replaced by a new one")
             raise Replace()
 

@@ -59,7 +59,7 @@ class Manifest:
             self.connections = max(1, int(doc.get("connections", 32)))
             self.segment_bytes = max(64 << 10, int(doc.get("segment_bytes", 32 << 20)))
             self.retry_seconds = float(doc.get("retry_seconds", 900))
-            self.replace_per_second = float(doc.get("replace_per_second", 1.0))
+            self.replace_per_second = float(doc.get("replace_per_second", 4.0))
             self.files = [FileSpec(f) for f in doc["files"]]
             self.peers = doc.get("peers")  # k3deploy.cluster.fanout.peer_block, or None
         except protocol.SchemaMismatch as e:
