@@ -24,7 +24,7 @@ from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
 
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
 SLOW_RATIO = 0.4
-MIN_STEAL = 256 << 10  # a running range is split only when both parts get at least this
+MIN_STEAL = 64 << 10   # a running range is split only when both parts get at least this
 STEAL_ETA = 1.0        # ... and only when it would still run longer than this (seconds)
 MIN_PIECES = 8
 
@@ -158,16 +158,24 @@ class Connections:
 
     def _steal(self) -> Segment | None:
         """Split the range that will take longest: the running connection keeps the share its
-        rate earns against the faster quarter's (a slow edge keeps little of a file's tail)."""
+        rate earns against the faster quarter's; a slow edge's last bytes are taken over whole
+        (the file's tail would otherwise wait on its slowest stream)."""
         fast = self._fast_rate() or 1.0
         running = [s for j in self.jobs if not j.fatal for s in j.running
-                   if s.end - s.pos >= 2 * MIN_STEAL and s.eta(fast) > STEAL_ETA]
+                   if s.end - s.pos >= MIN_STEAL and s.eta(fast) > STEAL_ETA]
         if not running:
             return None
         victim = max(running, key=lambda s: s.eta(fast))
         mine = (victim.conn.rate() if victim.conn else None) or fast
-        keep = int((victim.end - victim.pos) * mine / (mine + fast))
-        mid = victim.pos + min(max(keep, MIN_STEAL), victim.end - victim.pos - MIN_STEAL)
+        left = victim.end - victim.pos
+        keep = int(left * mine / (mine + fast))
+        # A split costs the victim's bytes in flight past its new end: only worth it for a
+        # large part; a slow edge's tail is taken whole (little is in flight on it).
+        if mine < SLOW_RATIO * fast and keep < MIN_STEAL:
+            keep = 0
+        elif keep < MIN_STEAL or left - keep < 4 * MIN_STEAL:
+            return None
+        mid = victim.pos + keep
         seg, victim.end = Segment(victim.job, mid, victim.end), mid
         victim.job.running.add(seg)
         return seg
