@@ -94,13 +94,12 @@ def _k3deploy(tb: Path, node: Node) -> dict:
     began = time.monotonic()
     proc = _sh(PY, "-m", "k3deploy", "run", "resume-download", "-i", str(inv), check=False)
     whole = time.monotonic() - began
-    _, out = node.run("cat /mnt/nvme/.k3deploy/download-progress.json; echo; "
-                      "grep -c 'replaced by a new one' /mnt/nvme/.k3deploy/download.log")
-    text = out.stdout.strip().splitlines()
-    progress = json.loads(text[0])
+    progress = json.loads(node.run("cat /mnt/nvme/.k3deploy/download-progress.json")[1].stdout)
+    replaced = node.run("grep -c 'replaced by a new one' /mnt/nvme/.k3deploy/download.log")[1].stdout.strip()
     return {"seconds": round(progress["updated"] - progress["started"], 1), "run_seconds": round(whole, 1),
             "ok": proc.returncode == 0, "hub_bytes": progress["hub_bytes"],
-            "connections_replaced": int(text[-1]) if text[-1].isdigit() else None}
+            "connections_replaced": int(replaced or 0),
+            "tail": None if proc.returncode == 0 else proc.stdout[-500:]}
 
 
 def single_node(shard_bytes: int = SHARD_BYTES, link: int = LINK) -> dict:
@@ -146,7 +145,8 @@ def _say(doc: dict) -> str:
             f"{doc['hub_only_s']}s Hub-only: {doc['ratio']}; Hub bytes / repo {doc['hub_over_repo_peers']}")
 
 
-def main(fanout_nodes: list[int], hub_only_seconds: float, as_json: bool) -> int:
-    for doc in [single_node()] + [fanout_with_lottery(n, hub_only_seconds) for n in fanout_nodes]:
+def main(fanout_nodes: list[int], hub_only_seconds: float, as_json: bool, single: bool = True) -> int:
+    docs = (single_node() for _ in range(int(single)))
+    for doc in [*docs, *(fanout_with_lottery(n, hub_only_seconds) for n in fanout_nodes)]:
         print(json.dumps(doc) if as_json else _say(doc), flush=True)
     return 0

@@ -27,6 +27,9 @@ SLOW_RATIO = 0.4
 MIN_STEAL = 64 << 10   # a running range is split only when both parts get at least this
 STEAL_ETA = 1.0        # ... and only when it would still run longer than this (seconds)
 MIN_PIECES = 8
+# A file under this is one range, never split: a config or tokenizer gains nothing from more
+# connections, and each range in flight when a process dies is bytes the Hub sent for nothing.
+MIN_SPLIT_FILE = 1 << 20
 
 
 class Replace(Exception):
@@ -49,6 +52,8 @@ class Job:
         self.spec, self.part, self.f = spec, part, part.open()
         # At least MIN_PIECES ranges per file, so a file under segment_bytes still spreads.
         segment_bytes = max(MIN_STEAL, min(segment_bytes, -(-spec.size // MIN_PIECES)))
+        if spec.size < MIN_SPLIT_FILE:
+            segment_bytes = max(spec.size, 1)
         self.queue = [Segment(self, s, min(e, s + segment_bytes))
                       for gs, e in part.missing() for s in range(gs, e, segment_bytes)]
         self.running: set[Segment] = set()
@@ -161,7 +166,7 @@ class Connections:
         rate earns against the faster quarter's; a slow edge's last bytes are taken over whole
         (the file's tail would otherwise wait on its slowest stream)."""
         fast = self._fast_rate() or 1.0
-        running = [s for j in self.jobs if not j.fatal for s in j.running
+        running = [s for j in self.jobs if not j.fatal and j.spec.size >= MIN_SPLIT_FILE for s in j.running
                    if s.end - s.pos >= MIN_STEAL and s.eta(fast) > STEAL_ETA]
         if not running:
             return None

@@ -19,7 +19,7 @@ KNOBS = {"connections": 12, "segment_bytes": 128 << 10, "retry_seconds": 30, "re
 
 
 def cdn_hub(tmp_path, **kw):
-    options = {"shards": 4, "shard_bytes": 600_000, "cdn_listen": "127.0.0.1:0", **kw}
+    options = {"shards": 4, "shard_bytes": 1_200_000, "cdn_listen": "127.0.0.1:0", **kw}
     return tbhub.serve_in_thread(tmp_path / "hub", **options)
 
 
@@ -35,8 +35,8 @@ def cdn_totals(hub) -> dict:
 
 
 def test_lottery_under_a_node_link_fills_the_link_and_never_sends_the_cdn_a_token(tmp_path):
-    link = 1_200_000
-    with cdn_hub(tmp_path, conn_rates=(40_000, 320_000, 0.7), node_rate=link) as hub:
+    link = 2_400_000
+    with cdn_hub(tmp_path, conn_rates=(80_000, 640_000, 0.7), node_rate=link) as hub:
         node = node_for(tmp_path, hub)
         env_file = tmp_path / "hf.env"
         env_file.write_text("HF_TOKEN=hf_secret_token\n")
@@ -49,17 +49,18 @@ def test_lottery_under_a_node_link_fills_the_link_and_never_sends_the_cdn_a_toke
     floor = hub.repo.total_bytes / link
     print(f"lottery 0.7 slow, 1:8: {took:.1f}s for a link floor of {floor:.1f}s ({took / floor:.2f}x)")
     assert cdn["authorized_requests"] == 0 and cdn["requests"] > len(hub.repo.shard_names())
-    assert cdn["bytes"] <= 1.05 * sum(hub.repo.file(n).size for n in hub.repo.shard_names())
+    # a replaced connection's bytes in flight were sent for nothing (the bench sees ~4%)
+    assert cdn["bytes"] <= 1.10 * sum(hub.repo.file(n).size for n in hub.repo.shard_names())
     assert took < 2.0 * floor + 3, result.stdout  # one slow stream per file would take 15 s
     assert node.read_progress()["state"] == "done" and node.leftovers() == []
 
 
 def test_outage_and_cdn_refusals_mid_download_are_waited_out(tmp_path):
-    with cdn_hub(tmp_path, rate=300_000) as hub:
+    with cdn_hub(tmp_path, rate=400_000) as hub:
         node = node_for(tmp_path, hub, retry_seconds=20)
         proc = node.start()
         try:
-            wait_until(lambda: node.progress.exists() and node.read_progress()["bytes_done"] > 300_000, 20,
+            wait_until(lambda: node.progress.exists() and node.read_progress()["bytes_done"] > 600_000, 20,
                        "the download under way", interval=0.05)
             tbhub.write_fault(hub.dir, "cdn-forbid", 3)
             tbhub.write_fault(hub.dir, "outage", 3)
@@ -72,12 +73,12 @@ def test_outage_and_cdn_refusals_mid_download_are_waited_out(tmp_path):
 
 
 def test_sigkill_keeps_every_finished_range_of_many_connections(tmp_path):
-    with cdn_hub(tmp_path, shards=3, shard_bytes=900_000, rate=150_000) as hub:
+    with cdn_hub(tmp_path, shards=3, shard_bytes=1_500_000, rate=200_000) as hub:
         node = node_for(tmp_path, hub, connections=9)
         shards = [hub.repo.file(n) for n in hub.repo.shard_names()]
         proc = node.start()
         try:
-            wait_until(lambda: sum(node.on_disk(f) for f in shards) > 600_000, 30, "600 kB on disk", interval=0.05)
+            wait_until(lambda: sum(node.on_disk(f) for f in shards) > 1_000_000, 30, "1 MB on disk", interval=0.05)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
