@@ -58,13 +58,15 @@ def _weights_ready(nodes: int, node_rate: int, peers: bool, hub_flags: list[str]
             "repo_bytes": hub["repo_bytes"]}
 
 
-def fanout(nodes: int, hub_only_seconds: float = HUB_ONLY_SECONDS, extra=None) -> dict:
+def fanout(nodes: int, hub_only_seconds: float = HUB_ONLY_SECONDS, extra=None, shard_bytes: int | None = None) -> dict:
     """hub_only_seconds: how long the Hub-only download should take; the longer, the smaller
     the share of the fixed costs (SSH, start-up, polling) that a real 1.56 TB download dwarfs.
     extra(node_rate): the testbed's Hub flags instead of a flat node link (benchhubcdn.py)."""
     repo_bytes = 28_810_927  # the testbed's repo (96 x 300 kB shards + small files)
+    if shard_bytes:
+        repo_bytes += 96 * (shard_bytes - 300_000)
     node_rate = int(repo_bytes / (hub_only_seconds + 2))
-    flags = extra(node_rate) if extra else None
+    flags = extra(node_rate) + (["--shard-bytes", str(shard_bytes)] if shard_bytes else []) if extra else None
     hub_only = _weights_ready(nodes, node_rate, peers=False, hub_flags=flags)
     peers = _weights_ready(nodes, node_rate, peers=True, hub_flags=flags)
     return {"nodes": nodes, "hub_node_rate": node_rate, "hub_only_s": hub_only["seconds"],

@@ -7,7 +7,7 @@ idle. Here `connections` workers serve every file in flight: a file is cut into 
 earliest file's segments go first (files finish in order, the cache holds few partials), an idle
 worker splits the largest range still running (so a file's last bytes are not left to one slow
 stream), and a worker whose connection runs far below the others' (under SLOW_RATIO of the
-faster quarter, after WARMUP seconds) drops it for a new one, at most `replace_per_second` per
+fastest busy one, after WARMUP seconds) drops it for a new one, at most `replace_per_second` per
 node (each costs a new CDN connection, at times a `/resolve`).
 
 A file fails only when none of its bytes arrived for `retry_seconds` (the inventory's
@@ -163,7 +163,7 @@ class Connections:
 
     def _steal(self) -> Segment | None:
         """Split the range that will take longest: the running connection keeps the share its
-        rate earns against the faster quarter's; a slow edge's last bytes are taken over whole
+        rate earns against the fastest one; a slow edge's last bytes are taken over whole
         (the file's tail would otherwise wait on its slowest stream)."""
         fast = self._fast_rate() or 1.0
         running = [s for j in self.jobs if not j.fatal and j.spec.size >= MIN_SPLIT_FILE for s in j.running
@@ -231,10 +231,12 @@ class Connections:
             raise Transient(f"the response ended at byte {seg.pos}")
 
     def _fast_rate(self, but=None) -> float | None:
-        """The faster quarter's rate among busy connections (3 or more), else the last such."""
-        others = sorted(r for c in list(self.conns.values()) if c is not but and (r := c.rate()))
-        if len(others) >= 3:
-            self.reference = others[(3 * len(others)) // 4]
+        """The fastest busy connection's rate (the speed a new connection may land on), else
+        the last one seen. Under a full link every connection gets about its share, so none is
+        far below the fastest; on a slow edge one is (1:8 in xet-core#821)."""
+        others = [r for c in list(self.conns.values()) if c is not but and (r := c.rate())]
+        if others:
+            self.reference = max(others)
         return self.reference
 
     def _judge(self, conn: Conn) -> None:
@@ -248,8 +250,8 @@ class Connections:
                 if now < self.next_replace:
                     return
                 self.next_replace, self.replaced = now + self.replace_gap, self.replaced + 1
-            log(f"connection at {mine / 1e6:.3f} MB/s against {fast / 1e6:.3f} MB/s for the faster "
-                "quarter: replaced by a new one")
+            log(f"connection at {mine / 1e6:.3f} MB/s against {fast / 1e6:.3f} MB/s for the fastest: "
+                "replaced by a new one")
             raise Replace()
 
     def _settle(self, seg: Segment) -> None:
