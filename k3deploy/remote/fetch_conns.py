@@ -263,4 +263,6 @@ class Connections:
             if job.fatal or (not job.queue and not job.running):
                 job.done.set()
             self.cond.notify_all()
+        if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
+            job.part.save()
         job.part.advance_hash()
