@@ -49,8 +49,9 @@ def test_lottery_under_a_node_link_fills_the_link_and_never_sends_the_cdn_a_toke
     floor = hub.repo.total_bytes / link
     print(f"lottery 0.7 slow, 1:8: {took:.1f}s for a link floor of {floor:.1f}s ({took / floor:.2f}x)")
     assert cdn["authorized_requests"] == 0 and cdn["requests"] > len(hub.repo.shard_names())
-    # a replaced connection's bytes in flight were sent for nothing (the bench sees ~4%)
-    assert cdn["bytes"] <= 1.10 * sum(hub.repo.file(n).size for n in hub.repo.shard_names())
+    # A replaced or split connection's bytes in flight were sent for nothing: 1.01x-1.16x seen
+    # here on 1.2 MB shards (in-flight is large against them), 1.04x in the bench's 2 MB ones.
+    assert cdn["bytes"] <= 1.25 * sum(hub.repo.file(n).size for n in hub.repo.shard_names())
     assert took < 2.0 * floor + 3, result.stdout  # one slow stream per file would take 15 s
     assert node.read_progress()["state"] == "done" and node.leftovers() == []
 
