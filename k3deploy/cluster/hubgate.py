@@ -59,27 +59,41 @@ def resolve_url(manifest, path: str) -> str:
     return f"{manifest.endpoint.rstrip('/')}/{manifest.repo}/resolve/{manifest.sha}/{quote(path)}"
 
 
+_MAX_HOPS = 5
+
+
 def check(manifest, token: str | None, token_env: str) -> HubReach:
-    """HEAD one /resolve with the token; raises BadInputError when the gate refuses it."""
+    """HEAD one /resolve with the token; raises BadInputError when the gate refuses it.
+    Redirects within the Hub's origin are followed (a relative `/api/resolve-cache/...` one,
+    swift-transformers#209), as huggingface_hub does; the first one off it is the CDN."""
+    url, hub = resolve_url(manifest, probe_file(manifest).path), Origin.of(manifest.endpoint)
+    for _ in range(_MAX_HOPS):
+        response = _head(manifest, url, token)
+        status = response.status_code
+        if status in (401, 403):
+            raise refusal(manifest, status, response.headers, token is not None, token_env)
+        if status >= 400:
+            raise K3Error(f"{manifest.endpoint} answered {status} to {url}",
+                          hint="the Hub may be having trouble; re-run in a few minutes")
+        location = response.headers.get("Location") if 300 <= status < 400 else None
+        if not location:
+            return HubReach(hub, None)
+        url = urljoin(url, location)
+        if Origin.of(url) != hub:
+            return HubReach(hub, Origin.of(url))
+    raise K3Error(f"{manifest.endpoint} redirected {_MAX_HOPS} times resolving {manifest.repo}",
+                  hint="check model.endpoint (a proxy in a loop?)")
+
+
+def _head(manifest, url: str, token: str | None):
     # Imported late, as in hubmeta: huggingface_hub is slow to import and `plan` never needs it.
     from huggingface_hub.utils import build_hf_headers, get_session
-    url = resolve_url(manifest, probe_file(manifest).path)
-    headers = build_hf_headers(token=token or False)
     try:
-        response = get_session().head(url, headers=headers, follow_redirects=False, timeout=30)
+        return get_session().head(url, headers=build_hf_headers(token=token or False),
+                                  follow_redirects=False, timeout=30)
     except Exception as err:  # noqa: BLE001 - httpx and httpx2 name their errors differently
         raise K3Error(f"cannot reach {manifest.endpoint} to check access to {manifest.repo}: {err}",
                       hint="check model.endpoint and the laptop's network") from None
-    status = response.status_code
-    if status in (401, 403):
-        raise refusal(manifest, status, response.headers, token is not None, token_env)
-    if status >= 400:
-        raise K3Error(f"{manifest.endpoint} answered {status} to {url}",
-                      hint="the Hub may be having trouble; re-run in a few minutes")
-    location = response.headers.get("Location") if 300 <= status < 400 else None
-    hub = Origin.of(manifest.endpoint)
-    cdn = Origin.of(urljoin(url, location)) if location else None
-    return HubReach(hub, cdn if cdn != hub else None)
 
 
 def reach_for(run) -> HubReach:

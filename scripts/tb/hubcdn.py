@@ -2,9 +2,13 @@
 
 What it imitates, and from where:
 - The real Hub answers /resolve/{rev}/{file} of an LFS/Xet file with a 302 to
-  `https://cas-bridge.xethub.hf.co/xet-bridge-us/<repo>/<hash>?X-Amz-...&X-Amz-Expires=3600...`,
+  `https://cas-bridge.xethub.hf.co/xet-bridge-us/<repo object id>/<hash>?X-Amz-...&X-Amz-Expires=3600...`,
   a "legacy client" bridge that serves the file bytes (hub-docs docs/hub/xet/legacy-git-lfs.md;
-  /work/shared/reference/hf-hub-notes.md). The bridge answers 200, or 206 to a Range, with
+  /work/shared/reference/hf-hub-notes.md; a published transcript in padeoe/hf-mirror-site#51).
+  A 2026-06 transcript (ngxson/wllama#248) shows the same path on `us.aws.cdn.hf.co` with
+  CloudFront's `Expires=<epoch>&Policy=...&Signature=...&Key-Pair-Id=...` instead: clients must
+  treat the URL as opaque; this mock keeps the X-Amz form of the reference notes. The repo part
+  is a 24-hex object id, not the repo's name. The bridge answers 200, or 206 to a Range, with
   `Accept-Ranges: bytes`.
 - The signed URL is checked when a request starts: after X-Amz-Date + X-Amz-Expires, or with a
   signature that does not match, it answers 403 with an S3-style `AccessDenied` XML body
@@ -42,6 +46,11 @@ BRIDGE = "xet-bridge-us"
 _AMZ_DATE = "%Y%m%dT%H%M%SZ"
 
 
+def object_id(repo_id: str) -> str:
+    """The repo's stand-in for the Hub's 24-hex repo object id in bridge paths."""
+    return hashlib.sha1(repo_id.encode()).hexdigest()[:24]
+
+
 class Signer:
     """Signed CDN URLs: HMAC over the path, date and lifetime (a secret per Hub process)."""
 
@@ -52,7 +61,7 @@ class Signer:
         return hmac.new(self.key, f"{path}\n{date}\n{expires}".encode(), hashlib.sha256).hexdigest()
 
     def url(self, base: str, repo_id: str, sha256: str, filename: str) -> str:
-        path = f"/{BRIDGE}/{repo_id}/{sha256}"
+        path = f"/{BRIDGE}/{object_id(repo_id)}/{sha256}"
         date = time.strftime(_AMZ_DATE, time.gmtime())
         sig = self._signature(path, date, str(self.ttl))
         disposition = quote(f'inline; filename*=UTF-8\'\'{filename}; filename="{filename}";', safe="")
@@ -150,9 +159,9 @@ class CdnHandler(BaseHTTPRequestHandler):
 
     def _file(self, path: str):
         parts = [p for p in path.split("/") if p]
-        if len(parts) != 4 or parts[0] != BRIDGE or "/".join(parts[1:3]) != self.hub.repo.repo_id:
+        if len(parts) != 3 or parts[0] != BRIDGE or parts[1] != object_id(self.hub.repo.repo_id):
             return None
-        return next((f for f in self.hub.repo.files if f.sha256 == parts[3]), None)
+        return next((f for f in self.hub.repo.files if f.sha256 == parts[2]), None)
 
     def _error(self, status: int, code: str, message: str, extra: dict | None = None) -> None:
         body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from tb import hubfaults
 from tb.state import TestbedState, process_start_time, same_process
 
 HUB_SCRIPT = Path(__file__).resolve().parent / "hub.py"
@@ -143,13 +144,6 @@ def _reap(pid: int) -> None:
         pass
 
 
-def cdn_url(tb_dir: Path) -> str | None:
-    """The CDN's URL (HUBDIR/cdn, written once it listens), None without --hub-cdn."""
-    path = hub_dir(tb_dir) / "cdn"
-    return path.read_text().strip() or None if path.exists() else None
-
-
 def set_fault(tb_dir: Path, action: str, *args) -> dict:
     """action: one of hubfaults.ACTIONS (the hub re-reads faults.json on every request)."""
-    from tb import hubfaults
     return hubfaults.write_fault(hub_dir(tb_dir), action, *args)

@@ -7,7 +7,9 @@ Faults combine; heal clears them all.
   outage: {until, status}     every Hub and CDN request answers `status` until `until` (epoch s)
   rate_limit: {quota, window, since}
                               /resolve requests over `quota` in a fixed window of `window` s
-                              (windows counted from `since`) answer 429
+                              (windows counted from `since`) answer 429; counted per token, or
+                              per client address without one, as the real Hub counts per user
+                              or per IP (hub-docs docs/hub/rate-limits.md)
   cdn_forbid: {count, id}     the next `count` CDN requests answer 403
 The 429's headers are the real Hub's (hub-docs docs/hub/rate-limits.md; huggingface_hub 2.4.0
 utils/_http.py parse_ratelimit_headers and its tests, tests/test_utils_http.py
@@ -60,7 +62,7 @@ class LiveFaults:
 
     def __init__(self, hub_dir: Path):
         self.path, self.lock = Path(hub_dir) / "faults.json", threading.Lock()
-        self.window_key, self.window_used = None, 0
+        self.windows: dict[str, tuple[tuple, int]] = {}  # who -> (window key, requests in it)
         self.forbid_id, self.forbid_used = None, 0
 
     def current(self) -> dict:
@@ -72,8 +74,9 @@ class LiveFaults:
             return int(outage["status"])
         return None
 
-    def resolve_quota(self, faults: dict) -> tuple[bool, dict]:
-        """(allowed, RateLimit headers) for one more /resolve request."""
+    def resolve_quota(self, faults: dict, who: str) -> tuple[bool, dict]:
+        """(allowed, RateLimit headers) for one more /resolve request of `who` (a token or an
+        address)."""
         limit = faults.get("rate_limit")
         if not limit:
             return True, {}
@@ -81,10 +84,9 @@ class LiveFaults:
         elapsed = max(0.0, time.time() - since)
         index = int(elapsed // window)
         with self.lock:
-            if self.window_key != (since, index):
-                self.window_key, self.window_used = (since, index), 0
-            self.window_used += 1
-            used = self.window_used
+            key, used = self.windows.get(who, (None, 0))
+            used = used + 1 if key == (since, index) else 1
+            self.windows[who] = ((since, index), used)
         reset = max(1, math.ceil(since + (index + 1) * window - time.time()))
         headers = {"RateLimit": f'"resolvers";r={max(0, quota - used)};t={reset}',
                    "RateLimit-Policy": f'"fixed window";"resolvers";q={quota};w={window}'}

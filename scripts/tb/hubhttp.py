@@ -11,9 +11,12 @@ https://huggingface.co/R to ask for access." (huggingface_hub tests/test_file_do
 whole repo private-like (every request needs a granted token), as before.
 
 With the CDN on, /resolve of an LFS file answers 302 with Location (a signed CDN URL),
-X-Repo-Commit, X-Linked-Etag and X-Linked-Size and no body bytes: huggingface_hub 2.4.0
+X-Repo-Commit, X-Linked-Etag, X-Linked-Size and Accept-Ranges: huggingface_hub 2.4.0
 get_hf_file_metadata stops at the first off-Hub redirect and reads them there
-(utils/_http.py _httpx2_follow_hub_redirects_with_backoff). Small (git) files answer directly."""
+(utils/_http.py _httpx2_follow_hub_redirects_with_backoff). The real 302 is text/plain with a
+short body (ngxson/wllama#248 shows `content-type: text/plain; charset=utf-8`, a nonzero
+length); its text here, "Found. Redirecting to URL", is Express's redirect wording, assumed
+(clients never read it). Small (git) files answer directly."""
 from __future__ import annotations
 
 import json
@@ -118,7 +121,8 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _resolve(self, parts: list[str], auth: str, send_body: bool) -> None:
         repo_id, rev, path = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
-        allowed, limit_headers = self.hub.faults.resolve_quota(self.faults)
+        who = auth if auth.startswith("Bearer ") else self.client_address[0]
+        allowed, limit_headers = self.hub.faults.resolve_quota(self.faults, who)
         if not allowed:
             # Only the headers are the real Hub's (hubfaults.py); the body text is generic.
             return self._error(429, None, "Too Many Requests", limit_headers)
@@ -148,11 +152,14 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _redirect(self, f: hubrepo.RepoFile, meta: dict) -> None:
         location = self.hub.signer.url(self.hub.cdn_url, self.hub.repo.repo_id, f.sha256, f.path)
+        body = f"Found. Redirecting to {location}".encode()
         self.send_response(302)
-        for key, value in {"Location": location, "Content-Length": "0", "Accept-Ranges": "bytes",
-                           **meta}.items():
+        for key, value in {"Content-Type": "text/plain; charset=utf-8", "Content-Length": str(len(body)),
+                           "Location": location, "Accept-Ranges": "bytes", **meta}.items():
             self.send_header(key, value)
         self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _json(self, doc) -> None:
         body = json.dumps(doc).encode()

@@ -35,3 +35,13 @@ def cluster(tmp_path):
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def hf(monkeypatch):
+    """The real client, kept on loopback: no agent-registry probe to huggingface.co, no ambient token."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return huggingface_hub

@@ -23,16 +23,6 @@ SHARDS, SHARD_BYTES = 4, 50_000
 
 
 @pytest.fixture
-def hf(monkeypatch):
-    """The real client, kept on loopback: no agent-registry probe to huggingface.co, no ambient token."""
-    import huggingface_hub
-    from huggingface_hub import constants
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    return huggingface_hub
-
-
-@pytest.fixture
 def hub(tmp_path):
     with tbhub.serve_in_thread(tmp_path / "hub", shards=SHARDS, shard_bytes=SHARD_BYTES) as handle:
         yield handle

@@ -22,15 +22,6 @@ GRANTED = "hf_granted"
 
 
 @pytest.fixture
-def hf(monkeypatch):
-    import huggingface_hub
-    from huggingface_hub import constants
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    return huggingface_hub
-
-
-@pytest.fixture
 def cdn_hub(tmp_path):
     with tbhub.serve_in_thread(tmp_path / "hub", shards=3, shard_bytes=40_000, cdn_listen="127.0.0.1:0",
                                tokens=frozenset([GRANTED]), gated=True) as handle:
@@ -78,7 +69,7 @@ def test_real_client_downloads_through_the_cdn_without_sending_it_the_token(cdn_
 def test_the_302_carries_the_file_metadata_and_a_signed_cdn_url(cdn_hub, hf):
     shard = cdn_hub.repo.file(cdn_hub.repo.shard_names()[0])
     status, headers, body = request(resolve_url(cdn_hub, shard.path), {"Authorization": f"Bearer {GRANTED}"})
-    assert (status, body) == (302, b"")
+    assert status == 302 and body == f"Found. Redirecting to {headers['Location']}".encode()
     assert headers["X-Repo-Commit"] == cdn_hub.repo.sha
     assert headers["X-Linked-Etag"] == f'"{shard.sha256}"' and headers["X-Linked-Size"] == str(shard.size)
     location = urlsplit(headers["Location"])
@@ -107,6 +98,8 @@ def test_cdn_ranges_expiry_and_bad_signatures(tmp_path):
         assert status == 403 and b"Request has expired" in data
         status, _, data = request(signed_location(hub, shard.path))  # a fresh /resolve: a fresh URL
         assert (status, data) == (200, body)
+        request(signed_location(hub, shard.path), {"Authorization": "Bearer leaked"}, "HEAD")
+        assert hub.stats()["cdn"]["authorized_requests"] == 1  # what the count is there to catch
 
 
 def test_connection_speeds_are_drawn_per_connection_from_a_seed(tmp_path):
@@ -161,6 +154,9 @@ def test_rate_limit_answers_429_with_the_headers_the_client_parses(cdn_hub):
     assert (info.resource_type, info.remaining, info.limit, info.window_seconds) == ("resolvers", 0, 2, 300)
     assert 295 <= info.reset_in_seconds <= 300
     assert request(f"{cdn_hub.url}/api/models/{cdn_hub.repo.repo_id}")[0] == 200  # the API is not a resolver
+    # counted per token (per address without one), as the real Hub counts per user or per IP
+    assert request(resolve_url(cdn_hub, "config.json"), method="HEAD")[0] == 401
+    assert request(resolve_url(cdn_hub, "config.json"), auth, "HEAD")[0] == 429
 
 
 def test_cdn_forbid_refuses_the_next_n_cdn_requests(cdn_hub):

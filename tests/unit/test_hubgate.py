@@ -1,6 +1,8 @@
 """The laptop's gate check: which file it resolves, what it learns from the redirect, and what a
 refusal says (cluster/hubgate.py)."""
 
+import pytest
+
 from k3deploy.cluster import hubgate
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.core.errors import EXIT_BAD_INPUT
@@ -43,3 +45,55 @@ def test_refusals_name_the_repo_the_variable_and_the_fix():
     bad = "\n".join(hubgate.refusal(m, 401, {"X-Error-Message": "Invalid credentials in Authorization "
                                              "header"}, True, "MY_HF").lines())
     assert "does not accept the token in $MY_HF" in bad
+
+
+class _Answer:
+    def __init__(self, status, headers=None):
+        self.status_code, self.headers = status, headers or {}
+
+
+def _gate_with(monkeypatch, answers):
+    asked = []
+
+    def head(manifest, url, token):
+        asked.append(url)
+        return answers.pop(0)
+    monkeypatch.setattr(hubgate, "_head", head)
+    files = [RepoFile("model-1.safetensors", 400, "c" * 64, "3" * 40)]
+    return asked, hubgate.check(manifest(files), "hf_x", "HF_TOKEN")
+
+
+def test_hub_side_redirects_are_followed_and_the_first_one_off_the_hub_is_the_cdn(monkeypatch):
+    asked, reach = _gate_with(monkeypatch, [
+        _Answer(307, {"Location": "/api/resolve-cache/models/x"}),
+        _Answer(302, {"Location": "https://cas-bridge.xethub.hf.co/xet-bridge-us/a/b?X-Amz-Expires=3600"})])
+    assert asked[1] == "https://huggingface.co/api/resolve-cache/models/x"
+    assert reach.cdn == hubgate.Origin("https", "cas-bridge.xethub.hf.co", 443)
+    _, direct = _gate_with(monkeypatch, [_Answer(200)])
+    assert direct.cdn is None and direct.origins() == [hubgate.Origin("https", "huggingface.co", 443)]
+
+
+def test_a_gate_refusal_on_any_hop_is_bad_input(monkeypatch):
+    from k3deploy.core.errors import BadInputError
+    with pytest.raises(BadInputError, match="has no access"):
+        _gate_with(monkeypatch, [_Answer(403, {"X-Error-Code": "GatedRepo"})])
+
+
+def _node(reach):
+    from types import SimpleNamespace
+    return SimpleNamespace(run=SimpleNamespace(inputs=SimpleNamespace(hub_reach=reach)))
+
+
+def test_preflight_names_what_a_node_cannot_reach():
+    from k3deploy.steps import hubreach
+    hub = hubgate.Origin("https", "huggingface.co", 443)
+    cdn = hubgate.Origin("https", "cas-bridge.xethub.hf.co", 443)
+    node = _node(hubgate.HubReach(hub, cdn))
+    (fact,) = hubreach.facts(node)
+    assert fact.program[1] == ("https://huggingface.co:443", "https://cas-bridge.xethub.hf.co:443")
+    found = {"hub_reach": {"https://huggingface.co:443": True,
+                           "https://cas-bridge.xethub.hf.co:443": "TimeoutError: timed out"}}
+    (problem,) = hubreach.problems(found, node)
+    assert problem[0] == "hub" and "the Hub's CDN at cas-bridge.xethub.hf.co:443 (TimeoutError" in problem[1]
+    assert hubreach.problems({"hub_reach": None}, node)[0][1].startswith("could not probe")
+    assert hubreach.facts(_node(None)) == [] and hubreach.problems({}, _node(None)) == []
