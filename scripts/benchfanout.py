@@ -34,12 +34,12 @@ def _sh(*argv, **kw):
     return proc
 
 
-def _weights_ready(nodes: int, node_rate: int, peers: bool) -> dict:
+def _weights_ready(nodes: int, node_rate: int, peers: bool, hub_flags: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="k3bench-") as tmp:
         tb = Path(tmp) / "tb"
         try:
             _sh(PY, "scripts/testbed", "up", "--dir", str(tb), "--nodes", str(nodes),
-                "--hub-rate", "0", "--hub-node-rate", str(node_rate))
+                *(hub_flags or ["--hub-rate", "0", "--hub-node-rate", str(node_rate)]))
             inv = tb / "inventory.yaml"
             if not peers:
                 with open(inv, "a") as fh:
@@ -47,22 +47,28 @@ def _weights_ready(nodes: int, node_rate: int, peers: bool) -> dict:
             started = time.monotonic()
             _sh(PY, "-m", "k3deploy", "run", "resume-download", "-i", str(inv))
             seconds = time.monotonic() - started
-            hub = json.loads(_sh(PY, "scripts/testbed", "stats", "--dir", str(tb), "--json").stdout)["hub"]
+            stats = json.loads(_sh(PY, "scripts/testbed", "stats", "--dir", str(tb), "--json").stdout)
+            hub, cdn = stats["hub"], stats.get("cdn") or {}
         finally:
             subprocess.run([PY, "scripts/testbed", "down", "--dir", str(tb)], capture_output=True, cwd=REPO,
                            check=False)
-    served = sum(n["bytes"] for n in hub["by_node"].values())
+    # with --hub-cdn the large files' bytes come from the CDN (its own counters)
+    served = sum(n["bytes"] for n in hub["by_node"].values()) + (cdn.get("bytes") or 0)
     return {"seconds": round(seconds, 1), "hub_over_repo": round(served / hub["repo_bytes"], 3),
             "repo_bytes": hub["repo_bytes"]}
 
 
-def fanout(nodes: int, hub_only_seconds: float = HUB_ONLY_SECONDS) -> dict:
+def fanout(nodes: int, hub_only_seconds: float = HUB_ONLY_SECONDS, extra=None, shard_bytes: int | None = None) -> dict:
     """hub_only_seconds: how long the Hub-only download should take; the longer, the smaller
-    the share of the fixed costs (SSH, start-up, polling) that a real 1.56 TB download dwarfs."""
+    the share of the fixed costs (SSH, start-up, polling) that a real 1.56 TB download dwarfs.
+    extra(node_rate): the testbed's Hub flags instead of a flat node link (benchhubcdn.py)."""
     repo_bytes = 28_810_927  # the testbed's repo (96 x 300 kB shards + small files)
+    if shard_bytes:
+        repo_bytes += 96 * (shard_bytes - 300_000)
     node_rate = int(repo_bytes / (hub_only_seconds + 2))
-    hub_only = _weights_ready(nodes, node_rate, peers=False)
-    peers = _weights_ready(nodes, node_rate, peers=True)
+    flags = extra(node_rate) + (["--shard-bytes", str(shard_bytes)] if shard_bytes else []) if extra else None
+    hub_only = _weights_ready(nodes, node_rate, peers=False, hub_flags=flags)
+    peers = _weights_ready(nodes, node_rate, peers=True, hub_flags=flags)
     return {"nodes": nodes, "hub_node_rate": node_rate, "hub_only_s": hub_only["seconds"],
             "peers_s": peers["seconds"], "ratio": round(peers["seconds"] / hub_only["seconds"], 2),
             "hub_over_repo_hub_only": hub_only["hub_over_repo"],

@@ -115,6 +115,11 @@ class DownloadSpec(_Model):
     # paths.hf_home is one volume every node mounts at that path (the guide's shared-volume
     # option): the head downloads, the others wait and verify; no fan-out (steps/shared_hf.py)
     shared: bool = False
+    # A file fails only after this long without a new byte (the Hub's 5xx/429 minutes are
+    # waited out); the laptop then restarts a downloader that died of that, a few times.
+    retry_minutes: float = Field(default=15, gt=0, le=24 * 60)
+    # Hub connections per node, shared by the files in flight (CDN edges cap each one).
+    connections: int = Field(default=32, ge=1, le=256)
 
 
 class SshSpec(_Model):

@@ -27,6 +27,7 @@ class RunInputs:
     saved_logs: dict = field(default_factory=dict)       # node -> the files collect-logs wrote
     download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
     relaunched_after: dict = field(default_factory=dict)   # node -> the incident this up archived
+    download_restarts: dict[str, int] = field(default_factory=dict)  # node -> restarts after a Hub failure
     # Ray workers join one at a time (steps/ray_cluster.py).
     ray_join_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     token: str | None = field(default=None, repr=False)          # read through hf_token()

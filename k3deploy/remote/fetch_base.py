@@ -23,6 +23,11 @@ class DownloadError(Exception):
     pass
 
 
+class HubUnavailable(DownloadError):
+    """The retry budget ran out on answers that may change (5xx, 429, timeouts): a later run
+    may well succeed, so the laptop restarts the downloader (steps/download.py)."""
+
+
 class Stopped(Exception):
     pass
 

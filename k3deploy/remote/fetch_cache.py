@@ -17,6 +17,9 @@ from fetch_base import DownloadError, Stopped, log, write_json_atomic, write_tex
 from fetch_manifest import HEX40, FileSpec
 
 
+PINNED_REF = "k3deploy-pinned"   # refs/<this>: the commit k3deploy last completed
+
+
 class RepoCache:
     """Paths of one repo inside the HF cache, plus the link/ref/tree writers."""
 
@@ -34,10 +37,17 @@ class RepoCache:
     def partial(self, etag: str) -> Path:
         return Path(protocol.partial_path(str(self.storage), etag))
 
+    def ranges(self, etag: str) -> Path:
+        return Path(protocol.ranges_path(str(self.storage), etag))
+
     def orphans(self, etag: str) -> list[Path]:
-        """Partials huggingface_hub >= 1.18 leaves behind: blobs/<etag>.<8 hex>.incomplete."""
+        """Partials written front to back by others: huggingface_hub >= 1.18's
+        blobs/<etag>.<8 hex>.incomplete, and blobs/<etag>.incomplete (huggingface_hub <= 1.17,
+        k3deploy before its ranged downloader)."""
         pattern = re.compile(re.escape(etag) + r"\.[0-9a-f]{8}\.incomplete$")
-        return [p for p in self.blobs.glob(f"{etag}.*.incomplete") if pattern.match(p.name)]
+        found = [p for p in self.blobs.glob(f"{etag}.*.incomplete") if pattern.match(p.name)]
+        legacy = Path(protocol.legacy_partial_path(str(self.storage), etag))
+        return found + ([legacy] if legacy.exists() else [])
 
     def link(self, sha: str, spec: FileSpec) -> None:
         pointer = Path(protocol.snapshot_path(str(self.storage), sha, spec.path))
@@ -50,13 +60,17 @@ class RepoCache:
         os.symlink(target, tmp)
         os.replace(tmp, pointer)
 
-    def write_ref(self, revision: str, sha: str) -> None:
-        if revision == sha or HEX40.match(revision):
-            return
-        ref = self.storage / "refs" / revision
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        if not ref.exists() or ref.read_text() != sha:
-            write_text_atomic(ref, sha)
+    def write_refs(self, revision: str, sha: str) -> None:
+        """refs/<branch> and refs/k3deploy-pinned, once snapshots/<sha>/ holds every file.
+        huggingface_hub's cache scan (utils/_cache_manager.py _scan_cached_repo) calls a repo
+        whose ref names a commit without a snapshot corrupt, and `hf cache prune` deletes
+        every snapshot no ref names ("detached"), which a download pinned to a sha is."""
+        names = [PINNED_REF] + ([] if revision == sha or HEX40.match(revision) else [revision])
+        for name in names:
+            ref = self.storage / "refs" / name
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            if not ref.exists() or ref.read_text() != sha:
+                write_text_atomic(ref, sha)
 
     def write_tree(self, sha: str, files: list[FileSpec]) -> None:
         """trees/<sha>.json, as huggingface_hub >= 1.22 writes it: offline loads then detect missing files."""
@@ -139,7 +153,7 @@ def check_free_space(cache: RepoCache, files: list[FileSpec]) -> None:
     for spec in files:
         if not cache.blob(spec.etag).exists():
             partial = cache.partial(spec.etag)
-            needed += spec.size - (partial.stat().st_size if partial.exists() else 0)
+            needed += spec.size - (protocol.partial_bytes(str(partial)) if partial.exists() else 0)
     free = shutil.disk_usage(cache.blobs).free
     if needed > free:
         raise DownloadError(f"not enough free space in {cache.blobs}: need {needed} more bytes, {free} free")

@@ -1,123 +1,165 @@
-"""Ranged, resumable fetches: the partial blob on disk with a running hash (the Hub and the
-peers, peer_fetch.py, append to the same one), and the Hub source: ranged GETs through
-huggingface_hub's own HTTP client with bounded retries."""
+"""The Hub as a byte source: one ranged GET of a file, through `/resolve` and its CDN redirect.
+
+`GET /{repo}/resolve/{sha}/{path}` of an LFS/Xet file answers 302 to a CDN URL signed for an
+hour (hf-hub-notes; hub-docs docs/hub/xet/legacy-git-lfs.md); small files answer 200/206 from
+the Hub itself. The redirect is not followed by the HTTP client but here, so that:
+  - the signed URL is kept per file and reused by every connection until it is refused
+    (`/resolve` counts against the Hub's "resolvers" rate limit; the CDN does not);
+  - the CDN never gets the Authorization header (httpx drops it on a cross-origin redirect too;
+    here the CDN request is built without it);
+  - a CDN 400/403/404/410 (expired or refused signature) means a fresh `/resolve`, not a failed
+    file;
+  - each connection has its own HTTP client (one TCP connection to the CDN), so a connection
+    that landed on a slow edge can be replaced by a new one (fetch_conns.py).
+`/resolve` goes through huggingface_hub's own session (`get_session()`, `build_hf_headers()`):
+endpoint, user agent, token and proxies as with the real client.
+"""
 from __future__ import annotations
 
-import os
 import sys
 import threading
-from pathlib import Path
+import time
+from contextlib import contextmanager
+from urllib.parse import urljoin, urlsplit
 
-from fetch_base import DownloadError, Stopped, log
+from fetch_base import DownloadError
 from fetch_manifest import FileSpec, Manifest
-from fetch_progress import Progress
+from fetch_retry import Gate, Transient, told_wait
 
-RETRIES_WITHOUT_PROGRESS = 8  # consecutive failed requests that brought no new byte
-BACKOFF_CAP_SECONDS = 30.0
-
-
-class PartialBlob:
-    """blobs/<etag>.incomplete with a running hash of everything in it."""
-
-    def __init__(self, path: Path, spec: FileSpec, progress: Progress):
-        self.path, self.spec, self.progress = path, spec, progress
-        self.hasher, self.have, self.sources = spec.new_hasher(), 0, set()
-        if path.exists() and path.stat().st_size > spec.size:
-            log(f"{spec.path}: partial file is larger than the file; starting over")
-            path.unlink()
-        with open(path, "ab+") as f:  # hash what an earlier run left, so resuming needs no refetch
-            f.seek(0)
-            while chunk := f.read(8 << 20):
-                self.hasher.update(chunk)
-                self.have += len(chunk)
-        self.resumed_from = self.have
-        progress.partial(spec, self.have)
-
-    def append(self, f, data: bytes, source: str = "hub") -> None:
-        f.write(data)
-        self.hasher.update(data)
-        self.have += len(data)
-        self.sources.add(source)
-        self.progress.received_bytes(self.spec, len(data), source)
-
-    def restart(self, f) -> None:
-        f.seek(0)
-        f.truncate()
-        self.hasher, self.have, self.resumed_from = self.spec.new_hasher(), 0, 0
-        self.progress.partial(self.spec, 0)
+URL_MAX_AGE = 600.0           # seconds a signed CDN URL is reused (the Hub signs for 3600)
+REFRESH = (400, 403, 404, 410)  # from the CDN: the signature is refused; ask /resolve again
+RETRYABLE = (408, 425, 429, 500, 502, 503, 504)
 
 
-class Fetcher:
-    """Ranged GETs through huggingface_hub's HTTP client, with bounded retries."""
+class Link:
+    """One connection's HTTP client to the CDN; renew() drops it for a new TCP connection."""
 
-    def __init__(self, manifest: Manifest, token: str | None, stop_event: threading.Event):
+    def __init__(self, http_module, timeout: float):
+        # huggingface_hub's own HTTP package (httpx, or httpx2 from huggingface_hub 2.x)
+        self.httpx, self.timeout, self.client = http_module, timeout, None
+
+    def get(self):
+        if self.client is None:
+            self.client = self.httpx.Client(timeout=self.timeout, follow_redirects=False,
+                                            limits=self.httpx.Limits(max_connections=1))
+        return self.client
+
+    def renew(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+class HubSource:
+    def __init__(self, manifest: Manifest, token: str | None, stop_event: threading.Event, gate: Gate):
         from huggingface_hub import constants, hf_hub_url
         from huggingface_hub.utils import build_hf_headers, get_session
-        self.manifest, self.stop_event, self.url_for = manifest, stop_event, hf_hub_url
+        self.manifest, self.stop_event, self.gate, self.url_for = manifest, stop_event, gate, hf_hub_url
         self.session, self.timeout = get_session(), constants.HF_HUB_DOWNLOAD_TIMEOUT
         self.headers = build_hf_headers(token=token, library_name="k3deploy-fetch-weights", library_version="1")
         self.headers["Accept-Encoding"] = "identity"  # byte offsets must be offsets in the file itself
-        http_module = sys.modules.get(type(self.session).__module__.split(".")[0])
-        self.transport_errors = (getattr(http_module, "TransportError", OSError),)
+        self.cdn_headers = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
+        self.hub_host = urlsplit(manifest.endpoint).netloc
+        self.signed: dict[str, tuple[str, float]] = {}  # path -> (CDN URL, when resolved)
+        self.lock = threading.Lock()
+        self.http = sys.modules[type(self.session).__module__.split(".")[0]]
+        self.transport_errors = (getattr(self.http, "TransportError", OSError), OSError)
 
-    def fetch(self, spec: FileSpec, part: PartialBlob) -> None:
+    def link(self) -> Link:
+        return Link(self.http, self.timeout)
+
+    @contextmanager
+    def open_range(self, spec: FileSpec, start: int, end: int, link: Link):
+        """A response whose body is bytes [start, end) of the file (or, if the server ignored
+        the range, the whole file: the caller skips to `start`). Raises Transient for what
+        another request may not have, DownloadError for what it will."""
+        headers = {"Range": f"bytes={start}-{end - 1}"}
+        url = self._signed(spec)
+        try:
+            if url:
+                with self._get(link.get(), url, {**self.cdn_headers, **headers}) as response:
+                    if not self._refused(spec, response):
+                        yield self._checked(spec, response, start, end)
+                        return
+            with self._resolve(spec, headers) as (response, cdn):
+                if cdn is None:
+                    yield self._checked(spec, response, start, end)
+                    return
+            with self._get(link.get(), cdn, {**self.cdn_headers, **headers}) as response:
+                if self._refused(spec, response):
+                    raise Transient(f"the CDN answered HTTP {response.status_code} to a fresh signed URL")
+                yield self._checked(spec, response, start, end)
+        except self.transport_errors as e:
+            raise Transient(f"{type(e).__name__}: {e}") from None
+
+    @contextmanager
+    def _get(self, client, url: str, headers: dict):
+        host = urlsplit(url).netloc
+        if not self.gate.wait(host):
+            raise Transient("stopped")
+        with client.stream("GET", url, headers=headers, follow_redirects=False) as response:
+            if response.status_code in RETRYABLE:
+                response.read()
+                self.gate.failed(host, told_wait(response.status_code, response.headers))
+                raise Transient(f"HTTP {response.status_code} from {host}")
+            self.gate.ok(host)
+            yield response
+
+    def _signed(self, spec: FileSpec) -> str | None:
+        with self.lock:
+            url, at = self.signed.get(spec.path, (None, 0.0))
+        return url if url and time.monotonic() - at < URL_MAX_AGE else None
+
+    def _refused(self, spec: FileSpec, response) -> bool:
+        if response.status_code not in REFRESH:
+            return False
+        response.read()
+        with self.lock:
+            self.signed.pop(spec.path, None)
+        return True
+
+    @contextmanager
+    def _resolve(self, spec: FileSpec, headers: dict):
+        """(response, None) when the Hub serves the bytes itself, (None, CDN URL) on a redirect."""
         url = self.url_for(self.manifest.repo, spec.path, revision=self.manifest.sha, endpoint=self.manifest.endpoint)
-        failures = 0
-        with open(part.path, "ab") as f:
-            while part.have < spec.size:
-                before = part.have
-                try:
-                    self._request(url, spec, part, f)
-                except self.transport_errors as e:
-                    reason = f"{type(e).__name__}: {e}"
-                except RetryableStatus as e:
-                    reason = str(e)
-                else:
-                    reason = "the response ended early"
-                if part.have >= spec.size:
-                    break
-                failures = 0 if part.have > before else failures + 1
-                if failures >= RETRIES_WITHOUT_PROGRESS:
-                    raise DownloadError(f"{spec.path}: gave up after {failures} attempts without progress ({reason})")
-                delay = min(BACKOFF_CAP_SECONDS, 0.25 * 2 ** max(failures - 1, 0))
-                log(f"{spec.path}: {reason}; resuming at byte {part.have} in {delay:.2f}s")
-                if self.stop_event.wait(delay):
-                    raise Stopped()
-            f.flush()
-            os.fsync(f.fileno())
+        for _ in range(5):  # relative redirects stay on the Hub (a renamed repo), with the token
+            with self._get(self.session, url, {**self.headers, **headers}) as response:
+                if response.is_redirect:
+                    target = urljoin(url, response.headers["Location"])
+                    response.read()
+                    if urlsplit(target).netloc == self.hub_host:
+                        url = target
+                        continue
+                    with self.lock:
+                        self.signed[spec.path] = (target, time.monotonic())
+                    yield None, target
+                    return
+                self._fatal_status(spec, response)
+                yield response, None
+                return
+        raise DownloadError(f"{spec.path}: too many redirects on the Hub")
 
-    def _request(self, url: str, spec: FileSpec, part: PartialBlob, f) -> None:
-        headers = dict(self.headers)
-        if part.have:
-            headers["Range"] = f"bytes={part.have}-"
-        with self.session.stream("GET", url, headers=headers, timeout=self.timeout) as response:
-            self._check_status(response, spec, part)
-            if part.have and response.status_code == 200:
-                log(f"{spec.path}: server ignored the range request; starting the file over")
-                part.restart(f)
-            for chunk in response.iter_bytes():
-                if self.stop_event.is_set():
-                    raise Stopped()
-                if part.have + len(chunk) > spec.size:
-                    part.restart(f)
-                    raise DownloadError(f"{spec.path}: server sent more than the expected {spec.size} bytes")
-                part.append(f, chunk)
+    def _checked(self, spec: FileSpec, response, start: int, end: int):
+        status = response.status_code
+        self._fatal_status(spec, response)
+        content_range = response.headers.get("Content-Range", "")
+        if status == 206:
+            if not content_range.startswith(f"bytes {start}-"):
+                raise Transient(f"unexpected Content-Range {content_range!r}")
+            total = content_range.rpartition("/")[2]
+        else:
+            total = response.headers.get("Content-Length")
+        if response.headers.get("Content-Encoding", "identity") != "identity":
+            total = None  # a compressed length says nothing about the file's size
+        if total and total.isdigit() and int(total) != spec.size:
+            raise DownloadError(f"{spec.path}: the server has {total} bytes, the manifest says {spec.size}")
+        return response
 
-    def _check_status(self, response, spec: FileSpec, part: PartialBlob) -> None:
+    def _fatal_status(self, spec: FileSpec, response) -> None:
         status = response.status_code
         if status in (200, 206):
-            content_range = response.headers.get("Content-Range", "")
-            if status == 206 and not content_range.startswith(f"bytes {part.have}-"):
-                raise RetryableStatus(f"unexpected Content-Range {content_range!r}")
-            total = content_range.rpartition("/")[2] if status == 206 else response.headers.get("Content-Length")
-            if response.headers.get("Content-Encoding", "identity") != "identity":
-                total = None  # a compressed length says nothing about the file's size
-            if total and total.isdigit() and int(total) != spec.size:
-                raise DownloadError(f"{spec.path}: the server has {total} bytes, the manifest says {spec.size}")
             return
         response.read()
-        if status in (408, 429) or status >= 500:
-            raise RetryableStatus(f"HTTP {status}")
         from huggingface_hub.utils import hf_raise_for_status
         try:
             hf_raise_for_status(response)
@@ -125,7 +167,3 @@ class Fetcher:
             reason = response.headers.get("X-Error-Message") or (str(e).strip().splitlines() or [""])[0]
             raise DownloadError(f"{spec.path}: HTTP {status} {type(e).__name__}: {reason}") from None
         raise DownloadError(f"{spec.path}: unexpected HTTP {status}")
-
-
-class RetryableStatus(Exception):
-    pass

@@ -53,6 +53,13 @@ class Manifest:
             self.repo, self.revision = str(doc["repo"]), str(doc.get("revision") or doc["sha"])
             self.sha, self.endpoint = str(doc["sha"]), str(doc["endpoint"]).rstrip("/")
             self.max_workers = max(1, int(doc.get("max_workers", 8)))
+            # Hub connections of the node, the range each request asks for, how long a file
+            # may go without a new byte (the inventory's download.retry_minutes), and how often
+            # a connection on a slow CDN edge may be swapped for a new one (fetch_conns.py).
+            self.connections = max(1, int(doc.get("connections", 32)))
+            self.segment_bytes = max(64 << 10, int(doc.get("segment_bytes", 32 << 20)))
+            self.retry_seconds = float(doc.get("retry_seconds", 900))
+            self.replace_per_second = float(doc.get("replace_per_second", 4.0))
             self.files = [FileSpec(f) for f in doc["files"]]
             self.peers = doc.get("peers")  # k3deploy.cluster.fanout.peer_block, or None
         except protocol.SchemaMismatch as e:

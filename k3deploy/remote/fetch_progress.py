@@ -23,6 +23,8 @@ class Progress:
         self.received, self.samples = 0, collections.deque(maxlen=12)
         self.by_source: dict[str, int] = {}  # "hub" or a peer's name -> bytes received
         self.bad_peers: set[str] = set()      # peers that served bytes failing a checksum
+        self.hub_unavailable: set[str] = set()  # files failed by the retry budget alone
+        self.transient = False                # the run failed only of those: worth a restart
         self.started, self.state, self.error = time.time(), "running", None
         self.stop_event = threading.Event()
 
@@ -57,7 +59,7 @@ class Progress:
                     "hub_bytes": self.by_source.get("hub", 0),
                     "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
                     "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
-                    "bad_peers": sorted(self.bad_peers),
+                    "bad_peers": sorted(self.bad_peers), "transient": self.transient,
                     "started": self.started, "updated": now})
 
     def write(self) -> None:

@@ -54,19 +54,22 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its modules ship next to it
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
-from fetch_base import BadInput, DownloadError, Stopped, log  # noqa: E402
+from fetch_base import BadInput, DownloadError, HubUnavailable, Stopped, log  # noqa: E402
 from fetch_cache import (Ledger, RepoCache, check_free_space, etag_lock, hash_file,  # noqa: E402
                          hold_run_lock)
-from fetch_hub import Fetcher, PartialBlob  # noqa: E402
+from fetch_conns import Connections  # noqa: E402
+from fetch_hub import HubSource  # noqa: E402
 from fetch_manifest import FileSpec, Manifest, read_token  # noqa: E402
 from fetch_progress import Progress  # noqa: E402
+from fetch_ranges import PartialBlob  # noqa: E402
+from fetch_retry import Gate  # noqa: E402
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
 VERIFY_ATTEMPTS = 3        # full fetches of one file whose hash keeps mismatching
 
 
 class Downloader:
-    def __init__(self, manifest: Manifest, cache: RepoCache, fetcher: Fetcher, progress: Progress,
+    def __init__(self, manifest: Manifest, cache: RepoCache, fetcher: Connections, progress: Progress,
                  peers=None):
         self.manifest, self.cache, self.fetcher, self.progress = manifest, cache, fetcher, progress
         self.peers = peers  # peer_fetch.Peers, or None: every file from the Hub
@@ -77,9 +80,14 @@ class Downloader:
         if self.progress.stop_event.is_set():
             raise Stopped()
         with etag_lock(self.cache.locks / f"{spec.etag}.lock", self.progress.stop_event):
-            if not self._blob_is_verified(spec):
-                self._download_verified(spec, self.peers if via_peers else None)
-            for leftover in [self.cache.partial(spec.etag), *self.cache.orphans(spec.etag)]:
+            try:
+                if not self._blob_is_verified(spec):
+                    self._download_verified(spec, self.peers if via_peers else None)
+            except HubUnavailable:
+                self.progress.hub_unavailable.add(spec.path)
+                raise
+            for leftover in [self.cache.partial(spec.etag), self.cache.ranges(spec.etag),
+                             *self.cache.orphans(spec.etag)]:
                 leftover.unlink(missing_ok=True)
         self.cache.link(self.manifest.sha, spec)
         self.progress.file_done(spec)
@@ -108,14 +116,14 @@ class Downloader:
         for attempt in range(1, VERIFY_ATTEMPTS + 1):
             partial = self.cache.partial(spec.etag)
             self._adopt_orphan(spec, partial)
-            part = PartialBlob(partial, spec, self.progress)
+            part = PartialBlob(partial, spec, self.progress, self.cache.ranges(spec.etag))
             if part.have:
-                log(f"{spec.path}: resuming from byte {part.have} of {spec.size}")
+                log(f"{spec.path}: resuming with {part.have} of {spec.size} bytes on disk")
             # A run killed between a file's last byte and its rename left it whole: a peer
             # would answer the range `bytes=<size>-` with 416 (and be taken for broken).
             if part.have < spec.size:
                 (peers or self.fetcher).fetch(spec, part)
-            digest = part.hasher.hexdigest()
+            digest = part.digest()
             if digest == spec.etag:
                 os.chmod(partial, 0o644)
                 os.replace(partial, self.cache.blob(spec.etag))
@@ -123,7 +131,7 @@ class Downloader:
                 log(f"{spec.path}: verified ({spec.algorithm}, {spec.size} bytes)")
                 return
             log(f"{spec.path}: {spec.algorithm} mismatch (attempt {attempt}/{VERIFY_ATTEMPTS}); refetching")
-            partial.unlink()
+            part.discard()
             self.progress.partial(spec, 0)
             if peers:
                 peers.mismatch(spec, part)
@@ -132,7 +140,9 @@ class Downloader:
 
     def _adopt_orphan(self, spec: FileSpec, partial: Path) -> None:
         orphans = sorted(self.cache.orphans(spec.etag), key=lambda p: p.stat().st_size, reverse=True)
-        have = partial.stat().st_size if partial.exists() else -1
+        # Ours with a record may hold ranges past its prefix: its length says nothing then.
+        have = spec.size if self.cache.ranges(spec.etag).exists() else \
+            partial.stat().st_size if partial.exists() else -1
         if orphans and orphans[0].stat().st_size > have:
             log(f"{spec.path}: adopting huggingface_hub partial {orphans[0].name} "
                 f"({orphans[0].stat().st_size} bytes)")
@@ -143,11 +153,10 @@ class Downloader:
 
 def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None) -> None:
     cache = RepoCache(hf_home, manifest.repo)
-    cache.write_ref(manifest.revision, manifest.sha)
     cache.write_tree(manifest.sha, manifest.files)
     check_free_space(cache, manifest.files)
     peers = load_peers(manifest, progress)
-    downloader = Downloader(manifest, cache, Fetcher(manifest, token, progress.stop_event), progress, peers)
+    downloader = Downloader(manifest, cache, hub_connections(manifest, token, progress), progress, peers)
     ensure = download_call(downloader.ensure)
     if peers is not None:
         errors = peers.schedule(manifest.files, ensure, manifest.max_workers, describe_error)
@@ -163,7 +172,15 @@ def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None)
         raise DownloadError("stopped by a signal")
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise DownloadError(sorted(errors)[0] + more)
+        kind = HubUnavailable if len(progress.hub_unavailable) == len(errors) else DownloadError
+        raise kind(sorted(errors)[0] + more)
+    cache.write_refs(manifest.revision, manifest.sha)
+
+
+def hub_connections(manifest: Manifest, token: str | None, progress: Progress) -> Connections:
+    source = HubSource(manifest, token, progress.stop_event, Gate(progress.stop_event))
+    return Connections(source, manifest.connections, manifest.segment_bytes, manifest.retry_seconds,
+                       manifest.replace_per_second, progress.stop_event)
 
 
 def describe_error(spec: FileSpec, error: BaseException) -> str | None:
@@ -244,6 +261,7 @@ def main(argv=None) -> int:
     try:
         run(manifest, args.hf_home, progress, token)
     except DownloadError as e:
+        progress.transient = isinstance(e, HubUnavailable)
         return finish(progress, "failed", str(e), EXIT_FAILED)
     except BadInput as e:
         return finish(progress, "failed", str(e), EXIT_BAD_INPUT)

@@ -179,7 +179,7 @@ class Peers:
         raise NotYet()
 
     def _get(self, peer: Peer, spec, part) -> None:
-        start = part.have
+        start = part.prefix  # peers send from the prefix on; ranges past it are written again
         conn, response = self._request(peer, "GET", f"/blobs/{spec.etag}",
                                        {"Range": f"bytes={start}-"} if start else None)
         try:
@@ -198,10 +198,10 @@ class Peers:
     def _copy(self, peer: Peer, spec, part, response) -> None:
         """Receive into one buffer while the other is written and hashed (hashlib lets go of the
         GIL): on a fast private network sha256 in the receiving thread would halve the rate."""
-        size = max(1, min(BUFFER, spec.size - part.have))  # a small file: no 8 MB to zero
+        size = max(1, min(BUFFER, spec.size - part.prefix))  # a small file: no 8 MB to zero
         views = [memoryview(bytearray(size)) for _ in range(2)]
-        got, turn, pending = part.have, 0, None
-        with open(part.path, "ab") as f, \
+        got, turn, pending = part.prefix, 0, None
+        with part.open() as f, \
                 concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hash") as writer:
             try:
                 while got < spec.size:
@@ -211,13 +211,12 @@ class Peers:
                         raise PeerError(f"the response ended at byte {got}")
                     if pending:
                         pending.result()
-                    pending = writer.submit(part.append, f, views[turn][:n], peer.name)
+                    pending = writer.submit(part.append, f, views[turn][:n], peer.name, got)
                     got, turn = got + n, 1 - turn
             finally:
                 if pending:
                     pending.result()
-            f.flush()
-            os.fsync(f.fileno())
+            part.finish(f)
 
     def _check(self, peer: Peer, part, f, pending) -> None:
         if self.stop_event.is_set():

@@ -67,8 +67,26 @@ def blob_path(storage: str, etag: str) -> str:
 
 
 def partial_path(storage: str, etag: str) -> str:
-    """A blob being downloaded (resumed with HTTP Range): blobs/<etag>.incomplete."""
+    """A blob being downloaded (resumed with HTTP Range): blobs/<etag>.k3deploy-partial. Not
+    `.incomplete`: `hf cache prune` deletes every blobs/*.incomplete (huggingface_hub
+    utils/_cache_manager.py _scan_incomplete_files)."""
+    return blob_path(storage, etag) + ".k3deploy-partial"
+
+
+def ranges_path(storage: str, etag: str) -> str:
+    """The partial's resume record: the byte ranges written (remote/fetch_ranges.py)."""
+    return partial_path(storage, etag) + ".ranges.json"
+
+
+def legacy_partial_path(storage: str, etag: str) -> str:
+    """Where k3deploy before the ranged downloader (and huggingface_hub <= 1.17) kept a partial."""
     return blob_path(storage, etag) + ".incomplete"
+
+
+def partial_bytes(path: str) -> int:
+    """Bytes a (possibly sparse) partial holds: its allocated size, at most its length."""
+    st = os.stat(path)
+    return min(st.st_size, st.st_blocks * 512)
 
 
 def ledger_path(storage: str) -> str:
@@ -110,8 +128,9 @@ def check_schema(doc, what: str):
 # own directory. Uploaded side by side into the work dir, by the download step and by the peer
 # server's start (which imports the manifest and cache readers from the same files).
 DOWNLOADER_FILES = ("fetch_weights.py", "fetch_base.py", "fetch_manifest.py", "fetch_cache.py",
-                    "fetch_progress.py", "fetch_hub.py", "peer_fetch.py", "protocol.py",
-                    "peer_cache.py", "peer_image.py")
+                    "fetch_progress.py", "fetch_ranges.py", "fetch_hub.py", "fetch_conns.py",
+                    "fetch_retry.py", "peer_fetch.py", "protocol.py", "peer_cache.py",
+                    "peer_image.py")
 
 
 class WorkPaths:

@@ -27,6 +27,7 @@ from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
 STATUS = bundled("weights_status.py")
+MAX_HUB_RESTARTS = 3   # a downloader that died of the Hub's bad minutes is started again so often
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 
@@ -65,7 +66,10 @@ class DownloadWeights(Step):
                     "k3deploy downloads with ranged HTTP through huggingface_hub's client and "
                     "resumes partial shards itself")
         if run.inputs.manifest_json is None:
-            run.inputs.manifest_json = json.dumps(manifest.to_json(self.p.max_workers))
+            doc = manifest.to_json(self.p.max_workers)
+            doc.update(retry_seconds=run.inv.download.retry_minutes * 60,
+                       connections=run.inv.download.connections)
+            run.inputs.manifest_json = json.dumps(doc)
         if peers_enabled(run.inv):
             # --check changes nothing, here neither: without a secret yet, the plan shows the
             # upload of one that matches no node's.
@@ -119,20 +123,30 @@ class DownloadWeights(Step):
                 actions.append(cmd("remove the HF token file (download complete)", "rm", "-f",
                                    Paths(node).env, retry=True))
             return actions
-        waiting = self._waiting(node) if self.p.wait else []
         if facts["running"]:
-            return actions + waiting
-        if node.name in node.run.inputs.download_started:
+            return actions + (self._waiting(node) if self.p.wait else [])
+        restarting = node.name in node.run.inputs.download_started
+        if restarting and not self._may_restart(facts, node):
             # Started by this run and already dead (e.g. a shard that keeps failing its
             # sha256): a restart would fetch the same bad bytes again; report it instead.
             self._failed(node, facts)
+        waiting = self._waiting(node, restarting) if self.p.wait else []
         started = _once(actions + self._start_actions(node))
         return node_files.changed_only(started, facts.get(node_files.FACT)) + waiting
 
-    def _waiting(self, node) -> list[Action]:
+    def _may_restart(self, facts, node) -> bool:
+        """It died of the Hub alone (its retry budget ran out on 5xx/429/timeouts) and was
+        restarted fewer than MAX_HUB_RESTARTS times in this run."""
+        return bool((facts.get("progress") or {}).get("transient")) and \
+            node.run.inputs.download_restarts.get(node.name, 0) < MAX_HUB_RESTARTS
+
+    def _waiting(self, node, restarting: bool = False) -> list[Action]:
         # The token file goes once the last file is verified: the waiting step promises that.
-        return [wait("wait until every file is verified", "every file verified",
-                     poll=self.p.poll_seconds, stall=self.p.stall_seconds,
+        # Each start has its own wait: a restart's plan does not yield the wait of the one before.
+        starts = node.run.inputs.download_restarts.get(node.name, 0) + int(restarting)
+        stall = max(self.p.stall_seconds, node.inv.download.retry_minutes * 60 + 60)
+        return [wait("wait until every file is verified", f"every file verified (start {starts + 1})",
+                     poll=self.p.poll_seconds, stall=stall,
                      hint=f"see {Paths(node).log} on the node; re-run to resume"),
                 cmd("remove the HF token file (download complete)", "rm", "-f", Paths(node).env,
                     retry=True)]
@@ -164,7 +178,7 @@ class DownloadWeights(Step):
     def progress(self, facts, node):
         if not shared_hf.writer(node.inv, node.name):
             return facts["verified_bytes"] + facts["partial_bytes"]
-        if facts["missing_count"] and not facts["running"]:
+        if facts["missing_count"] and not facts["running"] and not self._may_restart(facts, node):
             self._failed(node, facts)   # the downloader died while we waited
         return (facts.get("progress") or {}).get("bytes_done", 0)
 
@@ -206,10 +220,22 @@ class DownloadWeights(Step):
                                  tag="start-downloader")]
 
     def apply(self, node, actions):
-        for action in actions:
+        """The plan's actions; after a wait, the plan made on the facts then (a downloader that
+        died of the Hub meanwhile gets its restart, bounded by MAX_HUB_RESTARTS)."""
+        queue = list(actions)
+        while queue:
+            action = queue.pop(0)
+            if action.tag == "start-downloader" and node.name in node.run.inputs.download_started:
+                restarts = node.run.inputs.download_restarts
+                restarts[node.name] = restarts.get(node.name, 0) + 1
+                get_log(step=self.name, node=node.name).warning(
+                    "download.restart", attempt=restarts[node.name],
+                    msg="the downloader stopped on the Hub's errors; started again")
             self.run_action(node, action)
             if action.tag == "start-downloader":
                 node.run.inputs.download_started.add(node.name)
+            if action.wait is not None:
+                queue = self.plan(self.facts(node), node)
 
     def _failed(self, node, facts) -> None:
         # The log is mostly "verified" lines; the reason is in its error lines or a traceback.

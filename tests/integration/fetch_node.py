@@ -60,8 +60,23 @@ class Node:
     def blob(self, f) -> Path:
         return self.storage / "blobs" / f.etag
 
+    def partial(self, f) -> Path:
+        return Path(protocol.partial_path(str(self.storage), f.etag))
+
+    def kept(self, f) -> int:
+        """Bytes of f the downloader's resume record names (what a rerun does not fetch again)."""
+        try:
+            doc = json.loads(Path(protocol.ranges_path(str(self.storage), f.etag)).read_text())
+        except FileNotFoundError:
+            return self.partial(f).stat().st_size if self.partial(f).exists() else 0
+        return sum(end - start for start, end in doc["done"])
+
+    def on_disk(self, f) -> int:
+        return protocol.partial_bytes(str(self.partial(f))) if self.partial(f).exists() else 0
+
     def leftovers(self) -> list[str]:
-        return sorted(p.name for p in (self.storage / "blobs").iterdir() if p.name.endswith(".incomplete"))
+        return sorted(p.name for p in (self.storage / "blobs").iterdir()
+                      if p.name.endswith((".incomplete", ".k3deploy-partial", ".ranges.json")))
 
 
 def served(hub) -> dict:

@@ -110,6 +110,11 @@ class PeerNode:
     def blob(self, f) -> Path:
         return self.hf_home / "hub" / "models--moonshotai--Kimi-K3" / "blobs" / f.etag
 
+    def cache_partial(self, f) -> Path:
+        """Where the downloader keeps a partial (protocol.partial_path)."""
+        from k3deploy.remote import protocol
+        return Path(protocol.partial_path(str(self.blob(f).parents[1]), f.etag))
+
 
 def request(node: PeerNode, method: str, path: str, headers: dict | None = None, secret: str | None = SECRET):
     conn = http.client.HTTPConnection(node.ip, PORT, timeout=10)
@@ -185,7 +190,7 @@ def test_peer_server_refuses_everything_but_verified_blobs_with_the_secret(nodes
     blob = node.blob(other)
     blob.write_bytes(blob.read_bytes())  # same bytes, new mtime: no longer what was verified
     assert request(node, "GET", f"/blobs/{other.etag}")[0] == 404
-    blob.rename(blob.with_name(f"{other.etag}.incomplete"))
+    blob.rename(node.cache_partial(other))
     status, headers, _ = request(node, "HEAD", f"/blobs/{other.etag}")
     assert status == 404 and headers["X-K3-Partial"] == str(other.size)
     index = fresh_index(node, lambda doc: other.etag in doc["partial"])

@@ -6,6 +6,7 @@ import signal
 import time
 
 import pytest
+from hub_bytes import sizes as file_sizes
 from hub_bytes import (SLACK, assert_each_shard_from_the_hub_once, assert_nothing_from_the_hub_twice,
                        small_socket_buffers)
 from tbfixture import testbed
@@ -14,6 +15,8 @@ from k3run import k3, k3_bg, out
 
 pytestmark = pytest.mark.integration
 SLOW_HUB = {"hub_rate": 150_000}   # bytes/s per connection: the ~29 MB download takes ~12 s
+# ... over 16 connections per node (the downloader's default is 32): these tests kill runs part-way
+PACE = "download: {connections: 16}\n"
 
 
 def node_bytes(tb, node) -> int:
@@ -37,7 +40,7 @@ def test_laptop_and_node_downloader_killed_mid_download(tmp_path):
     # Every node from the Hub (download.peers: false); the fan-out version is in test_fanout.py.
     with testbed(tmp_path, nodes=4, **SLOW_HUB) as tb:
         with open(tb.inventory, "a") as inv:
-            inv.write("download: {peers: false}\n")
+            inv.write("download: {peers: false, connections: 16}\n")
         repo_bytes = tb.stats()["hub"]["repo_bytes"]
         run = k3_bg("up", "-i", str(tb.inventory))
         wait_for_bytes(tb, "node1", repo_bytes // 3)
@@ -49,17 +52,18 @@ def test_laptop_and_node_downloader_killed_mid_download(tmp_path):
         again = k3("up", "-i", str(tb.inventory))
         assert again.returncode == 0, out(again)
         stats = tb.stats()["hub"]
-        sizes = {f: d["bytes"] for f, d in stats["by_node"]["node0"]["files"].items()}
+        sizes = file_sizes(tb)
         for node in ("node0", "node2", "node3"):
-            # their detached downloaders never stopped: every file was served exactly once
+            # their detached downloaders never stopped: every file was served once (in several
+            # ranges; a range split mid-way may have had one read in flight)
             files = stats["by_node"][node]["files"]
-            assert all(d["gets"] == 1 for d in files.values()), node
-            assert stats["by_node"][node]["bytes"] == repo_bytes
+            assert all(d["bytes"] <= sizes[f] + SLACK for f, d in files.items()), node
+            assert repo_bytes <= stats["by_node"][node]["bytes"] <= repo_bytes + 16 * SLACK
         node1 = stats["by_node"]["node1"]["files"]
         for name, record in node1.items():
             assert record["bytes"] <= sizes[name] + SLACK, (name, record)
             if served_before.get(name, {}).get("bytes") == sizes[name]:
-                assert record["gets"] == 1, f"verified {name} was fetched again"
+                assert record == served_before[name], f"verified {name} was fetched again"
         assert stats["by_node"]["node1"]["bytes"] <= repo_bytes + 16 * SLACK
 
 
@@ -84,6 +88,8 @@ def test_spot_node_replaced_mid_download(tmp_path):
 def test_resume_download_playbook_continues_where_it_stopped(tmp_path):
     with testbed(tmp_path, nodes=4, **SLOW_HUB) as tb:
         small_socket_buffers(tb)  # every node's 16 Hub connections die at once
+        with open(tb.inventory, "a") as inv:
+            inv.write(PACE)
         repo_bytes = tb.stats()["hub"]["repo_bytes"]
         run = k3_bg("run", "resume-download", "-i", str(tb.inventory))
         deadline = time.monotonic() + 60  # fan-out: half the repo over all nodes together

@@ -56,7 +56,8 @@ def test_every_node_path_default_is_the_protocols():
     assert inv.paths.docker == protocol.default_docker_root("/mnt/nvme") == "/mnt/nvme/docker"
     storage = protocol.cache_storage("/h", "o/m")
     assert storage == "/h/hub/models--o--m"
-    assert protocol.partial_path(storage, "e") == "/h/hub/models--o--m/blobs/e.incomplete"
+    assert protocol.partial_path(storage, "e") == "/h/hub/models--o--m/blobs/e.k3deploy-partial"
+    assert protocol.ranges_path(storage, "e") == "/h/hub/models--o--m/blobs/e.k3deploy-partial.ranges.json"
     assert protocol.cache_locks("/h", "o/m") == "/h/hub/.locks/models--o--m"
     assert protocol.snapshot_path(storage, "s", "a/b") == "/h/hub/models--o--m/snapshots/s/a/b"
 

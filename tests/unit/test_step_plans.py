@@ -147,8 +147,9 @@ def test_download_start_uploads_token_file_and_detaches(tmp_path):
     assert start.tag == "start-downloader"
     assert "--env-file /mnt/nvme/.k3deploy/hf.env" in start.argv[2]
     assert "hf_tok" not in " ".join(shown(actions))
-    # The runner waits (stall limit from the params), then the token file goes.
-    assert waiting.wait.until == "every file verified" and waiting.wait.stall == 600
+    # The runner waits (stall limit: the params', at least the node's retry budget of 15 min
+    # and a minute), then the token file goes.
+    assert waiting.wait.until == "every file verified (start 1)" and waiting.wait.stall == 960
     assert remove.argv == ("rm", "-f", "/mnt/nvme/.k3deploy/hf.env")
 
 
@@ -363,3 +364,23 @@ def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
     assert str(err).startswith("rank 1 engine exited (1) during start-up: AssertionError: "
                                "multi-node data parallel is not supported unless dp attention!")
     assert err.node == ctx.name and "engine.args" in err.hint
+
+
+def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp_path):
+    from k3deploy.steps import download
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
+    ctx.run.inputs.download_started.add(ctx.name)
+    dead = {"missing_count": 3, "running": False, "log": "", "total": 5,
+            "progress": {"transient": True, "error": "x: no new byte for 900s (retry budget; last: HTTP 503)"}}
+    step = DownloadWeights()
+    for restarts in range(download.MAX_HUB_RESTARTS):
+        ctx.run.inputs.download_restarts[ctx.name] = restarts
+        actions = step.plan(dead, ctx)
+        assert any(a.tag == "start-downloader" for a in actions)
+        assert actions[-2].wait.until == f"every file verified (start {restarts + 2})"
+    ctx.run.inputs.download_restarts[ctx.name] = download.MAX_HUB_RESTARTS
+    with pytest.raises(StepFailed, match="no new byte for 900s"):
+        step.plan(dead, ctx)
+    with pytest.raises(StepFailed, match="mismatch"):   # not the Hub's minutes: no restart
+        ctx.run.inputs.download_restarts[ctx.name] = 0
+        step.plan({**dead, "progress": {"transient": False, "error": "sha256 mismatch"}}, ctx)

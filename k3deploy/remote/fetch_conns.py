@@ -1,0 +1,268 @@
+"""Many connections per file: the node's Hub connections, the byte ranges they share, and the
+replacement of connections that landed on a slow CDN edge.
+
+The CDN caps each connection at the edge it lands on (huggingface/xet-core#821, 2026-04: ~65-75%
+of edges at 8.7 MB/s, the rest ~68 MB/s), so one connection per file leaves most of the link
+idle. Here `connections` workers serve every file in flight: a file is cut into segments, the
+earliest file's segments go first (files finish in order, the cache holds few partials), an idle
+worker splits the largest range still running (so a file's last bytes are not left to one slow
+stream), and a worker whose connection runs far below the others' (under SLOW_RATIO of the
+fastest busy one, after WARMUP seconds) drops it for a new one, at most `replace_per_second` per
+node (each costs a new CDN connection, at times a `/resolve`).
+
+A file fails only when none of its bytes arrived for `retry_seconds` (the inventory's
+download.retry_minutes) or on an answer no retry changes (401/403/404 from the Hub, a size that
+differs from the manifest): the Hub's bad minutes are waited out.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from fetch_base import DownloadError, HubUnavailable, Stopped, log
+from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
+
+WARMUP = 2.0          # seconds a connection runs before its rate is judged
+SLOW_RATIO = 0.4
+MIN_STEAL = 64 << 10   # a running range is split only when both parts get at least this
+STEAL_ETA = 1.0        # ... and only when it would still run longer than this (seconds)
+MIN_PIECES = 8
+# A file under this is one range, never split: a config or tokenizer gains nothing from more
+# connections, and each range in flight when a process dies is bytes the Hub sent for nothing.
+MIN_SPLIT_FILE = 1 << 20
+
+
+class Replace(Exception):
+    pass
+
+
+class Segment:
+    def __init__(self, job, start: int, end: int):
+        self.job, self.pos, self.end, self.conn = job, start, end, None
+
+    def eta(self, fallback: float) -> float:
+        rate = (self.conn.rate() if self.conn else None) or fallback
+        return (self.end - self.pos) / max(rate, 1.0)
+
+
+class Job:
+    """One file being fetched: its segments waiting, and when its last byte arrived."""
+
+    def __init__(self, spec, part, segment_bytes: int):
+        self.spec, self.part, self.f = spec, part, part.open()
+        # At least MIN_PIECES ranges per file, so a file under segment_bytes still spreads.
+        segment_bytes = max(MIN_STEAL, min(segment_bytes, -(-spec.size // MIN_PIECES)))
+        if spec.size < MIN_SPLIT_FILE:
+            segment_bytes = max(spec.size, 1)
+        self.queue = [Segment(self, s, min(e, s + segment_bytes))
+                      for gs, e in part.missing() for s in range(gs, e, segment_bytes)]
+        self.running: set[Segment] = set()
+        self.last_byte, self.fatal, self.reason = time.monotonic(), None, "no answer yet"
+        self.done, self.started = threading.Event(), False
+        if not self.queue:
+            self.done.set()
+
+
+class Conn:
+    """A worker's current connection: its link and what it has carried, for its rate."""
+
+    def __init__(self, link):
+        self.link, self.opened, self.bytes, self.busy = link, time.monotonic(), 0, False
+
+    def rate(self) -> float | None:
+        """Bytes/s since it opened, once it ran WARMUP seconds; None while idle."""
+        age = time.monotonic() - self.opened
+        return self.bytes / age if age >= WARMUP and self.busy else None
+
+    def renew(self) -> None:
+        self.link.renew()
+        self.opened, self.bytes = time.monotonic(), 0
+
+
+class Connections:
+    def __init__(self, source, count: int, segment_bytes: int, retry_seconds: float,
+                 replace_per_second: float, stop_event: threading.Event):
+        self.source, self.count, self.segment = source, count, segment_bytes
+        self.budget, self.stop_event = retry_seconds, stop_event
+        self.replace_gap, self.next_replace = 1.0 / max(replace_per_second, 1e-6), 0.0
+        self.jobs: list[Job] = []
+        self.conns: dict[int, Conn] = {}
+        self.cond = threading.Condition()
+        self.threads: list[threading.Thread] = []
+        self.replaced, self.worker_error, self.reference = 0, None, None
+
+    def fetch(self, spec, part) -> None:
+        """Fill `part` to spec.size from the Hub (blocks; many workers write into it)."""
+        job = Job(spec, part, self.segment)
+        self._start_workers()
+        with self.cond:
+            self.jobs.append(job)
+            self.cond.notify_all()
+        try:
+            while not job.done.wait(0.25):
+                if self.stop_event.is_set():
+                    raise Stopped()
+                if not any(t.is_alive() for t in self.threads):
+                    raise DownloadError(f"{spec.path}: every Hub connection worker died ({self.worker_error})")
+                if time.monotonic() - job.last_byte > self.budget:
+                    raise HubUnavailable(f"{spec.path}: no new byte for {self.budget:.0f}s "
+                                        f"(retry budget; last: {job.reason})")
+            if job.fatal:
+                raise job.fatal
+            part.finish(job.f)
+        finally:
+            with self.cond:
+                job.fatal = job.fatal or DownloadError("abandoned")
+                job.queue.clear()
+                self.jobs.remove(job)
+            job.f.close()
+            part.save()
+
+    def _start_workers(self) -> None:
+        with self.cond:
+            while len(self.threads) < self.count:
+                t = threading.Thread(target=self._work, args=(len(self.threads),), daemon=True,
+                                     name=f"conn-{len(self.threads)}")
+                self.threads.append(t)
+                t.start()
+
+    # -- a worker ----------------------------------------------------------------------
+    def _work(self, index: int) -> None:
+        try:
+            self._serve(index)
+        except Exception as e:  # seen by fetch(): a dead pool must fail the run, not hang it
+            self.worker_error = f"{type(e).__name__}: {e}"
+            log(f"connection worker {index} died: {self.worker_error}")
+
+    def _serve(self, index: int) -> None:
+        conn, failures = Conn(self.source.link()), 0
+        self.conns[index] = conn
+        while not self.stop_event.is_set():
+            seg = self._take()
+            if seg is None:
+                continue
+            got = self._run(seg, conn)
+            failures = 0 if got else failures + 1
+            if failures and self.stop_event.wait(min(CONN_BACKOFF_CAP, BACKOFF_FIRST * 2 ** (failures - 1))):
+                break
+        conn.link.renew()
+
+    def _take(self) -> Segment | None:
+        with self.cond:
+            for job in self.jobs:
+                if job.queue and not job.fatal:
+                    seg = job.queue.pop(0)
+                    job.running.add(seg)
+                    if not job.started:  # the budget runs from its first request, not its queueing
+                        job.started, job.last_byte = True, time.monotonic()
+                    return seg
+            seg = self._steal()
+            if seg is None:
+                self.cond.wait(0.5)
+            return seg
+
+    def _steal(self) -> Segment | None:
+        """Split the range that will take longest: the running connection keeps the share its
+        rate earns against the fastest one; a slow edge's last bytes are taken over whole
+        (the file's tail would otherwise wait on its slowest stream)."""
+        fast = self._fast_rate() or 1.0
+        running = [s for j in self.jobs if not j.fatal and j.spec.size >= MIN_SPLIT_FILE for s in j.running
+                   if s.end - s.pos >= MIN_STEAL and s.eta(fast) > STEAL_ETA]
+        if not running:
+            return None
+        victim = max(running, key=lambda s: s.eta(fast))
+        mine = (victim.conn.rate() if victim.conn else None) or fast
+        left = victim.end - victim.pos
+        keep = int(left * mine / (mine + fast))
+        # A split costs the victim's bytes in flight past its new end: only worth it for a
+        # large part; a slow edge's tail is taken whole (little is in flight on it).
+        if mine < SLOW_RATIO * fast and keep < MIN_STEAL:
+            keep = 0
+        elif keep < MIN_STEAL or left - keep < 4 * MIN_STEAL:
+            return None
+        mid = victim.pos + keep
+        seg, victim.end = Segment(victim.job, mid, victim.end), mid
+        victim.job.running.add(seg)
+        return seg
+
+    def _run(self, seg: Segment, conn: Conn) -> int:
+        job, start = seg.job, seg.pos
+        conn.busy, seg.conn = True, conn
+        try:
+            with self.source.open_range(job.spec, seg.pos, seg.end, conn.link) as response:
+                self._copy(seg, conn, response, seg.end)
+        except Replace:
+            conn.renew()
+        except Transient as e:
+            job.reason = str(e)
+            conn.renew()
+        except DownloadError as e:
+            job.fatal = e
+        except Exception as e:  # a worker thread must not die with its segment unaccounted for
+            job.reason = f"{type(e).__name__}: {e}"
+            conn.renew()
+        finally:
+            conn.busy = False
+            got = seg.pos - start
+            self._settle(seg)
+        return got
+
+    def _copy(self, seg: Segment, conn: Conn, response, asked: int) -> None:
+        job = seg.job
+        skip = seg.pos if response.status_code == 200 else 0  # the range was ignored
+        chunks = response.iter_bytes()
+        for chunk in chunks:
+            if self.stop_event.is_set() or job.fatal:
+                break
+            if skip:
+                cut = min(skip, len(chunk))
+                chunk, skip = chunk[cut:], skip - cut
+            take = min(len(chunk), seg.end - seg.pos)
+            if take > 0:
+                job.part.write_at(job.f, seg.pos, chunk[:take])
+                seg.pos, conn.bytes, job.last_byte = seg.pos + take, conn.bytes + take, time.monotonic()
+            if seg.pos >= seg.end:
+                if seg.end == asked and not skip and response.status_code == 206:
+                    for _ in chunks:  # the body's end: the connection stays open for the next range
+                        pass
+                return
+            self._judge(conn)
+        if seg.pos < seg.end and not job.fatal and not self.stop_event.is_set():
+            raise Transient(f"the response ended at byte {seg.pos}")
+
+    def _fast_rate(self, but=None) -> float | None:
+        """The fastest busy connection's rate (the speed a new connection may land on), else
+        the last one seen. Under a full link every connection gets about its share, so none is
+        far below the fastest; on a slow edge one is (1:8 in xet-core#821)."""
+        others = [r for c in list(self.conns.values()) if c is not but and (r := c.rate())]
+        if others:
+            self.reference = max(others)
+        return self.reference
+
+    def _judge(self, conn: Conn) -> None:
+        mine = conn.rate()
+        fast = self._fast_rate(conn) if mine is not None else None
+        if fast is None:
+            return
+        now = time.monotonic()
+        if mine < SLOW_RATIO * fast:
+            with self.cond:
+                if now < self.next_replace:
+                    return
+                self.next_replace, self.replaced = now + self.replace_gap, self.replaced + 1
+            log(f"connection at {mine / 1e6:.3f} MB/s against {fast / 1e6:.3f} MB/s for the fastest: "
+                "replaced by a new one")
+            raise Replace()
+
+    def _settle(self, seg: Segment) -> None:
+        job = seg.job
+        with self.cond:
+            job.running.discard(seg)
+            if seg.pos < seg.end and not job.fatal:
+                job.queue.insert(0, Segment(job, seg.pos, seg.end))
+            if job.fatal or (not job.queue and not job.running):
+                job.done.set()
+            self.cond.notify_all()
+        if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
+            job.part.save()
+        job.part.advance_hash()

@@ -1,0 +1,162 @@
+"""The partial blob on disk and its resume record: which byte ranges of it are written.
+
+Several connections fill one file at different offsets, so "the partial's length" no longer says
+what is there. Beside the data file (protocol.partial_path) a JSON record
+(protocol.ranges_path) lists every finished range; it is rewritten atomically (write, rename)
+after the bytes it names were written, so a SIGKILL at any moment leaves a record that claims
+nothing unwritten. Neither name ends in `.incomplete`: `hf cache prune` deletes
+`blobs/*.incomplete` (huggingface_hub utils/_cache_manager.py `_scan_incomplete_files`,
+cli/cache.py `prune`), and with it hours of a node's download.
+
+The running hash covers the contiguous prefix from byte 0; it is advanced by re-reading what
+the connections wrote (just written: from the page cache), once per byte, in order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from fetch_base import log, write_json_atomic
+from fetch_manifest import FileSpec
+from fetch_progress import Progress
+
+# The record is rewritten once the bytes it does not name yet pass RECORD_SHARE of what it names,
+# or RECORD_EVERY seconds: a SIGKILL costs at most ~2% of the bytes on disk (plus half a second).
+RECORD_EVERY, RECORD_SHARE = 0.5, 0.02
+HASH_READ = 8 << 20
+
+
+def merge(ranges) -> list[list[int]]:
+    out: list[list[int]] = []
+    for start, end in sorted((int(s), int(e)) for s, e in ranges if e > s):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return out
+
+
+def gaps(done, size: int) -> list[tuple[int, int]]:
+    """The ranges of [0, size) not in `done` (merged)."""
+    out, at = [], 0
+    for start, end in done:
+        if start > at:
+            out.append((at, start))
+        at = max(at, end)
+    if at < size:
+        out.append((at, size))
+    return out
+
+
+class PartialBlob:
+    """The partial data file, its record of finished ranges, and a hash of its prefix."""
+
+    def __init__(self, path: Path, spec: FileSpec, progress: Progress, record: Path | None = None):
+        self.path, self.spec, self.progress = path, spec, progress
+        self.record = record or path.with_name(path.name + ".ranges.json")
+        self.lock, self.hash_lock = threading.Lock(), threading.Lock()
+        self.sources: set[str] = set()
+        self.done = self._load()
+        self.hasher, self.hashed = spec.new_hasher(), 0
+        self.advance_hash()
+        self.resumed_from, self.written_at, self.recorded = self.have, 0.0, self.have
+        progress.partial(spec, self.have)
+
+    def _load(self) -> list[list[int]]:
+        size = self.path.stat().st_size if self.path.exists() else 0
+        if size > self.spec.size:
+            log(f"{self.spec.path}: partial file is larger than the file; starting over")
+            self.path.unlink()
+            self.record.unlink(missing_ok=True)
+            size = 0
+        self.path.touch()
+        try:
+            doc = json.loads(self.record.read_text())
+            if doc.get("size") == self.spec.size:
+                return merge([r for r in doc["done"] if 0 <= r[0] < r[1] <= size])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            pass
+        # No record: written front to back (a peer, an older k3deploy, an adopted
+        # huggingface_hub partial), so its length is its prefix.
+        return [[0, size]] if size else []
+
+    @property
+    def have(self) -> int:
+        return sum(e - s for s, e in self.done)
+
+    @property
+    def prefix(self) -> int:
+        return self.done[0][1] if self.done and self.done[0][0] == 0 else 0
+
+    def missing(self) -> list[tuple[int, int]]:
+        with self.lock:
+            return gaps(self.done, self.spec.size)
+
+    def open(self):
+        """A handle for writes at any offset (not O_APPEND: Linux pwrite ignores the offset there)."""
+        return open(self.path, "r+b")
+
+    def write_at(self, f, offset: int, data, source: str = "hub") -> None:
+        os.pwrite(f.fileno(), data, offset)
+        with self.lock:
+            self.done = merge([*self.done, [offset, offset + len(data)]])
+            self.sources.add(source)
+            have = sum(e - s for s, e in self.done)
+            due = (have - self.recorded > RECORD_SHARE * self.recorded
+                   or time.monotonic() - self.written_at > RECORD_EVERY)
+        self.progress.received_bytes(self.spec, len(data), source)
+        if due:
+            self.save()
+
+    def append(self, f, data, source: str = "hub", offset: int | None = None) -> None:
+        """Sequential writes (the peer source) at `offset`, by default the prefix; the hash
+        follows at once."""
+        self.write_at(f, self.prefix if offset is None else offset, data, source)
+        self.advance_hash()
+
+    def save(self) -> None:
+        with self.lock:
+            doc, self.written_at = {"size": self.spec.size, "done": self.done}, time.monotonic()
+            self.recorded = sum(e - s for s, e in self.done)
+            write_json_atomic(self.record, doc)
+
+    def advance_hash(self, wait: bool = False) -> None:
+        """Hash the newly contiguous bytes; a thread finding another at it leaves it the work
+        (the last one, digest(), waits and finishes it)."""
+        if not self.hash_lock.acquire(blocking=wait):
+            return
+        try:
+            with open(self.path, "rb") as f:
+                while self.hashed < self.prefix:
+                    f.seek(self.hashed)
+                    chunk = f.read(min(HASH_READ, self.prefix - self.hashed))
+                    if not chunk:
+                        break
+                    self.hasher.update(chunk)
+                    self.hashed += len(chunk)
+        finally:
+            self.hash_lock.release()
+
+    def digest(self) -> str | None:
+        """The hex digest once every byte is written and hashed, else None."""
+        self.advance_hash(wait=True)
+        return self.hasher.hexdigest() if self.hashed == self.spec.size else None
+
+    def finish(self, f) -> None:
+        f.flush()
+        os.fsync(f.fileno())
+        self.save()
+
+    def restart(self, f=None) -> None:
+        with self.hash_lock, self.lock:
+            os.truncate(self.path, 0)
+            self.done, self.hasher, self.hashed, self.resumed_from = [], self.spec.new_hasher(), 0, 0
+        self.record.unlink(missing_ok=True)
+        self.progress.partial(self.spec, 0)
+
+    def discard(self) -> None:
+        for p in (self.path, self.record):
+            p.unlink(missing_ok=True)

@@ -1,0 +1,134 @@
+"""fetch_weights.py against the mock Hub with its CDN (no root needed): 302s to signed CDN URLs,
+a per-connection speed lottery under a node link, outages, CDN refusals, SIGKILL with many
+connections per file, and the real `hf cache prune` / `hf cache verify` on what it leaves."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fetch_node import Node, clean_env, hub_done, served
+from polling import wait_until
+from tb import hub as tbhub
+
+HF = str(Path(sys.executable).with_name("hf"))
+KNOBS = {"connections": 12, "segment_bytes": 128 << 10, "retry_seconds": 30, "replace_per_second": 4}
+
+
+def cdn_hub(tmp_path, **kw):
+    options = {"shards": 4, "shard_bytes": 1_200_000, "cdn_listen": "127.0.0.1:0", **kw}
+    return tbhub.serve_in_thread(tmp_path / "hub", **options)
+
+
+def node_for(tmp_path, hub, **knobs) -> Node:
+    node = Node(tmp_path / "node", hub, max_workers=4)
+    doc = json.loads(node.manifest.read_text())
+    node.manifest.write_text(json.dumps({**doc, **KNOBS, **knobs}))
+    return node
+
+
+def cdn_totals(hub) -> dict:
+    return hub.stats()["cdn"]
+
+
+def test_lottery_under_a_node_link_fills_the_link_and_never_sends_the_cdn_a_token(tmp_path):
+    link = 2_400_000
+    with cdn_hub(tmp_path, conn_rates=(80_000, 640_000, 0.7), node_rate=link) as hub:
+        node = node_for(tmp_path, hub)
+        env_file = tmp_path / "hf.env"
+        env_file.write_text("HF_TOKEN=hf_secret_token\n")
+        env_file.chmod(0o600)
+        began = time.monotonic()
+        result = node.run(env_file)
+        took = time.monotonic() - began
+        assert result.returncode == 0, result.stdout + result.stderr
+        cdn = cdn_totals(hub)
+    floor = hub.repo.total_bytes / link
+    print(f"lottery 0.7 slow, 1:8: {took:.1f}s for a link floor of {floor:.1f}s ({took / floor:.2f}x)")
+    assert cdn["authorized_requests"] == 0 and cdn["requests"] > len(hub.repo.shard_names())
+    # A replaced or split connection's bytes in flight were sent for nothing: 1.01x-1.16x seen
+    # here on 1.2 MB shards (in-flight is large against them), 1.04x in the bench's 2 MB ones.
+    assert cdn["bytes"] <= 1.25 * sum(hub.repo.file(n).size for n in hub.repo.shard_names())
+    assert took < 2.0 * floor + 3, result.stdout  # one slow stream per file would take 15 s
+    assert node.read_progress()["state"] == "done" and node.leftovers() == []
+
+
+def test_outage_and_cdn_refusals_mid_download_are_waited_out(tmp_path):
+    with cdn_hub(tmp_path, rate=400_000) as hub:
+        node = node_for(tmp_path, hub, retry_seconds=20)
+        proc = node.start()
+        try:
+            wait_until(lambda: node.progress.exists() and node.read_progress()["bytes_done"] > 600_000, 20,
+                       "the download under way", interval=0.05)
+            tbhub.write_fault(hub.dir, "cdn-forbid", 3)
+            tbhub.write_fault(hub.dir, "outage", 3)
+            out = proc.communicate(timeout=60)[0].decode()
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, out
+        assert cdn_totals(hub)["authorized_requests"] == 0
+    assert node.read_progress()["state"] == "done" and node.leftovers() == []
+
+
+def test_sigkill_keeps_every_finished_range_of_many_connections(tmp_path):
+    with cdn_hub(tmp_path, shards=3, shard_bytes=1_500_000, rate=200_000) as hub:
+        node = node_for(tmp_path, hub, connections=9)
+        shards = [hub.repo.file(n) for n in hub.repo.shard_names()]
+        proc = node.start()
+        try:
+            wait_until(lambda: sum(node.on_disk(f) for f in shards) > 1_000_000, 30, "1 MB on disk", interval=0.05)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        hub_done(hub)
+        on_disk = sum(node.on_disk(f) for f in shards)
+        kept = sum(node.kept(f) for f in shards)
+        before = cdn_totals(hub)["bytes"]
+        assert node.run().returncode == 0
+        again = cdn_totals(hub)["bytes"] - before
+    missing = sum(f.size for f in shards) - kept
+    print(f"SIGKILL: {on_disk} bytes on disk, {kept} in the record, {again} fetched again for {missing} missing")
+    assert kept >= 0.95 * on_disk and again - missing <= 0.05 * on_disk
+    assert node.leftovers() == []
+
+
+def test_real_hf_cache_prune_keeps_pinned_snapshot_and_resume_state_and_verify_passes(tmp_path):
+    with cdn_hub(tmp_path) as hub:
+        node = node_for(tmp_path, hub)
+        doc = json.loads(node.manifest.read_text())
+        node.manifest.write_text(json.dumps({**doc, "revision": hub.repo.sha}))  # pinned to a sha
+        assert node.run().returncode == 0
+        # a partial of another download in the same cache, as a killed run leaves it
+        partial = node.storage / "blobs" / f"{'b' * 64}.k3deploy-partial"
+        partial.write_bytes(b"x" * 5000)
+        partial.with_name(partial.name + ".ranges.json").write_text('{"size": 9000, "done": [[0, 5000]]}')
+        cache = str(node.hf_home / "hub")
+        env = clean_env(HF_HOME=str(node.hf_home), HF_ENDPOINT=hub.url, HF_HUB_DISABLE_XET="1")
+        prune = subprocess.run([HF, "cache", "prune", "-y", "--cache-dir", cache], env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert prune.returncode == 0, prune.stdout + prune.stderr
+        verify = subprocess.run([HF, "cache", "verify", hub.repo.repo_id, "--revision", hub.repo.sha,
+                                 "--cache-dir", cache, "--fail-on-missing-files"], env=env,
+                                capture_output=True, text=True, timeout=60)
+    assert (node.storage / "snapshots" / hub.repo.sha).is_dir(), prune.stdout
+    assert partial.exists() and partial.with_name(partial.name + ".ranges.json").exists()
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert (node.storage / "refs" / "k3deploy-pinned").read_text() == hub.repo.sha
+
+
+def test_no_ref_before_its_snapshot(tmp_path):
+    with cdn_hub(tmp_path, rate=200_000) as hub:
+        node = node_for(tmp_path, hub)
+        proc = node.start()
+        try:
+            wait_until(lambda: node.progress.exists() and node.read_progress()["bytes_done"] > 0, 20,
+                       "bytes on disk", interval=0.05)
+            refs = node.storage / "refs"
+            assert not (refs.exists() and any(refs.iterdir())), "a ref while the snapshot is incomplete"
+        finally:
+            proc.kill()
+            proc.wait()
+    assert served(hub) is not None
