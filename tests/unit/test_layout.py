@@ -30,3 +30,4 @@ def test_the_inventory_side_and_the_spec_side_ask_the_same_function():
         assert layout_for(inv) == parallel_layout(kind, nodes)
         spec = build(inv, inv.head, 0, "image", "a" * 40, with_key=False)
         assert engines.uses_ray(spec) is ray
+
