@@ -29,6 +29,27 @@ import guard_wedge as wedge
 WEDGE_STOP_GRACE = 5  # seconds: a wedged engine cannot drain its requests anyway
 
 
+
+def parse_inspect(out: str, code: int) -> dict | None:
+    """`docker inspect --type container NAME` printed a JSON list of one; None when the
+    container is gone (exit 1, `[]` and "Error: No such container" on stderr) or it printed
+    no JSON."""
+    try:
+        return json.loads(out)[0] if code == 0 else None
+    except (ValueError, IndexError):
+        return None
+
+
+def engine_state(info: dict | None, engine_id: str) -> tuple[bool, int | None, str | None]:
+    """(running, exit code, FinishedAt) of the container this guard watches, from its inspect.
+    Another container under the name (a relaunch) or none at all: not running, code unknown."""
+    if not info or info.get("Id") != engine_id:
+        return False, None, None
+    state = info.get("State") or {}
+    if state.get("Running"):
+        return True, None, None
+    return False, state.get("ExitCode"), state.get("FinishedAt")
+
 class Guard:
     def __init__(self, cfg: dict, secret: str):
         self.cfg, self.secret = cfg, secret
@@ -71,22 +92,16 @@ class Guard:
     def inspect(self) -> dict | None:
         res = subprocess.run(["docker", "inspect", "--type", "container", self.cfg["container"]],
                              capture_output=True, text=True, timeout=60, check=False)
-        try:
-            return json.loads(res.stdout)[0] if res.returncode == 0 else None
-        except (ValueError, IndexError):
-            return None
+        return parse_inspect(res.stdout, res.returncode)
 
     def watch_engine(self) -> None:
         """Blocks in `docker wait` until the container stops; re-checks with inspect."""
         while True:
             subprocess.run(["docker", "wait", self.engine["id"]], capture_output=True, check=False)
-            info = self.inspect()
-            if info and info.get("Id") == self.engine["id"] and info["State"].get("Running"):
+            running, code, finished = engine_state(self.inspect(), self.engine["id"])
+            if running:
                 time.sleep(5)  # docker wait failed for another reason (daemon restart)
                 continue
-            code = info["State"].get("ExitCode") if info and info.get("Id") == self.engine["id"] \
-                else None
-            finished = info["State"].get("FinishedAt") if code is not None else None
             with self.lock:
                 self.engine.update(running=False, exit_code=code, finished=finished)
             self.published.changed()
