@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import hub_bytes
 from failure_report import run, said, set_fault, summary
 from tbfixture import testbed
 
@@ -31,9 +32,13 @@ def test_corrupt_shard_fails_the_download_then_only_it_is_fetched_again(tmp_path
         assert "served a file whose checksum does not match" in text  # what to do
         assert not any(a[:2] == ["docker", "run"] for a in changing_calls(tb.stats()))
         hub = tb.stats()["hub"]["by_node"]
+        size = hub_bytes.sizes(tb)[CORRUPT]
         for node in tb.nodes:
-            # Bounded: the downloader tries a file 3 times, and a run never restarts it after.
-            assert hub[node]["files"][CORRUPT]["gets"] == 3, hub[node]["files"][CORRUPT]
+            # Bounded: the downloader takes the whole file 3 times, and a run never restarts it
+            # after (a file is fetched as ranges: an idle connection may take over the tail of
+            # one, so requests are not attempts; bytes are).
+            got = hub[node]["files"][CORRUPT]["bytes"]
+            assert 3 * size <= got < 4 * size, (hub[node]["files"][CORRUPT], size)
 
         tb.fault("hub-heal")
         before = tb.stats()["hub"]["by_node"]

@@ -135,7 +135,8 @@ def test_nodes_reach_the_hub_and_each_other_but_nothing_else(tb):
 def test_stats_report_hub_bytes_and_stand_in_calls(tb):
     _ok(tb.ssh("node2", "nvidia-smi -L >/dev/null"))
     doc = tb.stats()
-    assert set(doc) == {"hub", "nodes"} and list(doc["nodes"]) == tb.nodes
+    assert set(doc) == {"hub", "cdn", "nodes"} and list(doc["nodes"]) == tb.nodes
+    assert doc["cdn"]["requests"] == 0 == doc["cdn"]["authorized_requests"]  # no --hub-cdn here
     assert doc["hub"]["repo"] == "moonshotai/Kimi-K3"
     assert _eventually(lambda: tb.stats()["hub"]["by_node"].get("node0", {}).get("requests", 0) >= 1)
     calls = doc["nodes"]["node2"]["calls"]
