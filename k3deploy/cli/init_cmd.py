@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from k3deploy.cli import init_findings, init_inventory
 from k3deploy.cli.init_inventory import Access
+from k3deploy.core import group
 from k3deploy.core.errors import EXIT_OK, EXIT_STEP_FAILED, BadInputError, K3Error, NodeError
 from k3deploy.node import facts as F
 from k3deploy.node import host_facts, private_net
@@ -74,18 +74,15 @@ def _connections(a: InitArgs, known: str) -> dict[str, NodeConnection]:
 def _gather_all(conns: dict[str, NodeConnection], facts_of) -> dict[str, dict]:
     """facts_of(host) -> facts, gathered on every host at once; a host that fails is named
     with the others (exit 1), none is left out silently."""
-    def one(host):
-        try:
-            return F.gather(conns[host], facts_of(host))
-        except K3Error as err:
-            return err
-    with ThreadPoolExecutor(max_workers=min(32, len(conns))) as pool:
-        found = dict(zip(conns, pool.map(one, conns)))
-    failed = {h: r for h, r in found.items() if isinstance(r, K3Error)}
+    found = group.run_each(lambda host: F.gather(conns[host], facts_of(host)), conns)
+    unexpected = [e for e in found.failed.values() if not isinstance(e, K3Error)]
+    if unexpected:
+        raise unexpected[0]
+    failed = found.failed
     if failed:
         raise NodeError(", ".join(failed), "; ".join(f"{h}: {e}" for h, e in failed.items()),
                         hint="init needs every host: bring it back or leave it out")
-    return found
+    return dict(found)
 
 
 def _names(found: dict[str, dict]) -> dict[str, str]:
