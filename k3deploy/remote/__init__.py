@@ -4,6 +4,7 @@ They are run as files or with `python3 -c`, never imported by the laptop side, e
 protocol.py: the laptop<->node protocol both sides import.
 """
 import ast
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -19,9 +20,22 @@ def script_text(name: str) -> str:
     return path.read_text()
 
 
+# CPython 3.11's ast module keeps its recursion counter in shared state, so two threads
+# parsing at once can fail with "AST constructor recursion depth mismatch" (gh-106905; it
+# stopped a CI run on 3.11.7 while nodes gathered facts in parallel). One parse at a time,
+# and each program is parsed once per process.
+_AST_LOCK = threading.Lock()
+
+
 def for_argv(source: str) -> str:
     """A program as shipped in a `python3 -c` argv, which every `ps` on the node shows: the
     same code without its docstrings and comments (ast round trip)."""
+    with _AST_LOCK:
+        return _stripped(source)
+
+
+@cache
+def _stripped(source: str) -> str:
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)

@@ -36,3 +36,34 @@ def test_a_sudo_python_fact_carries_the_stripped_program():
     docstring = ast.get_docstring(ast.parse(program))
     assert docstring and docstring.splitlines()[0] not in fact.script
     assert for_argv(program) in fact.script
+
+
+def test_for_argv_parses_one_program_at_a_time_across_threads(monkeypatch):
+    """CPython 3.11's ast keeps a shared recursion counter: two threads parsing at once can
+    raise "AST constructor recursion depth mismatch" (gh-106905), which stopped a CI run while
+    nodes gathered facts in parallel. No two parses may overlap."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import k3deploy.remote as remote
+
+    inside, most, lock, real = [0], [0], threading.Lock(), ast.parse
+
+    def watched(source, *args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.002)
+        try:
+            return real(source, *args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(remote.ast, "parse", watched)
+    sources = [f'"""doc {i}"""\nx = {i}  # note\n' for i in range(40)]
+    with ThreadPoolExecutor(8) as pool:
+        shipped = list(pool.map(for_argv, sources))
+    assert shipped == [f"x = {i}\n" for i in range(40)]
+    assert most[0] == 1
