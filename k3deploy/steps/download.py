@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +29,7 @@ from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
 STATUS = bundled("weights_status.py")
 MAX_HUB_RESTARTS = 3   # a downloader that died of the Hub's bad minutes is started again so often
+HEAD_RESTART_GRACE = 60.0  # s a shared volume's followers wait for the head's restart of such a one
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 
@@ -135,10 +137,7 @@ class DownloadWeights(Step):
         return node_files.changed_only(started, facts.get(node_files.FACT)) + waiting
 
     def _may_restart(self, facts, node) -> bool:
-        """It died of the Hub alone (its retry budget ran out on 5xx/429/timeouts) and was
-        restarted fewer than MAX_HUB_RESTARTS times in this run."""
-        return bool((facts.get("progress") or {}).get("transient")) and \
-            node.run.inputs.download_restarts.get(node.name, 0) < MAX_HUB_RESTARTS
+        return restartable(facts, node.name, node.run)
 
     def _waiting(self, node, restarting: bool = False) -> list[Action]:
         # The token file goes once the last file is verified: the waiting step promises that.
@@ -164,16 +163,29 @@ class DownloadWeights(Step):
                      hint=f"the head {head} downloads for every node; see its download log")]
 
     def check_cluster(self, all_facts, run, waited):
-        """A follower's wait: the head's downloader, started by this run, died."""
+        """A follower's wait: the head's downloader, started by this run, died. One that died of
+        the Hub alone is restarted by the head's own wait (within a poll or two): the followers
+        keep waiting for it, HEAD_RESTART_GRACE seconds at most per death."""
         head = run.inv.head.name
         facts = all_facts.get(head)
         if facts and facts["missing_count"] and not facts["running"] \
                 and head in run.inputs.download_started:
+            if self._head_restarting(facts, run):
+                return
             error = (facts.get("progress") or {}).get("error") or "the downloader exited"
             raise StepFailed(head, f"the head's download into the shared cache failed: {error} "
                              f"({facts['missing_count']} of {facts['total']} files not verified)\n"
                              + "\n".join(failure_tail(facts["log"])), step=self.name,
                              hint=_download_hint(error, run.inv.source))
+
+    def _head_restarting(self, facts, run) -> bool:
+        head = run.inv.head.name
+        if not restartable(facts, head, run):
+            return False
+        # One grace per death (the restart count names it), timed from when a follower saw it.
+        self._dead_since = getattr(self, "_dead_since", {})
+        seen = self._dead_since.setdefault((head, run.inputs.download_restarts.get(head, 0)), time.monotonic())
+        return time.monotonic() - seen <= HEAD_RESTART_GRACE
 
     def progress(self, facts, node):
         if not shared_hf.writer(node.inv, node.name):
@@ -269,6 +281,13 @@ class DownloadWeights(Step):
             lines.append(f"peer {bad} served bytes failing their checksum (seen by {by}); those "
                          "files came from the Hub: check that node's disk and memory")
         return lines
+
+
+def restartable(facts, name: str, run) -> bool:
+    """The node's downloader died of the Hub alone (its retry budget ran out on 5xx/429/
+    timeouts) and was restarted fewer than MAX_HUB_RESTARTS times in this run."""
+    return bool((facts.get("progress") or {}).get("transient")) and \
+        run.inputs.download_restarts.get(name, 0) < MAX_HUB_RESTARTS
 
 
 def hub_summary(details: list[dict], repo_bytes: int) -> str:

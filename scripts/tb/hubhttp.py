@@ -7,7 +7,9 @@ restricted. You must have access to it and be authenticated to access it. Please
 (published in ToTheBeginning/PuLID#97 and Aratako/T5Gemma-TTS#6); with a token not granted: 403
 GatedRepo, "Access to model R is restricted and you are not in the authorized list. Visit
 https://huggingface.co/R to ask for access." (huggingface_hub tests/test_file_download.py
-@ ee0a4510f4bc; ariG23498/gemma3-object-detection#5). Without `gated`, a token list makes the
+@ ee0a4510f4bc; ariG23498/gemma3-object-detection#5); with a fine-grained token of a granted
+account that lacks gated-repo read access (`TOKEN fine-grained-no-gated` in the token file): a
+plain 403 without X-Error-Code (_NO_GATED_PERMISSION below). Without `gated`, a token list makes the
 whole repo private-like (every request needs a granted token), as before.
 
 With the CDN on, /resolve of an LFS file answers 302 with Location (a signed CDN URL),
@@ -25,17 +27,28 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tb import hubbody, hubrepo
+from tb.hublog import LoggedHandler
 
 if TYPE_CHECKING:
     from tb.hub import Hub
 
 _NO_TOKEN = ("Access to model {repo} is restricted. You must have access to it and be authenticated "
              "to access it. Please log in.")
+# A fine-grained token without "Read access to contents of all public gated repos you can
+# access" gets a plain 403, no GatedRepo code, so huggingface_hub raises a bare HfHubHTTPError
+# ("403 Forbidden: <X-Error-Message>. ... Make sure your token has the correct permissions.",
+# utils/_http.py hf_raise_for_status, the 403 branch, 2.4.0) and not GatedRepoError. The cause:
+# huggingface/huggingface_hub#2844 (a granted account's token refused with a plain 403; the
+# maintainer names that checkbox). The message: a published plain 403 of /resolve on a gated
+# repo whose access was granted, "403 Forbidden: Authorization error.." (meta-llama/llama3#189,
+# 2024-05; the client appends the second '.'). Whether that reporter's token was fine-grained
+# is not said there.
+_NO_GATED_PERMISSION = "Authorization error."
 _NOT_GRANTED = ("Access to model {repo} is restricted and you are not in the authorized list. "
                 "Visit https://huggingface.co/{repo} to ask for access.")
 
 
-class HubHandler(BaseHTTPRequestHandler):
+class HubHandler(LoggedHandler, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 300  # idle keep-alive connections must not pin a thread forever
     server_version = "k3tb-mock-hub/1"
@@ -92,6 +105,9 @@ class HubHandler(BaseHTTPRequestHandler):
         if not self.hub.gated and tokens is None:
             return True
         token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+        if token is not None and self.hub.gated and token in self.hub.no_gated:
+            self._error(403, None, _NO_GATED_PERMISSION)
+            return False
         if token is not None and token in (tokens or ()):
             return True
         if token is None:
