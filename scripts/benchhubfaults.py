@@ -25,6 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
+from tb import hublog  # noqa: E402
 from tb.sshcmd import ssh_argv  # noqa: E402
 
 PY = sys.executable
@@ -137,23 +138,6 @@ def outage(seconds: float = 300, link: int = 2_000_000) -> dict:
             "tail": None if rc == 0 else out[-1500:]}
 
 
-def early_requests(log: list[dict], node: str = "node0", host: str = "hub") -> tuple[list[dict], int, int]:
-    """(requests that arrived before the `t` a 429 gave, 429s, requests under way at a 429) for
-    one node's requests to one host, from the mock Hub's request log."""
-    mine = sorted((r for r in log if r["node"] == node and r["host"] == host), key=lambda r: r["arrived"])
-    told = [r for r in mine if r["status"] == 429 and r.get("ratelimit_t") is not None]
-    early, under_way = [], 0
-    for limit in told:
-        until = limit["answered"] + limit["ratelimit_t"]
-        for r in mine:
-            if limit["answered"] < r["arrived"] < until:
-                if r["arrived"] - limit["answered"] <= IN_FLIGHT:
-                    under_way += 1
-                else:
-                    early.append({"after_429_s": round(r["arrived"] - limit["answered"], 3), **r})
-    return early, len(told), under_way
-
-
 def ratelimit(quota: int = 30, window: int = 20) -> dict:
     with bed("--shard-bytes", 300_000, "--hub-node-rate", 4_000_000) as tb:
         tb.fault("hub-rate-limit", quota, window)
@@ -161,11 +145,13 @@ def ratelimit(quota: int = 30, window: int = 20) -> dict:
         rc, out = _finish(tb.k3("run", "resume-download"), 900)
         took = time.monotonic() - began
         log = tb.requests()
-    early, told, under_way = early_requests(log)
+        kept = Path(tempfile.gettempdir()) / "k3bench-hub-faults-ratelimit-requests.jsonl"
+        kept.write_text((tb.dir / "hub" / "requests.jsonl").read_text())
+    seen = hublog.after_429(log, "node0", "hub", IN_FLIGHT)
     resolves = [r for r in log if r["host"] == "hub" and "/resolve/" in r["path"]]
     return {"scenario": "ratelimit", "quota": quota, "window_s": window, "rc": rc, "seconds": round(took, 1),
-            "resolve_requests": len(resolves), "answered_429": told, "under_way_at_a_429": under_way,
-            "early_requests": len(early), "first_early": early[:3], "held": rc == 0 and told > 0 and not early,
+            "resolve_requests": len(resolves), **seen, "request_log": str(kept),
+            "held": rc == 0 and seen["answered_429"] > 0 and not seen["early"],
             "tail": None if rc == 0 else out[-1500:]}
 
 

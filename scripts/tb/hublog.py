@@ -61,3 +61,25 @@ class LoggedHandler:
         if entry is not None:
             entry["answered"] = round(time.time(), 4)
             self.hub.requests.write(entry)
+
+
+def after_429(log: list[dict], node: str, host: str, in_flight: float) -> dict:
+    """One node's requests to one host, from the request log, against each 429 that said `t`:
+    the gaps (s after the 429) of those that arrived before answered + t (`early`; apart from
+    those `under_way`, within `in_flight` s of it: sent before the client could have read it),
+    and how soon after answered + t the first later one came (`first_after_t_s_min`)."""
+    mine = sorted((r for r in log if r["node"] == node and r["host"] == host), key=lambda r: r["arrived"])
+    told = [r for r in mine if r["status"] == 429 and r.get("ratelimit_t") is not None]
+    early, under_way, margins = [], [], []
+    for limit in told:
+        until = limit["answered"] + limit["ratelimit_t"]
+        for r in mine:
+            gap = r["arrived"] - limit["answered"]
+            if 0 < gap and r["arrived"] < until:
+                (under_way if gap <= in_flight else early).append(round(gap, 3))
+        later = [r["arrived"] - until for r in mine if r["arrived"] >= until]
+        if later:
+            margins.append(round(min(later), 3))
+    return {"answered_429": len(told), "t_told": sorted({r["ratelimit_t"] for r in told}),
+            "early": early, "under_way_s": sorted(under_way)[-3:], "under_way": len(under_way),
+            "first_after_t_s_min": min(margins) if margins else None}
