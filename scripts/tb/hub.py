@@ -10,7 +10,8 @@ get_hf_file_metadata, model_info(files_metadata=True), list_repo_tree and verify
 No Xet metadata is ever sent, so the client uses plain HTTP.
 
 HUBDIR files: faults.json (re-read on every request), nodes.json (client IP -> node name),
-requests.jsonl (every answer of the Hub and the CDN, timestamped: hublog.py), stats.json (written atomically), ready (the URL, once listening; removed on a clean exit).
+requests.jsonl (every answer of the Hub and the CDN, timestamped: hublog.py), stats.json
+(written atomically), ready (the URL, once listening; removed on a clean exit).
 stats.json: {"repo", "sha", "repo_bytes", "updated", "by_node": {node: {"bytes", "requests",
 "authorized_requests", "files": {path: {"bytes", "gets"}}}}}; node = name from nodes.json, else the
 client IP; "requests" counts every request, "authorized_requests" those carrying a bearer token
@@ -26,9 +27,10 @@ CLI: hub.py serve --dir HUBDIR --listen IP:PORT [--repo R] [--shards N] [--shard
 --node-rate caps each node (client address) over all its connections at once, Hub and CDN
 together: a node's Internet link, shared by its parallel downloads; --rate caps each connection
 (on the CDN too, unless --conn-rates draws each CDN connection's speed).
---token-file: the granted tokens, one per line; `TOKEN fine-grained-no-gated` is a fine-grained token of
-a granted account without "read access to public gated repos" (hubhttp.py). --gated: the real gate (only /resolve refuses);
-without it a token file makes every request need a granted token.
+--token-file: the granted tokens, one per line; `TOKEN fine-grained-no-gated` is a fine-grained
+token of a granted account without "read access to public gated repos" (hubhttp.py).
+--gated: the real gate (only /resolve refuses); without it a token file makes every request
+need a granted token.
 --cdn-listen: /resolve of LFS files redirects to a CDN on that address (hubcdn.py); its URL is in
 HUBDIR/cdn once listening. stats.json then has "cdn": {bytes, requests, authorized_requests,
 connections, slow_connections, by_node}.
