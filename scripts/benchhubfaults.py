@@ -198,7 +198,8 @@ def kill(fraction: float = 0.5) -> dict:
             "fetched_again": refetched, "fetched_again_over_on_disk": round(refetched / max(on_disk, 1), 4),
             "partial_blocks_at_kill": disk["allocated"], "written_at_kill": written,
             "fetched_again_of_written": again - (repo - written),
-            "held": rc == 0 and max(refetched, again - (repo - written)) <= 0.05 * on_disk, "tail": None if rc == 0 else out[-1500:]}
+            "held": rc == 0 and max(refetched, again - (repo - written)) <= 0.05 * on_disk,
+            "tail": None if rc == 0 else out[-1500:]}
 
 
 def main(names: list[str]) -> int:

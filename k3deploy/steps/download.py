@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,12 +23,11 @@ from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import node_files, peers, shared_hf
+from k3deploy.steps.hub_restart import HeadRestartGrace, restartable
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
 STATUS = bundled("weights_status.py")
-MAX_HUB_RESTARTS = 3   # a downloader that died of the Hub's bad minutes is started again so often
-HEAD_RESTART_GRACE = 60.0  # s a shared volume's followers wait for the head's restart of such a one
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 
@@ -165,27 +163,19 @@ class DownloadWeights(Step):
     def check_cluster(self, all_facts, run, waited):
         """A follower's wait: the head's downloader, started by this run, died. One that died of
         the Hub alone is restarted by the head's own wait (within a poll or two): the followers
-        keep waiting for it, HEAD_RESTART_GRACE seconds at most per death."""
+        keep waiting for it (hub_restart.HEAD_RESTART_GRACE seconds at most per death)."""
         head = run.inv.head.name
         facts = all_facts.get(head)
         if facts and facts["missing_count"] and not facts["running"] \
                 and head in run.inputs.download_started:
-            if self._head_restarting(facts, run):
+            self._grace = getattr(self, "_grace", None) or HeadRestartGrace()
+            if self._grace.waiting(facts, run):
                 return
             error = (facts.get("progress") or {}).get("error") or "the downloader exited"
             raise StepFailed(head, f"the head's download into the shared cache failed: {error} "
                              f"({facts['missing_count']} of {facts['total']} files not verified)\n"
                              + "\n".join(failure_tail(facts["log"])), step=self.name,
                              hint=_download_hint(error, run.inv.source))
-
-    def _head_restarting(self, facts, run) -> bool:
-        head = run.inv.head.name
-        if not restartable(facts, head, run):
-            return False
-        # One grace per death (the restart count names it), timed from when a follower saw it.
-        self._dead_since = getattr(self, "_dead_since", {})
-        seen = self._dead_since.setdefault((head, run.inputs.download_restarts.get(head, 0)), time.monotonic())
-        return time.monotonic() - seen <= HEAD_RESTART_GRACE
 
     def progress(self, facts, node):
         if not shared_hf.writer(node.inv, node.name):
@@ -281,13 +271,6 @@ class DownloadWeights(Step):
             lines.append(f"peer {bad} served bytes failing their checksum (seen by {by}); those "
                          "files came from the Hub: check that node's disk and memory")
         return lines
-
-
-def restartable(facts, name: str, run) -> bool:
-    """The node's downloader died of the Hub alone (its retry budget ran out on 5xx/429/
-    timeouts) and was restarted fewer than MAX_HUB_RESTARTS times in this run."""
-    return bool((facts.get("progress") or {}).get("transient")) and \
-        run.inputs.download_restarts.get(name, 0) < MAX_HUB_RESTARTS
 
 
 def hub_summary(details: list[dict], repo_bytes: int) -> str:

@@ -173,7 +173,7 @@ def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp
     """A head downloader that died of its retry budget alone is restarted by the head's own
     wait: the followers keep waiting (HEAD_RESTART_GRACE per death), not fail at once; after
     MAX_HUB_RESTARTS, or past the grace, they fail naming the head."""
-    from k3deploy.steps import download
+    from k3deploy.steps import hub_restart as download
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
     run.inputs.download_started.add("node0")
