@@ -188,6 +188,9 @@ def kill(fraction: float = 0.5) -> dict:
         disk = json.loads(tb.ssh(f"python3 -c {shlex.quote(_DISK)}").stdout)
         rc, out = _finish(tb.k3("run", "resume-download"), 900)
         again = tb.served() - served_at_kill
+        # what the rerun said of the files it did not simply resume
+        said = tb.ssh("grep -E 'mismatch|starting over|fails verification|adopting|resuming with' "
+                      "/mnt/nvme/.k3deploy/download.log").stdout.splitlines()
     on_disk = disk["complete"] + disk["recorded"]
     refetched = again - (repo - on_disk)
     # The partials' allocated blocks (tmpfs pages): what was written, recorded or not yet.
@@ -196,7 +199,8 @@ def kill(fraction: float = 0.5) -> dict:
             "on_disk_at_kill": on_disk, "of_which_partial_ranges": disk["recorded"],
             "lost_in_flight_at_kill": served_at_kill - on_disk, "served_after": again,
             "fetched_again": refetched, "fetched_again_over_on_disk": round(refetched / max(on_disk, 1), 4),
-            "partial_blocks_at_kill": disk["allocated"], "written_at_kill": written,
+            "partial_blocks_at_kill": disk["allocated"], "resumed_files": sum("resuming with" in x for x in said),
+            "not_resumed": [x for x in said if "resuming with" not in x][:6], "written_at_kill": written,
             "fetched_again_of_written": again - (repo - written),
             "held": rc == 0 and max(refetched, again - (repo - written)) <= 0.05 * on_disk,
             "tail": None if rc == 0 else out[-1500:]}
