@@ -17,8 +17,12 @@ X-Repo-Commit, X-Linked-Etag, X-Linked-Size and Accept-Ranges: huggingface_hub 2
 get_hf_file_metadata stops at the first off-Hub redirect and reads them there
 (utils/_http.py _httpx2_follow_hub_redirects_with_backoff). The real 302 is text/plain with a
 short body (ngxson/wllama#248 shows `content-type: text/plain; charset=utf-8`, a nonzero
-length); its text here, "Found. Redirecting to URL", is Express's redirect wording, assumed
-(clients never read it). Small (git) files answer directly."""
+length). Its text, "<reason>. Redirecting to <Location>", is the Hub's own for a 307 in
+containers/podman-desktop-extension-ai-lab#1651 (2024-09: "Temporary Redirect. Redirecting to
+/ibm-granite/...", text/plain, x-powered-by huggingface-moon); for the 302 it is that pattern
+with 302's reason, "Found" (no 302 body was found published; clients never read it). The 503 of
+an outage has no published body either: its JSON `error` is generic. Small (git) files answer
+directly."""
 from __future__ import annotations
 
 import json
@@ -46,6 +50,20 @@ _NO_TOKEN = ("Access to model {repo} is restricted. You must have access to it a
 _NO_GATED_PERMISSION = "Authorization error."
 _NOT_GRANTED = ("Access to model {repo} is restricted and you are not in the authorized list. "
                 "Visit https://huggingface.co/{repo} to ask for access.")
+
+
+def _rate_limited(limit: dict) -> str:
+    """The 429's message. Published for the API limit (huggingface_hub prints it from the answer,
+    alan-turing-institute/t0-1#169, 2026-02): "We had to rate limit you, you hit the quota of 1000
+    api requests per 5 minutes period. Upgrade to a PRO user or Team/Enterprise organization
+    account (https://hf.co/pricing) to get higher limits. See
+    https://huggingface.co/docs/hub/rate-limits". The resolvers' wording was not found; this is
+    that text with "resolvers" for "api" (an assumption) and the fault's quota and window."""
+    window = int(limit["window"])
+    period = f"{window // 60} minutes" if window % 60 == 0 else f"{window} seconds"
+    return (f"We had to rate limit you, you hit the quota of {int(limit['quota'])} resolvers requests "
+            f"per {period} period. Upgrade to a PRO user or Team/Enterprise organization account "
+            "(https://hf.co/pricing) to get higher limits. See https://huggingface.co/docs/hub/rate-limits")
 
 
 class HubHandler(LoggedHandler, BaseHTTPRequestHandler):
@@ -140,8 +158,7 @@ class HubHandler(LoggedHandler, BaseHTTPRequestHandler):
         who = auth if auth.startswith("Bearer ") else self.client_address[0]
         allowed, limit_headers = self.hub.faults.resolve_quota(self.faults, who)
         if not allowed:
-            # Only the headers are the real Hub's (hubfaults.py); the body text is generic.
-            return self._error(429, None, "Too Many Requests", limit_headers)
+            return self._error(429, None, _rate_limited(self.faults["rate_limit"]), limit_headers)
         if not self._check_repo(repo_id, rev, auth, resolve=True):
             return
         hub = self.hub
