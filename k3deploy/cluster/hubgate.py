@@ -2,8 +2,9 @@
 
 On the real Hub the model info and the file tree of a gated repo are public; only /resolve
 refuses: 401 without a token, 403 (`X-Error-Code: GatedRepo`) for a token whose account was not
-granted access, a plain 403 for a fine-grained token without read access to public gated repos
-(reference/hf-hub-notes.md; huggingface_hub utils/_http.py hf_raise_for_status). So the manifest
+granted access, a plain 403 (no GatedRepo code: huggingface_hub raises a bare HfHubHTTPError, not
+GatedRepoError, utils/_http.py hf_raise_for_status@2.4.0) for a fine-grained token without read
+access to public gated repos (huggingface/huggingface_hub#2844; reference/hf-hub-notes.md). So the manifest
 (hubmeta.resolve) cannot tell; one HEAD of one file's /resolve can, with the token the nodes
 will use. Not following its redirect (as huggingface_hub's get_hf_file_metadata stops at the
 first off-Hub one) leaves the CDN host in its Location: the host every node must also reach.
@@ -120,6 +121,13 @@ def refusal(manifest, status: int, headers, had_token: bool, token_env: str) -> 
         return BadInputError(
             f"the Hub does not accept the token in ${token_env} for {manifest.repo} ({status}: {said})",
             hint=f"the token is wrong or revoked: put a valid read token in ${token_env}")
+    if headers.get("X-Error-Code") != "GatedRepo":
+        return BadInputError(
+            f"the Hub refuses the token in ${token_env} for {manifest.repo} with a plain {status} "
+            f"({said}), not a GatedRepo one: a fine-grained token without access to gated repos",
+            hint="give the token \"Read access to contents of all public gated repos you can access\" "
+                 "(its permissions on https://huggingface.co/settings/tokens), or use a read token; "
+                 f"the account must also have accepted the terms on {page}")
     return BadInputError(
         f"the token in ${token_env} has no access to {manifest.repo} ({status}: {said})",
         hint=f"accept the model's terms on {page} with the account the token belongs to (some "

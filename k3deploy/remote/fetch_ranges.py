@@ -129,7 +129,10 @@ class PartialBlob:
         if not self.hash_lock.acquire(blocking=wait):
             return
         try:
-            with open(self.path, "rb") as f:
+            # Unbuffered: a buffered reader reads ahead past the prefix into holes that other
+            # connections fill meanwhile, and a later seek inside its buffer returns the stale
+            # zeros (a false sha256 mismatch, the whole file fetched again).
+            with open(self.path, "rb", buffering=0) as f:
                 while self.hashed < self.prefix:
                     f.seek(self.hashed)
                     chunk = f.read(min(HASH_READ, self.prefix - self.hashed))

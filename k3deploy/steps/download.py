@@ -23,11 +23,11 @@ from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import node_files, peers, shared_hf
+from k3deploy.steps.hub_restart import HeadRestartGrace, restartable
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
 STATUS = bundled("weights_status.py")
-MAX_HUB_RESTARTS = 3   # a downloader that died of the Hub's bad minutes is started again so often
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 
@@ -135,10 +135,7 @@ class DownloadWeights(Step):
         return node_files.changed_only(started, facts.get(node_files.FACT)) + waiting
 
     def _may_restart(self, facts, node) -> bool:
-        """It died of the Hub alone (its retry budget ran out on 5xx/429/timeouts) and was
-        restarted fewer than MAX_HUB_RESTARTS times in this run."""
-        return bool((facts.get("progress") or {}).get("transient")) and \
-            node.run.inputs.download_restarts.get(node.name, 0) < MAX_HUB_RESTARTS
+        return restartable(facts, node.name, node.run)
 
     def _waiting(self, node, restarting: bool = False) -> list[Action]:
         # The token file goes once the last file is verified: the waiting step promises that.
@@ -164,11 +161,16 @@ class DownloadWeights(Step):
                      hint=f"the head {head} downloads for every node; see its download log")]
 
     def check_cluster(self, all_facts, run, waited):
-        """A follower's wait: the head's downloader, started by this run, died."""
+        """A follower's wait: the head's downloader, started by this run, died. One that died of
+        the Hub alone is restarted by the head's own wait (within a poll or two): the followers
+        keep waiting for it (hub_restart.HEAD_RESTART_GRACE seconds at most per death)."""
         head = run.inv.head.name
         facts = all_facts.get(head)
         if facts and facts["missing_count"] and not facts["running"] \
                 and head in run.inputs.download_started:
+            self._grace = getattr(self, "_grace", None) or HeadRestartGrace()
+            if self._grace.waiting(facts, run):
+                return
             error = (facts.get("progress") or {}).get("error") or "the downloader exited"
             raise StepFailed(head, f"the head's download into the shared cache failed: {error} "
                              f"({facts['missing_count']} of {facts['total']} files not verified)\n"

@@ -46,7 +46,8 @@ def _up_parser(sub) -> None:
     up.add_argument("--hub-node-rate", type=int, default=0,
                     help="mock Hub bytes/s per node over all its connections (0: unthrottled)")
     up.add_argument("--hub-token-file", help="the mock Hub's granted bearer tokens, one per line "
-                    "(without --hub-gated every request needs one)")
+                    "(without --hub-gated every request needs one); a line 'TOKEN fine-grained-no-gated' "
+                    "is a fine-grained token without gated-repo read access (a plain 403)")
     up.add_argument("--hub-gated", action="store_true",
                     help="the real gate: API and tree public, /resolve 401 without a token, 403 with "
                          "one not in --hub-token-file")

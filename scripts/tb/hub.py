@@ -10,7 +10,8 @@ get_hf_file_metadata, model_info(files_metadata=True), list_repo_tree and verify
 No Xet metadata is ever sent, so the client uses plain HTTP.
 
 HUBDIR files: faults.json (re-read on every request), nodes.json (client IP -> node name),
-stats.json (written atomically), ready (the URL, once listening; removed on a clean exit).
+requests.jsonl (every answer of the Hub and the CDN, timestamped: hublog.py), stats.json
+(written atomically), ready (the URL, once listening; removed on a clean exit).
 stats.json: {"repo", "sha", "repo_bytes", "updated", "by_node": {node: {"bytes", "requests",
 "authorized_requests", "files": {path: {"bytes", "gets"}}}}}; node = name from nodes.json, else the
 client IP; "requests" counts every request, "authorized_requests" those carrying a bearer token
@@ -26,8 +27,10 @@ CLI: hub.py serve --dir HUBDIR --listen IP:PORT [--repo R] [--shards N] [--shard
 --node-rate caps each node (client address) over all its connections at once, Hub and CDN
 together: a node's Internet link, shared by its parallel downloads; --rate caps each connection
 (on the CDN too, unless --conn-rates draws each CDN connection's speed).
---token-file: the granted tokens, one per line. --gated: the real gate (only /resolve refuses);
-without it a token file makes every request need a granted token.
+--token-file: the granted tokens, one per line; `TOKEN fine-grained-no-gated` is a fine-grained
+token of a granted account without "read access to public gated repos" (hubhttp.py).
+--gated: the real gate (only /resolve refuses); without it a token file makes every request
+need a granted token.
 --cdn-listen: /resolve of LFS files redirects to a CDN on that address (hubcdn.py); its URL is in
 HUBDIR/cdn once listening. stats.json then has "cdn": {bytes, requests, authorized_requests,
 connections, slow_connections, by_node}.
@@ -57,6 +60,7 @@ from tb import hubcdn  # noqa: E402
 from tb.hubfaults import LiveFaults  # noqa: E402
 from tb.hubfaults import write_fault as _write_fault  # noqa: E402
 from tb.hubfiles import HubStats  # noqa: E402
+from tb.hublog import RequestLog  # noqa: E402
 from tb.hubhttp import HubHandler  # noqa: E402
 
 
@@ -91,6 +95,7 @@ class HubOptions:
     rate: int = 0
     node_rate: int = 0
     tokens: frozenset[str] | None = None
+    no_gated_tokens: frozenset[str] = frozenset()  # fine-grained, without gated-repo read access
     gated: bool = False
     cdn_listen: str | None = None
     url_ttl: int = 3600
@@ -103,7 +108,7 @@ class Hub:
 
     def __init__(self, hub_dir, repo: hubrepo.Repo, opts: HubOptions):
         self.dir, self.repo, self.rate, self.tokens = Path(hub_dir), repo, int(opts.rate), opts.tokens
-        self.gated, self.node_rate = opts.gated, int(opts.node_rate)
+        self.gated, self.node_rate, self.no_gated = opts.gated, int(opts.node_rate), opts.no_gated_tokens
         self.links, self.links_lock = {}, threading.Lock()
         self.url: str | None = None  # set once the server is bound
         self.cdn_url: str | None = None  # set once the CDN is bound (--cdn-listen)
@@ -111,6 +116,7 @@ class Hub:
         self.lottery = hubcdn.ConnLottery(opts.conn_rates, opts.rate, opts.conn_seed)
         self.faults = LiveFaults(self.dir)
         self.stats = HubStats(self.dir, repo)
+        self.requests = RequestLog(self.dir)
 
     def link(self, ip: str) -> NodeLink | None:
         """The node's --node-rate link (by node name, so all its addresses share it)."""
@@ -215,18 +221,26 @@ def serve_in_thread(hub_dir, **kwargs) -> HubHandle:
     return HubHandle(*start(hub_dir, **kwargs))
 
 
-def _tokens(path: str | None) -> frozenset[str] | None:
+FINE_GRAINED_NO_GATED = "fine-grained-no-gated"
+
+
+def _tokens(path: str | None) -> tuple[frozenset[str] | None, frozenset[str]]:
+    """(granted tokens, fine-grained ones among them without gated-repo read access): a line
+    is `TOKEN`, or `TOKEN fine-grained-no-gated`."""
     if not path:
-        return None
-    return frozenset(line.strip() for line in Path(path).read_text().splitlines() if line.strip())
+        return None, frozenset()
+    rows = [line.split() for line in Path(path).read_text().splitlines() if line.strip()]
+    return (frozenset(row[0] for row in rows),
+            frozenset(row[0] for row in rows if FINE_GRAINED_NO_GATED in row[1:]))
 
 
 def _serve(args) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before binding: no window for a hard kill
     conn_rates = hubcdn.parse_conn_rates(args.conn_rates) if args.conn_rates else None
+    tokens, no_gated = _tokens(args.token_file)
     servers, hub = start(args.dir, args.listen, args.repo, args.shards, args.shard_bytes, args.rate,
-                         node_rate=args.node_rate, tokens=_tokens(args.token_file), gated=args.gated,
+                         node_rate=args.node_rate, tokens=tokens, no_gated_tokens=no_gated, gated=args.gated,
                          cdn_listen=args.cdn_listen, url_ttl=args.url_ttl, conn_rates=conn_rates,
                          conn_seed=args.conn_seed)
     for server in servers[1:]:
@@ -256,7 +270,8 @@ def main(argv=None) -> int:
     serve.add_argument("--rate", type=int, default=0, help="bytes/s per connection, 0 = unthrottled")
     serve.add_argument("--node-rate", type=int, default=0,
                        help="bytes/s per node over all its connections, 0 = unthrottled")
-    serve.add_argument("--token-file", help="the granted tokens ('Authorization: Bearer T'), one per line")
+    serve.add_argument("--token-file", help="the granted tokens ('Authorization: Bearer T'), one per line "
+                       f"('T {FINE_GRAINED_NO_GATED}': a fine-grained one without gated-repo read access)")
     serve.add_argument("--gated", action="store_true", help="the real gate: only /resolve refuses")
     serve.add_argument("--cdn-listen", help="IP:PORT of the CDN that /resolve of LFS files redirects to")
     serve.add_argument("--url-ttl", type=int, default=3600, help="seconds a signed CDN URL is valid")

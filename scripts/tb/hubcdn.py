@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from tb import hubbody
+from tb.hublog import LoggedHandler
 
 if TYPE_CHECKING:
     from tb.hub import Hub
@@ -108,7 +109,8 @@ def parse_conn_rates(text: str) -> tuple[int, int, float]:
     return slow, fast, fraction
 
 
-class CdnHandler(BaseHTTPRequestHandler):
+class CdnHandler(LoggedHandler, BaseHTTPRequestHandler):
+    log_host = "cdn"
     protocol_version = "HTTP/1.1"
     timeout = 300
     server_version = "k3tb-mock-cdn/1"

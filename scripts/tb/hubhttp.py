@@ -7,7 +7,9 @@ restricted. You must have access to it and be authenticated to access it. Please
 (published in ToTheBeginning/PuLID#97 and Aratako/T5Gemma-TTS#6); with a token not granted: 403
 GatedRepo, "Access to model R is restricted and you are not in the authorized list. Visit
 https://huggingface.co/R to ask for access." (huggingface_hub tests/test_file_download.py
-@ ee0a4510f4bc; ariG23498/gemma3-object-detection#5). Without `gated`, a token list makes the
+@ ee0a4510f4bc; ariG23498/gemma3-object-detection#5); with a fine-grained token of a granted
+account that lacks gated-repo read access (`TOKEN fine-grained-no-gated` in the token file): a
+plain 403 without X-Error-Code (_NO_GATED_PERMISSION below). Without `gated`, a token list makes the
 whole repo private-like (every request needs a granted token), as before.
 
 With the CDN on, /resolve of an LFS file answers 302 with Location (a signed CDN URL),
@@ -15,8 +17,12 @@ X-Repo-Commit, X-Linked-Etag, X-Linked-Size and Accept-Ranges: huggingface_hub 2
 get_hf_file_metadata stops at the first off-Hub redirect and reads them there
 (utils/_http.py _httpx2_follow_hub_redirects_with_backoff). The real 302 is text/plain with a
 short body (ngxson/wllama#248 shows `content-type: text/plain; charset=utf-8`, a nonzero
-length); its text here, "Found. Redirecting to URL", is Express's redirect wording, assumed
-(clients never read it). Small (git) files answer directly."""
+length). Its text, "<reason>. Redirecting to <Location>", is the Hub's own for a 307 in
+containers/podman-desktop-extension-ai-lab#1651 (2024-09: "Temporary Redirect. Redirecting to
+/ibm-granite/...", text/plain, x-powered-by huggingface-moon); for the 302 it is that pattern
+with 302's reason, "Found" (no 302 body was found published; clients never read it). The 503 of
+an outage has no published body either: its JSON `error` is generic. Small (git) files answer
+directly."""
 from __future__ import annotations
 
 import json
@@ -25,17 +31,42 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tb import hubbody, hubrepo
+from tb.hublog import LoggedHandler
 
 if TYPE_CHECKING:
     from tb.hub import Hub
 
 _NO_TOKEN = ("Access to model {repo} is restricted. You must have access to it and be authenticated "
              "to access it. Please log in.")
+# A fine-grained token without "Read access to contents of all public gated repos you can
+# access" gets a plain 403, no GatedRepo code, so huggingface_hub raises a bare HfHubHTTPError
+# ("403 Forbidden: <X-Error-Message>. ... Make sure your token has the correct permissions.",
+# utils/_http.py hf_raise_for_status, the 403 branch, 2.4.0) and not GatedRepoError. The cause:
+# huggingface/huggingface_hub#2844 (a granted account's token refused with a plain 403; the
+# maintainer names that checkbox). The message: a published plain 403 of /resolve on a gated
+# repo whose access was granted, "403 Forbidden: Authorization error.." (meta-llama/llama3#189,
+# 2024-05; the client appends the second '.'). Whether that reporter's token was fine-grained
+# is not said there.
+_NO_GATED_PERMISSION = "Authorization error."
 _NOT_GRANTED = ("Access to model {repo} is restricted and you are not in the authorized list. "
                 "Visit https://huggingface.co/{repo} to ask for access.")
 
 
-class HubHandler(BaseHTTPRequestHandler):
+def _rate_limited(limit: dict) -> str:
+    """The 429's message. Published for the API limit (huggingface_hub prints it from the answer,
+    alan-turing-institute/t0-1#169, 2026-02): "We had to rate limit you, you hit the quota of 1000
+    api requests per 5 minutes period. Upgrade to a PRO user or Team/Enterprise organization
+    account (https://hf.co/pricing) to get higher limits. See
+    https://huggingface.co/docs/hub/rate-limits". The resolvers' wording was not found; this is
+    that text with "resolvers" for "api" (an assumption) and the fault's quota and window."""
+    window = int(limit["window"])
+    period = f"{window // 60} minutes" if window % 60 == 0 else f"{window} seconds"
+    return (f"We had to rate limit you, you hit the quota of {int(limit['quota'])} resolvers requests "
+            f"per {period} period. Upgrade to a PRO user or Team/Enterprise organization account "
+            "(https://hf.co/pricing) to get higher limits. See https://huggingface.co/docs/hub/rate-limits")
+
+
+class HubHandler(LoggedHandler, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 300  # idle keep-alive connections must not pin a thread forever
     server_version = "k3tb-mock-hub/1"
@@ -92,6 +123,9 @@ class HubHandler(BaseHTTPRequestHandler):
         if not self.hub.gated and tokens is None:
             return True
         token = auth[len("Bearer "):] if auth.startswith("Bearer ") else None
+        if token is not None and self.hub.gated and token in self.hub.no_gated:
+            self._error(403, None, _NO_GATED_PERMISSION)
+            return False
         if token is not None and token in (tokens or ()):
             return True
         if token is None:
@@ -124,8 +158,7 @@ class HubHandler(BaseHTTPRequestHandler):
         who = auth if auth.startswith("Bearer ") else self.client_address[0]
         allowed, limit_headers = self.hub.faults.resolve_quota(self.faults, who)
         if not allowed:
-            # Only the headers are the real Hub's (hubfaults.py); the body text is generic.
-            return self._error(429, None, "Too Many Requests", limit_headers)
+            return self._error(429, None, _rate_limited(self.faults["rate_limit"]), limit_headers)
         if not self._check_repo(repo_id, rev, auth, resolve=True):
             return
         hub = self.hub

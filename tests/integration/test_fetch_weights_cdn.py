@@ -132,3 +132,22 @@ def test_no_ref_before_its_snapshot(tmp_path):
             proc.kill()
             proc.wait()
     assert served(hub) is not None
+
+
+def test_no_request_reaches_the_hub_before_the_t_its_429_gave(tmp_path):
+    """The mock Hub's rate limit (fixed windows, 429 with RateLimit t) against the downloader's
+    many connections, judged from the Hub's own request log (requests.jsonl): after each 429
+    nothing arrives before answered + t, apart from requests already sent when it went out."""
+    from tb import hublog
+    with cdn_hub(tmp_path, shards=4, shard_bytes=300_000) as hub:
+        tbhub.write_fault(hub.dir, "rate-limit", 4, 2)
+        node = node_for(tmp_path, hub)
+        result = node.run()
+        assert result.returncode == 0, result.stdout + result.stderr
+        log = [json.loads(line) for line in (hub.dir / "requests.jsonl").read_text().splitlines()]
+    seen = hublog.after_429(log, "127.0.0.1", "hub", in_flight=0.5)
+    assert seen["answered_429"] > 0 and seen["early"] == [], seen
+    assert seen["first_after_t_s_min"] >= 0.5, seen   # huggingface_hub's (and our) +1 s
+    resolves = [r for r in log if "/resolve/" in r["path"] and r["host"] == "hub"]
+    assert {r["status"] for r in resolves} >= {302, 429} and all(r["answered"] >= r["arrived"] for r in log)
+    assert not any(r["authorized"] for r in log if r["host"] == "cdn")

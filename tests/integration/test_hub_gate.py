@@ -13,6 +13,7 @@ from tbfixture import testbed
 pytestmark = pytest.mark.integration
 
 GRANTED = "hf_granted_testbed_token"
+FINE_GRAINED = "hf_fine_grained_without_gated_read"
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def gated(tmp_path_factory):
     the one that blocks a port heals it)."""
     where = tmp_path_factory.mktemp("gated")
     tokens = where / "granted-tokens"
-    tokens.write_text(f"{GRANTED}\n")
+    tokens.write_text(f"{GRANTED}\n{FINE_GRAINED} fine-grained-no-gated\n")
     with testbed(where, nodes=2, gpu="b300", hub_cdn=True, hub_gated=True,
                  hub_token_file=str(tokens), shard_bytes=20_000) as tb:
         yield tb
@@ -35,6 +36,8 @@ def _logins(tb, sshd_log) -> dict[str, int]:
     (None, ["without a token", "$HF_TOKEN is not set", "accept the model's terms"]),
     ("hf_not_on_the_list", ["the token in $HF_TOKEN has no access", "not in the authorized list",
                             "accept the model's terms", "fine-grained token"]),
+    (FINE_GRAINED, ["plain 403 (Authorization error.), not a GatedRepo one", "fine-grained token",
+                    "Read access to contents of all public gated repos you can access"]),
 ])
 def test_a_refused_gate_is_exit_2_before_any_ssh(gated, k3, sshd_log, token, said):
     before = _logins(gated, sshd_log)

@@ -56,10 +56,10 @@ def serving(answer):
         thread.join()
 
 
-def setup(tmp_path, url: str, size: int = len(BODY), **knobs):
+def setup(tmp_path, url: str, size: int = len(BODY), body: bytes = BODY, **knobs):
     doc = {"schema": SCHEMA_VERSION, "repo": "moonshotai/Kimi-K3", "sha": SHA, "endpoint": url,
            "files": [{"path": "model.safetensors", "size": size,
-                      "sha256": hashlib.sha256(BODY).hexdigest()}], **knobs}
+                      "sha256": hashlib.sha256(body).hexdigest()}], **knobs}
     manifest = fw.Manifest(doc)
     spec = manifest.files[0]
     cache = fw.RepoCache(str(tmp_path / "hf"), manifest.repo)
@@ -215,3 +215,46 @@ def test_cdn_refusal_means_a_fresh_resolve_and_the_cdn_never_gets_the_token(tmp_
     assert part.digest() == spec.sha256
     assert len(resolves) >= 3 and all(a == "Bearer hf_secret" for a in resolves)
     assert cdn_auth and all(a is None for a in cdn_auth)
+
+
+def test_the_prefix_hash_never_reads_a_hole_another_range_fills_meanwhile(tmp_path, monkeypatch):
+    """Ranges land out of order, so the partial has holes past its prefix. A buffered reader
+    reads ahead into such a hole; when another connection fills it while the hash loop runs,
+    the next seek inside the buffer must not hand back the stale zeros (seen on a testbed: a
+    whole shard fetched again after a false sha256 mismatch, its bytes on disk all correct)."""
+    import sys
+    body = bytes(range(251)) * 200     # 50,200 bytes, no run of zeros
+    manifest, spec, cache, progress = setup(tmp_path, "http://127.0.0.1:9", size=len(body), body=body)
+    part = fw.PartialBlob(cache.partial(spec.etag), spec, progress, cache.ranges(spec.etag))
+    f = part.open()
+    part.write_at(f, 32768, body[32768:])   # a later range first: [10000, 32768) is a hole
+    part.write_at(f, 0, body[:10000])
+    ranges = sys.modules[fw.PartialBlob.__module__]
+    real_open = open
+
+    class MidHashWrite:
+        """The file the hash reads; after its first read another connection fills the hole."""
+        def __init__(self, *args, **kwargs):
+            self.inner, self.reads = real_open(*args, **kwargs), 0
+
+        def read(self, n):
+            data = self.inner.read(n)
+            self.reads += 1
+            if self.reads == 1:
+                part.write_at(f, 10000, body[10000:32768])
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.inner.close()
+
+    monkeypatch.setattr(ranges, "open", MidHashWrite, raising=False)
+    part.advance_hash(wait=True)
+    monkeypatch.undo()
+    f.close()
+    assert part.digest() == spec.etag

@@ -38,10 +38,17 @@ def test_refusals_name_the_repo_the_variable_and_the_fix():
     text = "\n".join(no_token.lines())
     assert "moonshotai/Kimi-K3" in text and "$MY_HF is not set" in text
     assert "accept the model's terms on http://10.213.0.1:8900/moonshotai/Kimi-K3" in text
-    denied = "\n".join(hubgate.refusal(m, 403, {"X-Error-Message": "not in the authorized list"},
+    denied = "\n".join(hubgate.refusal(m, 403, {"X-Error-Code": "GatedRepo",
+                                                "X-Error-Message": "not in the authorized list"},
                                        True, "MY_HF").lines())
     assert "the token in $MY_HF has no access to moonshotai/Kimi-K3" in denied
     assert "not in the authorized list" in denied and "fine-grained token" in denied
+    # a fine-grained token without gated-repo read access: a plain 403, no GatedRepo code
+    plain = "\n".join(hubgate.refusal(m, 403, {"X-Error-Message": "Authorization error."}, True,
+                                      "MY_HF").lines())
+    assert "refuses the token in $MY_HF for moonshotai/Kimi-K3 with a plain 403" in plain
+    assert "Read access to contents of all public gated repos you can access" in plain
+    assert "has no access" not in plain
     bad = "\n".join(hubgate.refusal(m, 401, {"X-Error-Message": "Invalid credentials in Authorization "
                                              "header"}, True, "MY_HF").lines())
     assert "does not accept the token in $MY_HF" in bad

@@ -167,3 +167,29 @@ def test_preflight_disk_check_counts_the_checkpoint_against_the_shared_volume(tm
     assert "paths.reserve_gb" in message
     assert any(f.name == "volume_free_bytes" for f in Preflight().probes(head))
     assert not any(f.name == "volume_free_bytes" for f in Preflight().probes(ctx(tmp_path, rank=1)))
+
+
+def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp_path, monkeypatch):
+    """A head downloader that died of its retry budget alone is restarted by the head's own
+    wait: the followers keep waiting (HEAD_RESTART_GRACE per death), not fail at once; after
+    MAX_HUB_RESTARTS, or past the grace, they fail naming the head."""
+    from k3deploy.steps import hub_restart as download
+    node = ctx(tmp_path, rank=1)
+    step, run = DownloadWeights(), node.run
+    run.inputs.download_started.add("node0")
+    hub_dead = {**MISSING, "progress": {"error": "no new byte for 900s (retry budget)", "transient": True}}
+    seen = {"node0": hub_dead, "node1": marked(MISSING, node)}
+    clock = [1000.0]
+    monkeypatch.setattr(download.time, "monotonic", lambda: clock[0])
+    step.check_cluster(seen, run, 1.0)
+    clock[0] += download.HEAD_RESTART_GRACE          # still inside this death's grace
+    step.check_cluster(seen, run, 2.0)
+    clock[0] += 1
+    with pytest.raises(StepFailed) as err:           # the head never restarted it
+        step.check_cluster(seen, run, 3.0)
+    assert err.value.node == "node0" and "retry budget" in str(err.value)
+    run.inputs.download_restarts["node0"] = 1        # restarted, and died of the Hub again
+    step.check_cluster(seen, run, 4.0)               # a new death, a new grace
+    run.inputs.download_restarts["node0"] = download.MAX_HUB_RESTARTS
+    with pytest.raises(StepFailed):                  # no restart left: the followers fail too
+        step.check_cluster(seen, run, 5.0)

@@ -367,18 +367,18 @@ def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
 
 
 def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp_path):
-    from k3deploy.steps import download
+    from k3deploy.steps import hub_restart
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
     ctx.run.inputs.download_started.add(ctx.name)
     dead = {"missing_count": 3, "running": False, "log": "", "total": 5,
             "progress": {"transient": True, "error": "x: no new byte for 900s (retry budget; last: HTTP 503)"}}
     step = DownloadWeights()
-    for restarts in range(download.MAX_HUB_RESTARTS):
+    for restarts in range(hub_restart.MAX_HUB_RESTARTS):
         ctx.run.inputs.download_restarts[ctx.name] = restarts
         actions = step.plan(dead, ctx)
         assert any(a.tag == "start-downloader" for a in actions)
         assert actions[-2].wait.until == f"every file verified (start {restarts + 2})"
-    ctx.run.inputs.download_restarts[ctx.name] = download.MAX_HUB_RESTARTS
+    ctx.run.inputs.download_restarts[ctx.name] = hub_restart.MAX_HUB_RESTARTS
     with pytest.raises(StepFailed, match="no new byte for 900s"):
         step.plan(dead, ctx)
     with pytest.raises(StepFailed, match="mismatch"):   # not the Hub's minutes: no restart

@@ -1,0 +1,40 @@
+"""When a node's downloader that died of the Hub's bad minutes is started again in the same run,
+and how long a shared volume's followers wait for the head's restart of one.
+
+A downloader gives up on a file only after download.retry_minutes without a new byte; when that
+alone ended it (5xx, 429 or timeouts: its progress says `transient`), the node's own download
+wait starts it again, MAX_HUB_RESTARTS times per run. The followers of a shared HF cache see
+the head's downloader dead before that restart (the head's wait restarts it within a poll or
+two): they wait HEAD_RESTART_GRACE seconds per death before they fail naming the head.
+"""
+
+from __future__ import annotations
+
+import time
+
+MAX_HUB_RESTARTS = 3
+HEAD_RESTART_GRACE = 60.0
+
+
+def restartable(facts: dict, name: str, run) -> bool:
+    """The node's downloader died of the Hub alone and was restarted fewer than
+    MAX_HUB_RESTARTS times in this run."""
+    return bool((facts.get("progress") or {}).get("transient")) and \
+        run.inputs.download_restarts.get(name, 0) < MAX_HUB_RESTARTS
+
+
+class HeadRestartGrace:
+    """One grace per death of the head's downloader (its restart count names the death), timed
+    from when a follower first saw it dead."""
+
+    def __init__(self):
+        self.dead_since: dict[tuple[str, int], float] = {}
+
+    def waiting(self, facts: dict, run) -> bool:
+        """True while the followers should keep waiting for the head's restart."""
+        head = run.inv.head.name
+        if not restartable(facts, head, run):
+            return False
+        death = (head, run.inputs.download_restarts.get(head, 0))
+        seen = self.dead_since.setdefault(death, time.monotonic())
+        return time.monotonic() - seen <= HEAD_RESTART_GRACE
