@@ -5,14 +5,15 @@ fabric/exceptions.py @2e5dffbc): every call runs to its end in its own thread, a
 maps each key to the call's return value or to the exception that stopped it, with `succeeded`
 and `failed` sub-dicts. Where Fabric raises `GroupException(result)` when any call failed, the
 callers here choose: `unwrapped()` raises the first failure in key order (what a
-`ThreadPoolExecutor.map` loop raised), `failed` lets them report every node.
+loop over a pool's `map` raised), `failed` lets them report every node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from k3deploy.remote.thread_pool import pool
 
 MAX_THREADS = 32  # SSH sessions opened at once; a larger cluster queues behind them
 T = TypeVar("T")
@@ -63,8 +64,8 @@ def run_each(fn: Callable[[T], Any], items: Iterable[T],
     result = GroupResult()
     if not items:
         return result
-    with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(items))) as pool:
-        found = list(pool.map(lambda item: _capture(fn, item), items))
+    with pool(min(MAX_THREADS, len(items)), "group") as threads:
+        found = list(threads.map(lambda item: _capture(fn, item), items))
     for item, value in zip(items, found):
         result[key(item)] = value
     return result
