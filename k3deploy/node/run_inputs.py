@@ -7,6 +7,7 @@ once and read by name, never looked up by a string key.
 
 from __future__ import annotations
 
+import random
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,9 @@ class RunInputs:
     download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
     relaunched_after: dict = field(default_factory=dict)   # node -> the incident this up archived
     download_restarts: dict[str, int] = field(default_factory=dict)  # node -> restarts after a Hub failure
+    # The port mesh's sample of ephemeral ports (steps/reachability.py), drawn once per run so
+    # that deciding the mesh is a pure function of the facts and this.
+    mesh_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(32))
     # Ray workers join one at a time (steps/ray_cluster.py).
     ray_join_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     token: str | None = field(default=None, repr=False)          # read through hf_token()

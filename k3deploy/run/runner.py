@@ -14,6 +14,7 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, BadInputError,
                              Interrupted, K3Error, StepFailed, UnreachableError)
 from k3deploy.node import identity
+from k3deploy.run.cluster_look import look_across
 from k3deploy.run.observer import Observer
 from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
@@ -171,7 +172,7 @@ class Runner:
             return False
         try:
             return self._after_step(step, all_facts)
-        except Interrupted:  # during the cluster-wide checks (preflight's port probe)
+        except Interrupted:  # during the cluster probes (preflight's port mesh)
             return False
 
     def _block(self, step: Step, targets: list[NodeContext]) -> None:
@@ -197,13 +198,15 @@ class Runner:
 
     def _after_step(self, step: Step, all_facts: dict[str, dict]) -> bool:
         usable = {n: f for n, f in all_facts.items() if f is not None}
+        if usable:
+            usable = look_across(step, usable, {c.name: c for c in self.contexts}, self.run)
         problems = step.cluster_problems(usable, self.run) if usable else []
         for node, check, message in problems:
             self.report.problems.append((node, check, message))
         if step.read_only and self.report.problems:
             return False
         if self.run.ui and not self.run.check and not self.report.failed_nodes():
-            for line in step.closing_lines(self.run):
+            for line in step.closing_lines(self.run, usable):
                 klog.get(step=step.label).log(self.event_level, "step.message", text=line)
                 self.run.ui.say(line)
         return not (step.needs_all_nodes and self.report.failed_nodes())

@@ -254,7 +254,7 @@ class DownloadWeights(Step):
                 "hub_bytes": progress.get("hub_bytes"), "peer_bytes": progress.get("peer_bytes"),
                 "bad_peers": progress.get("bad_peers") or []}
 
-    def closing_lines(self, run):
+    def closing_lines(self, run, all_facts):
         if not self.p.wait or run.inputs.manifest is None:
             return []
         details = [run.session.states[n.name].step(self.label).get("detail") or {}

@@ -14,7 +14,7 @@ from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
 from k3deploy.steps import docker_host, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, ports_in_use,
+from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, ports_in_use,
                                          reachability_problems, serving, serving_facts)
 from k3deploy.steps.sameness import undeclared_problems
 
@@ -48,7 +48,6 @@ def _facts(node) -> list[F.Fact]:
 class Preflight(Step):
     name = "preflight"
     read_only = True
-    ports_not_probed = False
 
     def gate(self, run) -> None:
         reach_for(run)
@@ -68,14 +67,15 @@ class Preflight(Step):
             out += check(facts, node)
         return out
 
-    def cluster_problems(self, all_facts, run):
-        out = (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
-               + shared_hf.marker_problems(all_facts, run))
-        self.ports_not_probed = serving(run, all_facts)
-        return out + reachability_problems(run, all_facts)
+    def cluster_probes(self, all_facts, run):
+        return mesh_probes(run, all_facts)
 
-    def closing_lines(self, run) -> list[str]:
-        return [NOT_PROBED] if self.ports_not_probed else []
+    def cluster_problems(self, all_facts, run):
+        return (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
+                + shared_hf.marker_problems(all_facts, run) + reachability_problems(run, all_facts))
+
+    def closing_lines(self, run, all_facts) -> list[str]:
+        return [NOT_PROBED] if serving(run, all_facts) else []
 
     def detail(self, facts, node):
         return {"gpus": len(facts.get("gpus") or []), "cuda": facts.get("cuda"),

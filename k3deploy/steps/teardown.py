@@ -81,7 +81,7 @@ class CollectLogs(Step):
                 saved.append(str(path))
         return saved
 
-    def closing_lines(self, run):
+    def closing_lines(self, run, all_facts):
         return [f"logs {'would be ' if run.check else ''}saved in {logs_dir(run)}"]
 
     def detail(self, facts, node):
@@ -155,7 +155,7 @@ class WipeWeights(Step):
         return [cmd(f"delete {what}", "rm", "-rf", "--", *present,
                     sudo=True, retry=True)] if present else []
 
-    def closing_lines(self, run):
+    def closing_lines(self, run, all_facts):
         """Printed only when every node ran the step (the runner): the head did too."""
         if not shared_hf.shared(run.inv):
             return []
