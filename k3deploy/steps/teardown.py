@@ -11,12 +11,11 @@ from pathlib import Path
 from k3deploy.node import apikey, guard_config
 from k3deploy import engines
 from k3deploy.node import facts as F
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.redact import redact
 from k3deploy.core.status import Status
 from k3deploy.steps import probes, shared_hf
 from k3deploy.steps.base import Action, Step, cmd
-from k3deploy.steps.download import Paths as DownloadPaths
-from k3deploy.steps.preflight import model_cache_dir
 
 
 def logs_dir(run) -> Path:
@@ -50,7 +49,7 @@ class CollectLogs(Step):
     def probes(self, node):
         logs = engines.docker_logs_argv(node.inv.engine.container)
         return [F.command("engine", logs, F.raw, sudo=True),
-                F.command("download", ["cat", DownloadPaths(node).log], F.raw),
+                F.command("download", ["cat", WorkPaths(node.inv.paths.work).log], F.raw),
                 *guard_files(node)]
 
     def plan(self, facts, node):
@@ -118,7 +117,7 @@ class StopDownload(Step):
     runs_after_failures = True
 
     def probes(self, node):
-        pid = shlex.quote(DownloadPaths(node).pid)
+        pid = shlex.quote(WorkPaths(node.inv.paths.work).pid)
         # The pid file's process, only while it still is the downloader (pids are reused).
         alive = (f"p=$(cat {pid}) && tr '\\0' ' ' < /proc/$p/cmdline | grep -q fetch_weights "
                  "&& echo $p")
@@ -142,7 +141,7 @@ class WipeWeights(Step):
         # A shared cache is one copy: only the head deletes it (and says so, closing_lines).
         if not shared_hf.writer(node.inv, node.name):
             return [node.inv.paths.work]
-        return [model_cache_dir(node.inv), node.inv.paths.work]
+        return [node.inv.model_cache, node.inv.paths.work]
 
     def probes(self, node):
         return [F.Fact(f"exists{i}", f"test -e {shlex.quote(p)}", F.exit_ok, sudo=True)
@@ -150,7 +149,7 @@ class WipeWeights(Step):
 
     def plan(self, facts, node):
         present = [p for i, p in enumerate(self.targets(node)) if facts[f"exists{i}"]]
-        what = "weights and k3deploy files" if model_cache_dir(node.inv) in present else \
+        what = "weights and k3deploy files" if node.inv.model_cache in present else \
             "k3deploy files"
         return [cmd(f"delete {what}", "rm", "-rf", "--", *present,
                     sudo=True, retry=True)] if present else []
@@ -159,7 +158,7 @@ class WipeWeights(Step):
         """Printed only when every node ran the step (the runner): the head did too."""
         if not shared_hf.shared(run.inv):
             return []
-        head, where = run.inv.head.name, model_cache_dir(run.inv)
+        head, where = run.inv.head.name, run.inv.model_cache
         status = run.session.states[head].step(self.label).get("status")
         if status != Status.CHANGED:
             return [f"the shared copy {where} was already gone"]
