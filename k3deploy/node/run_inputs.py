@@ -8,7 +8,6 @@ once and read by name, never looked up by a string key.
 from __future__ import annotations
 
 import random
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +31,6 @@ class RunInputs:
     # The port mesh's sample of ephemeral ports (steps/reachability.py), drawn once per run so
     # that deciding the mesh is a pure function of the facts and this.
     mesh_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(32))
-    # Ray workers join one at a time (steps/ray_cluster.py).
-    ray_join_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     token: str | None = field(default=None, repr=False)          # read through hf_token()
     token_read: bool = field(default=False, repr=False)
 

@@ -100,6 +100,7 @@ class Step:
     name: ClassVar[str] = "step"
     read_only: ClassVar[bool] = False
     head_first: ClassVar[bool] = False      # launch: head, then the others
+    one_by_one: ClassVar[bool] = False      # with head_first: the others one after another
     needs_all_nodes: ClassVar[bool] = False  # refuses to run if any node failed earlier
     runs_after_failures: ClassVar[bool] = False  # teardown: still runs where earlier steps failed
     Params: ClassVar[type | None] = None          # pydantic model of the playbook's `with:`

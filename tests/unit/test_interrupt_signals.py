@@ -13,7 +13,8 @@ from k3deploy.cluster import inventory
 from k3deploy.node.context import RunContext
 from k3deploy.core.errors import Interrupted
 from k3deploy.run.interrupt_notes import notes
-from k3deploy.run.runner import Runner, RunReport, StepResult
+from k3deploy.run.report import RunReport, StepResult
+from k3deploy.run.runner import Runner
 from k3deploy.steps.base import Step, cmd
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
