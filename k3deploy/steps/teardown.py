@@ -8,7 +8,7 @@ import shlex
 import time
 from pathlib import Path
 
-from k3deploy.node import apikey, guard_config
+from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.remote.protocol import WorkPaths
@@ -128,9 +128,9 @@ class StopDownload(Step):
         if not pid:
             return []
         # SIGTERM lets it finish the file it is writing (partials resume later); KILL after 10 s.
-        script = ('kill -TERM "$1"; i=0; while kill -0 "$1" 2>/dev/null && [ $i -lt 100 ]; '
-                  'do sleep 0.1; i=$((i+1)); done; kill -KILL "$1" 2>/dev/null; true')
-        return [cmd(f"stop the downloader (pid {pid})", "sh", "-c", script, "stop", pid)]
+        # The pid goes in as $1, never into the script's text.
+        return [cmd(f"stop the downloader (pid {pid})", "sh", "-c",
+                    detached.stop('"$1"', tenths=100), "stop", pid)]
 
 
 class WipeWeights(Step):

@@ -98,7 +98,7 @@ def test_stop_peer_server_only_when_running(tmp_path):
     node = ctx(tmp_path)
     assert StopPeerServer().plan({"running": False}, node) == []
     (stop,) = StopPeerServer().plan({"running": True}, node)
-    assert "grep -q peer_server /proc/$p/cmdline" in stop.argv[2] and "kill $p" in stop.argv[2]
+    assert "grep -q peer_server /proc/$p/cmdline" in stop.argv[2] and "kill -TERM $p" in stop.argv[2]
 
 
 def test_hub_summary_states_hub_bytes_against_the_repo():
