@@ -5,7 +5,6 @@ check: some nodes unreachable, the rest handled), 130/143 interrupted."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from enum import Enum
 from typing import Annotated
@@ -17,6 +16,7 @@ try:  # typer >= 0.20 vendors click; its exceptions are the ones raised
 except ImportError:  # pragma: no cover - older typer uses the click package
     from click import exceptions as click_exc
 
+from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.core.errors import EXIT_BAD_INPUT, K3Error
 from k3deploy.core.redact import redact
@@ -269,7 +269,7 @@ def program() -> None:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (`k3deploy status | head`)
             pass
-    os._exit(code)
+    interrupt.exit_process(code)   # the one os._exit on the laptop side (tests replace it)
 
 
 def exit_code(argv: list[str] | None = None) -> int:

@@ -55,7 +55,7 @@ def spec_findings(spec: LaunchSpec) -> list[Finding]:
 
 
 def inventory_specs(inv) -> list[LaunchSpec]:
-    image = engines.choose_image(inv.engine.kind, "13.0", inv.engine.image)
+    image = engines.inventory_image(inv, "13.0")
     return [spec_from_inventory.build(inv, node, rank, image, _SAMPLE_SHA,
                              with_key=inv.engine.require_api_key)
             for rank, node in inv.ranked()]

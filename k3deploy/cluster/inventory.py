@@ -189,6 +189,11 @@ class Inventory(_Model):
         return moe_runner_backend(self.engine.kind, self.gpu.model, self.model.precision)
 
     @property
+    def model_cache(self) -> str:
+        """The model's folder in the HF cache on every node (remote/protocol.py's layout)."""
+        return protocol.cache_storage(self.paths.hf, self.model.repo)
+
+    @property
     def total_gpus(self) -> int:
         return self.gpu.count * len(self.nodes)
 

@@ -2,17 +2,19 @@
 
 Modelled on Fabric's `ThreadingGroup` and `GroupResult` (fabric/group.py and
 fabric/exceptions.py @2e5dffbc): every call runs to its end in its own thread, and the result
-maps each key to the call's return value or to the exception that stopped it, with `succeeded`
-and `failed` sub-dicts. Where Fabric raises `GroupException(result)` when any call failed, the
-callers here choose: `unwrapped()` raises the first failure in key order (what a
-`ThreadPoolExecutor.map` loop raised), `failed` lets them report every node.
+maps each key to the call's return value or to the exception that stopped it, with a `failed`
+sub-dict (Fabric's `succeeded` had no reader here). Where Fabric raises
+`GroupException(result)` when any call failed, the callers here choose: `unwrapped()` raises
+the first failure in key order (what a loop over a pool's `map` raised), `failed` lets them
+report every node. The threads come from remote/thread_pool.py, the one pool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from k3deploy.remote.thread_pool import pool
 
 MAX_THREADS = 32  # SSH sessions opened at once; a larger cluster queues behind them
 T = TypeVar("T")
@@ -20,10 +22,6 @@ T = TypeVar("T")
 
 class GroupResult(dict):
     """key -> return value, or the BaseException the call raised (in the order given)."""
-
-    @property
-    def succeeded(self) -> dict:
-        return {k: v for k, v in self.items() if not isinstance(v, BaseException)}
 
     @property
     def failed(self) -> dict[Any, BaseException]:
@@ -63,8 +61,8 @@ def run_each(fn: Callable[[T], Any], items: Iterable[T],
     result = GroupResult()
     if not items:
         return result
-    with ThreadPoolExecutor(max_workers=min(MAX_THREADS, len(items))) as pool:
-        found = list(pool.map(lambda item: _capture(fn, item), items))
+    with pool(min(MAX_THREADS, len(items)), "group") as threads:
+        found = list(threads.map(lambda item: _capture(fn, item), items))
     for item, value in zip(items, found):
         result[key(item)] = value
     return result

@@ -13,7 +13,7 @@ import json
 from k3deploy.engines.docker import (docker_exec_argv, docker_logs_argv, docker_rm_argv,
                                      docker_run_argv, engine_env, vllm_env_host_path)
 from k3deploy.engines.images import (SGLANG_CU12, SGLANG_CU13, VLLM_DEFAULT, ImageChoiceError,
-                                     choose_image, parse_cuda_version)
+                                     choose_image, inventory_image, parse_cuda_version)
 from k3deploy.engines.layout import runs_over_ray
 from k3deploy.engines.ray import ray_head_container_argv, ray_worker_container_argv
 from k3deploy.engines.sglang import (check_api_key, sglang_launch_argv, sglang_secret_config,
@@ -28,7 +28,7 @@ __all__ = [
     "CONFIG_LABEL", "HF_CACHE_MOUNT", "LAYOUTS", "SECRETS_MOUNT", "SGLANG_CU12", "SGLANG_CU13",
     "VLLM_DEFAULT", "ImageChoiceError", "LaunchSpec", "SpecError", "check_api_key",
     "choose_image", "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv",
-    "docker_run_argv", "engine_env", "node_launch_argvs", "parse_cuda_version",
+    "docker_run_argv", "engine_env", "inventory_image", "node_launch_argvs", "parse_cuda_version",
     "ray_head_container_argv",
     "ray_worker_container_argv", "sglang_launch_argv", "sglang_secret_config",
     "sglang_secret_container_path", "sglang_secret_host_path", "sglang_serve_args",

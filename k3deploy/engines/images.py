@@ -24,6 +24,11 @@ def parse_cuda_version(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2) or 0)
 
 
+def inventory_image(inv, cuda_version: str | None) -> str:
+    """The image an inventory's nodes run, given a node's CUDA (its pinned image if any)."""
+    return choose_image(inv.engine.kind, cuda_version, inv.engine.image)
+
+
 def choose_image(engine: str, cuda_version: str | None, pinned: str | None = None) -> str:
     if pinned:
         return pinned

@@ -6,8 +6,15 @@ Weight loading is a tqdm bar whose text ends in "\\n" (SGLang/vLLM `_BAR_FORMAT`
 `torch.distributed.get_rank() == 0` (global rank 0: the head's log, never a worker's). Its
 description depends on the loader: SGLang < 0.5.10 and vLLM "Loading safetensors checkpoint
 shards"; SGLang >= 0.5.10 (multi-thread loader on by default, sgl-project/sglang#20289)
-"Multi-thread loading shards". tqdm may also glue two updates into one line (its close()
-refresh), so every match on a line counts, the last one wins.
+"Multi-thread loading shards". vLLM adds " (eager)" with that load strategy, and its releases
+before vllm-project/vllm#22587 (2025-08) print no "Completed |". tqdm may also glue two updates
+into one line (its close() refresh), so every match on a line counts, the last one wins.
+
+vLLM's other start-up lines are 0.33.0's (tests/fixtures/real/vllm/): the engine core logs
+"Starting to load model ..." once every rank passed distributed init (v1/worker/
+gpu_model_runner.py, global first rank), then "Model loading took ..." and, on the API server,
+"Starting vLLM server on URL" and uvicorn's "Application startup complete.". The lines differ
+between the engines, so each reader asks all of them of any engine's log.
 """
 
 from __future__ import annotations
@@ -16,9 +23,13 @@ import re
 
 LOADING_DESCS = ("Multi-thread loading shards", "Loading safetensors checkpoint shards")
 _BAR = re.compile(r"(?:" + "|".join(map(re.escape, LOADING_DESCS)) +
-                  r"):\s*(\d+)% Completed \| (\d+)/(\d+) \[")
-# SGLang http_server.py _wait_and_warmup: logged after the warm-up request succeeded.
-READY = "The server is fired up and ready to roll!"
+                  r")(?: \(\w+\))?:\s*(\d+)%(?: Completed \|)?\s*(\d+)/(\d+)")
+# SGLang http_server.py _wait_and_warmup: logged after the warm-up request succeeded; vLLM's
+# API server listening (after its logger's "[file:line] "), and uvicorn's line after it.
+READY = ("The server is fired up and ready to roll!", "] Starting vLLM server on ",
+         "INFO:     Application startup complete.")
+# vLLM: the ranks formed their group (loading started, or is already done) before any bar.
+_VLLM_FORMED = ("] Starting to load model ", "] Model loading took ")
 # Lines an engine prints between loading and ready (no bar there): they count as progress.
 # SGLang model_runner.py ("Load weight end.", "Memory pool end.", "Capture cuda graph
 # end.") and vLLM gpu_model_runner.py ("Model loading took", "Graph capturing finished").
@@ -44,7 +55,14 @@ def loading(text: str) -> tuple[int, int] | None:
 
 
 def ready(text: str) -> bool:
-    return READY in text
+    return any(marker in text for marker in READY)
+
+
+def formed(text: str) -> bool:
+    """Rank 0's log shows the group formed: it loads weights (its bar), is ready, or (vLLM)
+    said it started loading."""
+    return (loading(text) is not None or ready(text)
+            or any(marker in text for marker in _VLLM_FORMED))
 
 
 def started(engine: str, text: str) -> bool:
@@ -59,7 +77,7 @@ def progress_marker(text: str) -> str | None:
     never count."""
     last = None
     for line in re.split(r"[\r\n]+", text):
-        if _BAR.search(line) or _MILESTONES.search(line) or READY in line:
+        if _BAR.search(line) or _MILESTONES.search(line) or ready(line):
             last = line.strip()
     return last
 

@@ -7,7 +7,7 @@ once and read by name, never looked up by a string key.
 
 from __future__ import annotations
 
-import threading
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +28,9 @@ class RunInputs:
     download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
     relaunched_after: dict = field(default_factory=dict)   # node -> the incident this up archived
     download_restarts: dict[str, int] = field(default_factory=dict)  # node -> restarts after a Hub failure
-    # Ray workers join one at a time (steps/ray_cluster.py).
-    ray_join_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # The port mesh's sample of ephemeral ports (steps/reachability.py), drawn once per run so
+    # that deciding the mesh is a pure function of the facts and this.
+    mesh_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(32))
     token: str | None = field(default=None, repr=False)          # read through hf_token()
     token_read: bool = field(default=False, repr=False)
 

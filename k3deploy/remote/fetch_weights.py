@@ -63,6 +63,7 @@ from fetch_manifest import FileSpec, Manifest, read_token  # noqa: E402
 from fetch_progress import Progress  # noqa: E402
 from fetch_ranges import PartialBlob  # noqa: E402
 from fetch_retry import Gate  # noqa: E402
+from thread_pool import pool  # noqa: E402
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
 VERIFY_ATTEMPTS = 3        # full fetches of one file whose hash keeps mismatching
@@ -162,8 +163,8 @@ def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None)
         errors = peers.schedule(manifest.files, ensure, manifest.max_workers, describe_error)
     else:
         errors = []
-        with concurrent.futures.ThreadPoolExecutor(manifest.max_workers, thread_name_prefix="fetch") as pool:
-            futures = {pool.submit(ensure, spec): spec for spec in manifest.files}
+        with pool(manifest.max_workers, "fetch") as workers:
+            futures = {workers.submit(ensure, spec): spec for spec in manifest.files}
             for future in concurrent.futures.as_completed(futures):
                 error = future.exception() and describe_error(futures[future], future.exception())
                 if error:

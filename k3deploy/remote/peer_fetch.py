@@ -21,6 +21,8 @@ import threading
 import time
 import zlib
 
+from thread_pool import pool  # ships beside this file (protocol.DOWNLOADER_FILES)
+
 INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one request
 # ...and at least this long per peer asked: a node asks each of its N-1 peers, so without it a
 # 32-node cluster sends ~2,000 index requests a second, which cost more CPU than the transfers.
@@ -202,7 +204,7 @@ class Peers:
         views = [memoryview(bytearray(size)) for _ in range(2)]
         got, turn, pending = part.prefix, 0, None
         with part.open() as f, \
-                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hash") as writer:
+                pool(1, "hash") as writer:
             try:
                 while got < spec.size:
                     self._check(peer, part, f, pending)
@@ -244,8 +246,8 @@ class Peers:
         """Run ensure(spec, via_peers) for every file; Hub files and peer files in their own
         pools so waiting for a peer never holds up this node's own Hub share."""
         errors, later, pending = [], [], {}
-        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="hub") as hub, \
-                concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="peer") as lan:
+        with pool(workers, "hub") as hub, \
+                pool(workers, "peer") as lan:
             def submit(spec, via_peers):
                 pending[(lan if via_peers else hub).submit(ensure, spec, via_peers)] = spec
             for spec in files:

@@ -15,7 +15,8 @@ from k3deploy.core.errors import Interrupted
 from k3deploy.core.status import Status
 from k3deploy.run.interrupt_notes import notes
 from k3deploy.run.outcome import failure_line
-from k3deploy.run.runner import Runner, RunReport
+from k3deploy.run.report import RunReport
+from k3deploy.run.runner import Runner
 from k3deploy.node.session import Session
 from k3deploy.steps import step_class
 from k3deploy.run.ui import Ui

@@ -5,67 +5,21 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 from k3deploy.core import group as fan
 from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.core.errors import (EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, BadInputError,
-                             Interrupted, K3Error, StepFailed, UnreachableError)
+from k3deploy.core.errors import (BadInputError, Interrupted, K3Error, StepFailed,
+                                  UnreachableError)
 from k3deploy.node import identity
+from k3deploy.run.cluster_look import look_across
 from k3deploy.run.observer import Observer
 from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
-from k3deploy.core.status import NOT_THROUGH, SETTLED, Status
+from k3deploy.core.status import SETTLED, Status
+from k3deploy.run.report import RunReport, StepResult
 from k3deploy.steps.base import Step
-
-
-@dataclass
-class StepResult:
-    status: Status
-    actions: list[str] = field(default_factory=list)
-    error: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-@dataclass
-class RunReport:
-    steps: list[str] = field(default_factory=list)
-    results: dict[str, dict[str, StepResult]] = field(default_factory=dict)
-    problems: list[tuple[str, str, str]] = field(default_factory=list)
-    # Exit 3 ("partial") only where the goal is per-node work (down, logs, check): a bring-up
-    # that lost a node did not reach its goal, which is exit 1.
-    partial_ok: bool = True
-
-    def set(self, node: str, step: str, result: StepResult) -> None:
-        self.results.setdefault(node, {})[step] = result
-
-    def ordered(self, names: list[str]) -> None:
-        """Keep rows in rank order, not in the order threads happened to finish."""
-        self.results = {n: self.results.get(n, {}) for n in names} | self.results
-
-    def statuses(self) -> set[Status]:
-        return {r.status for per in self.results.values() for r in per.values()}
-
-    def exit_code(self) -> int:
-        seen = self.statuses()
-        # In per-node work a problem row of a node that could not be reached ("could not be
-        # checked") restates the unreachable status: partial, not a failure.
-        gone = set(self.unreachable_nodes()) if self.partial_ok else set()
-        if [p for p in self.problems if p[0] not in gone] or seen & {Status.FAILED, Status.BLOCKED}:
-            return EXIT_STEP_FAILED
-        if Status.UNREACHABLE in seen:
-            return EXIT_PARTIAL if self.partial_ok else EXIT_STEP_FAILED
-        return EXIT_OK
-
-    def unreachable_nodes(self) -> list[str]:
-        return [n for n, per in self.results.items()
-                if any(r.status == Status.UNREACHABLE for r in per.values())]
-
-    def failed_nodes(self) -> set[str]:
-        return {n for n, per in self.results.items()
-                if any(r.status in NOT_THROUGH for r in per.values())}
 
 
 class Runner:
@@ -171,7 +125,7 @@ class Runner:
             return False
         try:
             return self._after_step(step, all_facts)
-        except Interrupted:  # during the cluster-wide checks (preflight's port probe)
+        except Interrupted:  # during the cluster probes (preflight's port mesh)
             return False
 
     def _block(self, step: Step, targets: list[NodeContext]) -> None:
@@ -183,27 +137,25 @@ class Runner:
 
     def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, dict]:
         all_facts: dict[str, dict] = {}
-        groups = [[c for c in targets if c.is_head], [c for c in targets if not c.is_head]] \
-            if step.head_first else [targets]
-        for group in groups:
-            if not group:
-                continue
+        for n, group in enumerate(_groups(step, targets)):
             all_facts.update(fan.run_each(lambda c: self._on_node(step, c), group,
                                           key=lambda c: c.name).unwrapped())
-            if step.head_first and self.report.results.get(group[0].name, {}).get(
+            if n == 0 and step.head_first and self.report.results.get(group[0].name, {}).get(
                     step.label, StepResult(Status.OK)).status not in SETTLED:
-                break
+                break   # the head failed: the others have nothing to join
         return all_facts
 
     def _after_step(self, step: Step, all_facts: dict[str, dict]) -> bool:
         usable = {n: f for n, f in all_facts.items() if f is not None}
+        if usable:
+            usable = look_across(step, usable, {c.name: c for c in self.contexts}, self.run)
         problems = step.cluster_problems(usable, self.run) if usable else []
         for node, check, message in problems:
             self.report.problems.append((node, check, message))
         if step.read_only and self.report.problems:
             return False
         if self.run.ui and not self.run.check and not self.report.failed_nodes():
-            for line in step.closing_lines(self.run):
+            for line in step.closing_lines(self.run, usable):
                 klog.get(step=step.label).log(self.event_level, "step.message", text=line)
                 self.run.ui.say(line)
         return not (step.needs_all_nodes and self.report.failed_nodes())
@@ -292,6 +244,15 @@ class Runner:
                                            actions=list(actions), error=list(error))
         if self.run.ui:
             self.run.ui.step_result(node, step, status, list(error), list(actions))
+
+
+def _groups(step: Step, targets: list[NodeContext]) -> list[list[NodeContext]]:
+    """The nodes in the order the step wants them: all at once; the head, then the others at
+    once (`head_first`); or the head, then the others one after another (`one_by_one`)."""
+    if not step.head_first:
+        return [targets]
+    head, others = [c for c in targets if c.is_head], [c for c in targets if not c.is_head]
+    return [g for g in [head, *([[c] for c in others] if step.one_by_one else [others])] if g]
 
 
 def _lines(err: K3Error, step: str) -> list[str]:

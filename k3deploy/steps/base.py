@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -65,6 +66,21 @@ class Action:
         return self.description
 
 
+@dataclass(frozen=True)
+class ClusterProbe:
+    """A look at one node that only means something taken on every node at once (the port
+    mesh: each node listens while the others connect to it). A step's `cluster_probes` says
+    what to run (pure); the runner runs every node's at once, after the nodes' facts and
+    before `cluster_problems`, which finds `parse(result)` in the node's facts under `key`, or
+    the K3Error that stopped the command there."""
+
+    key: str
+    argv: tuple[str, ...]
+    parse: Callable[[Any], Any]   # the transport's Result -> the fact
+    stdin: str | None = field(default=None, repr=False)
+    timeout: float | None = None
+
+
 def wait(description: str, until: str, **how) -> Action:
     return Action(description, wait=Wait(until, **how))
 
@@ -84,6 +100,7 @@ class Step:
     name: ClassVar[str] = "step"
     read_only: ClassVar[bool] = False
     head_first: ClassVar[bool] = False      # launch: head, then the others
+    one_by_one: ClassVar[bool] = False      # with head_first: the others one after another
     needs_all_nodes: ClassVar[bool] = False  # refuses to run if any node failed earlier
     runs_after_failures: ClassVar[bool] = False  # teardown: still runs where earlier steps failed
     Params: ClassVar[type | None] = None          # pydantic model of the playbook's `with:`
@@ -136,8 +153,13 @@ class Step:
         """(check, message) pairs found on this node; a read-only step reports these."""
         return []
 
+    def cluster_probes(self, all_facts: dict[str, dict], run) -> dict[str, ClusterProbe]:
+        """node -> what to look at on every node at once, decided from every node's facts
+        (pure); the runner runs them and adds what they found to the facts."""
+        return {}
+
     def cluster_problems(self, all_facts: dict[str, dict], run) -> list[tuple[str, str, str]]:
-        """(node, check, message) found only by comparing nodes."""
+        """(node, check, message) found only by comparing nodes (pure)."""
         return []
 
     def apply(self, node, actions: list[Action]) -> None:
@@ -149,7 +171,7 @@ class Step:
         facts = self.facts(node)
         return facts, [a.shown() for a in self.plan(facts, node)]
 
-    def closing_lines(self, run) -> list[str]:
+    def closing_lines(self, run, all_facts: dict[str, dict]) -> list[str]:
         """Printed once after the step succeeded on every node (e.g. the endpoint URL)."""
         return []
 

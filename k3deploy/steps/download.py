@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +23,7 @@ from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import node_files, peers, shared_hf
 from k3deploy.steps.hub_restart import HeadRestartGrace, restartable
+from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
@@ -213,12 +213,8 @@ class DownloadWeights(Step):
         # after this start would report that stale failure. So it goes, the pid file (read by
         # weights_status) names the new one at once, and the start waits (bounded) for the
         # new downloader's first progress.
-        progress = shlex.quote(paths.progress)
-        detached = (f"rm -f {progress}; setsid nohup {shlex.join(argv)} >> "
-                    f"{shlex.quote(paths.log)} 2>&1 < /dev/null & pid=$!; echo $pid > "
-                    f"{shlex.quote(paths.pid)}; i=0; while [ ! -s {progress} ] && kill -0 $pid "
-                    "2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done")
-        return actions + [Action("start the downloader, detached", ("sh", "-c", detached),
+        started = detached.start(argv, paths.log, paths.progress, tenths=150, pid_file=paths.pid)
+        return actions + [Action("start the downloader, detached", ("sh", "-c", started),
                                  tag="start-downloader")]
 
     def apply(self, node, actions):
@@ -256,7 +252,7 @@ class DownloadWeights(Step):
                 "hub_bytes": progress.get("hub_bytes"), "peer_bytes": progress.get("peer_bytes"),
                 "bad_peers": progress.get("bad_peers") or []}
 
-    def closing_lines(self, run):
+    def closing_lines(self, run, all_facts):
         if not self.p.wait or run.inputs.manifest is None:
             return []
         details = [run.session.states[n.name].step(self.label).get("detail") or {}

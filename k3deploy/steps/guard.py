@@ -16,6 +16,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
+from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.node import guard_config
 from k3deploy.remote import script_text
@@ -70,10 +71,8 @@ def stop_actions(found: dict) -> list[Action]:
     if not pids:
         return []
     # SIGTERM ends a guard at once and leaves the engine alone; SIGKILL if it does not.
-    script = (f"kill {' '.join(pids)} 2>/dev/null; i=0; while kill -0 {' '.join(pids)} "
-              "2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; "
-              f"kill -9 {' '.join(pids)} 2>/dev/null; true")
-    return [cmd(f"stop the guard (pid {', '.join(pids)})", "sh", "-c", script, sudo=True)]
+    return [cmd(f"stop the guard (pid {', '.join(pids)})", "sh", "-c",
+                detached.stop(" ".join(pids), tenths=50), sudo=True)]
 
 
 def archive_action(inv) -> Action:
@@ -112,10 +111,7 @@ class StartGuard(Step):
     def _start_actions(self, node) -> list[Action]:
         paths, cfg = guard_config.node_paths(node.inv), self.config(node)
         argv = ["python3", paths["script"], paths["config"]]
-        state = shlex.quote(paths["state"])
-        detached = (f"rm -f {state}; setsid nohup {shlex.join(argv)} >> "
-                    f"{shlex.quote(paths['log'])} 2>&1 < /dev/null & i=0; while [ ! -s {state} ]"
-                    f" && [ $i -lt {START_WAIT} ]; do sleep 0.1; i=$((i+1)); done")
+        started = detached.start(argv, paths["log"], paths["state"], tenths=START_WAIT)
         uploads = [upload(f"upload {name}", f"{paths['dir']}/{name}", script_text(name),
                           mode=0o644, sudo=True) for name in guard_config.SCRIPTS]
         return [cmd("create the guard dir (0700)", "install", "-d", "-m", "700", paths["dir"],
@@ -124,7 +120,7 @@ class StartGuard(Step):
                 upload("write the guard config", paths["config"], _json(cfg), sudo=True),
                 upload("write the guard secret (0600)", paths["secret"],
                        f"{node.run.inputs.guard_secret or ''}\n", sudo=True),  # None: --check
-                cmd("start the guard, detached", "sh", "-c", detached, sudo=True)]
+                cmd("start the guard, detached", "sh", "-c", started, sudo=True)]
 
     def apply(self, node, actions):
         if any(a.tag == "archive-incident" for a in actions):

@@ -11,23 +11,15 @@ pulls. The order is the runner's: `head_first` runs the head before the others l
 from __future__ import annotations
 
 from k3deploy.cluster.fanout import peers_enabled
-from k3deploy.core.errors import StepFailed
-from k3deploy.engines import ImageChoiceError, image_ref
+from k3deploy.engines import image_ref
 from k3deploy.node import facts as F
 from k3deploy.remote import script_text
+from k3deploy.remote.protocol import PeerFiles
 from k3deploy.steps import probes
 from k3deploy.steps.base import Step, cmd, upload
-from k3deploy.steps.peers import PeerPaths
-from k3deploy.steps.preflight import image_for
+from k3deploy.steps.probes import chosen_image
 
 SCRIPT = script_text("image_peers.py")
-
-
-def chosen_image(facts, node) -> str:
-    try:
-        return image_for(node.inv, facts.get("cuda"))
-    except ImageChoiceError as err:
-        raise StepFailed(node.name, str(err), step="image") from None
 
 
 def peer_images(node) -> F.Fact:
@@ -37,7 +29,7 @@ def peer_images(node) -> F.Fact:
     refs = [r for r in probes.candidate_images(node.inv) if not image_ref.parse(r).digest]
     peers = [f"{n.name}={n.self_ip}" for _, n in node.inv.ranked() if n.name != node.name]
     args = ["probe", "--refs", ",".join(refs), "--peers", ",".join(peers), "--port",
-            str(node.inv.ports.peer), "--secret-file", PeerPaths(node.inv).secret]
+            str(node.inv.ports.peer), "--secret-file", PeerFiles(node.inv.paths.work).secret]
     return F.python("peer_images", SCRIPT, args, lambda out, code: F.json_doc(out, code) or {},
                     sudo=True)
 
@@ -68,7 +60,7 @@ class PullImage(Step):
                     cmd(f"load {facts['image']} from {peer['node']} (checked by image ID)",
                         "python3", path, "load", "--ref", facts["image"], "--peer",
                         f"{peer['addr']}:{node.inv.ports.peer}", "--secret-file",
-                        PeerPaths(node.inv).secret, "--expect-id", peer["id"], sudo=True,
+                        PeerFiles(node.inv.paths.work).secret, "--expect-id", peer["id"], sudo=True,
                         timeout=3600)]
         # A pull is safe to repeat: docker resumes layers it already has.
         return [cmd(f"pull {facts['image']}", "docker", "pull", facts["image"], sudo=True,

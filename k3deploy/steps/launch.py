@@ -25,7 +25,7 @@ from k3deploy.steps import compile_cache, probes, raylayout
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.steps.base import Step, cmd, upload, wait
-from k3deploy.steps.image import chosen_image
+from k3deploy.steps.probes import chosen_image
 
 
 class LaunchParams(BaseModel):

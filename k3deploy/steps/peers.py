@@ -13,6 +13,7 @@ import shlex
 
 from k3deploy.core.digest import sha256_text
 from k3deploy.engines import compile_cache
+from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
 from k3deploy.remote import downloader_files, script_text
@@ -66,9 +67,11 @@ def server_actions(facts: dict, node, manifest_json: str, secret: str,
 
 def _stop_script(paths: PeerPaths) -> str:
     pid = shlex.quote(paths.pid)
+    # Only while the pid file's process still is the peer server (pids are reused); it ends
+    # on SIGTERM (remote/peer_server.py), and one that does not is found by the start (exit 3).
+    stop = detached.stop("$p", tenths=50, kill_after=False)
     return (f'p=$(cat {pid} 2>/dev/null); if [ -n "$p" ] && grep -q peer_server '
-            '/proc/$p/cmdline 2>/dev/null; then kill $p; i=0; while [ -d /proc/$p ] && '
-            f'[ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; fi; rm -f {pid}')
+            f'/proc/$p/cmdline 2>/dev/null; then {stop}; fi; rm -f {pid}')
 
 
 def _start_script(node, paths: PeerPaths, progress: str) -> str:
@@ -77,12 +80,9 @@ def _start_script(node, paths: PeerPaths, progress: str) -> str:
             paths.secret, "--served-log", paths.served, "--test-corrupt-flag",
             paths.corrupt_flag, "--ready-file", paths.ready, "--progress", progress,
             "--compile-cache", compile_cache.cache_root(node.inv)]
-    ready, log = shlex.quote(paths.ready), shlex.quote(paths.log)
     # The pid file names the new server at once; the start waits (bounded) until it listens.
-    return (f"{_stop_script(paths)}; rm -f {ready}; setsid nohup {shlex.join(argv)} >> {log} "
-            f"2>&1 < /dev/null & pid=$!; echo $pid > {shlex.quote(paths.pid)}; i=0; while "
-            f"[ ! -e {ready} ] && kill -0 $pid 2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; "
-            f"i=$((i+1)); done; test -e {ready} || {{ tail -n 5 {log}; exit 1; }}")
+    return f"{_stop_script(paths)}; " + detached.start(
+        argv, paths.log, paths.ready, tenths=150, pid_file=paths.pid, ready_test="-e", fail_tail=5)
 
 
 class StopPeerServer(Step):

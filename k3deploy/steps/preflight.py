@@ -8,25 +8,17 @@ import shlex
 from k3deploy.node import facts as F
 from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import sizing
-from k3deploy.engines import ImageChoiceError, choose_image
+from k3deploy.engines import ImageChoiceError, inventory_image
 from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.remote import protocol
 from k3deploy.steps import docker_host, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, ports_in_use,
+from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, ports_in_use,
                                          reachability_problems, serving, serving_facts)
 from k3deploy.steps.sameness import undeclared_problems
 
 GB = 1e9
-
-
-def model_cache_dir(inv) -> str:
-    return protocol.cache_storage(inv.paths.hf, inv.model.repo)
-
-
-def image_for(inv, cuda: str | None) -> str:
-    return choose_image(inv.engine.kind, cuda, inv.engine.image)
 
 
 def _facts(node) -> list[F.Fact]:
@@ -38,7 +30,7 @@ def _facts(node) -> list[F.Fact]:
         F.python("hub_client", "import huggingface_hub as h; print(h.__version__)", [], F.text),
         F.command("nic", ["ip", "-o", "-4", "addr", "show", "dev", n.nic], F.text),
         F.native("free_bytes", "avail_bytes", [inv.paths.nvme], F.integer),
-        F.Fact("have_bytes", f"du -sbL {shlex.quote(protocol.blobs_dir(model_cache_dir(inv)))} 2>/dev/null "
+        F.Fact("have_bytes", f"du -sbL {shlex.quote(protocol.blobs_dir(inv.model_cache))} 2>/dev/null "
                "|| echo 0", F.integer),
         F.native("sudo", "root_or_sudo", [], F.exit_ok),
         F.native("ports_in_use", "cat_quiet", list(TCP_TABLES), ports_in_use),
@@ -48,7 +40,6 @@ def _facts(node) -> list[F.Fact]:
 class Preflight(Step):
     name = "preflight"
     read_only = True
-    ports_not_probed = False
 
     def gate(self, run) -> None:
         reach_for(run)
@@ -68,14 +59,15 @@ class Preflight(Step):
             out += check(facts, node)
         return out
 
-    def cluster_problems(self, all_facts, run):
-        out = (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
-               + shared_hf.marker_problems(all_facts, run))
-        self.ports_not_probed = serving(run, all_facts)
-        return out + reachability_problems(run, all_facts)
+    def cluster_probes(self, all_facts, run):
+        return mesh_probes(run, all_facts)
 
-    def closing_lines(self, run) -> list[str]:
-        return [NOT_PROBED] if self.ports_not_probed else []
+    def cluster_problems(self, all_facts, run):
+        return (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
+                + shared_hf.marker_problems(all_facts, run) + reachability_problems(run, all_facts))
+
+    def closing_lines(self, run, all_facts) -> list[str]:
+        return [NOT_PROBED] if serving(run, all_facts) else []
 
     def detail(self, facts, node):
         return {"gpus": len(facts.get("gpus") or []), "cuda": facts.get("cuda"),
@@ -100,7 +92,7 @@ def _gpu_problems(facts, node) -> list[tuple[str, str]]:
         names = sorted({g["name"] for g in gpus})
         out.append(("gpus", f"GPU model {', '.join(names)}; the inventory expects {inv.gpu.model}"))
     try:
-        image_for(inv, facts.get("cuda"))
+        inventory_image(inv, facts.get("cuda"))
     except ImageChoiceError as err:
         out.append(("cuda", str(err)))
     return out

@@ -6,7 +6,8 @@ import json
 import re
 import shlex
 
-from k3deploy.engines import choose_image, image_ref
+from k3deploy.core.errors import StepFailed
+from k3deploy.engines import ImageChoiceError, image_ref, inventory_image
 from k3deploy.node import facts as F
 
 # One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
@@ -116,7 +117,7 @@ CUDA_CHOICES = ("13.0", "12.0")
 
 def candidate_images(inv) -> list[str]:
     """Every tag the driver could pick (cu13, cu12, or the pinned one)."""
-    return sorted({choose_image(inv.engine.kind, cuda, inv.engine.image) for cuda in CUDA_CHOICES})
+    return sorted({inventory_image(inv, cuda) for cuda in CUDA_CHOICES})
 
 
 def engine_container(inv) -> F.Fact:
@@ -166,3 +167,11 @@ def container_summary(info: dict | None) -> dict | None:
 
 def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:
     return F.read(name, path, parse_json, sudo=sudo)
+
+
+def chosen_image(facts, node) -> str:
+    """The image this node runs, from its CUDA (the image and launch steps ask the same)."""
+    try:
+        return inventory_image(node.inv, facts.get("cuda"))
+    except ImageChoiceError as err:
+        raise StepFailed(node.name, str(err), step="image") from None

@@ -5,9 +5,9 @@ Each node's container is the one `launch` would start for it (same image, same
 configuration label), with `ray start --block` as its main process; `launch` then execs
 `vllm serve` on the head once `ray status` there counts every node and GPU.
 
-Workers join one after another, each only once its `ray start` reported the node
-registered: several raylets registering at the same moment can leave one out of the
-cluster (ray-project/ray#59778).
+Workers join one after another (the runner's `one_by_one` order), each only once its
+`ray start` reported the node registered: several raylets registering at the same moment can
+leave one out of the cluster (ray-project/ray#59778).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class RayCluster(LaunchEngine):
     name = "ray-cluster"
     Params = RayParams
     head_first = True
+    one_by_one = True
     needs_all_nodes = True
     serves_over_ray = False   # LaunchEngine.plan: here, start the containers themselves
     runs_engine = False
@@ -87,13 +88,7 @@ class RayCluster(LaunchEngine):
         return super()._secret_actions(facts, node) if node.is_head else []
 
     def apply(self, node, actions):
-        if node.is_head:
-            return self._start(node, actions)
-        with node.run.inputs.ray_join_lock:
-            self._start(node, actions)
-
-    def _start(self, node, actions):
-        Step.apply(self, node, actions)   # with its wait: one node joins at a time
+        Step.apply(self, node, actions)   # its wait included: the next node starts after it
 
     def detail(self, facts, node):
         if not facts.get("ray_layout"):

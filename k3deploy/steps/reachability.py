@@ -1,6 +1,8 @@
 """Cross-node TCP reachability: every node must reach the head's dist-init port and a sample
 of ephemeral ports on every other node. One command per node, all at once (remote/portcheck.py
-mesh); its temporary listeners exit by themselves.
+mesh); its temporary listeners exit by themselves. The commands are a cluster probe
+(steps/base.py ClusterProbe): decided here from every node's facts, run by the runner, read
+back here; no SSH, thread or clock in this module.
 
 Not run while the cluster serves: every rank's engine runs and the head answers /health, so
 the ranks reached each other over this network, which is what the probe would find out. A
@@ -11,18 +13,19 @@ from __future__ import annotations
 
 import random
 
-from k3deploy.core import group
 from k3deploy.core.lastjson import last_json_line
 from k3deploy.node.output_tail import failure_tail
-from k3deploy.core.errors import Interrupted, K3Error
+from k3deploy.core.errors import K3Error
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.node import facts as F
 from k3deploy.remote import script_text
 from k3deploy.steps import probes, raylayout, serves
+from k3deploy.steps.base import ClusterProbe
 
 SCRIPT = script_text("portcheck.py")  # on stdin, not in argv (every `ps` on the node shows argv)
 MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
 SAMPLE = 2
+MESH = "mesh"      # the node's facts key for what its mesh command found
 
 
 TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
@@ -55,15 +58,18 @@ def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) ->
     return ports + [p for p in fixed if p not in busy]
 
 
-def _mesh(run, name: str, ports: list[int], targets: list[str]) -> dict:
-    me = run.inv.node(name).self_ip   # the address the others probe it at
-    argv = ["python3", "-", "mesh", str(MESH_SECONDS), me, *map(str, ports), "--", *targets]
-    res = run.session.conn(name).run(argv, stdin=SCRIPT, check=False, timeout=MESH_SECONDS + 60)
+def _mesh_answer(res) -> dict:
     found = last_json_line(res.stdout)
     if isinstance(found, dict) and "probes" in found:
         return found
     return {"not_run": {"exit_code": res.exit_code,
                         "output": failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 6)}}
+
+
+def _mesh(run, name: str, ports: list[int], targets: list[str]) -> ClusterProbe:
+    me = run.inv.node(name).self_ip   # the address the others probe it at
+    argv = ("python3", "-", "mesh", str(MESH_SECONDS), me, *map(str, ports), "--", *targets)
+    return ClusterProbe(MESH, argv, _mesh_answer, stdin=SCRIPT, timeout=MESH_SECONDS + 60)
 
 
 def serving_facts(node) -> list[F.Fact]:
@@ -81,27 +87,28 @@ def serving(run, all_facts: dict) -> bool:
         for f in all_facts.values()], head.get(serves.HEALTH))
 
 
-def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
-    """Every node listens and probes every other at once: one command per node."""
+def mesh_probes(run, all_facts: dict) -> dict[str, ClusterProbe]:
+    """Every node listens and probes every other at once: one command per node, which the
+    runner runs on all of them together (pure: the ports come from the run's mesh seed)."""
     names = [n for n in all_facts if all_facts[n].get("hub_client") is not None]
-    if len(names) < 2:
-        return []
-    if serving(run, all_facts):
-        return []
-    rng = random.Random()
+    if len(names) < 2 or serving(run, all_facts):
+        return {}
+    rng = random.Random(run.inputs.mesh_seed)
     plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].get("ports_in_use") or set())
             for n in names}
-    targets = {n: [f"{run.inv.node(m).self_ip}:{p}" for m in names if m != n for p in plan[m]]
-               for n in names}
-    found = group.run_each(lambda n: _mesh(run, n, plan[n], targets[n]), names)
-    for err in found.failed.values():
-        if isinstance(err, Interrupted):
-            raise err
+    return {n: _mesh(run, n, plan[n], [f"{run.inv.node(m).self_ip}:{p}" for m in names
+                                       if m != n for p in plan[m]])
+            for n in names}
+
+
+def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
+    """What the mesh found (none when it was not run)."""
+    found = {n: f[MESH] for n, f in all_facts.items() if MESH in f}
     # a node whose mesh did not run makes every other node's probes of it fail: name it alone
-    failed = found.failures(K3Error)
+    failed = {n: err for n, err in found.items() if isinstance(err, K3Error)}
     if failed:
         return [(name, "ports", str(err)) for name, err in failed.items()]
-    return _report(found.succeeded, {n: run.inv.node(n).self_ip for n in names})
+    return _report(found, {n: run.inv.node(n).self_ip for n in found})
 
 
 def _unopened(found: dict, addresses: dict) -> set[str]:

@@ -8,15 +8,14 @@ import shlex
 import time
 from pathlib import Path
 
-from k3deploy.node import apikey, guard_config
+from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
 from k3deploy.node import facts as F
+from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.redact import redact
 from k3deploy.core.status import Status
 from k3deploy.steps import probes, shared_hf
 from k3deploy.steps.base import Action, Step, cmd
-from k3deploy.steps.download import Paths as DownloadPaths
-from k3deploy.steps.preflight import model_cache_dir
 
 
 def logs_dir(run) -> Path:
@@ -50,7 +49,7 @@ class CollectLogs(Step):
     def probes(self, node):
         logs = engines.docker_logs_argv(node.inv.engine.container)
         return [F.command("engine", logs, F.raw, sudo=True),
-                F.command("download", ["cat", DownloadPaths(node).log], F.raw),
+                F.command("download", ["cat", WorkPaths(node.inv.paths.work).log], F.raw),
                 *guard_files(node)]
 
     def plan(self, facts, node):
@@ -81,7 +80,7 @@ class CollectLogs(Step):
                 saved.append(str(path))
         return saved
 
-    def closing_lines(self, run):
+    def closing_lines(self, run, all_facts):
         return [f"logs {'would be ' if run.check else ''}saved in {logs_dir(run)}"]
 
     def detail(self, facts, node):
@@ -118,7 +117,7 @@ class StopDownload(Step):
     runs_after_failures = True
 
     def probes(self, node):
-        pid = shlex.quote(DownloadPaths(node).pid)
+        pid = shlex.quote(WorkPaths(node.inv.paths.work).pid)
         # The pid file's process, only while it still is the downloader (pids are reused).
         alive = (f"p=$(cat {pid}) && tr '\\0' ' ' < /proc/$p/cmdline | grep -q fetch_weights "
                  "&& echo $p")
@@ -129,9 +128,9 @@ class StopDownload(Step):
         if not pid:
             return []
         # SIGTERM lets it finish the file it is writing (partials resume later); KILL after 10 s.
-        script = ('kill -TERM "$1"; i=0; while kill -0 "$1" 2>/dev/null && [ $i -lt 100 ]; '
-                  'do sleep 0.1; i=$((i+1)); done; kill -KILL "$1" 2>/dev/null; true')
-        return [cmd(f"stop the downloader (pid {pid})", "sh", "-c", script, "stop", pid)]
+        # The pid goes in as $1, never into the script's text.
+        return [cmd(f"stop the downloader (pid {pid})", "sh", "-c",
+                    detached.stop('"$1"', tenths=100), "stop", pid)]
 
 
 class WipeWeights(Step):
@@ -142,7 +141,7 @@ class WipeWeights(Step):
         # A shared cache is one copy: only the head deletes it (and says so, closing_lines).
         if not shared_hf.writer(node.inv, node.name):
             return [node.inv.paths.work]
-        return [model_cache_dir(node.inv), node.inv.paths.work]
+        return [node.inv.model_cache, node.inv.paths.work]
 
     def probes(self, node):
         return [F.Fact(f"exists{i}", f"test -e {shlex.quote(p)}", F.exit_ok, sudo=True)
@@ -150,16 +149,16 @@ class WipeWeights(Step):
 
     def plan(self, facts, node):
         present = [p for i, p in enumerate(self.targets(node)) if facts[f"exists{i}"]]
-        what = "weights and k3deploy files" if model_cache_dir(node.inv) in present else \
+        what = "weights and k3deploy files" if node.inv.model_cache in present else \
             "k3deploy files"
         return [cmd(f"delete {what}", "rm", "-rf", "--", *present,
                     sudo=True, retry=True)] if present else []
 
-    def closing_lines(self, run):
+    def closing_lines(self, run, all_facts):
         """Printed only when every node ran the step (the runner): the head did too."""
         if not shared_hf.shared(run.inv):
             return []
-        head, where = run.inv.head.name, model_cache_dir(run.inv)
+        head, where = run.inv.head.name, run.inv.model_cache
         status = run.session.states[head].step(self.label).get("status")
         if status != Status.CHANGED:
             return [f"the shared copy {where} was already gone"]

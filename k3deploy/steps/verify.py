@@ -150,7 +150,7 @@ class VerifyEndpoint(Step):
             out += vision_problems(facts["endpoint"].get("vision"), node.inv)
         return out
 
-    def closing_lines(self, run) -> list[str]:
+    def closing_lines(self, run, all_facts) -> list[str]:
         key = apikey.key_path(run.session.state_dir)
         auth = f'-H "Authorization: Bearer $(cat {key})" ' if run.inputs.api_key else ""
         head = run.session.states[run.inv.head.name].step(self.label)

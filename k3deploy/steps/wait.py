@@ -18,7 +18,7 @@ from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import startup_log
-from k3deploy.steps import probes, raylayout, vllm_progress
+from k3deploy.steps import probes, raylayout
 from k3deploy.steps.base import Step, wait
 
 
@@ -153,8 +153,7 @@ def formed(head: dict) -> bool:
     """Rank 0 loads weights (its bar, printed by global rank 0 only), is ready, or its HTTP
     server answers at all (503 during warm-up): every scheduler is past the rendezvous."""
     log = head.get("log") or ""
-    return (bool(startup_log.loading(log)) or startup_log.ready(log) or vllm_progress.formed(log)
-            or bool(head.get("answers")))
+    return startup_log.formed(log) or bool(head.get("answers"))
 
 
 def _stall_hint(node) -> str:

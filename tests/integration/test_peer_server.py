@@ -131,7 +131,7 @@ def request(node: PeerNode, method: str, path: str, headers: dict | None = None,
 
 def fresh_index(node: PeerNode, current, seconds: float = 10.0) -> dict:
     """The node's index once `current(index)` holds: the server answers from one build for
-    peer_server.INDEX_REUSE seconds, so a change on disk shows a moment later."""
+    peer_blobs.INDEX_REUSE seconds, so a change on disk shows a moment later."""
     deadline = time.monotonic() + seconds
     while True:
         doc = json.loads(request(node, "GET", "/index")[2])

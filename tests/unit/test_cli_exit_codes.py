@@ -13,7 +13,7 @@ import yaml
 from k3deploy.cli import init_cmd, status_cmd
 from k3deploy.core.errors import UnreachableError
 from k3deploy.run import runner as runner_mod
-from k3deploy.run.runner import StepResult
+from k3deploy.run.report import StepResult
 from tests.unit import test_cli
 from tests.unit.invdata import four_nodes
 from tests.unit.test_cli import _logging_reset  # noqa: F401  (autouse: structlog reset)

@@ -8,6 +8,7 @@ from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
+from k3deploy.remote import protocol
 from k3deploy.steps.download import DownloadWeights, hub_summary
 from k3deploy.steps.peers import StopPeerServer
 from tests.unit.fakes import FakeSession
@@ -87,18 +88,17 @@ def test_single_node_cluster_is_unchanged(tmp_path):
     node = ctx(tmp_path, rank=0, doc=doc)
     assert "peers" not in json.loads(DownloadWeights()._manifest_json(node))
     actions = DownloadWeights({"wait": False}).plan({"missing_count": 4, "running": False}, node)
-    # peer_fetch.py, peer_cache.py and peer_image.py are among the downloader's files; without a peers block
-    # they are never imported
-    assert not any("peer" in a.description for a in actions
-                   if a.description not in ("upload peer_fetch.py", "upload peer_cache.py",
-                                                  "upload peer_image.py"))
+    # the peer_*.py modules are among the downloader's files; without a peers block they are
+    # never imported, and no peer server is started
+    shipped = {f"upload {name}" for name in protocol.DOWNLOADER_FILES}
+    assert not any("peer" in a.description for a in actions if a.description not in shipped)
 
 
 def test_stop_peer_server_only_when_running(tmp_path):
     node = ctx(tmp_path)
     assert StopPeerServer().plan({"running": False}, node) == []
     (stop,) = StopPeerServer().plan({"running": True}, node)
-    assert "grep -q peer_server /proc/$p/cmdline" in stop.argv[2] and "kill $p" in stop.argv[2]
+    assert "grep -q peer_server /proc/$p/cmdline" in stop.argv[2] and "kill -TERM $p" in stop.argv[2]
 
 
 def test_hub_summary_states_hub_bytes_against_the_repo():

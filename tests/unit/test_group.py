@@ -33,7 +33,7 @@ def test_failures_are_kept_per_key_and_the_others_still_finish():
         return n
     result = group.run_each(call, range(6), key=lambda n: f"node{n}")
     assert sorted(done) == [0, 2, 4]
-    assert result.succeeded == {"node0": 0, "node2": 2, "node4": 4}
+    assert {k: v for k, v in result.items() if k not in result.failed} == {"node0": 0, "node2": 2, "node4": 4}
     assert {k: str(v) for k, v in result.failed.items()} == {
         "node1": "node1 failed", "node3": "node3 failed", "node5": "node5 failed"}
     with pytest.raises(K3Error, match="node1 failed"):
@@ -55,7 +55,7 @@ def test_nothing_to_run_and_named_calls():
 
 
 def test_more_items_than_threads_all_run():
-    assert len(group.run_each(lambda n: n, range(group.MAX_THREADS * 2)).succeeded) == 64
+    assert len(group.run_each(lambda n: n, range(group.MAX_THREADS * 2)).unwrapped()) == 64
 
 
 def test_failures_of_the_expected_kind_are_returned_others_raised():
@@ -68,3 +68,21 @@ def test_failures_of_the_expected_kind_are_returned_others_raised():
     assert list(group.run_each(call, [0, 1]).failures(K3Error)) == [1]
     with pytest.raises(ValueError, match="a bug"):
         group.run_each(call, [0, 1, 2]).failures(K3Error)
+
+
+def test_the_pool_of_threads_lives_in_one_module_shipped_with_the_downloader():
+    """Issue 21: `grep -rn ThreadPoolExecutor k3deploy` finds one place. The node programs
+    import it by plain name, so it must ship beside them."""
+    from pathlib import Path
+
+    from k3deploy.remote import protocol
+    package = Path(group.__file__).resolve().parents[1]
+    naming = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                    if "ThreadPoolExecutor" in p.read_text())
+    assert naming == ["remote/thread_pool.py"]
+    assert "thread_pool.py" in protocol.DOWNLOADER_FILES
+
+
+def test_the_fan_outs_threads_are_named_for_a_stack_dump():
+    names = group.run_each(lambda _: threading.current_thread().name, [1, 2]).unwrapped()
+    assert all(name.startswith("group_") for name in names.values())

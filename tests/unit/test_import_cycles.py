@@ -29,3 +29,21 @@ def test_the_cycle_finder_finds_one():
     assert ("p.a", "p.b", "p.c", "p.a") in _cycles(graph)
     graph.remove_import(importer="p.c", imported="p.a")
     assert _cycles(graph) == []
+
+
+# A registered step may import another only to be it in part: ray-cluster starts the launch's
+# containers (a LaunchEngine), compile-cache-seal seals the launch's own cache (its spec), the
+# download starts the peer server its peers fetch from. Shared decisions live below the steps
+# (engines, cluster, remote/protocol) or in the steps' helper modules (probes, raylayout, ...).
+STEP_ON_STEP = {("k3deploy.steps.ray_cluster", "k3deploy.steps.launch"),
+                ("k3deploy.steps.compile_cache_seal", "k3deploy.steps.launch"),
+                ("k3deploy.steps.download", "k3deploy.steps.peers")}
+
+
+def test_steps_do_not_import_steps_as_utility_modules():
+    from k3deploy.steps import REGISTRY
+    graph = grimp.build_graph("k3deploy", cache_dir=None)
+    steps = {target.split(":")[0] for target in REGISTRY.values()}
+    found = {(a, b) for a in steps for b in graph.find_modules_directly_imported_by(a)
+             if b in steps and b != a}
+    assert found == STEP_ON_STEP

@@ -13,7 +13,8 @@ from k3deploy.cluster import inventory
 from k3deploy.node.context import RunContext
 from k3deploy.core.errors import Interrupted
 from k3deploy.run.interrupt_notes import notes
-from k3deploy.run.runner import Runner, RunReport, StepResult
+from k3deploy.run.report import RunReport, StepResult
+from k3deploy.run.runner import Runner
 from k3deploy.steps.base import Step, cmd
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
@@ -206,3 +207,15 @@ def test_the_default_exit_is_replaced_for_every_test(process_exits):
         interrupt.exit_process(3)
     assert process_exits == [3]
     process_exits.clear()   # asked for here: the fixture's own check must not fail this test
+
+
+def test_the_laptop_side_ends_the_process_in_one_replaceable_place():
+    """Issue 21: no os._exit reachable from a test. The laptop side calls it only through
+    interrupt.exit_process (tests/conftest.py replaces it); the node programs under remote/
+    that call it run as processes of their own."""
+    from pathlib import Path
+
+    package = Path(interrupt.__file__).resolve().parents[1]
+    calling = {str(p.relative_to(package)) for p in package.rglob("*.py")
+               if "os._exit(" in p.read_text() and p.parent.name != "remote"}
+    assert calling == {"core/interrupt.py"}

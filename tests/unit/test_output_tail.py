@@ -13,8 +13,7 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.node.transport import Result
 from k3deploy.steps.download import DownloadWeights
-from k3deploy.steps.reachability import reachability_problems
-from tests.unit.test_reachability_serving import MeshConn, facts, run_ctx
+from tests.unit.test_reachability_serving import MeshConn, facts, reachability_problems, run_ctx
 
 TRACEBACK = (Path(__file__).resolve().parents[1] / "fixtures" / "real" / "python" / "3.11"
              / "traceback.txt").read_text()

@@ -12,7 +12,7 @@ import pytest
 import k3deploy.remote.fetch_weights  # noqa: F401 (puts the node-side directory on sys.path)
 
 peer_fetch = importlib.import_module("peer_fetch")
-peer_server = importlib.import_module("peer_server")
+peer_blobs = importlib.import_module("peer_blobs")
 
 
 class Clock:
@@ -60,15 +60,15 @@ def test_a_node_asks_each_peer_for_its_index_less_often_the_more_peers_it_has(
 
 def test_the_server_builds_its_index_once_for_all_peers_asking_at_once(tmp_path, monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(peer_server.time, "monotonic", clock)
+    monkeypatch.setattr(peer_blobs.time, "monotonic", clock)
     manifest = SimpleNamespace(files=[SimpleNamespace(etag="a" * 64, size=10)])
     cache = SimpleNamespace(ledger=tmp_path / "ledger.json",
                             blob=lambda etag: tmp_path / etag,
                             partial=lambda etag: tmp_path / f"{etag}.incomplete")
-    blobs = peer_server.Blobs(manifest, cache)
+    blobs = peer_blobs.Blobs(manifest, cache)
     first = blobs.index()
     assert first["verified"] == [] and first["partial"] == {}
     (tmp_path / f"{'a' * 64}.incomplete").write_bytes(b"12345")
     assert [blobs.index() for _ in range(30)] == [first] * 30   # 30 peers, one build
-    clock.now += peer_server.INDEX_REUSE
+    clock.now += peer_blobs.INDEX_REUSE
     assert blobs.index()["partial"] == {"a" * 64: 5}            # then it is current again

@@ -10,7 +10,6 @@ import pytest
 from k3deploy.cluster import inventory
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.remote import bundled, downloader_files, protocol
-from k3deploy.steps.preflight import model_cache_dir
 from tests.unit.invdata import four_nodes
 
 MANIFEST = Manifest("moonshotai/Kimi-K3", "main", "a" * 40, "http://hub",
@@ -42,7 +41,7 @@ def test_another_version_is_an_error_naming_both(found):
 def test_the_cache_folder_and_work_paths_come_from_the_protocol():
     inv = inventory.parse(four_nodes())
     assert protocol.cache_folder("moonshotai/Kimi-K3") == "models--moonshotai--Kimi-K3"
-    assert model_cache_dir(inv) == protocol.cache_storage(inv.paths.hf, inv.model.repo)
+    assert inv.model_cache == protocol.cache_storage(inv.paths.hf, inv.model.repo)
     work = protocol.WorkPaths(inv.paths.work)
     assert work.manifest == f"{inv.paths.work}/manifest.json"
     assert work.progress == f"{inv.paths.work}/download-progress.json"

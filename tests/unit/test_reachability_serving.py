@@ -1,17 +1,25 @@
 """The port mesh runs before a launch; a cluster that serves is not probed again (its ranks
 reached each other), but a group whose head does not answer is (NCCL and Gloo hang on a partly
 open TCP range: containers run, the endpoint never answers). Facts in; the mesh commands the
-fake connections receive out."""
+fake connections receive out, run by the runner's cluster look (run/cluster_look.py).
+
+Preflight's own hooks (plan, problems, cluster_probes, cluster_problems, closing_lines) touch no
+connection: the test with a connection that raises on any use says so."""
 
 import json
+from types import SimpleNamespace
+
+import pytest
 
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
+from k3deploy.run.cluster_look import look_across
 from k3deploy.steps.preflight import Preflight
-from k3deploy.steps.reachability import NOT_PROBED, reachability_problems
+from k3deploy.steps.reachability import MESH, NOT_PROBED, mesh_probes
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes
+from tests.unit.test_step_fixtures import manifest
 
 RUNNING = {"State": {"Running": True, "Status": "running"}, "Config": {"Labels": {}}}
 EXITED = {"State": {"Running": False, "Status": "exited", "ExitCode": 1}, "Config": {}}
@@ -40,6 +48,14 @@ def facts(run, container=RUNNING, health=200):
            for n in run.inv.nodes}
     out[head]["serving"] = {"health": {"status": health}} if health else None
     return out
+
+
+def reachability_problems(run, found):
+    """What preflight reports on the ports after the runner ran its cluster probes."""
+    step = Preflight()
+    looked = look_across(step, found, {n: SimpleNamespace(conn=c)
+                                       for n, c in run.session.connections.items()}, run)
+    return [p for p in step.cluster_problems(looked, run) if p[1] == "ports"]
 
 
 def meshes(conns) -> int:
@@ -91,10 +107,49 @@ def test_preflight_asks_the_head_for_health_with_the_endpoint_key(tmp_path):
 def test_preflight_says_when_it_left_the_ports_unprobed(tmp_path):
     run, conns = run_ctx(tmp_path)
     step = Preflight()
-    step.cluster_problems(facts(run), run)
-    assert step.closing_lines(run) == [NOT_PROBED] and meshes(conns) == 0
-    step.cluster_problems(facts(run, health=503), run)
-    assert step.closing_lines(run) == [] and meshes(conns) == len(run.inv.nodes)
+    assert step.closing_lines(run, facts(run)) == [NOT_PROBED]
+    assert step.cluster_probes(facts(run), run) == {}
+    assert step.closing_lines(run, facts(run, health=503)) == []
+    assert set(step.cluster_probes(facts(run, health=503), run)) == set(conns)
+
+
+class Untouchable(FakeConn):
+    def run(self, *args, **kwargs):
+        raise AssertionError(f"{self.name}: a pure hook used the connection")
+
+    put_text = open = run
+
+
+@pytest.mark.parametrize("health", [200, 503, None])
+def test_preflights_hooks_never_touch_a_connection(tmp_path, health):
+    """Issue 21: plan, problems and cluster_problems with a connection that raises on use."""
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: Untouchable(n.name) for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns),
+                     inputs=RunInputs(api_key="k3-key", token_read=True, manifest=manifest(10**9)))
+    found = facts(run, health=health)
+    for name in found:   # the facts a real look gives; each hook only reads them
+        found[name].update(gpus=[], cuda="12.8", docker="29.0", nic="", free_bytes=10**12,
+                           have_bytes=0, sudo=True)
+    step = Preflight()
+    for rank, node in inv.ranked():
+        ctx = NodeContext(run, node, rank)
+        assert step.plan(found[node.name], ctx) == []
+        assert step.problems(found[node.name], ctx)   # no GPUs: found without asking the node
+    probes = step.cluster_probes(found, run)
+    assert bool(probes) == (health != 200)
+    answered = {n: {**f, MESH: {"ports": {}, "probes": {}}} for n, f in found.items()}
+    assert step.cluster_problems(answered if probes else found, run) is not None
+    step.closing_lines(run, found)
+    assert all(not c.commands for c in conns.values())
+
+
+def test_the_mesh_is_decided_by_the_runs_seed(tmp_path):
+    run, _ = run_ctx(tmp_path)
+    first = mesh_probes(run, facts(run, health=None))
+    assert mesh_probes(run, facts(run, health=None)) == first   # pure: same facts, same seed
+    run.inputs.mesh_seed += 1
+    assert mesh_probes(run, facts(run, health=None)) != first
 
 
 def test_the_mesh_program_goes_on_stdin_and_its_argv_stays_small(tmp_path):

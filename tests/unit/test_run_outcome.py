@@ -7,7 +7,7 @@ import types
 
 from k3deploy.cli import status_view, up_close
 from k3deploy.run import outcome
-from k3deploy.run.runner import RunReport, StepResult
+from k3deploy.run.report import RunReport, StepResult
 from k3deploy.serving import certificate
 
 STEPS = ["preflight", "download", "launch", "wait"]

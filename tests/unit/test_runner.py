@@ -175,3 +175,40 @@ def test_playbook_gives_repeated_steps_unique_labels(tmp_path):
     name, steps = playbook.load(str(path))
     assert name == "pb"
     assert [s.label for s in steps] == ["file", "file#2", "download", "download-start"]
+
+
+class OneByOne(Touch):
+    """As ray-cluster: the head, then each other node alone (raylets registering at once can
+    leave one out, ray-project/ray#59778): the runner orders them, no lock in the step."""
+
+    name = "onebyone"
+    head_first = True
+    one_by_one = True
+    inside: list = []
+
+    def apply(self, node, actions):
+        OneByOne.inside.append(node.name)
+        assert len(OneByOne.inside) == 1, OneByOne.inside   # nobody else is applying now
+        super().apply(node, actions)
+        OneByOne.inside.remove(node.name)
+
+
+def test_one_by_one_runs_the_head_then_each_node_alone(tmp_path):
+    run, _ = make(tmp_path)
+    report = Runner(run, [OneByOne()]).execute()
+    assert {r["onebyone"].status for r in report.results.values()} == {"changed"}
+    assert Touch.order == ["node0", "node1", "node2", "node3"]
+
+
+def test_one_by_one_stops_when_the_head_fails_and_goes_on_past_a_failed_node(tmp_path):
+    run, _ = make(tmp_path)
+    WORLD["broken"] = "node0"
+    Runner(run, [OneByOne()]).execute()
+    assert Touch.order == ["node0"]
+    WORLD.clear()
+    Touch.order = []
+    WORLD["broken"] = "node2"
+    report = Runner(run, [OneByOne()]).execute()
+    assert Touch.order == ["node0", "node1", "node2", "node3"]
+    assert report.results["node2"]["onebyone"].status == "failed"
+    assert report.results["node3"]["onebyone"].status == "changed"

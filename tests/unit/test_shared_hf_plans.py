@@ -132,7 +132,7 @@ def test_wipe_weights_deletes_the_shared_copy_once(tmp_path):
                for n, argvs in plans.items() if n != "node0")
     run = ctx(tmp_path).run
     run.session.states["node0"].step("wipe-weights")["status"] = Status.CHANGED
-    [line] = WipeWeights().closing_lines(run)
+    [line] = WipeWeights().closing_lines(run, {})
     assert line.startswith(f"removed the shared copy {cache} once, on the head node0")
 
 

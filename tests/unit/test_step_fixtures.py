@@ -1,8 +1,14 @@
-"""Every rule from a fixture, like pyinfra's operation fixtures: tests/fixtures/steps/*.json,
-each {"step", "inventory" (overrides, optional), "rank" (optional), "facts", "expect"}.
-Facts in, actions or problems out; no SSH. `expect` is exact: {"actions": [shown lines]},
-{"action_descriptions": [...]} (for argvs too long to spell out), or {"problems":
-[[kind, a fragment of the message], ...]} in order; an empty list means "nothing to do"."""
+"""Every registered step from fixtures, like pyinfra's operation fixtures:
+tests/fixtures/steps/*.json, each {"step", "inventory_file" (a reference inventory under
+inventories/, optional), "inventory" (overrides, optional), "rank", "params" (the playbook's
+`with:`), "options", "facts", "expect", "source" (where a value in the facts comes from)}.
+
+Facts in (as the step's facts_from gives them), actions or problems out; no SSH. `expect` is
+exact: {"actions": [shown lines]}, {"action_descriptions": [...]} (for argvs too long to spell
+out), {"problems": [[kind, a fragment of the message], ...]} in order, or {"error": a fragment
+of the StepFailed the plan raises}; an empty list means "nothing to do". "step" is a registry
+name (the step's plan, or its problems when problems are expected) or one of the finer rules
+below (COVERS names the step each belongs to)."""
 
 from __future__ import annotations
 
@@ -11,23 +17,24 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from k3deploy.cluster import inventory
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
+from k3deploy.core.errors import StepFailed
 from k3deploy.engines import CONFIG_LABEL
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps.download import DownloadWeights
-from k3deploy.steps.image import PullImage
+from k3deploy.steps import REGISTRY, step_class
 from k3deploy.steps.launch import LaunchEngine, secret_file
-from k3deploy.steps.nvme import MoveToNvme
 from k3deploy.steps.preflight import Preflight
 from k3deploy.steps.verify import memory_problems
 from k3deploy.steps.wait import rank_problem
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "steps"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "steps"
 CASES = sorted(FIXTURES.glob("*.json"))
 KEY = "k3-testkey-0123456789"
 GB = 10**9
@@ -38,13 +45,22 @@ def manifest(total_bytes: int) -> Manifest:
                     (RepoFile("model-00001-of-00096.safetensors", total_bytes, "b" * 64, "c" * 40),))
 
 
+def inventory_doc(case: dict) -> dict:
+    if "inventory_file" not in case:
+        return four_nodes(**case.get("inventory", {}))
+    doc = yaml.safe_load((ROOT / "inventories" / case["inventory_file"]).read_text())
+    return {**doc, **case.get("inventory", {})}
+
+
 def node_ctx(case: dict, tmp_path) -> NodeContext:
-    inv = inventory.parse(four_nodes(**case.get("inventory", {})))
+    inv = inventory.parse(inventory_doc(case))
     m = manifest(int(case.get("checkpoint_gb", 1000) * GB))
     inputs = RunInputs(manifest=m, manifest_json=json.dumps(m.to_json(4)), api_key=KEY,
                        token=None, token_read=True)
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=case.get("options", {}),
                      inputs=inputs)
+    if "logs_dir" in case:   # settled by collect-logs' prepare on the laptop
+        inputs.logs_dir = Path(case["logs_dir"])
     rank = case.get("rank", 0)
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
@@ -71,38 +87,85 @@ def memory(facts, ctx, case):
     return memory_problems(facts["gpus"], ctx.inv, ctx.rank)
 
 
-def launch_plan(facts, ctx, case):
-    """"<config>" and "<key-file>" stand for this inventory's config label and key file hash,
-    which only the code can compute: a done node is one whose container and file match them."""
-    step = LaunchEngine()
-    spec = step.spec(facts, ctx)
+def launch_facts(facts, ctx) -> dict:
+    """The launch's facts with what only the code computes from this inventory: the spec and
+    the compile cache key's inputs, always; "<config>" (a container label), "<key-file>" (the
+    key file's hash) and "<cache-key>" (a compile-cache dir's key) stand for those values, so a
+    done node is one whose container, file or cache match them."""
+    spec, key_inputs = LaunchEngine().spec_and_cache_key(facts, ctx)
     container = facts.get("container")
     if container and container.get("labels", {}).get(CONFIG_LABEL) == "<config>":
         container = {**container, "labels": {CONFIG_LABEL: spec.labels[CONFIG_LABEL]}}
     key_sha = facts.get("key_file_sha")
     if key_sha == "<key-file>":
         key_sha = hashlib.sha256(secret_file(spec)[1](KEY).encode()).hexdigest()
-    return step.plan({**facts, "spec": spec, "container": container, "key_file_sha": key_sha}, ctx)
+    key = (spec.compile_cache_host_dir or "").rsplit("/", 1)[-1]
+    caches = {key if k == "<cache-key>" else k: v for k, v in facts.get("compile_caches", {}).items()}
+    return {**facts, "spec": spec, "key_inputs": key_inputs, "container": container,
+            "key_file_sha": key_sha, "compile_caches": caches}
 
 
-RULES = {"preflight": preflight, "preflight-cluster": preflight_cluster, "rank": ranks,
-         "memory": memory, "launch": launch_plan,
-         "nvme": lambda facts, ctx, case: MoveToNvme().plan(facts, ctx),
-         "download": lambda facts, ctx, case: DownloadWeights().plan(facts, ctx),
-         "image": lambda facts, ctx, case: PullImage().plan(facts, ctx)}
+def launch_plan(facts, ctx, case):
+    """launch and the steps that share its spec (ray-cluster starts the same containers,
+    compile-cache-seal seals the launch's cache)."""
+    step = step_class(case["step"])(case.get("params"))
+    return step.plan(launch_facts(facts, ctx), ctx)
 
 
-def test_there_are_fixtures_for_every_rule():
-    covered = {json.loads(p.read_text())["step"] for p in CASES}
+def guard_facts(facts, ctx, case):
+    """"<digest>" in the guard's state stands for this inventory's guard config digest."""
+    step = step_class("guard")(case.get("params"))
+    state = facts.get("guard_state")
+    if state and state.get("digest") == "<digest>":
+        facts = {**facts, "guard_state": {**state, "digest": step.config(ctx)["digest"]}}
+    return step.plan(facts, ctx)
+
+
+def registered(facts, ctx, case):
+    """A registered step as the runner asks it: its problems (read-only findings), else its plan."""
+    step = step_class(case["step"])(case.get("params"))
+    if "problems" in case["expect"]:
+        return step.problems(facts, ctx)
+    return step.plan(facts, ctx)
+
+
+RULES = {**{name: registered for name in REGISTRY},
+         "preflight": preflight, "preflight-cluster": preflight_cluster, "rank": ranks,
+         "memory": memory, "launch": launch_plan, "ray-cluster": launch_plan,
+         "compile-cache-seal": launch_plan, "guard": guard_facts}
+COVERS = {"preflight-cluster": "preflight", "rank": "wait", "memory": "verify"}
+# The steps whose plan differs by engine: each has a fixture on a vLLM inventory too.
+BY_ENGINE = {"preflight", "ray-cluster", "launch", "wait", "verify", "compile-cache-seal"}
+
+
+def _cases() -> list[dict]:
+    return [json.loads(p.read_text()) for p in CASES]
+
+
+def test_there_are_fixtures_for_every_rule_and_every_registered_step():
+    covered = {case["step"] for case in _cases()}
     assert covered == set(RULES)
+    assert {COVERS.get(name, name) for name in covered} == set(REGISTRY)
+
+
+def test_the_steps_that_differ_by_engine_have_vllm_fixtures():
+    def kind(case):
+        return inventory.parse(inventory_doc(case)).engine.kind
+    with_vllm = {COVERS.get(c["step"], c["step"]) for c in _cases() if kind(c) == "vllm"}
+    assert BY_ENGINE <= with_vllm, BY_ENGINE - with_vllm
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_fixture(path, tmp_path):
     case = json.loads(path.read_text())
     ctx = node_ctx(case, tmp_path)
-    out = RULES[case["step"]](case["facts"], ctx, case)
     expect = case["expect"]
+    if "error" in expect:
+        with pytest.raises(StepFailed) as err:
+            RULES[case["step"]](case["facts"], ctx, case)
+        assert expect["error"] in str(err.value)
+        return
+    out = RULES[case["step"]](case["facts"], ctx, case)
     if "problems" in expect:
         assert [kind for kind, _ in out] == [kind for kind, _ in expect["problems"]], out
         for (_, message), (_, fragment) in zip(out, expect["problems"]):

@@ -12,7 +12,7 @@ import yaml
 from k3deploy import steps
 from k3deploy.cli import status_cmd
 from k3deploy.run import interrupt_notes
-from k3deploy.run.runner import RunReport, StepResult
+from k3deploy.run.report import RunReport, StepResult
 
 PLAYBOOKS = Path(steps.__file__).resolve().parents[1] / "playbooks"
 
