@@ -23,6 +23,10 @@ def node_bytes(tb, node) -> int:
     return tb.stats()["hub"]["by_node"].get(node, {}).get("bytes", 0)
 
 
+def hub_bytes_all(tb) -> int:
+    return sum(rec.get("bytes", 0) for rec in tb.stats()["hub"]["by_node"].values())
+
+
 def wait_for_bytes(tb, node, at_least, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -93,7 +97,9 @@ def test_resume_download_playbook_continues_where_it_stopped(tmp_path):
         repo_bytes = tb.stats()["hub"]["repo_bytes"]
         run = k3_bg("run", "resume-download", "-i", str(tb.inventory))
         deadline = time.monotonic() + 60  # fan-out: half the repo over all nodes together
-        while sum(node_bytes(tb, n) for n in tb.nodes) < repo_bytes // 2:
+        # One stats call per look (each is a process start): four per look once let the whole
+        # ~12 s download finish between the looks, and the kill came too late.
+        while hub_bytes_all(tb) < repo_bytes // 2:
             assert time.monotonic() < deadline, "the download never got half-way"
             time.sleep(0.3)
         run.send_signal(signal.SIGKILL)
