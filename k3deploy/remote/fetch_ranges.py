@@ -128,16 +128,19 @@ class PartialBlob:
         (the last one, digest(), waits and finishes it)."""
         if not self.hash_lock.acquire(blocking=wait):
             return
+        # pread on an unbuffered fd: a buffered reader reads ahead past the prefix, into bytes
+        # other connections have not written yet, and a later seek inside its buffer hands
+        # those stale bytes back (a wrong digest and a whole file fetched again).
+        fd = os.open(self.path, os.O_RDONLY)
         try:
-            with open(self.path, "rb") as f:
-                while self.hashed < self.prefix:
-                    f.seek(self.hashed)
-                    chunk = f.read(min(HASH_READ, self.prefix - self.hashed))
-                    if not chunk:
-                        break
-                    self.hasher.update(chunk)
-                    self.hashed += len(chunk)
+            while self.hashed < self.prefix:
+                chunk = os.pread(fd, min(HASH_READ, self.prefix - self.hashed), self.hashed)
+                if not chunk:
+                    break
+                self.hasher.update(chunk)
+                self.hashed += len(chunk)
         finally:
+            os.close(fd)
             self.hash_lock.release()
 
     def digest(self) -> str | None:
