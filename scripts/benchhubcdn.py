@@ -145,7 +145,10 @@ def _say(doc: dict) -> str:
                 f"{doc['hf_download']['seconds']}s ({doc['hf_over_floor']}x); CDN requests with a token: "
                 f"{doc['cdn_authorized_requests']}")
     return (f"{doc['nodes']} nodes, lottery on: weights-ready {doc['peers_s']}s with fan-out, "
-            f"{doc['hub_only_s']}s Hub-only: {doc['ratio']}; Hub bytes / repo {doc['hub_over_repo_peers']}")
+            f"{doc['hub_only_s']}s Hub-only: {doc['ratio']}; Hub bytes / repo {doc['hub_over_repo_peers']}; "
+            f"downloaders alone {doc['downloader_peers_s']}s / {doc['downloader_hub_only_s']}s: "
+            f"{doc['downloader_ratio']}; Hub-only {doc['hub_only_over_link_floor']}x its link floor; "
+            f"machine cores busy {doc['cores_busy_peers']} / {doc['cores_busy_hub_only']} of {doc['cores']}")
 
 
 def main(fanout_nodes: list[int], hub_only_seconds: float, as_json: bool, single: bool = True) -> int:
