@@ -44,18 +44,42 @@ def _weights_ready(nodes: int, node_rate: int, peers: bool, hub_flags: list[str]
             if not peers:
                 with open(inv, "a") as fh:
                     fh.write("download: {peers: false}\n")
-            started = time.monotonic()
+            busy0, started = busy_seconds(), time.monotonic()
             _sh(PY, "-m", "k3deploy", "run", "resume-download", "-i", str(inv))
             seconds = time.monotonic() - started
+            busy = (busy_seconds() - busy0) / seconds
             stats = json.loads(_sh(PY, "scripts/testbed", "stats", "--dir", str(tb), "--json").stdout)
             hub, cdn = stats["hub"], stats.get("cdn") or {}
+            spans = _downloader_spans(tb)
         finally:
             subprocess.run([PY, "scripts/testbed", "down", "--dir", str(tb)], capture_output=True, cwd=REPO,
                            check=False)
     # with --hub-cdn the large files' bytes come from the CDN (its own counters)
     served = sum(n["bytes"] for n in hub["by_node"].values()) + (cdn.get("bytes") or 0)
     return {"seconds": round(seconds, 1), "hub_over_repo": round(served / hub["repo_bytes"], 3),
-            "repo_bytes": hub["repo_bytes"]}
+            "repo_bytes": hub["repo_bytes"], "downloader_s": round(max(spans), 1),
+            "machine_cores_busy": round(busy, 2), "cores": os.cpu_count()}
+
+
+def busy_seconds() -> float:
+    """CPU seconds this machine spent busy since boot: every simulated node, the mock Hub, the
+    laptop side, and whatever else runs on the machine (the figures are only as good as the
+    machine was quiet: with every core busy, both runs are CPU-bound, not link-bound)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _downloader_spans(tb: Path) -> list[float]:
+    """Each node's downloader, its first progress to done (its progress document): the run's
+    wall time less the fixed costs (SSH, the nvme step, uploads, the last poll)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from tb.sshcmd import ssh_argv
+    spans = []
+    for node in json.loads((tb / "testbed.json").read_text())["nodes"].values():
+        doc = json.loads(_sh(*ssh_argv(tb, "root", node["address"],
+                                       "cat /mnt/nvme/.k3deploy/download-progress.json")).stdout)
+        spans.append(doc["updated"] - doc["started"])
+    return spans
 
 
 def fanout(nodes: int, hub_only_seconds: float = HUB_ONLY_SECONDS, extra=None, shard_bytes: int | None = None) -> dict:
@@ -69,10 +93,20 @@ def fanout(nodes: int, hub_only_seconds: float = HUB_ONLY_SECONDS, extra=None, s
     flags = extra(node_rate) + (["--shard-bytes", str(shard_bytes)] if shard_bytes else []) if extra else None
     hub_only = _weights_ready(nodes, node_rate, peers=False, hub_flags=flags)
     peers = _weights_ready(nodes, node_rate, peers=True, hub_flags=flags)
+    link_floor = hub_only["repo_bytes"] / node_rate
     return {"nodes": nodes, "hub_node_rate": node_rate, "hub_only_s": hub_only["seconds"],
             "peers_s": peers["seconds"], "ratio": round(peers["seconds"] / hub_only["seconds"], 2),
             "hub_over_repo_hub_only": hub_only["hub_over_repo"],
-            "hub_over_repo_peers": peers["hub_over_repo"]}
+            "hub_over_repo_peers": peers["hub_over_repo"],
+            # Beside the ratio, not instead of it: the downloaders' own spans (the run less its
+            # fixed costs, which a 1.56 TB download dwarfs), the link floor of one node's Hub-only
+            # download, and how busy the machine was (every node shares its cores).
+            "link_floor_s": round(link_floor, 1),
+            "hub_only_over_link_floor": round(hub_only["seconds"] / link_floor, 2),
+            "downloader_hub_only_s": hub_only["downloader_s"], "downloader_peers_s": peers["downloader_s"],
+            "downloader_ratio": round(peers["downloader_s"] / hub_only["downloader_s"], 2),
+            "cores_busy_hub_only": hub_only["machine_cores_busy"], "cores_busy_peers": peers["machine_cores_busy"],
+            "cores": hub_only["cores"]}
 
 
 # -- one 256 MB blob peer-to-peer ---------------------------------------------------------------

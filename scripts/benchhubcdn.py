@@ -10,7 +10,12 @@ Per node (one testbed node, the same caps for all three, each into an empty dire
     real 16 GB shard gets its 16;
   - hf download --max-workers 16 with HF_HUB_DISABLE_XET=1 (huggingface_hub's plain HTTP path);
 beside the link floor, the repo's bytes over --hub-node-rate. Then fan-out weights-ready against
-Hub-only at 4 and 8 nodes (scripts/benchfanout.py) with the same lottery on.
+Hub-only at 4 and 8 nodes (scripts/benchfanout.py) with the same lottery on: the ratio of the two
+runs' wall times, and beside it the downloaders' own spans, Hub-only against its link floor and
+the machine's busy cores. Every simulated node shares this machine's cores, so at 8 nodes both
+runs are CPU-bound; and each run's fixed costs (SSH, the nvme step, uploads, the peer servers'
+start, the last poll; ~4-9 s) stand in both, which a 1.56 TB download dwarfs
+(`--fanout-hub-seconds` makes the repo's share larger).
 """
 from __future__ import annotations
 
@@ -145,7 +150,10 @@ def _say(doc: dict) -> str:
                 f"{doc['hf_download']['seconds']}s ({doc['hf_over_floor']}x); CDN requests with a token: "
                 f"{doc['cdn_authorized_requests']}")
     return (f"{doc['nodes']} nodes, lottery on: weights-ready {doc['peers_s']}s with fan-out, "
-            f"{doc['hub_only_s']}s Hub-only: {doc['ratio']}; Hub bytes / repo {doc['hub_over_repo_peers']}")
+            f"{doc['hub_only_s']}s Hub-only: {doc['ratio']}; Hub bytes / repo {doc['hub_over_repo_peers']}; "
+            f"downloaders alone {doc['downloader_peers_s']}s / {doc['downloader_hub_only_s']}s: "
+            f"{doc['downloader_ratio']}; Hub-only {doc['hub_only_over_link_floor']}x its link floor; "
+            f"machine cores busy {doc['cores_busy_peers']} / {doc['cores_busy_hub_only']} of {doc['cores']}")
 
 
 def main(fanout_nodes: list[int], hub_only_seconds: float, as_json: bool, single: bool = True) -> int:

@@ -128,18 +128,20 @@ class PartialBlob:
         (the last one, digest(), waits and finishes it)."""
         if not self.hash_lock.acquire(blocking=wait):
             return
+        # pread on an unbuffered fd: a buffered reader reads ahead past the prefix, into bytes
+        # other connections have not written yet, and a later seek inside its buffer hands
+        # those stale bytes back (a wrong digest and a whole file fetched again).
         try:
-            # Unbuffered: a buffered reader reads ahead past the prefix into holes that other
-            # connections fill meanwhile, and a later seek inside its buffer returns the stale
-            # zeros (a false sha256 mismatch, the whole file fetched again).
-            with open(self.path, "rb", buffering=0) as f:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
                 while self.hashed < self.prefix:
-                    f.seek(self.hashed)
-                    chunk = f.read(min(HASH_READ, self.prefix - self.hashed))
+                    chunk = os.pread(fd, min(HASH_READ, self.prefix - self.hashed), self.hashed)
                     if not chunk:
                         break
                     self.hasher.update(chunk)
                     self.hashed += len(chunk)
+            finally:
+                os.close(fd)
         finally:
             self.hash_lock.release()
 
