@@ -50,7 +50,8 @@ class Observer:
 
     def _fill(self, ctx, start: int) -> None:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
-        probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
+        probes = {step.label: [f for f in step.probes(ctx) if f.ahead or i == start]
+                  for i, step in enumerate(self.steps[start:], start)}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
         if self.looking:
