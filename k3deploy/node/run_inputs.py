@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from k3deploy.cluster.hubgate import HubReach
 from k3deploy.cluster.hubmeta import Manifest, token_from_env
@@ -27,6 +28,7 @@ class RunInputs:
     saved_logs: dict = field(default_factory=dict)       # node -> the files collect-logs wrote
     download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
     relaunched_after: dict = field(default_factory=dict)   # node -> the incident this up archived
+    regroup: Any = None   # steps/regroup.Regroup: is the group relaunched whole (before launch)
     download_restarts: dict[str, int] = field(default_factory=dict)  # node -> restarts after a Hub failure
     # Ray workers join one at a time (steps/ray_cluster.py).
     ray_join_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -40,6 +40,18 @@ class Observer:
             found = self._pop(ctx, step)
         return step.facts_from(found, ctx), looked_now
 
+    def peek(self, step: Step, ctx) -> dict:
+        """The step's facts, left in the batch for the step's own decision on the node (a
+        cluster-wide `settle` reads every node's first: no extra round trip when nothing
+        changed since the batch was made)."""
+        with self._lock:
+            found = self._batches.get(ctx.name, {}).get(step.label)
+        if found is None:
+            self._fill(ctx, self.steps.index(step))
+            with self._lock:
+                found = self._batches[ctx.name][step.label]
+        return step.facts_from(found, ctx)
+
     def changed(self) -> None:
         with self._lock:
             self._batches.clear()

@@ -1,0 +1,75 @@
+"""One decision before the engines start: is the process group relaunched whole?
+
+The ranks of a multi-node engine form one torch.distributed group once, at start: rank 0's
+store at --dist-init-addr waits for a fixed world size, and a formed group takes no new
+member (init_process_group fixes world_size; torchelastic too restarts every worker on a
+membership change, "all workers are stopped ... and restarted", pytorch docs, elastic
+"Membership Changes"). SGLang keeps no way to re-admit a rank: when one rank's process or
+node is gone, the survivors' collectives wait on it until --dist-timeout (its watchdog) and
+the guide's answer is to restart the group. So a rank that must start (its node was
+reclaimed and replaced, its container exited) while other ranks still run cannot join them:
+every running rank is stopped and the whole group started again, each rank with the same
+number as before (ranks come from the inventory).
+
+Decided once per run, from every node's engine container, by the step before launch
+(guard-stop: a guard left watching an engine we remove would report an incident and stop
+the group we start) and read by launch. Not for vLLM over Ray: its containers are the Ray
+cluster's (steps/ray_cluster.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from k3deploy.steps import probes, raylayout
+
+FACT = "container"  # probes.engine_container's name
+
+
+@dataclass(frozen=True)
+class Regroup:
+    running: dict[str, str] = field(default_factory=dict)  # node -> id of its running engine
+    to_start: tuple[str, ...] = ()     # nodes whose rank has no running engine
+
+    @property
+    def whole(self) -> bool:
+        """Some ranks run and others must start: the running ones cannot take them in."""
+        return bool(self.running) and bool(self.to_start)
+
+    def reason(self) -> str:
+        return (f"{', '.join(self.to_start)} must start while "
+                f"{', '.join(sorted(self.running))} still run the old group, which cannot "
+                "take a new rank: every rank is relaunched, each keeping its rank")
+
+
+def probes_for(inv) -> list:
+    return [] if raylayout.in_use(inv) else [probes.engine_container(inv)]
+
+
+def decide(states: dict[str, dict | None], inv) -> Regroup:
+    """From each node's engine container (probes.container_summary), in rank order."""
+    if raylayout.in_use(inv):
+        return Regroup()
+    running, to_start = {}, []
+    for _, node in inv.ranked():
+        state = states.get(node.name)
+        if state and state["running"]:
+            running[node.name] = state["id"]
+        else:
+            to_start.append(node.name)
+    return Regroup(running, tuple(to_start))
+
+
+def stops(decision: Regroup | None, node_name: str, state: dict | None) -> bool:
+    """Launch: this node's running engine (its container summary) is one of the old group's,
+    to be relaunched; the one launch started in its place is not."""
+    if decision is None or not decision.whole or not state or not state["running"]:
+        return False
+    return decision.running.get(node_name) == state["id"]
+
+
+def stopped_since(decision: Regroup | None, node_name: str, state: dict | None) -> bool:
+    """Launch: this rank ran when the group was looked at, kept with the others, and has no
+    running engine now: started alone it could not join them."""
+    return (decision is not None and not decision.whole and node_name in decision.running
+            and not (state and state["running"]))
