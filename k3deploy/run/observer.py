@@ -62,8 +62,10 @@ class Observer:
 
     def _fill(self, ctx, start: int) -> None:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
-        probes = {step.label: [f for f in step.probes(ctx) if f.ahead or i == start]
-                  for i, step in enumerate(self.steps[start:], start)}
+        probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
+        # A step with a fact not to be asked ahead (Fact.ahead) looks on its own, later.
+        probes = {label: mine for i, (label, mine) in enumerate(probes.items())
+                  if i == 0 or all(f.ahead for f in mine)}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
         if self.looking:
