@@ -1,15 +1,17 @@
 """One decision before the engines start: is the process group relaunched whole?
 
 The ranks of a multi-node engine form one torch.distributed group once, at start: rank 0's
-store at --dist-init-addr waits for a fixed world size, and a formed group takes no new
-member (init_process_group fixes world_size; torchelastic too restarts every worker on a
-membership change, "all workers are stopped ... and restarted", pytorch docs, elastic
-"Membership Changes"). SGLang keeps no way to re-admit a rank: when one rank's process or
-node is gone, the survivors' collectives wait on it until --dist-timeout (its watchdog) and
-the guide's answer is to restart the group. So a rank that must start (its node was
-reclaimed and replaced, its container exited) while other ranks still run cannot join them:
-every running rank is stopped and the whole group started again, each rank with the same
-number as before (ranks come from the inventory).
+store at --dist-init-addr waits for a fixed world size, and a formed group takes no new member.
+PyTorch's own answer to a node that fails and is replaced is to stop every worker and start the
+group again ("all existing workers are stopped, a new Worker Group is formed and all workers
+are started", pytorch/elastic#65; torch.distributed.run: "Worker failures are handled
+gracefully by restarting all workers"); SGLang has no way to re-admit a rank, and the guide
+says reclaiming any one GPU "the whole serving group goes down ... re-forming the process
+group means re-loading 1.56TB from cache". The survivors meanwhile sit in a collective that
+never completes until --dist-timeout. So a rank that must start (its node was reclaimed and
+replaced, its container exited) while other ranks still run cannot join them: every running
+rank is stopped and the whole group started again, each rank with the same number as before
+(ranks come from the inventory).
 
 Decided once per run, from every node's engine container, by the step before launch
 (guard-stop: a guard left watching an engine we remove would report an incident and stop
