@@ -165,5 +165,11 @@ def container_summary(info: dict | None) -> dict | None:
             "id": info.get("Id")}
 
 
+def node_rank_arg(cmd: list) -> str | None:
+    """The --node-rank a running engine container was started with (None: no such flag)."""
+    cmd = [str(c) for c in cmd]
+    return cmd[cmd.index("--node-rank") + 1] if "--node-rank" in cmd[:-1] else None
+
+
 def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:
     return F.read(name, path, parse_json, sudo=sudo)

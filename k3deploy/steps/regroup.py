@@ -53,13 +53,20 @@ def decide(states: dict[str, dict | None], inv) -> Regroup:
     if raylayout.in_use(inv):
         return Regroup()
     running, to_start = {}, []
-    for _, node in inv.ranked():
+    for rank, node in inv.ranked():
         state = states.get(node.name)
-        if state and state["running"]:
+        if state and state["running"] and _own_rank(state, rank):
             running[node.name] = state["id"]
-        else:
+        elif not (state and state["running"]):
             to_start.append(node.name)
     return Regroup(running, tuple(to_start))
+
+
+def _own_rank(state: dict, rank: int) -> bool:
+    """A container started by hand with another rank is not this group's to relaunch: the
+    wait step names it as a stray (steps/wait.py rank_problem)."""
+    found = probes.node_rank_arg(state.get("cmd") or [])
+    return found is None or found == str(rank)
 
 
 def stops(decision: Regroup | None, node_name: str, state: dict | None) -> bool:

@@ -24,9 +24,10 @@ INV = inventory.parse(four_nodes())
 NAMES = [n.name for _, n in INV.ranked()]
 
 
-def engine(running=True, cid="c-old", label="x"):
+def engine(running=True, cid="c-old", label="x", rank=None):
     return {"running": running, "id": cid, "labels": {engines.CONFIG_LABEL: label},
-            "status": "running" if running else "exited", "exit_code": 0 if running else 137}
+            "status": "running" if running else "exited", "exit_code": 0 if running else 137,
+            "cmd": [] if rank is None else ["sglang", "serve", "--node-rank", str(rank)]}
 
 
 def test_the_group_is_relaunched_only_when_some_ranks_run_and_others_must_start():
@@ -40,6 +41,14 @@ def test_the_group_is_relaunched_only_when_some_ranks_run_and_others_must_start(
     exited = regroup.decide({**{n: engine() for n in NAMES}, NAMES[1]: engine(running=False)},
                             INV)
     assert exited.whole and exited.to_start == (NAMES[1],)
+
+
+def test_a_container_started_by_hand_with_another_rank_is_not_relaunched_as_ours():
+    # test_failure_modes' duplicate rank: node3 runs rank 1 by hand; the wait step names it.
+    stray = regroup.decide({**{n: None for n in NAMES}, NAMES[3]: engine(rank=1)}, INV)
+    assert not stray.whole and NAMES[3] not in [*stray.running, *stray.to_start]
+    ours = regroup.decide({**{n: None for n in NAMES}, NAMES[3]: engine(rank=3)}, INV)
+    assert ours.whole and list(ours.running) == [NAMES[3]]
 
 
 def test_launch_relaunches_a_survivor_with_the_same_rank_then_leaves_the_new_engine(tmp_path):
