@@ -151,7 +151,9 @@ class LaunchEngine(Step):
     def _start_action(self, node):
         return wait(f"wait until rank {node.rank}'s engine is past its start-up checks",
                     f"rank {node.rank} engine started", poll=self.p.poll_seconds,
-                    timeout=self.p.start_timeout)
+                    timeout=self.p.start_timeout,
+                    hint=f"`k3deploy logs -i {node.inv.source}` saves every rank's log (how far "
+                    "it got); then re-run `k3deploy up` (exited containers are replaced)")
 
     def apply(self, node, actions):
         super().apply(node, actions)
