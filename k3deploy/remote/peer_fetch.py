@@ -264,7 +264,9 @@ class Peers:
         with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="hub") as hub, \
                 concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="peer") as lan:
             def submit(spec, via_peers):
-                pending[(lan if via_peers else hub).submit(ensure, spec, via_peers)] = spec
+                # This node's own share stays in the Hub pool, asked of the peers first.
+                pool = lan if via_peers and self.owner.get(spec.path) != self.me else hub
+                pending[pool.submit(ensure, spec, via_peers)] = spec
             for spec in files:
                 submit(spec, self.wants(spec))
             while pending or (later and not self.stop_event.is_set()):
