@@ -3,7 +3,7 @@
 Modelled on Fabric's `ThreadingGroup` and `GroupResult` (fabric/group.py and
 fabric/exceptions.py @2e5dffbc): every call runs to its end in its own thread, and the result
 maps each key to the call's return value or to the exception that stopped it, with a `failed`
-sub-dict (Fabric's `succeeded` had no reader here). Where Fabric raises
+and a `succeeded` sub-dict, as Fabric's. Where Fabric raises
 `GroupException(result)` when any call failed, the callers here choose: `unwrapped()` raises
 the first failure in key order (what a loop over a pool's `map` raised), `failed` lets them
 report every node. The threads come from remote/thread_pool.py, the one pool.
@@ -22,6 +22,10 @@ T = TypeVar("T")
 
 class GroupResult(dict):
     """key -> return value, or the BaseException the call raised (in the order given)."""
+
+    @property
+    def succeeded(self) -> dict:
+        return {k: v for k, v in self.items() if not isinstance(v, BaseException)}
 
     @property
     def failed(self) -> dict[Any, BaseException]:

@@ -34,6 +34,10 @@ class Fact:
     program: tuple[str, tuple[str, ...]] | None = field(default=None, repr=False)
     # Or one of that interpreter's built-in operations (`native`) and its arguments.
     op: tuple[str, tuple[str, ...]] | None = None
+    # False: asked only in its own step's look, never ahead in an earlier step's batch. A
+    # request an engine answers only by a forward step over every rank (verify's chat) never
+    # returns from a group whose rank vanished, and would hold up every step's facts with it.
+    ahead: bool = True
 
 
 def _first_asker(facts: list[Fact]) -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from k3deploy.cluster.hubgate import HubReach
 from k3deploy.cluster.hubmeta import Manifest, token_from_env
@@ -27,6 +28,7 @@ class RunInputs:
     saved_logs: dict = field(default_factory=dict)       # node -> the files collect-logs wrote
     download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
     relaunched_after: dict = field(default_factory=dict)   # node -> the incident this up archived
+    regroup: Any = None   # steps/regroup.Regroup: is the group relaunched whole (before launch)
     download_restarts: dict[str, int] = field(default_factory=dict)  # node -> restarts after a Hub failure
     # The port mesh's sample of ephemeral ports (steps/reachability.py), drawn once per run so
     # that deciding the mesh is a pure function of the facts and this.

@@ -84,6 +84,22 @@ CHECKS = {
 }
 
 
+GENERATING = ("chat", "tools", "vision")  # answered only by a forward step over every rank
+
+
+def run_checks(cfg):
+    """Each check in order; once a generating request went unanswered (a group stuck in a
+    collective answers none of them) the others are not sent: one timeout, not three."""
+    out, stuck = {}, None
+    for name in cfg["checks"]:
+        if stuck and name in GENERATING:
+            out[name] = {"status": None, "error": f"not sent: {stuck} got no answer"}
+            continue
+        out[name] = CHECKS[name](cfg)
+        if name in GENERATING and out[name].get("status") is None:
+            stuck = f"{name} ({out[name].get('error')})"
+    return out
+
+
 if __name__ == "__main__":
-    config = json.load(sys.stdin)
-    print(json.dumps({name: CHECKS[name](config) for name in config["checks"]}))
+    print(json.dumps(run_checks(json.load(sys.stdin))))

@@ -8,7 +8,10 @@ while none has it and its owner is progressing on it, other files go first (NotY
 that is unreachable, refuses or stalls longer than stall_seconds is skipped for a while, one that
 served bytes failing the checksum is never used again in this run; when no peer can serve it and
 its owner shows no progress on anything for stall_seconds (dead, stalled, partitioned) or its
-downloader is no longer running, it comes from the Hub (UseHub). Bytes from peers land in the same `.incomplete` file as Hub bytes, so a partial from a
+downloader is no longer running, it comes from the Hub (UseHub). The node's own share is asked
+of the peers too (a replacement for a reclaimed node finds it there) and comes from the Hub as
+soon as every peer answered without it. Bytes from peers land in the same `.incomplete` file
+as Hub bytes, so a partial from a
 peer resumes from a peer or from the Hub with Range, and is verified like any other.
 """
 from __future__ import annotations
@@ -72,7 +75,10 @@ class Peers:
         self.lock = threading.Lock()
 
     def wants(self, spec) -> bool:
-        return self.owner.get(spec.path) not in (None, self.me)
+        """Every large file is asked of the peers first, this node's own share too: a node
+        that replaces a reclaimed one (an empty disk) finds its share on the peers that took
+        it from its predecessor; on a first bring-up nobody has it and it goes to the Hub."""
+        return self.owner.get(spec.path) is not None
 
     # -- finding a peer -----------------------------------------------------------------
     def _request(self, peer: Peer, method: str, path: str, headers: dict | None = None,
@@ -158,6 +164,8 @@ class Peers:
         self._no_holder(spec)
 
     def _no_holder(self, spec) -> None:
+        if self.owner.get(spec.path) == self.me:
+            self._own_share()
         owner = self.peers.get(self.owner.get(spec.path, ""))
         if owner is None or owner.bad:
             raise UseHub(f"its owner {getattr(owner, 'name', '?')} served corrupt bytes")
@@ -179,6 +187,15 @@ class Peers:
             what = "is unreachable" if progress is None else "made no progress"
             raise UseHub(f"no peer has it and its owner {owner.name} {what} for {self.stall:.0f}s")
         raise NotYet()
+
+    def _own_share(self) -> None:
+        """No peer has this node's own file verified: from the Hub, but only once every peer
+        has answered its index (or is known down); a worker that found another thread asking
+        a peer sees no index yet, and must not send a replaced node's share to the Hub."""
+        if any(p.index is None and p.unreachable_since is None and not p.bad
+               for p in self.peers.values()):
+            raise NotYet()
+        raise UseHub("no peer has it verified (this node's own share)")
 
     def _get(self, peer: Peer, spec, part) -> None:
         start = part.prefix  # peers send from the prefix on; ranges past it are written again
@@ -249,7 +266,9 @@ class Peers:
         with pool(workers, "hub") as hub, \
                 pool(workers, "peer") as lan:
             def submit(spec, via_peers):
-                pending[(lan if via_peers else hub).submit(ensure, spec, via_peers)] = spec
+                # This node's own share stays in the Hub pool, asked of the peers first.
+                pool = lan if via_peers and self.owner.get(spec.path) != self.me else hub
+                pending[pool.submit(ensure, spec, via_peers)] = spec
             for spec in files:
                 submit(spec, self.wants(spec))
             while pending or (later and not self.stop_event.is_set()):

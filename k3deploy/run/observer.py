@@ -40,6 +40,18 @@ class Observer:
             found = self._pop(ctx, step)
         return step.facts_from(found, ctx), looked_now
 
+    def peek(self, step: Step, ctx) -> dict:
+        """The step's facts, left in the batch for the step's own decision on the node (a
+        cluster-wide `settle` reads every node's first: no extra round trip when nothing
+        changed since the batch was made)."""
+        with self._lock:
+            found = self._batches.get(ctx.name, {}).get(step.label)
+        if found is None:
+            self._fill(ctx, self.steps.index(step))
+            with self._lock:
+                found = self._batches[ctx.name][step.label]
+        return step.facts_from(found, ctx)
+
     def changed(self) -> None:
         with self._lock:
             self._batches.clear()
@@ -51,6 +63,9 @@ class Observer:
     def _fill(self, ctx, start: int) -> None:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
+        # A step with a fact not to be asked ahead (Fact.ahead) looks on its own, later.
+        probes = {label: mine for i, (label, mine) in enumerate(probes.items())
+                  if i == 0 or all(f.ahead for f in mine)}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
         if self.looking:

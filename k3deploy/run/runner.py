@@ -117,6 +117,10 @@ class Runner:
             return False
         if not targets:
             return False
+        if step.settles:
+            looked = fan.run_each(lambda c: self.observer.peek(step, c), targets,
+                                  key=lambda c: c.name)
+            step.settle(looked.succeeded, self.run)  # a node that failed: its own step says
         all_facts = self._fan_out(step, targets)
         if any(self.report.results.get(c.name, {}).get(step.label, StepResult(Status.OK)).status
                == Status.CHANGED for c in targets):

@@ -104,6 +104,7 @@ class Step:
     needs_all_nodes: ClassVar[bool] = False  # refuses to run if any node failed earlier
     runs_after_failures: ClassVar[bool] = False  # teardown: still runs where earlier steps failed
     Params: ClassVar[type | None] = None          # pydantic model of the playbook's `with:`
+    settles: ClassVar[bool] = False     # `settle` sees every node's facts before any plan
 
     def __init__(self, params: dict[str, Any] | None = None):
         self.params = params or {}
@@ -161,6 +162,10 @@ class Step:
     def cluster_problems(self, all_facts: dict[str, dict], run) -> list[tuple[str, str, str]]:
         """(node, check, message) found only by comparing nodes (pure)."""
         return []
+
+    def settle(self, all_facts: dict[str, dict], run) -> None:
+        """(With `settles`.) Once, before any node's plan: a decision only every node's facts
+        together make, kept in run.inputs for the plans (pure: no SSH)."""
 
     def apply(self, node, actions: list[Action]) -> None:
         for action in actions:

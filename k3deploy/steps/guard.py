@@ -20,7 +20,7 @@ from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.node import guard_config
 from k3deploy.remote import script_text
-from k3deploy.steps import node_files, probes
+from k3deploy.steps import node_files, probes, regroup
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 BEAT_STALE = 60  # seconds: the guard rewrites its state every 10 s while alive
@@ -146,16 +146,30 @@ class StopGuard(Step):
         # watches. A spent one (it fired) always goes: left alive, it would serve its old
         # incident to the new guards started after verify, and they would adopt it and stop the
         # group they guard. Its incident stays on record until the guard step archives it.
+        # The group is relaunched whole (steps/regroup.py) too: every guard goes, or one
+        # would call its engine's removal an incident and stop the group being started.
         before_launch: bool = False
         archive: bool = True
 
+    @property
+    def settles(self) -> bool:
+        return self.p.before_launch
+
     def probes(self, node):
-        return guard_facts(node.inv)
+        return guard_facts(node.inv) + (regroup.probes_for(node.inv) if self.p.before_launch
+                                        else [])
+
+    def settle(self, all_facts, run) -> None:
+        states = {n: probes.container_summary(f.get(regroup.FACT)) for n, f in all_facts.items()}
+        run.inputs.regroup = regroup.decide(states, run.inv)
+        if run.inputs.regroup.whole and run.ui:
+            run.ui.say(f"{'':>14}{run.inputs.regroup.reason()}")
 
     def plan(self, facts, node):
         if self.p.before_launch:
             spent = (facts.get("guard_state") or {}).get("phase") == "fired"
-            return stop_actions(facts) if spent or node.run.option("replace") else []
+            whole = node.run.inputs.regroup is not None and node.run.inputs.regroup.whole
+            return stop_actions(facts) if spent or whole or node.run.option("replace") else []
         archive = [archive_action(node.inv)] if self.p.archive and facts["incident"] else []
         return stop_actions(facts) + archive
 

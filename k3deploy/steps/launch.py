@@ -21,7 +21,7 @@ from k3deploy.node import facts as F
 from k3deploy.engines import spec_from_inventory, startup_log
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import manifest_for
-from k3deploy.steps import compile_cache, probes, raylayout
+from k3deploy.steps import compile_cache, probes, raylayout, regroup
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.steps.base import Step, cmd, upload, wait
@@ -53,11 +53,17 @@ class LaunchEngine(Step):
     serves_over_ray = True
     # The container runs the engine itself (RayCluster's run `ray start`: no engine checks).
     runs_engine = True
+    settles = True   # whether the group is relaunched whole, when no step before decided it
 
     def prepare(self, run) -> None:
         run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
                                                    create=not run.check)
         manifest_for(run)
+
+    def settle(self, all_facts, run) -> None:
+        if run.inputs.regroup is None and self.runs_engine:   # guard-stop decides it first
+            run.inputs.regroup = regroup.decide(
+                {n: f["container"] for n, f in all_facts.items()}, run.inv)
 
     def spec(self, facts, node):
         return self.spec_and_cache_key(facts, node)[0]
@@ -95,10 +101,14 @@ class LaunchEngine(Step):
         if self.serves_over_ray and engines.uses_ray(spec):
             return raylayout.launch_plan(facts, node)
         want = spec.labels[engines.CONFIG_LABEL]
-        if current and current["running"] and current["labels"].get(engines.CONFIG_LABEL) == want:
+        relaunch = regroup.stops(node.run.inputs.regroup, node.name, current)
+        if current and current["running"] and not relaunch and \
+                current["labels"].get(engines.CONFIG_LABEL) == want:
             return self._start_wait(facts, node)
+        if regroup.stopped_since(node.run.inputs.regroup, node.name, current):
+            raise _stopped_since(node)
         actions = self._secret_actions(facts, node)
-        if current and current["running"] and not node.run.option("replace"):
+        if current and current["running"] and not relaunch and not node.run.option("replace"):
             raise StepFailed(node.name, f"container {spec.container_name} runs another "
                              f"configuration ({current['labels'].get(engines.CONFIG_LABEL)} != "
                              f"{want})", step=self.name,
@@ -141,7 +151,9 @@ class LaunchEngine(Step):
     def _start_action(self, node):
         return wait(f"wait until rank {node.rank}'s engine is past its start-up checks",
                     f"rank {node.rank} engine started", poll=self.p.poll_seconds,
-                    timeout=self.p.start_timeout)
+                    timeout=self.p.start_timeout,
+                    hint=f"`k3deploy logs -i {node.inv.source}` saves every rank's log (how far "
+                    "it got); then re-run `k3deploy up` (exited containers are replaced)")
 
     def apply(self, node, actions):
         super().apply(node, actions)
@@ -172,6 +184,14 @@ def _logs_its_start(spec) -> bool:
     docs run `--log-level warning`) there is no line to wait for, so launch does not."""
     args = {str(k).lstrip("-"): v for k, v in spec.extra_args.items()}
     return str(args.get("log-level", "info")).lower() in ("debug", "info")
+
+
+def _stopped_since(node) -> StepFailed:
+    return StepFailed(node.name, f"rank {node.rank}'s engine stopped after the group was looked "
+                      "at (it ran then, with every other rank): started alone it cannot join "
+                      "the ranks still running", step="launch",
+                      hint="re-run `k3deploy up`: it relaunches the whole group, each node "
+                      "keeping its rank")
 
 
 def _died(node, state: dict | None, log: str) -> StepFailed:

@@ -162,7 +162,14 @@ def container_summary(info: dict | None) -> dict | None:
     return {"status": state.get("Status"), "running": bool(state.get("Running")),
             "exit_code": state.get("ExitCode"), "image": config.get("Image"),
             "labels": config.get("Labels") or {}, "cmd": config.get("Cmd") or [],
-            "finished": state.get("FinishedAt"), "started": state.get("StartedAt")}
+            "finished": state.get("FinishedAt"), "started": state.get("StartedAt"),
+            "id": info.get("Id")}
+
+
+def node_rank_arg(cmd: list) -> str | None:
+    """The --node-rank a running engine container was started with (None: no such flag)."""
+    cmd = [str(c) for c in cmd]
+    return cmd[cmd.index("--node-rank") + 1] if "--node-rank" in cmd[:-1] else None
 
 
 def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:

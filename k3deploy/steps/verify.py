@@ -7,6 +7,8 @@ shows in memory. Both are checked here.
 
 from __future__ import annotations
 
+import dataclasses
+
 from k3deploy.engines import vision
 from k3deploy.engines.spec import render_flags
 from k3deploy.engines.static_fraction import inventory_static_fraction
@@ -131,9 +133,13 @@ class VerifyEndpoint(Step):
 
     def probes(self, node):
         # What the certificate records, GPUs included; on the head one endpoint probe for
-        # both (its checks and the engine's version).
-        return certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
-                                   checks=tuple(CHECKS)) + [probes.lost_gpus()]
+        # both (its checks and the engine's version), in verify's own look only: its chat
+        # requests hang on a group that lost a rank, and ahead of time they would hold up the
+        # bring-up's first look (preflight) until that group is stopped.
+        found = certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
+                                    checks=tuple(CHECKS)) + [probes.lost_gpus()]
+        return [dataclasses.replace(f, ahead=False) if f.name == "endpoint" else f
+                for f in found]
 
     def facts_from(self, found, node):
         if node.is_head and found.get("endpoint") is None:

@@ -38,8 +38,8 @@ def rank_problem(cmds: dict[str, list[str]],
     """Duplicate or missing --node-rank across the running containers: the group never forms.
     Returns the message and the nodes whose container runs another rank than the inventory
     gives them (started by hand, or from another inventory)."""
-    running = {n: cmd[cmd.index("--node-rank") + 1] for n, cmd in cmds.items()
-               if "--node-rank" in cmd}
+    running = {n: rank for n, rank in ((n, probes.node_rank_arg(c)) for n, c in cmds.items())
+               if rank is not None}
     ranks: dict[str, list[str]] = {}
     for node, rank in running.items():
         ranks.setdefault(rank, []).append(node)

@@ -3,8 +3,9 @@ step, so one rank stopped (SIGSTOP: alive, its port still accepting) hangs the g
 sees no rank advancing with work outstanding for `guard.wedge_seconds` and stops every rank,
 naming the wedged one; a slow prefill that advances is left alone. The relaunch after an
 incident starts warm: the engines' compile caches live on NVMe, sealed after verify; a corrupt
-one is never loaded and a replaced node takes a peer's. One 4x8 testbed, a short wedge_seconds,
-a stand-in compile of COMPILE_SECONDS."""
+one is never loaded. Last, a node reclaimed while the cluster serves and replaced by a fresh
+machine: `up` serves again, everything the new node needs from its peers. One 4x8 testbed, a
+short wedge_seconds, a stand-in compile of COMPILE_SECONDS."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import time
 import urllib.request
 
 import pytest
-from guard_probe import (all_stopped_within, engine_running, guard_cpu_seconds, incident,
-                         serving_again)
+from guard_probe import all_stopped_within, guard_cpu_seconds, incident, serving_again
 from tbfixture import testbed
 
 from k3run import k3, out
@@ -101,30 +101,9 @@ def test_the_relaunch_is_warm_and_a_wedged_head_is_stopped_too(cluster):
     wedged_and_stopped(cluster, "node0", 0)
 
 
-def test_a_corrupt_cache_is_never_loaded_and_a_replaced_node_takes_a_peers(cluster):
-    tb = cluster  # stopped by the wedged head's incident: this relaunch recovers from it
-    if engine_running(tb, "node1"):  # run on its own: stop the group first all the same
-        assert tb.ssh("node1", "docker kill k3").returncode == 0
-        all_stopped_within(tb, tb.nodes, 30, time.monotonic())
-    # One byte flipped in node1's sealed cache; node3 reclaimed and back with an empty disk.
-    flip = (f"f=$(ls {CACHE}/*/triton/k3tb-kernels/*.bin) && printf '\\377' | "
-            "dd of=$f bs=1 seek=200 conv=notrunc status=none")
-    assert tb.ssh("node1", flip).returncode == 0
-    tb.fault("kill-node", "node3")
-    tb.fault("revive-node", "node3")
-    again = k3("up", "-i", str(tb.inventory))
-    assert again.returncode == 0, out(again)
-    # The engine would fail on a corrupt kernel ("device kernel image is invalid"): node1's was
-    # found before its start and replaced by a peer's copy, node3 got one; nobody compiled.
-    assert_warm(tb)
-    for node in ("node1", "node3"):
-        check = tb.ssh(node, f"python3 /mnt/nvme/.k3deploy/compile_cache.py check {CACHE}/*")
-        assert json.loads(check.stdout)["state"] == "complete", (node, check.stdout)
-
-
 def test_a_slow_prefill_that_advances_is_not_a_wedge_and_the_guard_stays_cheap(cluster):
     tb = cluster
-    serving_again(tb)  # the previous test relaunched it
+    serving_again(tb)  # relaunches after the wedged head's incident
     key = api_key(tb)
     cpu = {n: guard_cpu_seconds(tb, n) for n in tb.nodes}
     tb.fault("slow-prefill", "node1", "3")
@@ -140,6 +119,49 @@ def test_a_slow_prefill_that_advances_is_not_a_wedge_and_the_guard_stays_cheap(c
         assert incident(tb, node) is None, (node, incident(tb, node))
         used = guard_cpu_seconds(tb, node) - cpu[node]
         assert used / elapsed < 0.01, (node, used, elapsed)
+
+
+def test_a_node_reclaimed_and_replaced_while_serving_serves_again_from_peers(cluster):
+    """The spot story, whole: the cluster serves; node3 is reclaimed and comes back as a fresh
+    machine (an empty disk); `up` serves again and `verify` passes. The survivors' group
+    cannot take a new rank, so the group is relaunched with the same ranks; node3 takes the
+    image, its weight share and the compile cache from its peers (no registry pull, no Hub
+    bytes of the checkpoint, no compile). One byte flipped in survivor node1's sealed cache on
+    the way: found before its start, refilled from a peer, never loaded."""
+    tb = cluster
+    serving_again(tb)   # the slow-prefill test left it serving; this makes sure
+    pulls = {n: d["registry_pulls"] for n, d in tb.stats()["nodes"].items()}
+    hub_before = _hub_files(tb, "node3")
+    flip = (f"f=$(ls {CACHE}/*/triton/k3tb-kernels/*.bin) && printf '\\377' | "
+            "dd of=$f bs=1 seek=200 conv=notrunc status=none")
+    assert tb.ssh("node1", flip).returncode == 0
+    tb.fault("kill-node", "node3")
+    tb.fault("revive-node", "node3")
+    assert tb.ssh("node3", "docker images -q").stdout.strip() == ""   # a fresh disk
+    began = time.monotonic()
+    again = k3("up", "-i", str(tb.inventory), timeout=240)
+    print(f"up after the replaced node3 took {time.monotonic() - began:.1f}s")
+    assert again.returncode == 0, out(again)
+    checked = k3("verify", "-i", str(tb.inventory), timeout=120)
+    assert checked.returncode == 0, out(checked)
+    # The engine would fail on a corrupt kernel ("device kernel image is invalid"): node1's was
+    # found before its start and replaced by a peer's copy, node3 got one; nobody compiled.
+    assert_warm(tb)
+    for node in ("node1", "node3"):
+        check = tb.ssh(node, f"python3 /mnt/nvme/.k3deploy/compile_cache.py check {CACHE}/*")
+        assert json.loads(check.stdout)["state"] == "complete", (node, check.stdout)
+    assert {n: d["registry_pulls"] for n, d in tb.stats()["nodes"].items()} == pulls
+    fetched = {f: b for f, b in _hub_files(tb, "node3").items() if b > hub_before.get(f, 0)}
+    assert not [f for f in fetched if f.endswith(".safetensors")], fetched  # from peers
+    assert sum(fetched.values()) < 0.01 * tb.stats()["hub"]["repo_bytes"], fetched
+    for rank, node in enumerate(tb.nodes):   # the survivors kept their ranks
+        cmd = json.loads(tb.ssh(node, "docker inspect k3").stdout)[0]["Config"]["Cmd"]
+        assert cmd[cmd.index("--node-rank") + 1] == str(rank), (node, cmd)
+
+
+def _hub_files(tb, node: str) -> dict[str, int]:
+    files = tb.stats()["hub"]["by_node"].get(node, {}).get("files", {})
+    return {path: doc["bytes"] for path, doc in files.items()}
 
 
 def _swallow(fn, *args):

@@ -28,3 +28,22 @@ def test_old_sglang_falls_back_to_get_server_info(monkeypatch):
     call, _ = answering({"/get_server_info": {"status": 200, "body": {"version": "0.5.4"}}})
     monkeypatch.setattr(endpoint_probe, "call", call)
     assert endpoint_probe.version({})["body"] == {"version": "0.5.4", "path": "/get_server_info"}
+
+
+def test_after_one_unanswered_generation_the_others_are_not_sent(monkeypatch):
+    """A group stuck in a collective answers no chat request: verify waits one timeout, not
+    one per check (chat, tools, vision at 300 s each)."""
+    sent = []
+
+    def call(cfg, path, body=None, timeout=60):
+        sent.append(path)
+        if path == "/v1/chat/completions":
+            return {"status": None, "error": "timed out"}
+        return {"status": 200, "body": {"data": [{"id": "m"}]}}
+
+    monkeypatch.setattr(endpoint_probe, "call", call)
+    out = endpoint_probe.run_checks({"model": "m", "checks": ["models", "chat", "tools",
+                                                              "vision"]})
+    assert sent == ["/v1/models", "/v1/chat/completions"]
+    assert out["tools"] == out["vision"] == {"status": None,
+                                             "error": "not sent: chat (timed out) got no answer"}

@@ -1,0 +1,59 @@
+"""A node's own fan-out share is asked of its peers first: a node that replaces a reclaimed one
+(an empty disk) finds its share on the peers that took it from its predecessor, and the Hub
+serves it again only when no peer holds it (a first bring-up). No I/O: peers' indexes faked."""
+
+import importlib
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import k3deploy.remote.fetch_weights  # noqa: F401 (puts the node-side directory on sys.path)
+
+peer_fetch = importlib.import_module("peer_fetch")
+ETAG = "e" * 64
+SPEC = SimpleNamespace(path="model-00003-of-00096.safetensors", etag=ETAG, size=10)
+
+
+def peers(monkeypatch, verified: dict[str, list[str]]) -> peer_fetch.Peers:
+    """node2's view; `verified`: what each peer's index lists (a missing peer: unreachable)."""
+    block = {"self": "node2", "port": 8951, "stall_seconds": 30,
+             "owner": {SPEC.path: "node2", "other.safetensors": "node0"},
+             "nodes": {"node0": "10.0.0.1", "node1": "10.0.0.2", "node3": "10.0.0.4"}}
+    made = peer_fetch.Peers(block, "s" * 32, None, RuntimeError, lambda _: None, set())
+
+    def request(peer, method, path, headers=None, timeout=None):
+        if peer.name not in verified:
+            raise OSError("Connection refused")
+        body = json.dumps({"verified": verified[peer.name], "partial": {}}).encode()
+        return SimpleNamespace(close=lambda: None), SimpleNamespace(status=200, read=lambda: body)
+
+    monkeypatch.setattr(made, "_request", request)
+    return made
+
+
+def test_every_large_file_goes_to_the_peers_first_its_own_share_too(monkeypatch):
+    made = peers(monkeypatch, {})
+    assert made.wants(SPEC) and made.wants(SimpleNamespace(path="other.safetensors"))
+    assert not made.wants(SimpleNamespace(path="config.json"))  # small files: the Hub
+
+
+def test_a_replaced_node_takes_its_own_share_from_a_peer_that_holds_it(monkeypatch):
+    made = peers(monkeypatch, {"node0": [], "node1": [ETAG], "node3": [ETAG]})
+    made.ready(SPEC)   # no NotYet, no UseHub: fetch() reads it from a holder
+    assert sorted(p.name for p in made.holders(SPEC)) == ["node1", "node3"]
+
+
+def test_a_first_bring_up_sends_its_own_share_to_the_hub_once_every_peer_answered(monkeypatch):
+    made = peers(monkeypatch, {"node0": [], "node1": []})   # node3's server is not up
+    with pytest.raises(peer_fetch.UseHub, match="this node's own share"):
+        made.ready(SPEC)
+
+
+def test_an_index_another_worker_is_still_asking_for_is_not_taken_for_no_holder(monkeypatch):
+    made = peers(monkeypatch, {"node0": [], "node1": [ETAG], "node3": []})
+    made.peers["node1"].lock.acquire()   # another worker's request to node1 is in flight
+    with pytest.raises(peer_fetch.NotYet):
+        made.ready(SPEC)
+    made.peers["node1"].lock.release()
+    made.ready(SPEC)
