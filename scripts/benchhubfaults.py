@@ -9,6 +9,10 @@ asserts nothing; each scenario says whether its target held ("held": true/false)
              that said `t` and `t` seconds later (apart from requests already under way when
              the 429 went out: those arrive within IN_FLIGHT of it).
   forbid     `cdn-forbid 3` mid-download: no file fails, the CDN saw no Authorization header.
+  probe      `hub-outage SECONDS` (90) during `run resume-download`: from the request log, how
+             many requests each backoff round sent to the Hub and to the CDN while the outage
+             lasted (one probe per host per round is the target; the first round, the requests
+             already under way when the outage began, is left out of the target).
   kill       the node's downloader SIGKILLed mid-way through the 96 files, then the download run
              again: bytes the Hub and CDN served the second run beyond what was missing at the
              kill, against the bytes on disk at the kill (complete blobs plus the resume records;
@@ -31,7 +35,7 @@ from tb import hublog  # noqa: E402
 from tb.sshcmd import ssh_argv  # noqa: E402
 
 PY = sys.executable
-SCENARIOS = ("outage", "ratelimit", "forbid", "kill")
+SCENARIOS = ("outage", "ratelimit", "forbid", "kill", "probe")
 IN_FLIGHT = 0.5  # s: a request sent before the client read the 429 arrives within this of it
 # What is on the node's disk: complete blobs, and each partial's resume record (bytes kept).
 _DISK = r"""
@@ -172,6 +176,26 @@ def forbid(count: int = 3) -> dict:
     return {"scenario": "forbid", "count": count, "rc": rc, "cdn_403s": len(refused), "downloader_starts": starts,
             "cdn_requests": cdn["requests"], "cdn_authorized_requests": cdn["authorized_requests"],
             "held": rc == 0 and starts == 1 and len(refused) == count and cdn["authorized_requests"] == 0,
+            "tail": None if rc == 0 else out[-1500:]}
+
+
+def probe(seconds: float = 90) -> dict:
+    with bed("--shard-bytes", 2_000_000, "--hub-node-rate", 2_000_000) as tb:
+        run = tb.k3("run", "resume-download")
+        _wait(lambda: tb.stats()["cdn"]["bytes"] > 10_000_000, 300, "10 MB from the CDN", run)
+        tb.fault("hub-outage", seconds)
+        began = time.time()
+        rc, out = _finish(run, seconds + 900)
+        log = tb.requests()
+        kept = Path(tempfile.gettempdir()) / "k3bench-hub-faults-probe-requests.jsonl"
+        kept.write_text((tb.dir / "hub" / "requests.jsonl").read_text())
+    # The outage as the Hub saw it: from its first 503 to its last one.
+    failed = [r["arrived"] for r in log if r["status"] == 503 and r["arrived"] >= began - 1]
+    since, until = (min(failed), max(failed) + 0.001) if failed else (began, began + seconds)
+    hosts = {host: hublog.rounds(log, "node0", host, since, until) for host in ("hub", "cdn")}
+    later = [n for h in hosts.values() for n in h["per_round"][1:]]
+    return {"scenario": "probe", "outage_s": seconds, "rc": rc, "request_log": str(kept), **hosts,
+            "held": rc == 0 and bool(later) and max(later) <= 2,
             "tail": None if rc == 0 else out[-1500:]}
 
 

@@ -104,16 +104,25 @@ class HubSource:
 
     @contextmanager
     def _get(self, client, url: str, headers: dict):
-        host = urlsplit(url).netloc
-        if not self.gate.wait(host):
+        """One request through the host's gate (fetch_retry.Gate); no answer at all (refused,
+        timed out before the status line) is a failure of the host too, or a probe that met a
+        dead host would leave the others waiting for its verdict."""
+        ticket = self.gate.wait(urlsplit(url).netloc)
+        if ticket is None:
             raise Transient("stopped")
-        with client.stream("GET", url, headers=headers, follow_redirects=False) as response:
-            if response.status_code in RETRYABLE:
-                response.read()
-                self.gate.failed(host, told_wait(response.status_code, response.headers))
-                raise Transient(f"HTTP {response.status_code} from {host}")
-            self.gate.ok(host)
-            yield response
+        answered = False
+        try:
+            with client.stream("GET", url, headers=headers, follow_redirects=False) as response:
+                answered = True
+                if response.status_code in RETRYABLE:
+                    response.read()
+                    self.gate.failed(ticket, told_wait(response.status_code, response.headers))
+                    raise Transient(f"HTTP {response.status_code} from {ticket.host}")
+                self.gate.ok(ticket)
+                yield response
+        finally:
+            if not answered:
+                self.gate.failed(ticket, None)
 
     def _signed(self, spec: FileSpec) -> str | None:
         with self.lock:

@@ -83,3 +83,17 @@ def after_429(log: list[dict], node: str, host: str, in_flight: float) -> dict:
     return {"answered_429": len(told), "t_told": sorted({r["ratelimit_t"] for r in told}),
             "early": early, "under_way_s": sorted(under_way)[-3:], "under_way": len(under_way),
             "first_after_t_s_min": min(margins) if margins else None}
+
+
+def rounds(log: list[dict], node: str, host: str, since: float, until: float, gap: float = 2.0) -> dict:
+    """One node's requests to one host that arrived in [since, until) (e.g. an outage), cut into
+    rounds wherever `gap` s passed without one: how many requests each backoff round sent."""
+    arrived = sorted(r["arrived"] for r in log if r["node"] == node and r["host"] == host
+                     and since <= r["arrived"] < until)
+    sizes: list[int] = []
+    for i, at in enumerate(arrived):
+        if i == 0 or at - arrived[i - 1] > gap:
+            sizes.append(0)
+        sizes[-1] += 1
+    return {"requests": len(arrived), "rounds": len(sizes), "per_round": sizes,
+            "max_per_round": max(sizes, default=0)}
