@@ -79,7 +79,8 @@ def test_launch_execs_serve_on_the_head_once_every_node_joined(tmp_path):
     actions = LaunchEngine().plan(facts_for(ctx, ray={"nodes": 2, "gpus": 16.0,
                                                       "gpus_used": 0.0}), ctx)
     serve, placed = actions
-    assert list(serve.argv[:6]) == ["docker", "exec", "-d", "k3", "vllm", "serve"] and serve.sudo
+    assert list(serve.argv[:5]) == ["docker", "exec", "-d", "k3", "sh"] and serve.sudo
+    assert list(serve.argv[8:10]) == ["vllm", "serve"]
     assert KEY not in " ".join(serve.argv)
     # Then the runner waits until Ray shows the serve's placement groups.
     assert placed.wait.until == "vllm serve holds the Ray cluster's GPUs" and placed.wait.timeout
@@ -93,7 +94,7 @@ def test_launch_waits_for_ray_status_to_count_every_node_before_serving(tmp_path
         facts_for(ctx, ray={"nodes": 1, "gpus": 8.0, "gpus_used": 0}), ctx)
     assert settle.wait and settle.wait.timeout == raylayout.SETTLE_SECONDS
     assert "2 nodes and 16 GPUs" in settle.wait.until and "Ray has 1 of 2 nodes" in settle.wait.hint
-    assert list(serve.argv[4:6]) == ["vllm", "serve"] and placed.wait
+    assert list(serve.argv[8:10]) == ["vllm", "serve"] and placed.wait
     fresh = {"nodes": 0, "gpus": 0.0, "gpus_used": 0.0, "reported": False}
     assert LaunchEngine().plan(facts_for(ctx, ray=fresh), ctx)[0].waits_for(settle.wait)
 
@@ -212,4 +213,4 @@ def test_the_runner_waits_through_ray_status_lag_then_serves(tmp_path, monkeypat
                                            "reported": False}), ctx)[0]
     seen = ctx.run.waiter(step, ctx, settle.wait)
     assert reports == [] and seen["ray"]["nodes"] == 2
-    assert [a.argv[4:6] for a in step.plan(seen, ctx) if a.argv] == [("vllm", "serve")]
+    assert [a.argv[8:10] for a in step.plan(seen, ctx) if a.argv] == [("vllm", "serve")]
