@@ -166,6 +166,13 @@ def test_wait_fails_fast_once_the_serve_let_go_of_the_gpus():
     gone = raylayout.parse_status(status_text(2, 16.0), 0)
     with pytest.raises(StepFailed, match="vllm serve in the Ray head is not running"):
         raylayout.serve_alive(gone, False, "node0")
+    # The serve log (its own output, from the serve-logs file) names why: the exception
+    # vLLM's engine start-up raises (v1/engine/utils.py wait_for_engine_startup).
+    said = ("RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {}")
+    log = f"(APIServer pid=7) INFO 12-01 20:47:58 [launcher.py:367] ...\n{said}\n"
+    with pytest.raises(StepFailed, match=r"not answer\): RuntimeError: Engine core init"):
+        raylayout.serve_alive(gone, False, "node0", log)
 
 
 # -- verify: vLLM's reply shapes ----------------------------------------------------------
