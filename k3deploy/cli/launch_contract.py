@@ -24,7 +24,7 @@ def container_command(spec: LaunchSpec, argv: list[str]) -> list[str]:
     if argv[:2] == ["docker", "exec"]:
         rest = argv[2:]
         rest = rest[1:] if rest[:1] == ["-d"] else rest
-        return rest[1:]
+        return engines.without_serve_log(rest[1:])
     cmd = argv[argv.index(spec.image) + 1:]
     head = argv[:argv.index(spec.image)]
     if "--entrypoint" in head:

@@ -21,8 +21,8 @@ from k3deploy.engines.sglang import (check_api_key, sglang_launch_argv, sglang_s
                                      sglang_serve_args)
 from k3deploy.engines.spec import (CONFIG_LABEL, HF_CACHE_MOUNT, LAYOUTS, SECRETS_MOUNT,
                                    LaunchSpec, SpecError)
-from k3deploy.engines.vllm import (vllm_exec_serve_argv, vllm_launch_argv, vllm_secret_env,
-                                   vllm_serve_args)
+from k3deploy.engines.vllm import (serve_log_host_path, vllm_exec_serve_argv, vllm_launch_argv,
+                                   vllm_secret_env, vllm_serve_args, without_serve_log)
 
 __all__ = [
     "CONFIG_LABEL", "HF_CACHE_MOUNT", "LAYOUTS", "SECRETS_MOUNT", "SGLANG_CU12", "SGLANG_CU13",
@@ -30,10 +30,10 @@ __all__ = [
     "choose_image", "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv",
     "docker_run_argv", "engine_env", "inventory_image", "node_launch_argvs", "parse_cuda_version",
     "ray_head_container_argv",
-    "ray_worker_container_argv", "sglang_launch_argv", "sglang_secret_config",
+    "ray_worker_container_argv", "serve_log_host_path", "sglang_launch_argv", "sglang_secret_config",
     "sglang_secret_container_path", "sglang_secret_host_path", "sglang_serve_args",
     "uses_ray", "vllm_env_host_path", "vllm_exec_serve_argv", "vllm_launch_argv",
-    "vllm_secret_env", "vllm_serve_args", "with_config_label",
+    "vllm_secret_env", "vllm_serve_args", "with_config_label", "without_serve_log",
 ]
 
 

@@ -7,8 +7,8 @@ read-only secrets mount, and vLLM through `--env-file` (docker reads that file i
 from __future__ import annotations
 
 from k3deploy.engines.compile_cache import CACHE_MOUNT, cache_env
-from k3deploy.engines.spec import (HF_CACHE_MOUNT, SECRETS_MOUNT, VLLM_ENV_FILE, LaunchSpec,
-                                   SpecError)
+from k3deploy.engines.spec import (HF_CACHE_MOUNT, SECRETS_MOUNT, SERVE_LOG_MOUNT, VLLM_ENV_FILE,
+                                   LaunchSpec, SpecError)
 
 # The guide's Step 6 container flags, in its order.
 _RUN_FLAGS = ["--gpus", "all", "--network", "host", "--ipc=host", "--shm-size", "32g",
@@ -67,6 +67,8 @@ def docker_run_argv(spec: LaunchSpec, cmd: list[str], *, entrypoint: str | None 
         argv += ["-v", f"{spec.secrets_host_dir}:{SECRETS_MOUNT}:ro"]
     if spec.compile_cache_host_dir is not None:
         argv += ["-v", f"{spec.compile_cache_host_dir}:{CACHE_MOUNT}"]
+    if spec.serve_log_host_dir is not None:
+        argv += ["-v", f"{spec.serve_log_host_dir}:{SERVE_LOG_MOUNT}"]
     for key, value in engine_env(spec):
         argv += ["--env", f"{key}={value}"]
     if env_file:

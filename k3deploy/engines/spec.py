@@ -22,6 +22,8 @@ HF_CACHE_MOUNT = "/root/.cache/huggingface"
 SECRETS_MOUNT = "/k3deploy/secrets"
 SGLANG_SECRET_FILE = "sglang-secret.yaml"
 VLLM_ENV_FILE = "vllm.env"
+SERVE_LOG_MOUNT = "/k3deploy/serve-logs"
+SERVE_LOG_FILE = "vllm-serve.log"
 CONFIG_LABEL = "k3deploy.config"
 
 # Flags and variables that carry credentials: they must never be put on a command line.
@@ -71,6 +73,8 @@ class LaunchSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     # The node's compile-cache dir for this launch's key (engines/compile_cache.py), or None.
     compile_cache_host_dir: str | None = None
+    # Multi-node vLLM head: the node dir mounted at SERVE_LOG_MOUNT for the serve's output.
+    serve_log_host_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check_engine_and_layout(self)
@@ -135,7 +139,7 @@ def _check_names(spec: LaunchSpec) -> None:
         raise SpecError(f"revision_sha must be a 40-hex commit sha, got {spec.revision_sha!r}")
     if not spec.nic or "/" in spec.nic:
         raise SpecError(f"nic {spec.nic!r} is not an interface name")
-    for path_name in ("hf_cache_host_path", "secrets_host_dir"):
+    for path_name in ("hf_cache_host_path", "secrets_host_dir", "serve_log_host_dir"):
         path = getattr(spec, path_name)
         if path is not None and (not path.startswith("/") or ":" in path):
             raise SpecError(f"{path_name} must be an absolute path without ':', got {path!r}")

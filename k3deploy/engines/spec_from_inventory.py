@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from k3deploy.engines import LaunchSpec, SpecError
 from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
-from k3deploy.engines.layout import parallel_layout
+from k3deploy.engines.layout import inventory_runs_over_ray, parallel_layout
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.errors import BadInputError
 
@@ -15,6 +15,10 @@ def layout_for(inv) -> str:
 
 def secrets_dir(inv) -> str:
     return WorkPaths(inv.paths.work).secrets
+
+
+def serve_log_dir(inv) -> str:
+    return WorkPaths(inv.paths.work).serve_logs
 
 
 def api_key_file(inv) -> str:
@@ -38,6 +42,8 @@ def build(inv, node, rank: int, image: str, sha: str, with_key: bool) -> LaunchS
             gpus_per_node=inv.gpu.count, head_address=head.self_ip, self_address=node.self_ip,
             nic=node.nic, layout=layout_for(inv), hf_cache_host_path=inv.paths.hf,
             secrets_host_dir=secrets_dir(inv) if with_key else None,
+            serve_log_host_dir=serve_log_dir(inv) if rank == 0 and inventory_runs_over_ray(inv)
+            else None,
             moe_runner_backend=inv.moe_runner_backend,
             dist_init_port=inv.ports.dist_init, serve_port=inv.ports.serve,
             ray_port=inv.ports.ray, mem_fraction_static=inv.engine.mem_fraction_static,

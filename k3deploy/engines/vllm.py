@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from k3deploy.engines.docker import docker_exec_argv, docker_run_argv
 from k3deploy.engines.sglang import check_api_key
-from k3deploy.engines.spec import FlagValue, LaunchSpec, SpecError, render_flags
+from k3deploy.engines.spec import (SERVE_LOG_FILE, SERVE_LOG_MOUNT, FlagValue, LaunchSpec,
+                                   SpecError, render_flags)
 
-# Output of a detached `docker exec` goes nowhere; this sends it to the container's main
-# process stdout/stderr, which is what `docker logs` shows.
+# The output of a detached `docker exec` reaches no log: `docker logs` holds the STDOUT and
+# STDERR of the container's main process (ENTRYPOINT/CMD) only (docs.docker.com/engine/
+# logging/, and .../commandline/attach/). So the serve writes it to a file in the node's
+# mounted serve-logs dir; each start begins the file anew.
+_TO_SERVE_LOG = f'exec "$@" >{SERVE_LOG_MOUNT}/{SERVE_LOG_FILE} 2>&1'
+
+
 def vllm_serve_args(spec: LaunchSpec) -> list[str]:
     """The arguments after `vllm serve`: the model, then the flags."""
     if spec.engine != "vllm":
@@ -58,11 +64,24 @@ def vllm_launch_argv(spec: LaunchSpec) -> list[str]:
 
 
 def vllm_exec_serve_argv(spec: LaunchSpec) -> list[str]:
-    """Multi-node: `docker exec -d NAME vllm serve ...` in the Ray head container."""
+    """Multi-node: `docker exec -d NAME sh -c 'exec "$@" >LOG 2>&1' sh vllm serve ...` in the
+    Ray head container, its output in the mounted serve log (serve_log_host_path)."""
     if not spec.is_head:
         raise SpecError(f"vllm serve runs on the head only, not rank {spec.node_rank}")
-    serve = ["vllm", "serve", *vllm_serve_args(spec)]
+    if spec.serve_log_host_dir is None:
+        raise SpecError("no serve_log_host_dir: the detached serve would keep no output")
+    serve = ["sh", "-c", _TO_SERVE_LOG, "sh", "vllm", "serve", *vllm_serve_args(spec)]
     return docker_exec_argv(spec.container_name, serve, detach=True)
+
+
+def without_serve_log(cmd: list[str]) -> list[str]:
+    """The command inside vllm_exec_serve_argv's output redirection (others as they are)."""
+    return cmd[4:] if cmd[:3] == ["sh", "-c", _TO_SERVE_LOG] else cmd
+
+
+def serve_log_host_path(serve_log_host_dir: str) -> str:
+    """Where the exec'd serve's output is on the head node."""
+    return f"{serve_log_host_dir}/{SERVE_LOG_FILE}"
 
 
 def vllm_secret_env(api_key: str) -> str:

@@ -146,6 +146,9 @@ class WorkPaths:
         self.pid = f"{work}/download.pid"
         self.secrets = f"{work}/secrets"   # the endpoint key, mounted into the engine container
         self.guard = f"{work}/guard"
+        # Mounted into the Ray head container: the exec'd `vllm serve` writes its output here,
+        # because a detached `docker exec` keeps none (engines/vllm.py).
+        self.serve_logs = f"{work}/serve-logs"
         # The engines' compile caches, one dir per key (engines/compile_cache.py), on NVMe.
         self.compile_cache = f"{work}/compile-cache"
         self.peer = PeerFiles(work)

@@ -135,8 +135,7 @@ class LaunchEngine(Step):
 
     def wait_probes(self, node):
         # While waiting for the start: the engine's log says how far it got, or why it died.
-        return [F.command("log", engines.docker_logs_argv(node.inv.engine.container, tail=40),
-                          F.raw, sudo=True)]
+        return [probes.engine_log(node.inv, node.is_head, tail=40)]
 
     def _start_wait(self, facts, node):
         """Only while waiting (the log is looked at): the engine has not yet shown it is past

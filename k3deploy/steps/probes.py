@@ -7,7 +7,9 @@ import re
 import shlex
 
 from k3deploy.core.errors import StepFailed
-from k3deploy.engines import ImageChoiceError, image_ref, inventory_image
+from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inventory_image,
+                              serve_log_host_path, spec_from_inventory)
+from k3deploy.engines.layout import inventory_runs_over_ray
 from k3deploy.node import facts as F
 
 # One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
@@ -122,6 +124,16 @@ def candidate_images(inv) -> list[str]:
 
 def engine_container(inv) -> F.Fact:
     return _container(inv.engine.container, candidate_images(inv))
+
+
+def engine_log(inv, is_head: bool, tail: int | None = None, name: str = "log") -> F.Fact:
+    """The engine's own output on this node. Over Ray the head's engine is the exec'd
+    `vllm serve`, whose output is in the serve log file (docker logs there shows `ray start`)."""
+    if not (is_head and inventory_runs_over_ray(inv)):
+        return F.command(name, docker_logs_argv(inv.engine.container, tail), F.raw, sudo=True)
+    path = serve_log_host_path(spec_from_inventory.serve_log_dir(inv))
+    argv = ["tail", "-n", str(tail), path] if tail is not None else ["cat", path]
+    return F.command(name, argv, F.raw, sudo=True)
 
 
 def engine_images(inv) -> F.Fact:

@@ -21,6 +21,7 @@ import re
 
 from k3deploy.node import http_probe
 from k3deploy import engines
+from k3deploy.engines import startup_log
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.steps.base import Action, cmd, wait
@@ -34,8 +35,8 @@ SETTLE_SECONDS = 60.0
 _GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b", re.M)
 _ACTIVE_NODE = re.compile(r"^\s*(\d+)\s+\S+\s*$")   # " 1 node_<id>" or " 2 <node type>"
 SERVE_START_SECONDS = 300.0  # real vLLM imports torch and reads the config before placing
-SERVE_GONE_HINT = ("a detached `docker exec` keeps no output: on the head run the launch "
-                   "step's command without -d (`k3deploy up --check` shows it) to see the error")
+SERVE_GONE_HINT = ("`k3deploy logs -i INV` saves the head's serve log (the exec'd serve writes "
+                   "it to the serve-logs dir in the node's work dir); fix what it names")
 
 
 def in_use(inv) -> bool:
@@ -135,11 +136,12 @@ def serve_wait() -> Action:
                 hint=SERVE_GONE_HINT)
 
 
-def serve_alive(status: dict | None, healthy: bool, head: str) -> bool:
+def serve_alive(status: dict | None, healthy: bool, head: str, log: str = "") -> bool:
     """During wait: True while the serve holds the GPUs; StepFailed once it let them go
-    without answering (it exited), instead of waiting out the timeout."""
+    without answering (it exited), instead of waiting out the timeout; with its error line."""
     if serve_running(status, healthy):
         return True
+    said = startup_log.error_line(log)
     raise StepFailed(head, "vllm serve in the Ray head is not running (Ray holds none of "
-                     "the GPUs and the endpoint does not answer)", step="wait",
-                     hint=SERVE_GONE_HINT)
+                     "the GPUs and the endpoint does not answer)"
+                     + (f": {said}" if said else ""), step="wait", hint=SERVE_GONE_HINT)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
+from k3deploy.engines.layout import inventory_runs_over_ray
 from k3deploy.node import facts as F
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.redact import redact
@@ -48,7 +49,10 @@ class CollectLogs(Step):
 
     def probes(self, node):
         logs = engines.docker_logs_argv(node.inv.engine.container)
-        return [F.command("engine", logs, F.raw, sudo=True),
+        # Over Ray the head's container log is `ray start`'s; the serve's is its own file.
+        serve = [probes.engine_log(node.inv, True, name="serve")] if (
+            node.is_head and inventory_runs_over_ray(node.inv)) else []
+        return [F.command("engine", logs, F.raw, sudo=True), *serve,
                 F.command("download", ["cat", WorkPaths(node.inv.paths.work).log], F.raw),
                 *guard_files(node)]
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.node import apikey, http_probe
-from k3deploy import engines
-from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import startup_log
 from k3deploy.steps import probes, raylayout
@@ -85,8 +83,7 @@ class WaitHealthy(Step):
 
     def wait_probes(self, node):
         # Each rank's log: the loading progress, and why a rank that exited did so.
-        logs = engines.docker_logs_argv(node.inv.engine.container, tail=30)
-        return [F.command("log", logs, F.raw, sudo=True)]
+        return [probes.engine_log(node.inv, node.is_head, tail=30)]
 
     def facts_from(self, found, node):
         health = found.get("health")
@@ -122,11 +119,10 @@ class WaitHealthy(Step):
         head = all_facts[run.inv.head.name]
         self._formed = self._formed or formed(head)
         if raylayout.in_use(run.inv):
-            # The exec'd serve logs nowhere docker keeps; its ranks being placed on every
-            # node (Ray holds the GPUs) is the sign the group formed, and losing them
-            # without answering means it exited.
+            # Its ranks being placed on every node (Ray holds the GPUs) is the sign the
+            # group formed, and losing them without answering means the serve exited.
             self._formed = raylayout.serve_alive(head["ray"], head["healthy"],
-                                                 run.inv.head.name) or self._formed
+                                                 run.inv.head.name, head["log"]) or self._formed
         if not self._formed and waited > self.p.form_timeout:
             raise StepFailed(run.inv.head.name, f"rank 0 did not start loading weights "
                              f"within {self.p.form_timeout:.0f}s: the process group did not form",

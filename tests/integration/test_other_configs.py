@@ -125,12 +125,18 @@ def test_b300_sglang_single_node(tmp_path):
 
 def test_b200_two_nodes_vllm_over_ray(tmp_path):
     with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm") as tb:
-        _, first = bring_up_verify_tear_down(tb)
+        inv, first = bring_up_verify_tear_down(tb)
         assert first["node0"]["ray-cluster"] == first["node1"]["ray-cluster"] == "changed"
+        # The detached serve's output (docker logs holds only `ray start`'s): saved by down.
+        logs = state_dir_for(inv.source, inv.cluster, None) / "logs"
+        (serve_log,) = logs.glob("*/node0-rank0-serve.log")
+        text = serve_log.read_text()
+        assert "Starting vLLM server on" in text and "Loading safetensors checkpoint shards" in text
+        assert not list(logs.glob("*/node1-*-serve.log"))
         assert first["node1"]["launch"] == "ok"                  # workers run nothing more
         calls = {n: [c["argv"] for c in per["calls"]] for n, per in tb.stats()["nodes"].items()}
         serves = [a for a in calls["node0"] if a[:3] == ["docker", "exec", "-d"]]
-        assert len(serves) == 1 and serves[0][4:6] == ["vllm", "serve"]
+        assert len(serves) == 1 and serves[0][8:10] == ["vllm", "serve"]
         assert not [a for a in calls["node1"] if a[:3] == ["docker", "exec", "-d"]]
         head_run = next(a for a in calls["node0"] if a[:2] == ["docker", "run"])
         worker_run = next(a for a in calls["node1"] if a[:2] == ["docker", "run"])

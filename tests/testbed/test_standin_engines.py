@@ -140,3 +140,18 @@ def test_crash_after_seconds_exits_1_with_a_traceback(cluster, tmp_path):
     assert wait_exit(proc, 10) == 1
     log = log_of(proc)
     assert "Traceback (most recent call last)" in log and "illegal memory access" in log
+
+
+def test_exec_redirect_writes_the_output_through_the_mount(cluster, tmp_path):
+    """`sh -c 'exec "$@" >FILE 2>&1' sh CMD...` (how launch runs the detached vllm serve):
+    CMD's stdout and stderr go to FILE on the node, nothing to the caller's streams."""
+    logs = tmp_path / "serve-logs"
+    logs.mkdir()
+    (logs / "out.log").write_text("a previous serve's output\n")
+    wrapped = ["sh", "-c", 'exec "$@" >/k3/logs/out.log 2>&1', "sh",
+               "vllm", "serve", "moonshotai/Kimi-K3", "--tp-sizee", "8"]
+    result = cluster.run(make_node(tmp_path, "node0"), wrapped, image=VLLM_IMAGE,
+                         mounts=[{"host": str(logs), "container": "/k3/logs", "ro": False}])
+    assert result.returncode == 2 and result.stdout == result.stderr == ""
+    text = (logs / "out.log").read_text()
+    assert "unrecognized arguments: --tp-sizee" in text and "a previous serve" not in text

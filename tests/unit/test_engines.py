@@ -62,8 +62,13 @@ def b300_vllm_spec(**changes) -> LaunchSpec:
     return LaunchSpec(**{**base, **changes})
 
 
+SERVE_LOGS = "/mnt/nvme/k3deploy/serve-logs"
+
+
 def b200_ray_spec(rank: int, **changes) -> LaunchSpec:
-    return b300_vllm_spec(nnodes=2, node_rank=rank, self_address=f"10.0.0.1{rank}", **changes)
+    logs = {"serve_log_host_dir": SERVE_LOGS} if rank == 0 else {}
+    return b300_vllm_spec(nnodes=2, node_rank=rank, self_address=f"10.0.0.1{rank}",
+                          **{**logs, **changes})
 
 
 def pairs(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -205,8 +210,15 @@ def test_b200_ray_head_worker_and_serve():
                                    "--node-ip-address=10.0.0.11"]
     assert "--env-file" not in worker_argv  # the key stays on the head
 
+    # The head mounts the node's serve-logs dir; the detached serve writes its output there.
+    mount = head_argv.index(f"{SERVE_LOGS}:/k3deploy/serve-logs")
+    assert head_argv[mount - 1] == "-v"
+    assert not any("serve-logs" in t for t in worker_argv)
     serve = engines.vllm_exec_serve_argv(head)
-    assert serve[:6] == ["docker", "exec", "-d", "k3", "vllm", "serve"]
+    assert serve[:10] == ["docker", "exec", "-d", "k3", "sh", "-c",
+                          'exec "$@" >/k3deploy/serve-logs/vllm-serve.log 2>&1', "sh",
+                          "vllm", "serve"]
+    assert engines.serve_log_host_path(SERVE_LOGS) == f"{SERVE_LOGS}/vllm-serve.log"
     p = pairs(serve)
     assert ("--data-parallel-size", "16") in p and ("--enable-expert-parallel", None) in p
     assert ("--data-parallel-size-local", "8") in p
@@ -223,6 +235,8 @@ def test_ray_builders_refuse_the_wrong_rank_or_shape():
         engines.ray_worker_container_argv(b200_ray_spec(0))
     with pytest.raises(SpecError):
         engines.vllm_exec_serve_argv(b200_ray_spec(1))
+    with pytest.raises(SpecError):   # a detached serve with nowhere to write its output
+        engines.vllm_exec_serve_argv(b200_ray_spec(0, serve_log_host_dir=None))
     with pytest.raises(SpecError):
         engines.vllm_launch_argv(b200_ray_spec(0))
     with pytest.raises(SpecError):

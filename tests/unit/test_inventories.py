@@ -11,6 +11,7 @@ import pytest
 from k3deploy import engines
 from k3deploy.cluster import inventory, sizing
 from k3deploy.engines import spec_from_inventory, vision
+from k3deploy.steps import probes
 from k3deploy.steps.verify import vision_off
 from tests.unit.invdata import is_placeholder_address
 
@@ -78,6 +79,21 @@ def test_b200_runs_ray_head_serve_and_one_worker():
                          "--node-ip-address=192.0.2.10"]
     assert serve[:4] == ["docker", "exec", "-d", "k3"] and _flag(serve, "--data-parallel-size") == "16"
     assert "--address=192.0.2.10:6379" in worker
+    assert serve[4:7] == ["sh", "-c", 'exec "$@" >/k3deploy/serve-logs/vllm-serve.log 2>&1']
+
+
+def test_the_engine_log_over_ray_is_the_heads_serve_log_file():
+    """Where each node's engine output is read from (launch, wait, collect-logs)."""
+    ray, single = (inventory.load(INVENTORIES / n) for n in ("b200-2x8.yaml", "b300-1x8.yaml"))
+    work = ray.paths.work
+    head = probes.engine_log(ray, True, tail=30)
+    assert head.name == "log" and head.script == f"tail -n 30 {work}/serve-logs/vllm-serve.log"
+    assert probes.engine_log(ray, True, name="serve").script == \
+        f"cat {work}/serve-logs/vllm-serve.log"
+    assert probes.engine_log(ray, False, tail=30).script == "docker logs --tail 30 k3"
+    assert probes.engine_log(single, True).script == "docker logs k3"
+    (mount,) = [t for t in _argvs(ray)[0] if "serve-logs" in t]
+    assert mount == f"{work}/serve-logs:/k3deploy/serve-logs"
 
 
 def test_h100_and_h200_are_the_same_tp32_shape():

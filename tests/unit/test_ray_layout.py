@@ -79,7 +79,8 @@ def test_launch_execs_serve_on_the_head_once_every_node_joined(tmp_path):
     actions = LaunchEngine().plan(facts_for(ctx, ray={"nodes": 2, "gpus": 16.0,
                                                       "gpus_used": 0.0}), ctx)
     serve, placed = actions
-    assert list(serve.argv[:6]) == ["docker", "exec", "-d", "k3", "vllm", "serve"] and serve.sudo
+    assert list(serve.argv[:5]) == ["docker", "exec", "-d", "k3", "sh"] and serve.sudo
+    assert list(serve.argv[8:10]) == ["vllm", "serve"]
     assert KEY not in " ".join(serve.argv)
     # Then the runner waits until Ray shows the serve's placement groups.
     assert placed.wait.until == "vllm serve holds the Ray cluster's GPUs" and placed.wait.timeout
@@ -93,7 +94,7 @@ def test_launch_waits_for_ray_status_to_count_every_node_before_serving(tmp_path
         facts_for(ctx, ray={"nodes": 1, "gpus": 8.0, "gpus_used": 0}), ctx)
     assert settle.wait and settle.wait.timeout == raylayout.SETTLE_SECONDS
     assert "2 nodes and 16 GPUs" in settle.wait.until and "Ray has 1 of 2 nodes" in settle.wait.hint
-    assert list(serve.argv[4:6]) == ["vllm", "serve"] and placed.wait
+    assert list(serve.argv[8:10]) == ["vllm", "serve"] and placed.wait
     fresh = {"nodes": 0, "gpus": 0.0, "gpus_used": 0.0, "reported": False}
     assert LaunchEngine().plan(facts_for(ctx, ray=fresh), ctx)[0].waits_for(settle.wait)
 
@@ -165,6 +166,13 @@ def test_wait_fails_fast_once_the_serve_let_go_of_the_gpus():
     gone = raylayout.parse_status(status_text(2, 16.0), 0)
     with pytest.raises(StepFailed, match="vllm serve in the Ray head is not running"):
         raylayout.serve_alive(gone, False, "node0")
+    # The serve log (its own output, from the serve-logs file) names why: the exception
+    # vLLM's engine start-up raises (v1/engine/utils.py wait_for_engine_startup).
+    said = ("RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {}")
+    log = f"(APIServer pid=7) INFO 12-01 20:47:58 [launcher.py:367] ...\n{said}\n"
+    with pytest.raises(StepFailed, match=r"not answer\): RuntimeError: Engine core init"):
+        raylayout.serve_alive(gone, False, "node0", log)
 
 
 # -- verify: vLLM's reply shapes ----------------------------------------------------------
@@ -212,4 +220,4 @@ def test_the_runner_waits_through_ray_status_lag_then_serves(tmp_path, monkeypat
                                            "reported": False}), ctx)[0]
     seen = ctx.run.waiter(step, ctx, settle.wait)
     assert reports == [] and seen["ray"]["nodes"] == 2
-    assert [a.argv[4:6] for a in step.plan(seen, ctx) if a.argv] == [("vllm", "serve")]
+    assert [a.argv[8:10] for a in step.plan(seen, ctx) if a.argv] == [("vllm", "serve")]

@@ -10,6 +10,7 @@ Exit codes: what the engine exits with; 2 for bad flags; 127 when the image has 
 """
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -34,12 +35,33 @@ def command_argv(ctx):
     return list(ctx.container.config.get("cmd") or [])
 
 
-def unwrap_shell(argv):
+# `sh -c 'exec "$@" >FILE 2>&1' NAME ARG...`: POSIX sh (XCU 2.7.2 redirection, 2.14 exec)
+# opens FILE for writing (truncating; >> appends), points stdout then stderr at it and
+# replaces itself with ARG...; NAME becomes $0. The only shell script the stand-in runs.
+_EXEC_REDIRECT = re.compile(r'^exec "\$@" (>>?)(\S+) 2>&1$')
+
+
+def unwrap_shell(ctx, argv):
     """`sh -c "ray status"`: a single simple command is run as if given directly."""
+    redirect = _EXEC_REDIRECT.match(argv[2]) if len(argv) > 4 and argv[1] == "-c" else None
+    if redirect and os.path.basename(argv[0]) in ("sh", "bash"):
+        redirect_output(ctx, redirect.group(2), append=redirect.group(1) == ">>")
+        return argv[4:]
     if len(argv) == 3 and os.path.basename(argv[0]) in ("sh", "bash") and argv[1] == "-c":
         if not any(ch in argv[2] for ch in ";|&<>`$()"):
             return shlex.split(argv[2])
     return argv
+
+
+def redirect_output(ctx, path, append):
+    """The file through the container's mounts; off a mount it is in the container's own
+    filesystem, which the stand-in does not keep (nothing on the node sees it)."""
+    host = ctx.container.host_path(path)
+    mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(host or os.devnull, mode, 0o644)
+    for target in (1, 2):   # sys.stdout and sys.stderr write to these descriptors
+        os.dup2(fd, target)
+    os.close(fd)
 
 
 def image_repo(image):
@@ -126,7 +148,7 @@ def run_engine(ctx, program, argv, prog):
 def main():
     try:
         ctx = Context()
-        return dispatch(ctx, unwrap_shell(command_argv(ctx)))
+        return dispatch(ctx, unwrap_shell(ctx, command_argv(ctx)))
     except EngineExit as e:
         say(e.message, sys.stderr)
         return e.code
