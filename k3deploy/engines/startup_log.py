@@ -41,9 +41,9 @@ _MILESTONES = re.compile(r"Load weight end\.|KV Cache is allocated|Memory pool e
 STARTED = {"sglang": re.compile(r"Init torch distributed begin"),
            "vllm": re.compile(r"Starting to load model|Initializing a V1 LLM engine")}
 # A Python exception's last line ("ValueError: ...", "torch.OutOfMemoryError: ...") or
-# argparse's "prog: error: ...".
+# argparse's "prog: error: ..." (vLLM's subcommand parser's prog has a space: "vllm serve").
 _ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)(?::.*)?|"
-                    r"\S+: error: .+|ERROR:\s+.+)$")
+                    r"\S+(?: [a-z][\w-]*)?: error: .+|ERROR:\s+.+)$")
 
 
 def loading(text: str) -> tuple[int, int] | None:

@@ -76,6 +76,11 @@ def test_error_line_reads_argparse_and_uvicorn_errors():
     argparse = ("launch_server.py: error: unrecognized arguments: --disaggregation-decode-url "
                 "http://10.99.91.49:30001,http://10.99.91.33:30001\n")
     assert startup_log.error_line(argparse) == argparse.strip()
+    # vLLM's: the serve subcommand's prog is "vllm serve" (vllm-project/vllm#13150, its title);
+    # an unknown flag is reported by the top-level parser as "vllm" (vllm-project/vllm-omni#1364).
+    for line in ("vllm serve: error: the following arguments are required: model_tag",
+                 "vllm: error: unrecognized arguments: --omni"):
+        assert startup_log.error_line(f"usage: vllm ...\n{line}\n") == line
     # uvicorn/server.py startup(): "[Errno %d] error while attempting to bind on address %s: %s"
     # under uvicorn's "ERROR:    " level prefix.
     bind = "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): " \
