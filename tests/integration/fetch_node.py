@@ -65,11 +65,18 @@ class Node:
 
     def kept(self, f) -> int:
         """Bytes of f the downloader's resume record names (what a rerun does not fetch again)."""
+        done = self.ranges(f)
+        if done is None:
+            return self.partial(f).stat().st_size if self.partial(f).exists() else 0
+        return sum(end - start for start, end in done)
+
+    def ranges(self, f) -> list | None:
+        """The finished [start, end) ranges of f's resume record, None without a record."""
         try:
             doc = json.loads(Path(protocol.ranges_path(str(self.storage), f.etag)).read_text())
         except FileNotFoundError:
-            return self.partial(f).stat().st_size if self.partial(f).exists() else 0
-        return sum(end - start for start, end in doc["done"])
+            return None
+        return doc["done"]
 
     def on_disk(self, f) -> int:
         return protocol.partial_bytes(str(self.partial(f))) if self.partial(f).exists() else 0

@@ -15,6 +15,9 @@ from polling import wait_until
 from tb import hub as tbhub
 
 
+BLOCK = 4096  # the allocation unit of the filesystems tmp_path is on here (ext4, tmpfs)
+
+
 def test_sigkill_mid_download_then_rerun_resumes(tmp_path):
     with tbhub.serve_in_thread(tmp_path / "hub", shards=6, shard_bytes=200_000, rate=250_000) as slow:
         node = Node(tmp_path / "node", slow, max_workers=3)
@@ -32,8 +35,12 @@ def test_sigkill_mid_download_then_rerun_resumes(tmp_path):
         partial = {f.path: node.kept(f) for f in shards if node.partial(f).exists()}
         on_disk = sum(node.on_disk(f) for f in shards)
         assert any(p in verified for p in slow.repo.shard_names()) and any(partial.values())
-        # every finished range survives: what the record does not name is at most 5% of the disk
-        assert sum(partial.values()) >= 0.95 * on_disk, (partial, on_disk)
+        # every finished range survives: what the record does not name is at most 5% of the disk.
+        # "On disk" is the allocated size, whole filesystem blocks: each range's two ends may
+        # each round up by a block the record rightly does not name.
+        rounding = sum(2 * BLOCK * len(node.ranges(f) or [None]) for f in shards
+                       if f.path in partial)
+        assert sum(partial.values()) >= 0.95 * on_disk - rounding, (partial, on_disk)
         first = served(slow)
 
         result = node.run()
@@ -45,7 +52,9 @@ def test_sigkill_mid_download_then_rerun_resumes(tmp_path):
         if f.path in verified:
             assert gets1 == gets0, f"{f.path} was verified before the kill yet fetched again"
         elif f.path in partial:
-            assert (gets1 - gets0, bytes1 - bytes0) == (1, f.size - partial[f.path]), f.path
+            # killed after its last byte but before its rename: the rerun needs no request for it
+            wanted = 0 if partial[f.path] == f.size else 1
+            assert (gets1 - gets0, bytes1 - bytes0) == (wanted, f.size - partial[f.path]), f.path
             # what the hub sent beyond the file's size is only what was in flight at the kill
             assert bytes1 - f.size <= 64 * 1024, f"{f.path}: {bytes1 - f.size} bytes served twice"
         else:
