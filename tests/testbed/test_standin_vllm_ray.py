@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from k3deploy.steps import vllm_progress
+from k3deploy.engines import startup_log
 from polling import wait_until
 from realfix import real, vllm_shape
 from standin_procs import (CHAT, GPUS, TOOLS, VLLM_IMAGE, free_port, gpu_report, http,
@@ -29,8 +29,8 @@ def test_vllm_single_b300_node(cluster, tmp_path):
     started = [vllm_shape(ln) for ln in log.splitlines()]
     assert [ln.replace("0.33.0", "0.23.0").replace("moonshotai/Kimi-K3", "Qwen/Qwen3.5-2B")
             for ln in started[:6]] == published[:6]
-    assert vllm_progress.formed(log) and vllm_progress.ready(log)
-    assert vllm_progress.shards(log)[0] == vllm_progress.shards(log)[1] > 0
+    assert startup_log.formed(log) and startup_log.ready(log)
+    assert startup_log.loading(log)[0] == startup_log.loading(log)[1] > 0
     assert http(port, "/v1/models")[0] == 401
     models = http(port, "/v1/models", key="sk-vllm")[1]
     assert models["data"][0]["id"] == "moonshotai/Kimi-K3"
