@@ -69,6 +69,11 @@ def test_a_node_loads_the_image_from_the_peer_that_holds_it(nodes, docker_pair, 
     assert load.returncode == 0, load.stderr
     assert f"Loaded image: {IMAGE}" in load.stdout and image_id(taker) == image_id(holder)
     assert not any(c["argv"][1:2] == ["pull"] for c in calls(taker))
+    # Holding a candidate now, the taker asks no peer (each run looks at this fact).
+    again = image_peers(taker, "probe", "--refs", f"{IMAGE},lmsysorg/sglang:kimi-k3-cu12",
+                        "--peers", peers, "--port", str(PORT), "--secret-file",
+                        str(peer_b.secret_file))
+    assert json.loads(again.stdout) == {}
     log = peer_a.stop_server()
     served = [json.loads(line) for line in log.splitlines() if line.startswith('{"t"')]
     assert [(s["image"], s["complete"]) for s in served] == [(IMAGE, True)]
