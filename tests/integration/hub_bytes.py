@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 WORK = "/mnt/nvme/.k3deploy"
+BLOBS = "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs"
 # One HTTP read may be in flight when a process dies: its bytes can be served twice.
 SLACK = 256 * 1024
 
@@ -17,6 +18,15 @@ def manifest_files(tb) -> list[dict]:
 
 def etag_paths(tb) -> dict[str, str]:
     return {f["sha256"] or f["oid"]: f["path"] for f in manifest_files(tb)}
+
+
+def verified_paths(tb, node) -> set[str]:
+    """Files whose blob is in place on NODE (renamed there only after its hash matched): the
+    downloader's own record of "done", where the Hub's count of bytes sent is not (a killed
+    receiver may not have read the last of them)."""
+    paths = etag_paths(tb)
+    blobs = tb.ssh(node, f"ls {BLOBS}").stdout.split()
+    return {paths[b] for b in blobs if b in paths}
 
 
 def sizes(tb) -> dict[str, int]:
