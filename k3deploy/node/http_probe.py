@@ -10,9 +10,10 @@ import json
 
 from k3deploy.core.lastjson import last_json_line
 from k3deploy.node import facts as F
-from k3deploy.remote import script_text
+from k3deploy.remote import bundled
 
-SCRIPT = script_text("endpoint_probe.py")
+# the checks that generate run at once, in a pool of the one pool module (remote/thread_pool.py)
+SCRIPT = bundled("endpoint_probe.py", ("thread_pool.py",))
 
 
 def _config(inv, checks: list[str], key: str | None) -> str:

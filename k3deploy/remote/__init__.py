@@ -55,9 +55,12 @@ def downloader_files(work: str) -> list[tuple[str, str]]:
 
 
 @cache
-def bundled(name: str) -> str:
-    """A node-side script for `python3 -c`, with protocol.py ahead of it as module `protocol`
-    (a -c program has no directory to import its siblings from)."""
-    return ("import sys, types\n_protocol = types.ModuleType('protocol')\n"
-            "sys.modules['protocol'] = _protocol\n"
-            f"exec({script_text('protocol.py')!r}, _protocol.__dict__)\n" + script_text(name))
+def bundled(name: str, siblings: tuple[str, ...] = ("protocol.py",)) -> str:
+    """A node-side script for `python3 -c`, with its siblings (protocol.py unless told) ahead
+    of it as modules of their own names (a -c program has no directory to import them from)."""
+    parts = ["import sys, types\n"]
+    for module in siblings:
+        mod = module.removesuffix(".py")
+        parts.append(f"_m = types.ModuleType({mod!r})\nsys.modules[{mod!r}] = _m\n"
+                     f"exec({for_argv(script_text(module))!r}, _m.__dict__)\n")
+    return "".join(parts) + script_text(name)

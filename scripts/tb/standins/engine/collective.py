@@ -37,6 +37,14 @@ def own_share(ctx, mode):
             time.sleep(delay)
 
 
+class _Request:
+    def __init__(self, prefill, decode):
+        self.prefill, self.decode = prefill, decode   # token counts of the steps still to run
+
+    def finished(self):
+        return not self.prefill and not self.decode
+
+
 class Forward:
     """Node rank 0's scheduler loop over the group (single node: no other ranks)."""
 
@@ -45,20 +53,29 @@ class Forward:
         self.loop = threading.Lock()
         self.cond = threading.Condition()
         self.replies, self.seq, self.running = set(), 0, 0
+        self.batch = []   # the requests running, in arrival order
         group.on_step_done = self._replied
 
     def generate(self, prompt_tokens, output_tokens):
+        """One request's steps, batched with every other request running (continuous batching:
+        SGLang's python/sglang/srt/managers/scheduler.py@d51c1c21 get_next_batch_to_run runs
+        one batch per forward, a new prefill batch first, else the running decode batch):
+        whichever request thread holds the loop runs the next step for all of them, so
+        concurrent requests share steps instead of queueing behind each other."""
+        req = _Request(chunks(prompt_tokens, CHUNK_TOKENS), chunks(output_tokens, DECODE_STEP_TOKENS))
         with self.cond:
             self.running += 1
+            self.batch.append(req)
         self.progress.set_running(self.running)
         try:
-            for n in chunks(prompt_tokens, CHUNK_TOKENS):
-                self.step("prefill_compute", n)
-            for n in chunks(output_tokens, DECODE_STEP_TOKENS):
-                self.step("decode", n)
+            while not req.finished():
+                with self.loop:
+                    if not req.finished():
+                        self._batch_step()
         finally:
             with self.cond:
                 self.running -= 1
+                self.batch.remove(req)
                 idle = self.running == 0
             self.progress.set_running(self.running)
             if idle:  # every scheduler's batch is empty now, not only rank 0's
@@ -66,25 +83,36 @@ class Forward:
                     for _, conn in self._members():
                         send(conn, {"event": "idle", "running": self.running})
 
+    def _batch_step(self):
+        """The next step for every request in the batch (the caller holds the loop)."""
+        with self.cond:
+            batch = [r for r in self.batch if not r.finished()]
+            prefilling = [r for r in batch if r.prefill]
+            if prefilling:
+                mode, tokens = "prefill_compute", sum(r.prefill.pop(0) for r in prefilling)
+            else:
+                mode, tokens = "decode", sum(r.decode.pop(0) for r in batch)
+        self.step(mode, tokens)
+
     def _members(self):
         members = getattr(self.group, "members", {}) or {}
         return [(rank, conns[0]) for rank, conns in list(members.items()) if rank and conns]
 
     def step(self, mode, tokens):
-        with self.loop:
-            members = self._members()
-            with self.cond:
-                self.seq += 1
-                self.replies = set()
-            msg = {"event": "step", "seq": self.seq, "mode": mode, "tokens": tokens,
-                   "running": self.running}
-            for _, conn in members:
-                send(conn, msg)
-            own_share(self.ctx, mode)
-            self._await({rank for rank, _ in members})
-            for _, conn in members:
-                send(conn, {"event": "commit", "seq": self.seq})
-            self.progress.step(mode, tokens, self.running)
+        """One collective over every rank (the caller holds the loop)."""
+        members = self._members()
+        with self.cond:
+            self.seq += 1
+            self.replies = set()
+        msg = {"event": "step", "seq": self.seq, "mode": mode, "tokens": tokens,
+               "running": self.running}
+        for _, conn in members:
+            send(conn, msg)
+        own_share(self.ctx, mode)
+        self._await({rank for rank, _ in members})
+        for _, conn in members:
+            send(conn, {"event": "commit", "seq": self.seq})
+        self.progress.step(mode, tokens, self.running)
 
     def _replied(self, rank, msg):
         with self.cond:
