@@ -96,6 +96,15 @@ def upload(description: str, path: str, content: str, mode: int = 0o600,
     return Action(description, upload_to=path, content=content, mode=mode, sudo=sudo)
 
 
+def take_uploads(queue: list[Action]) -> list[Action]:
+    """Pop the queue's next action; when it is an upload, with the uploads right behind it
+    that share its sudo (the run's order kept: nothing else runs between them)."""
+    taken = [queue.pop(0)]
+    while taken[0].upload_to and queue and queue[0].upload_to and queue[0].sudo == taken[0].sudo:
+        taken.append(queue.pop(0))
+    return taken
+
+
 class Step:
     name: ClassVar[str] = "step"
     read_only: ClassVar[bool] = False
@@ -168,8 +177,9 @@ class Step:
         together make, kept in run.inputs for the plans (pure: no SSH)."""
 
     def apply(self, node, actions: list[Action]) -> None:
-        for action in actions:
-            self.run_action(node, action)
+        queue = list(actions)
+        while queue:
+            self.run_action(node, *take_uploads(queue))
 
     def recheck(self, node) -> tuple[dict[str, Any], list[str]]:
         """After apply: the facts now, and what the plan still asks for (must be nothing)."""
@@ -204,10 +214,11 @@ class Step:
         blob = json.dumps(self.inputs(node), sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def run_action(self, node, action: Action):
+    def run_action(self, node, action: Action, *more_uploads: Action):
+        """One action; with more_uploads (take_uploads' run of uploads), all in one round trip."""
         if action.upload_to:
-            return node.conn.put_text(action.content or "", action.upload_to, mode=action.mode,
-                                      sudo=action.sudo, step=self.name)
+            files = [(a.content or "", a.upload_to, a.mode) for a in (action, *more_uploads)]
+            return node.conn.put_texts(files, sudo=action.sudo, step=self.name)
         if action.wait:
             return node.run.waiter(self, node, action.wait)
         return node.conn.run(list(action.argv), sudo=action.sudo, stdin=action.stdin,

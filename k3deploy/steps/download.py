@@ -25,7 +25,7 @@ from k3deploy.steps import node_files, peers, shared_hf
 from k3deploy.steps.hub_restart import HeadRestartGrace, restartable
 from k3deploy.node import detached
 from k3deploy.node import facts as F
-from k3deploy.steps.base import Action, Step, cmd, upload, wait
+from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload, wait
 
 STATUS = bundled("weights_status.py")
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
@@ -222,14 +222,14 @@ class DownloadWeights(Step):
         died of the Hub meanwhile gets its restart, bounded by MAX_HUB_RESTARTS)."""
         queue = list(actions)
         while queue:
-            action = queue.pop(0)
+            action, *uploads = take_uploads(queue)
             if action.tag == "start-downloader" and node.name in node.run.inputs.download_started:
                 restarts = node.run.inputs.download_restarts
                 restarts[node.name] = restarts.get(node.name, 0) + 1
                 get_log(step=self.name, node=node.name).warning(
                     "download.restart", attempt=restarts[node.name],
                     msg="the downloader stopped on the Hub's errors; started again")
-            self.run_action(node, action)
+            self.run_action(node, action, *uploads)
             if action.tag == "start-downloader":
                 node.run.inputs.download_started.add(node.name)
             if action.wait is not None:

@@ -25,6 +25,7 @@ class FakeConn:
         self.boot_id = boot_id
         self.commands: list[str] = []
         self.uploads: dict[str, str] = {}
+        self.upload_batches: list[list[str]] = []   # put_texts: one round trip each
         self.ep = type("Ep", (), {"user": "root", "name": name})()
 
     def open(self):
@@ -57,6 +58,12 @@ class FakeConn:
     def put_text(self, content, path, *, mode=0o600, sudo=False, step=None):
         self.open()
         self.uploads[path] = content
+
+    def put_texts(self, files, *, sudo=False, step=None):
+        self.open()
+        self.upload_batches.append([path for _, path, _ in files])
+        for content, path, _ in files:
+            self.uploads[path] = content
 
 
 class FakeSession:

@@ -212,3 +212,18 @@ def test_one_by_one_stops_when_the_head_fails_and_goes_on_past_a_failed_node(tmp
     assert Touch.order == ["node0", "node1", "node2", "node3"]
     assert report.results["node2"]["onebyone"].status == "failed"
     assert report.results["node3"]["onebyone"].status == "changed"
+
+
+def test_uploads_in_a_row_go_in_one_round_trip_in_the_run_order(tmp_path):
+    """Seventeen uploads in a row were seventeen round trips (a WAN round trip each from a
+    laptop): a run of uploads sharing sudo is one put_texts; a command between them splits it."""
+    from k3deploy.steps.base import take_uploads, upload
+    actions = [upload("a", "/w/a", "1"), upload("b", "/w/b", "2"), cmd("start", "true"),
+               upload("c", "/w/c", "3"), upload("d", "/etc/d", "4", sudo=True)]
+    assert [a.description for a in take_uploads(list(actions))] == ["a", "b"]
+    conn = FakeConn("node0")
+    node = type("Node", (), {"conn": conn, "name": "node0"})()
+    Step().apply(node, actions)
+    assert conn.upload_batches == [["/w/a", "/w/b"], ["/w/c"], ["/etc/d"]]
+    assert conn.commands == ["true"]
+    assert conn.uploads == {"/w/a": "1", "/w/b": "2", "/w/c": "3", "/etc/d": "4"}
