@@ -57,7 +57,7 @@ class PartialBlob:
     def __init__(self, path: Path, spec: FileSpec, progress: Progress, record: Path | None = None):
         self.path, self.spec, self.progress = path, spec, progress
         self.record = record or path.with_name(path.name + ".ranges.json")
-        self.lock, self.hash_lock = threading.Lock(), threading.Lock()
+        self.lock, self.hash_lock, self.save_lock = threading.Lock(), threading.Lock(), threading.Lock()
         self.sources: set[str] = set()
         self.done = self._load()
         self.hasher, self.hashed = spec.new_hasher(), 0
@@ -109,7 +109,7 @@ class PartialBlob:
                    or time.monotonic() - self.written_at > RECORD_EVERY)
         self.progress.received_bytes(self.spec, len(data), source)
         if due:
-            self.save()
+            self.save(wait=False)
 
     def append(self, f, data, source: str = "hub", offset: int | None = None) -> None:
         """Sequential writes (the peer source) at `offset`, by default the prefix; the hash
@@ -117,11 +117,19 @@ class PartialBlob:
         self.write_at(f, self.prefix if offset is None else offset, data, source)
         self.advance_hash()
 
-    def save(self) -> None:
-        with self.lock:
-            doc, self.written_at = {"size": self.spec.size, "done": self.done}, time.monotonic()
-            self.recorded = sum(e - s for s, e in self.done)
+    def save(self, wait: bool = True) -> None:
+        """Write the record. Its file is written outside the lock the writers take (they wait
+        for no disk); saves go one at a time, in order, and a writer finding one under way
+        leaves it (wait=False): the next one is due soon."""
+        if not self.save_lock.acquire(blocking=wait):
+            return
+        try:
+            with self.lock:
+                doc = {"size": self.spec.size, "done": [list(r) for r in self.done]}
+                self.written_at, self.recorded = time.monotonic(), sum(e - s for s, e in self.done)
             write_json_atomic(self.record, doc)
+        finally:
+            self.save_lock.release()
 
     def advance_hash(self, wait: bool = False) -> None:
         """Hash the newly contiguous bytes; a thread finding another at it leaves it the work
