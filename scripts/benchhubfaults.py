@@ -126,6 +126,16 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
     return proc.returncode, out
 
 
+def _fault_mid_download(tb: Bed, timeout: float, *fault) -> tuple[int, str, float]:
+    """`run resume-download` with the fault set once 10 MB came from the CDN: its rc, its
+    output and when (time.time()) the fault was set."""
+    run = tb.k3("run", "resume-download")
+    _wait(lambda: tb.stats()["cdn"]["bytes"] > 10_000_000, 300, "10 MB from the CDN", run)
+    tb.fault(*fault)
+    set_at = time.time()
+    return (*_finish(run, timeout), set_at)
+
+
 def outage(seconds: float = 300, link: int = 2_000_000) -> dict:
     """A full `up` (b300, one node) with an outage of `seconds` from 15 MB into the download."""
     with bed("--gpu", "b300", "--shard-bytes", 2_000_000, "--hub-node-rate", link) as tb:
@@ -166,10 +176,7 @@ def ratelimit(quota: int = 30, window: int = 20) -> dict:
 
 def forbid(count: int = 3) -> dict:
     with bed("--shard-bytes", 2_000_000, "--hub-node-rate", 4_000_000) as tb:
-        run = tb.k3("run", "resume-download")
-        _wait(lambda: tb.stats()["cdn"]["bytes"] > 10_000_000, 300, "10 MB from the CDN", run)
-        tb.fault("cdn-forbid", count)
-        rc, out = _finish(run, 900)
+        rc, out, _ = _fault_mid_download(tb, 900, "cdn-forbid", count)
         cdn = tb.stats()["cdn"]
         refused = [r for r in tb.requests() if r["host"] == "cdn" and r["status"] == 403]
         starts = tb.log_count("ranged HTTP via huggingface_hub")  # a failed file ends the downloader
@@ -181,11 +188,7 @@ def forbid(count: int = 3) -> dict:
 
 def probe(seconds: float = 90) -> dict:
     with bed("--shard-bytes", 2_000_000, "--hub-node-rate", 2_000_000) as tb:
-        run = tb.k3("run", "resume-download")
-        _wait(lambda: tb.stats()["cdn"]["bytes"] > 10_000_000, 300, "10 MB from the CDN", run)
-        tb.fault("hub-outage", seconds)
-        began = time.time()
-        rc, out = _finish(run, seconds + 900)
+        rc, out, began = _fault_mid_download(tb, seconds + 900, "hub-outage", seconds)
         log = tb.requests()
         kept = Path(tempfile.gettempdir()) / "k3bench-hub-faults-probe-requests.jsonl"
         kept.write_text((tb.dir / "hub" / "requests.jsonl").read_text())
