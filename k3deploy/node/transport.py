@@ -26,11 +26,12 @@ from k3deploy.core.errors import CommandError, HostKeyError, UnreachableError
 from k3deploy.core.redact import redact
 
 # put_texts' node side: put_text's `umask 077; cat > tmp; chmod; mv -f` for each file.
+# UTF-8 both ways, whatever the node's locale: put_text's `cat` writes the bytes it is sent.
 _WRITER = """import json, os, sys
 os.umask(0o077)
-for f in json.load(sys.stdin):
+for f in json.loads(sys.stdin.buffer.read().decode("utf-8")):
     tmp = f["path"] + ".k3tmp"
-    with open(tmp, "w") as fh:
+    with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(f["content"])
     os.chmod(tmp, f["mode"])
     os.replace(tmp, f["path"])

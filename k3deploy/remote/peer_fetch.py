@@ -74,6 +74,10 @@ class Peers:
         self.waiting: dict[str, tuple] = {}   # owner -> (its progress as last seen, since when)
         self.lock = threading.Lock()
 
+    def owns(self, spec) -> bool:
+        """The file is in this node's own share (the laptop's split)."""
+        return self.owner.get(spec.path) == self.me
+
     def wants(self, spec) -> bool:
         """Every large file is asked of the peers first, this node's own share too: a node
         that replaces a reclaimed one (an empty disk) finds its share on the peers that took
@@ -164,7 +168,7 @@ class Peers:
         self._no_holder(spec)
 
     def _no_holder(self, spec) -> None:
-        if self.owner.get(spec.path) == self.me:
+        if self.owns(spec):
             self._own_share()
         owner = self.peers.get(self.owner.get(spec.path, ""))
         if owner is None or owner.bad:
@@ -267,8 +271,8 @@ class Peers:
                 pool(workers, "peer") as lan:
             def submit(spec, via_peers):
                 # This node's own share stays in the Hub pool, asked of the peers first.
-                pool = lan if via_peers and self.owner.get(spec.path) != self.me else hub
-                pending[pool.submit(ensure, spec, via_peers)] = spec
+                workers_for = lan if via_peers and not self.owns(spec) else hub
+                pending[workers_for.submit(ensure, spec, via_peers)] = spec
             for spec in files:
                 submit(spec, self.wants(spec))
             while pending or (later and not self.stop_event.is_set()):

@@ -126,14 +126,20 @@ def engine_container(inv) -> F.Fact:
     return _container(inv.engine.container, candidate_images(inv))
 
 
-def engine_log(inv, is_head: bool, tail: int | None = None, name: str = "log") -> F.Fact:
-    """The engine's own output on this node. Over Ray the head's engine is the exec'd
-    `vllm serve`, whose output is in the serve log file (docker logs there shows `ray start`)."""
+def serve_log(inv, is_head: bool, tail: int | None = None, name: str = "serve") -> F.Fact | None:
+    """Over Ray the head's engine is the exec'd `vllm serve`: its output is in the serve log
+    file (docker logs there shows `ray start`). None on every other node and layout."""
     if not (is_head and inventory_runs_over_ray(inv)):
-        return F.command(name, docker_logs_argv(inv.engine.container, tail), F.raw, sudo=True)
+        return None
     path = serve_log_host_path(spec_from_inventory.serve_log_dir(inv))
     argv = ["tail", "-n", str(tail), path] if tail is not None else ["cat", path]
     return F.command(name, argv, F.raw, sudo=True)
+
+
+def engine_log(inv, is_head: bool, tail: int | None = None, name: str = "log") -> F.Fact:
+    """The engine's own output on this node: the serve log (serve_log), else docker logs."""
+    return serve_log(inv, is_head, tail, name) or \
+        F.command(name, docker_logs_argv(inv.engine.container, tail), F.raw, sudo=True)
 
 
 def engine_images(inv) -> F.Fact:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
-from k3deploy.engines.layout import inventory_runs_over_ray
 from k3deploy.node import facts as F
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.redact import redact
@@ -50,9 +49,8 @@ class CollectLogs(Step):
     def probes(self, node):
         logs = engines.docker_logs_argv(node.inv.engine.container)
         # Over Ray the head's container log is `ray start`'s; the serve's is its own file.
-        serve = [probes.engine_log(node.inv, True, name="serve")] if (
-            node.is_head and inventory_runs_over_ray(node.inv)) else []
-        return [F.command("engine", logs, F.raw, sudo=True), *serve,
+        serve = probes.serve_log(node.inv, node.is_head)
+        return [F.command("engine", logs, F.raw, sudo=True), *([serve] if serve else []),
                 F.command("download", ["cat", WorkPaths(node.inv.paths.work).log], F.raw),
                 *guard_files(node)]
 
