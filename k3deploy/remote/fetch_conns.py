@@ -256,6 +256,12 @@ class Connections:
 
     def _settle(self, seg: Segment) -> None:
         job = seg.job
+        # Record and hash before the job can be done: once it is, fetch() returns, the file is
+        # renamed and its record removed, and a save or a hash after that would write the
+        # record again (a leftover, seen once in CI) or open a file no longer there.
+        if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
+            job.part.save()
+        job.part.advance_hash()
         with self.cond:
             job.running.discard(seg)
             if seg.pos < seg.end and not job.fatal:
@@ -263,6 +269,3 @@ class Connections:
             if job.fatal or (not job.queue and not job.running):
                 job.done.set()
             self.cond.notify_all()
-        if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
-            job.part.save()
-        job.part.advance_hash()
