@@ -5,8 +5,9 @@ head's monotonic clock); standard library only, uploaded beside guard.py.
 Wedged: work outstanding (requests running or queued at the head, or the probe unanswered)
 and no rank's token counter moved, and no probe answered, for `wedge_seconds`. The ranks
 named are the ones whose metrics stopped answering (a stopped process, a scheduler stuck
-holding its lock); when every rank still answers, none advancing, every rank is named: from
-the outside an NCCL stall looks the same on every member.
+holding its lock); while one's metrics have failed for less than that, the verdict waits for
+it; when every rank still answers, none advancing, every rank is named: from the outside an
+NCCL stall looks the same on every member.
 """
 
 
@@ -47,6 +48,10 @@ def judge(now: float, views: list[dict], probe: dict, wedge_seconds: float,
     if not outstanding or last is None or now - last < wedge_seconds:
         return None
     silent = [v for v in views if now - v["answered_at"] > silent_after]
+    if not silent and any(v.get("error") for v in views):
+        # A rank's metrics just stopped answering (the wedge may have come late in the stall):
+        # wait, at most silent_after, to name it alone rather than every rank (seen once in CI).
+        return None
     named = silent or views
     return {"stalled_s": round(now - last, 1),
             "ranks": [{"node": v["node"], "rank": v["rank"]} for v in named],

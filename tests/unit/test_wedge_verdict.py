@@ -100,3 +100,13 @@ def test_view_puts_a_peers_ages_on_the_heads_clock():
                                       "still_s": 12.5, "unanswered_s": 0.4}, 500.0)
     assert v["changed_at"] == 487.5 and v["answered_at"] == 499.6
     assert guard_wedge.view("node1", 1, None, 500.0) is None
+
+
+def test_a_rank_going_silent_is_waited_for_and_then_named_alone():
+    """The wedge came late in the stall: the head's metrics failed 3 s ago (silent after 15).
+    Naming every rank now would blame the three that answer; the verdict waits for it."""
+    views = [rank(0, 900, 997, error="timed out"), rank(1, 900, 1000), rank(2, 900, 1000)]
+    waiting = {"started": 950, "done_at": 900, "error": None}
+    assert guard_wedge.judge(1000, views, waiting, 60, 15) is None
+    verdict = guard_wedge.judge(1013, views, waiting, 60, 15)
+    assert verdict["ranks"] == [{"node": "node0", "rank": 0}] and verdict["silent"]
