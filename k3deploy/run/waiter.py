@@ -23,7 +23,8 @@ class Waiter:
         started = time.monotonic()
         marker, changed = object(), started
         while True:
-            facts = self._look(step, node, wait, time.monotonic() - started)
+            looked = time.monotonic()
+            facts = self._look(step, node, wait, looked - started)
             step.show_progress(facts, node)
             if not any(a.waits_for(wait) for a in step.plan(facts, node)):
                 return facts
@@ -37,7 +38,9 @@ class Waiter:
             if wait.timeout and now - started > wait.timeout:
                 raise StepFailed(node.name, f"waited for: {wait.until}; not so within "
                                  f"{wait.timeout:.0f}s", step=step.name, hint=wait.hint)
-            interrupt.sleep(wait.poll)
+            # Paced by the looks' starts: a look held on the node (download_hold.py) or slowed
+            # by a round trip is part of the poll, not added to it.
+            interrupt.sleep(max(0.0, wait.poll - (time.monotonic() - looked)))
 
     def _look(self, step: Step, node, wait: Wait, waited: float) -> dict:
         if not wait.cluster:

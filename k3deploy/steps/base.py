@@ -147,13 +147,15 @@ class Step:
         return found
 
     def wait_probes(self, node) -> list[F.Fact]:
-        """What a wait's polls look at besides `probes` (a log, for progress and blame). Not
-        in the batched look: that only decides whether to wait, and a no-op never does."""
+        """What a wait's polls look at besides `probes` (a log, for progress and blame; a hold
+        that returns when what is awaited ends). Not in the batched look: that only decides
+        whether to wait, and a no-op never does. They come first in the batch: its Python
+        facts run in order, so the `probes` read what ended a hold."""
         return []
 
     def facts(self, node, waiting: bool = False) -> dict[str, Any]:
         """Look now, in one round trip (the runner's waits and re-checks; status)."""
-        found = self.probes(node) + (self.wait_probes(node) if waiting else [])
+        found = (self.wait_probes(node) if waiting else []) + self.probes(node)
         return self.facts_from(F.gather(node.conn, found, step=self.name), node)
 
     def plan(self, facts: dict[str, Any], node) -> list[Action]:

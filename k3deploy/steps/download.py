@@ -28,6 +28,7 @@ from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload, wait
 
 STATUS = bundled("weights_status.py")
+HOLD = bundled("download_hold.py", ("protocol.py", "weights_status.py"))
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
 
 
@@ -99,6 +100,15 @@ class DownloadWeights(Step):
                 F.native("token_file", "exists", [paths.env], F.exit_ok),
                 F.native("log", "tail", [40, paths.log], F.text),
                 *([] if shared_hf.writer(node.inv, node.name) else shared_hf.marker_fact(node.inv))]
+
+    def wait_probes(self, node):
+        """A wait's look is held on the node until the downloader ends, at most a poll: the
+        end is seen at once, not up to a poll later (the waiter paces looks by their start)."""
+        if not shared_hf.writer(node.inv, node.name):
+            return []
+        paths = Paths(node)
+        return [F.python("hold", HOLD, [paths.progress, paths.pid, f"{self.p.poll_seconds:g}"],
+                         F.exit_ok)]
 
     def facts_from(self, found, node):
         status = found["status"]

@@ -14,6 +14,7 @@ from k3deploy.cluster import inventory
 from k3deploy.core.errors import StepFailed
 from k3deploy.node import facts as F
 from k3deploy.node.context import RunContext
+from k3deploy.run import waiter as waiter_module
 from k3deploy.run.runner import Runner
 from k3deploy.steps.base import Step, cmd, wait
 from tests.unit.fakes import FakeConn, FakeSession, section
@@ -242,6 +243,26 @@ def test_what_is_awaited_dying_fails_the_wait_at_once(tmp_path):
     with pytest.raises(StepFailed, match="the counter died"):
         waiter(step, node, step.plan({"count": 0}, node)[0].wait)
     assert step.seen == 3
+
+
+def test_looks_are_paced_by_their_start_so_a_held_look_adds_no_sleep(tmp_path, monkeypatch):
+    # A look that takes the whole poll (held on the node until what is awaited ends, or a slow
+    # round trip) is followed by the next at once; a quick one by the rest of the poll.
+    clock, slept = [100.0], []
+    monkeypatch.setattr(waiter_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(waiter_module.interrupt, "sleep", lambda s: slept.append(round(s, 3)))
+
+    class Held(Waits):
+        def facts(self, node, waiting=False):
+            clock[0] += 0.01 if self.seen % 2 else 0.5   # held, quick, held, ...
+            return super().facts(node, waiting)
+
+        def plan(self, facts, node):
+            return [wait("w", "count reached", poll=0.5)] if facts["count"] < self.goal else []
+    waiter, node = waiter_for(tmp_path)
+    step = Held(goal=4)
+    waiter(step, node, step.plan({"count": 0}, node)[0].wait)
+    assert slept == [0.0, 0.49, 0.0]
 
 
 def engine(running=True, rank=0, finished="", code=0):
