@@ -23,6 +23,7 @@ from fetch_base import DownloadError, HubUnavailable, Stopped, log
 from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
 
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
+SEGMENT_MEASURE = 1.0  # seconds a range runs before its own rate decides a takeover
 SLOW_RATIO = 0.4
 MIN_STEAL = 64 << 10   # a running range is split only when both parts get at least this
 STEAL_ETA = 1.0        # ... and only when it would still run longer than this (seconds)
@@ -39,10 +40,29 @@ class Replace(Exception):
 class Segment:
     def __init__(self, job, start: int, end: int):
         self.job, self.pos, self.end, self.conn = job, start, end, None
+        self.began, self.first = None, start
+
+    def running_on(self, conn) -> None:
+        self.conn, self.began, self.first = conn, time.monotonic(), self.pos
+
+    def rate(self) -> float | None:
+        """Its own rate once it ran SEGMENT_MEASURE seconds, else its connection's: a file's
+        last range handed to a new connection on a slow edge is seen as slow within a second,
+        not after the connection's WARMUP (at 25 kB/s a 250 kB range is 10 s)."""
+        age = time.monotonic() - self.began if self.began is not None else 0.0
+        if age >= SEGMENT_MEASURE:
+            return (self.pos - self.first) / age
+        return self.conn.rate() if self.conn else None
 
     def eta(self, fallback: float) -> float:
-        rate = (self.conn.rate() if self.conn else None) or fallback
-        return (self.end - self.pos) / max(rate, 1.0)
+        return (self.end - self.pos) / max(self.rate() or fallback, 1.0)
+
+    def slow(self, fast: float) -> bool:
+        """Measured on a slow edge: its tail is taken over whole, however few bytes are left
+        (under MIN_STEAL a slow edge still takes seconds: 64 KiB at a 25 kB/s edge, 2.6 s).
+        Only by its own rate: a range just taken over is given the time to show its speed."""
+        age = time.monotonic() - self.began if self.began is not None else 0.0
+        return age >= SEGMENT_MEASURE and (self.pos - self.first) / age < SLOW_RATIO * fast
 
 
 class Job:
@@ -73,6 +93,11 @@ class Conn:
         """Bytes/s since it opened, once it ran WARMUP seconds; None while idle."""
         age = time.monotonic() - self.opened
         return self.bytes / age if age >= WARMUP and self.busy else None
+
+    def on_slow_edge(self, fast: float) -> bool:
+        """Known slow: it ran WARMUP seconds, idle spells included, well below the fastest."""
+        age = time.monotonic() - self.opened
+        return age >= WARMUP and self.bytes / age < SLOW_RATIO * fast
 
     def renew(self) -> None:
         self.link.renew()
@@ -138,7 +163,7 @@ class Connections:
         conn, failures = Conn(self.source.link()), 0
         self.conns[index] = conn
         while not self.stop_event.is_set():
-            seg = self._take()
+            seg = self._take(conn)
             if seg is None:
                 continue
             got = self._run(seg, conn)
@@ -147,7 +172,7 @@ class Connections:
                 break
         conn.link.renew()
 
-    def _take(self) -> Segment | None:
+    def _take(self, conn: Conn) -> Segment | None:
         with self.cond:
             for job in self.jobs:
                 if job.queue and not job.fatal:
@@ -156,30 +181,32 @@ class Connections:
                     if not job.started:  # the budget runs from its first request, not its queueing
                         job.started, job.last_byte = True, time.monotonic()
                     return seg
-            seg = self._steal()
+            seg = self._steal(conn)
             if seg is None:
                 self.cond.wait(0.5)
             return seg
 
-    def _steal(self) -> Segment | None:
+    def _steal(self, thief: Conn) -> Segment | None:
         """Split the range that will take longest: the running connection keeps the share its
         rate earns against the fastest one; a slow edge's last bytes are taken over whole
-        (the file's tail would otherwise wait on its slowest stream)."""
+        (the file's tail would otherwise wait on its slowest stream), though not by a thief
+        on a slow edge itself (handing a tail from one slow edge to another only restarts it)."""
         fast = self._fast_rate() or 1.0
+        tails = not thief.on_slow_edge(fast)
         running = [s for j in self.jobs if not j.fatal and j.spec.size >= MIN_SPLIT_FILE for s in j.running
-                   if s.end - s.pos >= MIN_STEAL and s.eta(fast) > STEAL_ETA]
+                   if s.eta(fast) > STEAL_ETA and (s.end - s.pos >= MIN_STEAL or tails and s.slow(fast))]
         if not running:
             return None
         victim = max(running, key=lambda s: s.eta(fast))
-        mine = (victim.conn.rate() if victim.conn else None) or fast
+        mine = victim.rate() or fast
         left = victim.end - victim.pos
         keep = int(left * mine / (mine + fast))
-        # A split costs the victim's bytes in flight past its new end: only worth it for a
-        # large part; a slow edge's tail is taken whole (little is in flight on it).
-        if mine < SLOW_RATIO * fast and keep < MIN_STEAL:
+        # A split costs the victim's bytes in flight past its new end: only worth it for two
+        # large parts; a slow edge's tail is else taken whole (little is in flight on it).
+        if keep < MIN_STEAL or left - keep < 4 * MIN_STEAL:
+            if not (tails and victim.slow(fast)):
+                return None
             keep = 0
-        elif keep < MIN_STEAL or left - keep < 4 * MIN_STEAL:
-            return None
         mid = victim.pos + keep
         seg, victim.end = Segment(victim.job, mid, victim.end), mid
         victim.job.running.add(seg)
@@ -187,7 +214,8 @@ class Connections:
 
     def _run(self, seg: Segment, conn: Conn) -> int:
         job, start = seg.job, seg.pos
-        conn.busy, seg.conn = True, conn
+        conn.busy = True
+        seg.running_on(conn)
         try:
             with self.source.open_range(job.spec, seg.pos, seg.end, conn.link) as response:
                 self._copy(seg, conn, response, seg.end)
