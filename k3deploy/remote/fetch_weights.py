@@ -160,7 +160,9 @@ def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None)
     downloader = Downloader(manifest, cache, hub_connections(manifest, token, progress), progress, peers)
     ensure = download_call(downloader.ensure)
     if peers is not None:
-        errors = peers.schedule(manifest.files, ensure, manifest.max_workers, describe_error)
+        import peer_schedule
+        errors = peer_schedule.schedule(peers, manifest.files, ensure, manifest.max_workers,
+                                        describe_error)
     else:
         errors = []
         with pool(manifest.max_workers, "fetch") as workers:

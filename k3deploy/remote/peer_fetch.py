@@ -16,7 +16,6 @@ peer resumes from a peer or from the Hub with Range, and is verified like any ot
 """
 from __future__ import annotations
 
-import concurrent.futures
 import http.client
 import json
 import os
@@ -32,7 +31,6 @@ INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one re
 INDEX_SHARE = 0.1
 RETRY_DOWN = 2.0     # seconds an unreachable or refusing peer is left alone, doubling
 INDEX_TIMEOUT = 5.0  # a peer that does not answer its index in this long counts as down
-RECHECK = 0.5        # seconds before a file no peer has yet is looked at again
 BUFFER = 4 << 20
 
 
@@ -73,6 +71,7 @@ class Peers:
         self.bad = bad  # names of peers never used again; the progress file reports them
         self.waiting: dict[str, tuple] = {}   # owner -> (its progress as last seen, since when)
         self.lock = threading.Lock()
+        self.news: set[str] = set()   # etags a peer's index newly lists verified (peer_schedule)
 
     def owns(self, spec) -> bool:
         """The file is in this node's own share (the laptop's split)."""
@@ -95,11 +94,11 @@ class Peers:
             conn.close()
             raise PeerError(f"{type(e).__name__}: {e}") from None
 
-    def _index(self, peer: Peer) -> dict | None:
+    def _index(self, peer: Peer, wait: bool = False) -> dict | None:
         """{"verified": [etag], "partial": {etag: bytes}}, or None while unusable. While one
         thread asks a peer, the others use what it said last (a dead peer's timeout must not
-        hold up every worker)."""
-        if not peer.lock.acquire(blocking=False):
+        hold up every worker), unless they `wait` for its answer."""
+        if not (peer.lock.acquire(timeout=INDEX_TIMEOUT + 1) if wait else peer.lock.acquire(blocking=False)):
             return None if peer.bad else peer.index
         try:
             return self._fresh_index(peer)
@@ -119,7 +118,9 @@ class Peers:
                     return peer.index
                 if response.status != 200:
                     raise PeerError(f"HTTP {response.status}")
+                before = set((peer.index or {}).get("verified") or ())
                 peer.index = json.loads(response.read())
+                self._heard(set(peer.index.get("verified") or ()) - before)
             finally:
                 conn.close()
         except (PeerError, OSError, ValueError, http.client.HTTPException) as e:
@@ -127,6 +128,17 @@ class Peers:
             return None
         peer.index_at, peer.unreachable_since, peer.failures = time.monotonic(), None, 0
         return peer.index
+
+    def _heard(self, etags: set[str]) -> None:
+        if etags:
+            with self.lock:
+                self.news |= etags
+
+    def take_news(self) -> set[str]:
+        """The etags peers' indexes newly listed verified since the last call."""
+        with self.lock:
+            news, self.news = self.news, set()
+        return news
 
     def _down(self, peer: Peer, why: str) -> None:
         now = time.monotonic()
@@ -169,7 +181,7 @@ class Peers:
 
     def _no_holder(self, spec) -> None:
         if self.owns(spec):
-            self._own_share()
+            self._own_share(spec)
         owner = self.peers.get(self.owner.get(spec.path, ""))
         if owner is None or owner.bad:
             raise UseHub(f"its owner {getattr(owner, 'name', '?')} served corrupt bytes")
@@ -192,14 +204,20 @@ class Peers:
             raise UseHub(f"no peer has it and its owner {owner.name} {what} for {self.stall:.0f}s")
         raise NotYet()
 
-    def _own_share(self) -> None:
+    def _own_share(self, spec) -> None:
         """No peer has this node's own file verified: from the Hub, but only once every peer
         has answered its index (or is known down); a worker that found another thread asking
         a peer sees no index yet, and must not send a replaced node's share to the Hub."""
-        if any(p.index is None and p.unreachable_since is None and not p.bad
-               for p in self.peers.values()):
+        for peer in self._unheard():  # the first answers: the share starts now, not a recheck later
+            self._index(peer, wait=True)
+        if self._unheard() or self.holders(spec):  # an answer just heard may name a holder
             raise NotYet()
         raise UseHub("no peer has it verified (this node's own share)")
+
+    def _unheard(self) -> list[Peer]:
+        """Peers that neither answered their index yet nor are known down."""
+        return [p for p in self.peers.values()
+                if p.index is None and p.unreachable_since is None and not p.bad]
 
     def _get(self, peer: Peer, spec, part) -> None:
         start = part.prefix  # peers send from the prefix on; ranges past it are written again
@@ -220,7 +238,11 @@ class Peers:
 
     def _copy(self, peer: Peer, spec, part, response) -> None:
         """Receive into one buffer while the other is written and hashed (hashlib lets go of the
-        GIL): on a fast private network sha256 in the receiving thread would halve the rate."""
+        GIL): on a fast private network sha256 in the receiving thread would halve the rate.
+        Each read takes what one read of the socket brings (`readinto1`), not a full buffer
+        (http.client's readinto fills it first): bytes reach the disk as they arrive, so a
+        killed downloader loses what the socket held, not up to two 4 MB buffers (a 300 kB
+        test shard was received whole, then fetched whole again)."""
         size = max(1, min(BUFFER, spec.size - part.prefix))  # a small file: no 8 MB to zero
         views = [memoryview(bytearray(size)) for _ in range(2)]
         got, turn, pending = part.prefix, 0, None
@@ -229,7 +251,7 @@ class Peers:
             try:
                 while got < spec.size:
                     self._check(peer, part, f, pending)
-                    n = response.readinto(views[turn][:min(size, spec.size - got)])
+                    n = response.fp.readinto1(views[turn][:min(size, spec.size - got)])
                     if not n:
                         raise PeerError(f"the response ended at byte {got}")
                     if pending:
@@ -261,40 +283,6 @@ class Peers:
         raise UseHub(f"bytes from peer {', '.join(sources) or '?'} fail the checksum"
                      + ("; that peer is not used again in this run" if part.resumed_from == 0
                         else " (the file resumed an earlier partial)"))
-
-    # -- scheduling ---------------------------------------------------------------------
-    def schedule(self, files, ensure, workers: int, describe) -> list[str]:
-        """Run ensure(spec, via_peers) for every file; Hub files and peer files in their own
-        pools so waiting for a peer never holds up this node's own Hub share."""
-        errors, later, pending = [], [], {}
-        with pool(workers, "hub") as hub, \
-                pool(workers, "peer") as lan:
-            def submit(spec, via_peers):
-                # This node's own share stays in the Hub pool, asked of the peers first.
-                workers_for = lan if via_peers and not self.owns(spec) else hub
-                pending[workers_for.submit(ensure, spec, via_peers)] = spec
-            for spec in files:
-                submit(spec, self.wants(spec))
-            while pending or (later and not self.stop_event.is_set()):
-                now = time.monotonic()
-                for item in [x for x in later if x[0] <= now]:
-                    later.remove(item)
-                    submit(item[1], True)
-                if not pending:
-                    self.stop_event.wait(0.1)
-                    continue
-                done, _ = concurrent.futures.wait(pending, timeout=0.1,
-                                                  return_when=concurrent.futures.FIRST_COMPLETED)
-                for future in done:
-                    spec, error = pending.pop(future), future.exception()
-                    if isinstance(error, NotYet):
-                        later.append((now + RECHECK, spec))
-                    elif isinstance(error, UseHub):
-                        self.log(f"{spec.path}: from the Hub: {error}")
-                        submit(spec, False)
-                    elif error is not None and describe(spec, error):
-                        errors.append(describe(spec, error))
-        return errors
 
 
 def load(block: dict, stop_event, stopped, log, bad: set) -> Peers:

@@ -129,7 +129,7 @@ def check_schema(doc, what: str):
 # server's start (which imports the manifest and cache readers from the same files).
 DOWNLOADER_FILES = ("fetch_weights.py", "fetch_base.py", "fetch_manifest.py", "fetch_cache.py",
                     "fetch_progress.py", "fetch_ranges.py", "fetch_hub.py", "fetch_conns.py",
-                    "fetch_retry.py", "peer_fetch.py", "protocol.py", "peer_cache.py",
+                    "fetch_retry.py", "peer_fetch.py", "peer_schedule.py", "protocol.py", "peer_cache.py",
                     "peer_image.py", "peer_blobs.py", "thread_pool.py")
 
 

@@ -4,6 +4,8 @@ serves it again only when no peer holds it (a first bring-up). No I/O: peers' in
 
 import importlib
 import json
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -50,10 +52,31 @@ def test_a_first_bring_up_sends_its_own_share_to_the_hub_once_every_peer_answere
         made.ready(SPEC)
 
 
+def _in_flight(made, name: str, seconds: float) -> threading.Timer:
+    """Another worker's index request to `name`, answered `seconds` from now."""
+    made.peers[name].lock.acquire()
+    timer = threading.Timer(seconds, made.peers[name].lock.release)
+    timer.start()
+    return timer
+
+
 def test_an_index_another_worker_is_still_asking_for_is_not_taken_for_no_holder(monkeypatch):
     made = peers(monkeypatch, {"node0": [], "node1": [ETAG], "node3": []})
-    made.peers["node1"].lock.acquire()   # another worker's request to node1 is in flight
-    with pytest.raises(peer_fetch.NotYet):
+    timer = _in_flight(made, "node1", 0.2)
+    with pytest.raises(peer_fetch.NotYet):   # it waited for that answer: node1 holds the file
         made.ready(SPEC)
-    made.peers["node1"].lock.release()
+    timer.join()
+    assert ETAG in made.news   # asked again at once (the scheduler's _due), not a RECHECK later
     made.ready(SPEC)
+
+
+def test_a_first_bring_up_waits_for_the_indexes_in_flight_not_for_a_recheck(monkeypatch):
+    # At start every worker asks at once: one asks each peer, the others wait for its answer
+    # and take their own share to the Hub as soon as every peer said it holds none of it.
+    made = peers(monkeypatch, {"node0": [], "node1": [], "node3": []})
+    timer = _in_flight(made, "node3", 0.2)
+    started = time.monotonic()
+    with pytest.raises(peer_fetch.UseHub, match="this node's own share"):
+        made.ready(SPEC)
+    timer.join()
+    assert time.monotonic() - started < peer_fetch.INDEX_TIMEOUT

@@ -1,0 +1,88 @@
+"""The fan-out schedule asks a waiting file again when its recheck time comes, or at once when
+a peer's index newly lists it verified: the owner's verify reaches the others without waiting
+out RECHECK. No I/O: specs and indexes faked."""
+
+import importlib
+import json
+from types import SimpleNamespace
+
+import k3deploy.remote.fetch_weights  # noqa: F401 (puts the node-side directory on sys.path)
+
+peer_fetch = importlib.import_module("peer_fetch")
+peer_schedule = importlib.import_module("peer_schedule")
+
+
+def spec(n: int):
+    return SimpleNamespace(path=f"model-{n:05d}.safetensors", etag=f"{n:064x}")
+
+
+def test_a_file_is_due_at_its_recheck_time_or_when_a_peer_newly_lists_it():
+    later = [(10.0, spec(1)), (10.4, spec(2)), (10.4, spec(3))]
+    assert peer_schedule.due(later, 10.1, set()) == later[:1]
+    assert peer_schedule.due(later, 10.1, {spec(3).etag}) == [later[0], later[2]]
+
+
+def test_only_what_an_index_adds_is_news_and_news_is_taken_once(monkeypatch):
+    block = {"self": "node0", "port": 8951, "stall_seconds": 30, "owner": {},
+             "nodes": {"node1": "10.0.0.2"}}
+    made = peer_fetch.Peers(block, "s" * 32, None, RuntimeError, lambda _: None, set())
+    answers = [[spec(1).etag], [spec(1).etag, spec(2).etag]]
+
+    def request(peer, method, path, headers=None, timeout=None):
+        body = json.dumps({"verified": answers.pop(0), "partial": {}}).encode()
+        return SimpleNamespace(close=lambda: None), SimpleNamespace(status=200, read=lambda: body)
+    monkeypatch.setattr(made, "_request", request)
+    peer = made.peers["node1"]
+    made._fresh_index(peer)
+    assert made.take_news() == {spec(1).etag} and made.take_news() == set()
+    peer.index_at = 0.0   # the index is due again
+    made._fresh_index(peer)
+    assert made.take_news() == {spec(2).etag}
+
+
+class Piecewise:
+    """A response body the socket hands over in small pieces, then loses (the peer or the
+    receiver died)."""
+
+    def __init__(self, pieces):
+        self.pieces = list(pieces)
+
+    def readinto1(self, view):
+        if not self.pieces:
+            raise ConnectionResetError("connection reset by peer")
+        piece = self.pieces.pop(0)
+        view[:len(piece)] = piece
+        return len(piece)
+
+
+def test_peer_bytes_reach_the_disk_as_the_socket_hands_them_over():
+    # A killed or cut-off receiver keeps what arrived: each piece is written as it comes, not
+    # once a 4 MB buffer is full (a 300 kB shard received whole was fetched again after a kill).
+    block = {"self": "node0", "port": 8951, "stall_seconds": 30, "owner": {},
+             "nodes": {"node1": "10.0.0.2"}}
+    made = peer_fetch.Peers(block, "s" * 32, SimpleNamespace(is_set=lambda: False), RuntimeError,
+                            lambda _: None, set())
+    written = []
+
+    class Part:
+        prefix = 0
+
+        def open(self):
+            return open("/dev/null", "r+b")
+
+        def append(self, f, data, source, offset):
+            written.append((offset, bytes(data)))
+
+    body = Piecewise([b"a" * 1000, b"b" * 1000, b"c" * 500])
+
+    def fill(view):   # http.client's readinto: loops until the buffer is full
+        got = 0
+        while got < len(view):
+            got += body.readinto1(view[got:])
+        return got
+    response = SimpleNamespace(fp=body, readinto=fill)
+    try:
+        made._copy(made.peers["node1"], SimpleNamespace(size=10_000_000), Part(), response)
+    except ConnectionResetError:
+        pass
+    assert written == [(0, b"a" * 1000), (1000, b"b" * 1000), (2000, b"c" * 500)]
