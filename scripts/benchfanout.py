@@ -116,15 +116,16 @@ SECRET = "bench-peer-secret-0123456789abcdef"
 
 def _node(root: Path, name: str, blob: bytes | None, etag: str, owner_ip: str) -> Path:
     sys.path.insert(0, str(REMOTE))
+    import protocol
     from fetch_cache import Ledger, RepoCache
     home = root / name
     cache = RepoCache(str(home / "hf"), "bench/blob")
     (home / "peer.secret").write_text(SECRET)
     os.chmod(home / "peer.secret", 0o600)
-    doc = {"repo": "bench/blob", "revision": "main", "sha": "0" * 40, "endpoint": "http://127.0.0.1:9",
+    doc = protocol.with_schema({"repo": "bench/blob", "revision": "main", "sha": "0" * 40, "endpoint": "http://127.0.0.1:9",
            "max_workers": 4, "files": [{"path": "blob.safetensors", "size": BLOB, "sha256": etag, "oid": None}],
            "peers": {"self": name, "port": 18950, "secret_file": str(home / "peer.secret"),
-                     "nodes": {"owner": owner_ip}, "owner": {"blob.safetensors": "owner"}}}
+                     "nodes": {"owner": owner_ip}, "owner": {"blob.safetensors": "owner"}}})
     (home / "manifest.json").write_text(json.dumps(doc))
     if blob is not None:
         cache.blob(etag).write_bytes(blob)
@@ -146,6 +147,8 @@ def blob_rate() -> dict:
                                    str(owner / "served.jsonl"), "--ready-file", str(owner / "ready")])
         try:
             while not (owner / "ready").exists():
+                if server.poll() is not None:   # it said why on stderr
+                    sys.exit(f"the peer server exited with {server.returncode}")
                 time.sleep(0.05)
             _sh(PY, str(REMOTE / "fetch_weights.py"), "--manifest", str(fetcher / "manifest.json"),
                 "--hf-home", str(fetcher / "hf"), "--progress", str(fetcher / "progress.json"))
