@@ -70,7 +70,11 @@ class Blobs:
             return doc
 
     def _build_index(self) -> dict:
-        verified, partial = [], {}
+        # The downloader's state first: "done" (or "failed") is written after its last verify,
+        # so the list read after it is complete. Read last, a download finishing between the
+        # two said "done" beside a list without its last files, and a peer waiting for one of
+        # them would take it from the Hub too ("its owner's download done without it").
+        downloader, verified, partial = self._downloader(), [], {}
         for etag in self.sizes:
             blob = self.open(etag)
             if blob is not None:
@@ -78,7 +82,7 @@ class Blobs:
                 verified.append(etag)
             elif self.partial_bytes(etag):
                 partial[etag] = self.partial_bytes(etag)
-        return {"verified": verified, "partial": partial, "downloader": self._downloader()}
+        return {"verified": verified, "partial": partial, "downloader": downloader}
 
     def _downloader(self) -> str | None:
         """This node's downloader state ("running", "done", "failed"): a peer waiting for a file

@@ -80,7 +80,8 @@ def assert_each_shard_from_the_hub_once(tb) -> None:
         for path, sent in files.items():
             if path in shards and sent > SLACK:
                 takers.setdefault(path, []).append(node)
-    assert {p: n for p, n in takers.items() if len(n) > 1} == {}
+    several = {p: n for p, n in takers.items() if len(n) > 1}
+    assert several == {}, f"shards the Hub sent to more than one node: {several}"
 
 
 def small_socket_buffers(tb) -> None:

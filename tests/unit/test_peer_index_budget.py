@@ -72,3 +72,26 @@ def test_the_server_builds_its_index_once_for_all_peers_asking_at_once(tmp_path,
     assert [blobs.index() for _ in range(30)] == [first] * 30   # 30 peers, one build
     clock.now += peer_blobs.INDEX_REUSE
     assert blobs.index()["partial"] == {"a" * 64: 5}            # then it is current again
+
+
+def test_a_done_in_the_index_comes_with_every_file_the_downloader_verified(tmp_path):
+    # The downloader writes "done" after its last verify. Read after the blobs, a download
+    # finishing in between showed "done" beside a list without its last file: a peer waiting
+    # for it would take it from the Hub too. The state is read first, so "done" means complete.
+    etag = "a" * 64
+    manifest = SimpleNamespace(files=[SimpleNamespace(etag=etag, size=10)])
+    cache = SimpleNamespace(ledger=tmp_path / "ledger.json", blob=lambda e: tmp_path / e,
+                            partial=lambda e: tmp_path / f"{e}.incomplete")
+    progress = tmp_path / "progress.json"
+    progress.write_text(json.dumps({"state": "running"}))
+    blobs = peer_blobs.Blobs(manifest, cache, progress)
+    checked = []
+
+    def verify_then_finish(e):   # the last file is verified and "done" written during the look
+        checked.append(e)
+        progress.write_text(json.dumps({"state": "done"}))
+        return None
+    blobs.open = verify_then_finish
+    doc = blobs._build_index()
+    assert checked == [etag]
+    assert doc["downloader"] == "running"   # what it said before the list: not "done" without it
