@@ -11,15 +11,16 @@ only; bundled after protocol.py and weights_status.py (k3deploy.remote.bundled).
 import sys
 import time
 
+import protocol
 import weights_status
 
 TICK = 0.05   # seconds between looks at the progress file (a stat and a 1 kB read)
 
 
 def ended(progress_path, pid_path):
-    """The downloader exited or said it is done or failed (it writes that before exiting)."""
+    """The downloader exited, or its progress says it ended."""
     progress, alive = weights_status.downloader(progress_path, pid_path)
-    return not alive or (progress or {}).get("state") in ("done", "failed")
+    return not alive or protocol.download_ended((progress or {}).get("state"))
 
 
 def hold(progress_path, pid_path, seconds):

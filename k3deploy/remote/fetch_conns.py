@@ -45,14 +45,17 @@ class Segment:
     def running_on(self, conn) -> None:
         self.conn, self.began, self.first = conn, time.monotonic(), self.pos
 
-    def rate(self) -> float | None:
-        """Its own rate once it ran SEGMENT_MEASURE seconds, else its connection's: a file's
-        last range handed to a new connection on a slow edge is seen as slow within a second,
-        not after the connection's WARMUP (at 25 kB/s a 250 kB range is 10 s)."""
+    def own_rate(self) -> float | None:
+        """Bytes/s since it started, once it ran SEGMENT_MEASURE seconds: a file's last range
+        handed to a new connection on a slow edge is seen as slow within a second, not after
+        the connection's WARMUP (at 25 kB/s a 250 kB range is 10 s)."""
         age = time.monotonic() - self.began if self.began is not None else 0.0
-        if age >= SEGMENT_MEASURE:
-            return (self.pos - self.first) / age
-        return self.conn.rate() if self.conn else None
+        return (self.pos - self.first) / age if age >= SEGMENT_MEASURE else None
+
+    def rate(self) -> float | None:
+        """Its own rate, else (too young to tell) its connection's."""
+        own = self.own_rate()
+        return own if own is not None else self.conn.rate() if self.conn else None
 
     def eta(self, fallback: float) -> float:
         return (self.end - self.pos) / max(self.rate() or fallback, 1.0)
@@ -61,8 +64,8 @@ class Segment:
         """Measured on a slow edge: its tail is taken over whole, however few bytes are left
         (under MIN_STEAL a slow edge still takes seconds: 64 KiB at a 25 kB/s edge, 2.6 s).
         Only by its own rate: a range just taken over is given the time to show its speed."""
-        age = time.monotonic() - self.began if self.began is not None else 0.0
-        return age >= SEGMENT_MEASURE and (self.pos - self.first) / age < SLOW_RATIO * fast
+        own = self.own_rate()
+        return own is not None and own < SLOW_RATIO * fast
 
 
 class Job:

@@ -23,6 +23,7 @@ import threading
 import time
 import zlib
 
+import protocol
 from thread_pool import pool  # ships beside this file (protocol.DOWNLOADER_FILES)
 
 INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one request
@@ -186,7 +187,7 @@ class Peers:
         if owner is None or owner.bad:
             raise UseHub(f"its owner {getattr(owner, 'name', '?')} served corrupt bytes")
         index = self._index(owner)
-        if index and index.get("downloader") in ("failed", "done"):
+        if index and protocol.download_ended(index.get("downloader")):
             raise UseHub(f"no peer has it and its owner {owner.name}'s download "
                          f"{index['downloader']} without it")
         # Any progress of the owner counts: with 16 workers it reaches a file of its share only

@@ -109,6 +109,12 @@ def ledger_vouches(entry, size: int, mtime_ns: int) -> bool:
     return entry.get("size") == size and entry.get("mtime_ns") == mtime_ns
 
 
+def download_ended(state: str | None) -> bool:
+    """The downloader's progress `state` says it ended: it writes "done" or "failed" after its
+    last verify, before it exits ("running" while it works)."""
+    return state in ("done", "failed")
+
+
 def with_schema(doc: dict) -> dict:
     return {"schema": SCHEMA_VERSION, **doc}
 
