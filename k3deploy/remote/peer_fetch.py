@@ -187,6 +187,11 @@ class Peers:
         if owner is None or owner.bad:
             raise UseHub(f"its owner {getattr(owner, 'name', '?')} served corrupt bytes")
         index = self._index(owner)
+        if spec.etag in ((index or {}).get("verified") or ()):
+            # holders() read an older index (another worker was refreshing it): this one lists
+            # the file, so it is asked of the peers again now, not taken for "done without it".
+            self._heard({spec.etag})
+            raise NotYet()
         if index and protocol.download_ended(index.get("downloader")):
             raise UseHub(f"no peer has it and its owner {owner.name}'s download "
                          f"{index['downloader']} without it")

@@ -81,7 +81,18 @@ def assert_each_shard_from_the_hub_once(tb) -> None:
             if path in shards and sent > SLACK:
                 takers.setdefault(path, []).append(node)
     several = {p: n for p, n in takers.items() if len(n) > 1}
-    assert several == {}, f"shards the Hub sent to more than one node: {several}"
+    assert several == {}, (f"shards the Hub sent to more than one node: {several}; "
+                           f"why, in their download logs: {hub_reasons(tb, several)}")
+
+
+def hub_reasons(tb, takers: dict[str, list[str]]) -> dict[str, list[str]]:
+    """node: the download log's lines that name a shard it took from the Hub, and why."""
+    why: dict[str, list[str]] = {}
+    for path, nodes in takers.items():
+        for node in nodes:
+            log = tb.ssh(node, f"cat {WORK}/download.log 2>/dev/null").stdout.splitlines()
+            why.setdefault(node, []).extend(line for line in log if path in line)
+    return why
 
 
 def small_socket_buffers(tb) -> None:

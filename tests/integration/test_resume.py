@@ -94,7 +94,10 @@ def test_spot_node_replaced_mid_download(tmp_path):
 
 
 def test_resume_download_playbook_continues_where_it_stopped(tmp_path):
-    with testbed(tmp_path, nodes=4, **SLOW_HUB) as tb:
+    # A third of SLOW_HUB: with fan-out each node takes a quarter of the repo from the Hub, so
+    # at 150 kB/s the whole download took ~3 s and on a loaded machine (two testbeds and a busy
+    # core) ended before the look that kills it half-way; at 50 kB/s it takes ~9 s.
+    with testbed(tmp_path, nodes=4, hub_rate=50_000) as tb:
         small_socket_buffers(tb)  # every node's 16 Hub connections die at once
         with open(tb.inventory, "a") as inv:
             inv.write(PACE)

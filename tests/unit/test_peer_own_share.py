@@ -80,3 +80,18 @@ def test_a_first_bring_up_waits_for_the_indexes_in_flight_not_for_a_recheck(monk
         made.ready(SPEC)
     timer.join()
     assert time.monotonic() - started < peer_fetch.INDEX_TIMEOUT
+
+
+def test_an_owner_index_newer_than_the_holders_seen_is_not_taken_for_done_without_it(monkeypatch):
+    # CI: a worker's holders() read node0's index as another worker was refreshing it (no
+    # 00093 yet); the refreshed one, read next, said "done" and listed 00093: the file was
+    # taken from the Hub by a second node.
+    other = SimpleNamespace(path="other.safetensors", etag="f" * 64, size=10)
+    made = peers(monkeypatch, {})
+    body = json.dumps({"verified": [other.etag], "partial": {}, "downloader": "done"}).encode()
+    monkeypatch.setattr(made, "_request", lambda *a, **k: (SimpleNamespace(close=lambda: None),
+                                                           SimpleNamespace(status=200, read=lambda: body)))
+    monkeypatch.setattr(made, "holders", lambda spec: [])   # what the older index said
+    with pytest.raises(peer_fetch.NotYet):
+        made.ready(other)
+    assert other.etag in made.take_news()   # asked again on the scheduler's next tick
