@@ -157,7 +157,10 @@ def _say(doc: dict) -> str:
 
 
 def main(fanout_nodes: list[int], hub_only_seconds: float, as_json: bool, single: bool = True) -> int:
-    docs = (single_node() for _ in range(int(single)))
-    for doc in [*docs, *(fanout_with_lottery(n, hub_only_seconds) for n in fanout_nodes)]:
+    # Each figure as soon as it is measured: the whole run takes tens of minutes.
+    runs = [single_node] * int(single) + [lambda n=n: fanout_with_lottery(n, hub_only_seconds)
+                                          for n in fanout_nodes]
+    for measure in runs:
+        doc = measure()
         print(json.dumps(doc) if as_json else _say(doc), flush=True)
     return 0
