@@ -24,6 +24,7 @@ from tenacity import (Retrying, retry_if_exception_type, retry_if_not_exception_
 from k3deploy.core import interrupt
 from k3deploy.core.errors import CommandError, HostKeyError, UnreachableError
 from k3deploy.core.redact import redact
+from k3deploy.node import ssh_io
 
 # put_texts' node side: put_text's `umask 077; cat > tmp; chmod; mv -f` for each file.
 # UTF-8 both ways, whatever the node's locale: put_text's `cat` writes the bytes it is sent.
@@ -36,10 +37,6 @@ for f in json.loads(sys.stdin.buffer.read().decode("utf-8")):
     os.chmod(tmp, f["mode"])
     os.replace(tmp, f["path"])
 """
-KEEPALIVE_SECONDS = 15
-# A node that vanishes without a FIN/RST (spot reclaim, partition) would otherwise hold a
-# command until its timeout (minutes): unacknowledged keepalives drop the connection after this.
-DEAD_PEER_SECONDS = 20
 # Transport-level failures: the command's fate is unknown, the connection is not usable.
 TRANSPORT_ERRORS = (paramiko.SSHException, socket.error, EOFError, OSError)
 
@@ -94,57 +91,6 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
-def _drain(chan, deadline: float) -> tuple[str, str]:
-    """Read stdout and stderr until the remote side closes both, without deadlocking on
-    either buffer filling up; TimeoutError (carrying stdout so far) past the deadline."""
-    out, err = bytearray(), bytearray()
-    while not (chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()
-               and chan.eof_received):
-        if time.monotonic() > deadline:
-            raise TimeoutError(out.decode(errors="replace"))
-        if interrupt.requested():  # Ctrl-C: stop reading; the remote command is left to itself
-            chan.close()
-            interrupt.check()
-        got = False
-        while chan.recv_ready():
-            out += chan.recv(65536)
-            got = True
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-            got = True
-        if not got:
-            if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
-                break
-            _wait_readable(chan)
-    return out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def _direct_socket(host: str, port: int, timeout: float) -> socket.socket:
-    """The TCP connection paramiko would open, with TCP_NODELAY (as OpenSSH sets it): SSH's
-    small messages (a channel open, an exec request, a login step) otherwise wait for the
-    peer's delayed ACK, 40 ms on Linux, several times per login and per command."""
-    sock = socket.create_connection((host, port), timeout=timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def _detect_dead_peer(transport, connect_timeout: float) -> None:
-    """SSH keepalives plus TCP_USER_TIMEOUT (Linux): data unacknowledged for
-    DEAD_PEER_SECONDS (or 3 connect timeouts) fails the socket, so a silent node is noticed."""
-    interval = max(1, min(KEEPALIVE_SECONDS, int(connect_timeout)))
-    transport.set_keepalive(interval)
-    # Through a ProxyJump the "socket" is a channel of the jump host's transport: skip.
-    if hasattr(socket, "TCP_USER_TIMEOUT") and isinstance(transport.sock, socket.socket):
-        limit = max(DEAD_PEER_SECONDS, 3 * connect_timeout)
-        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(limit * 1000))
-
-
-def _wait_readable(chan) -> None:
-    # Paramiko channels are selectable; a short select avoids a busy loop.
-    import select
-    select.select([chan], [], [], 0.02)
-
-
 def _program(command: str) -> str:
     words = command.split()
     skip = {"sudo", "-n", "--", "sh", "-c", "-s"}
@@ -187,7 +133,7 @@ class NodeConnection:
     def _open_once(self) -> None:
         conn = self._new_connection()
         if not conn.gateway:  # through a ProxyJump the "socket" is a channel of the jump host
-            conn.connect_kwargs["sock"] = _direct_socket(self.ep.host, self.ep.port or 22,
+            conn.connect_kwargs["sock"] = ssh_io.direct_socket(self.ep.host, self.ep.port or 22,
                                                          max(1, int(self.ep.connect_timeout)))
         try:
             self._handshake(conn)
@@ -196,7 +142,7 @@ class NodeConnection:
             if conn.connect_kwargs.get("sock") is not None:
                 conn.connect_kwargs["sock"].close()
             raise
-        _detect_dead_peer(conn.transport, self.ep.connect_timeout)
+        ssh_io.detect_dead_peer(conn.transport, self.ep.connect_timeout)
         self._conn = conn
 
     def _handshake(self, conn) -> None:
@@ -272,7 +218,7 @@ class NodeConnection:
             if stdin is not None:
                 chan.sendall(stdin.encode())
             chan.shutdown_write()
-            out, err = _drain(chan, time.monotonic() + (timeout or 1e9))
+            out, err = ssh_io.drain(chan, time.monotonic() + (timeout or 1e9))
             code = chan.recv_exit_status()
             if code == -1 and not self._conn.transport.is_active():
                 raise EOFError("connection dropped before the command finished")

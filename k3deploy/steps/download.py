@@ -21,7 +21,7 @@ from k3deploy.core.log import get as get_log
 from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import peer_secret
-from k3deploy.steps import node_files, peers, shared_hf
+from k3deploy.steps import download_report, node_files, peers, shared_hf
 from k3deploy.steps.hub_restart import HeadRestartGrace, restartable
 from k3deploy.node import detached
 from k3deploy.node import facts as F
@@ -185,7 +185,7 @@ class DownloadWeights(Step):
             raise StepFailed(head, f"the head's download into the shared cache failed: {error} "
                              f"({facts['missing_count']} of {facts['total']} files not verified)\n"
                              + "\n".join(failure_tail(facts["log"])), step=self.name,
-                             hint=_download_hint(error, run.inv.source))
+                             hint=download_report.failed_hint(error, run.inv.source))
 
     def progress(self, facts, node):
         if not shared_hf.writer(node.inv, node.name):
@@ -251,7 +251,7 @@ class DownloadWeights(Step):
         error = (facts.get("progress") or {}).get("error") or "the downloader exited"
         raise StepFailed(node.name, f"download failed: {error} ({facts['missing_count']} of "
                          f"{facts['total']} files not verified)\n" + "\n".join(tail),
-                         step=self.name, hint=_download_hint(error, node.inv.source))
+                         step=self.name, hint=download_report.failed_hint(error, node.inv.source))
 
     def detail(self, facts, node):
         m = node.run.inputs.manifest
@@ -267,28 +267,7 @@ class DownloadWeights(Step):
             return []
         details = [run.session.states[n.name].step(self.label).get("detail") or {}
                    for n in run.inv.nodes]
-        lines = [hub_summary(details, run.inputs.manifest.total_bytes)]
-        if shared_hf.shared(run.inv):
-            lines.append(f"weights: one copy on the shared volume {run.inv.paths.hf}, "
-                         f"downloaded by the head {run.inv.head.name}; every node verified it")
-        seen = {n.name: d.get("bad_peers") or [] for n, d in zip(run.inv.nodes, details)}
-        for bad in sorted({p for found in seen.values() for p in found}):
-            by = ", ".join(n for n, found in seen.items() if bad in found)
-            lines.append(f"peer {bad} served bytes failing their checksum (seen by {by}); those "
-                         "files came from the Hub: check that node's disk and memory")
-        return lines
-
-
-def hub_summary(details: list[dict], repo_bytes: int) -> str:
-    hub = sum(d.get("hub_bytes") or 0 for d in details)
-    peer = sum(d.get("peer_bytes") or 0 for d in details)
-    return (f"weights: the Hub served {_size(hub)} for a {_size(repo_bytes)} repo "
-            f"({hub / max(1, repo_bytes):.2f}x), peers {_size(peer)} (each node's last "
-            "downloader run)")
-
-
-def _size(n: float) -> str:
-    return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+        return download_report.closing_lines(run, details)
 
 
 def _status(out: str, code: int) -> dict:
@@ -306,13 +285,3 @@ def _once(actions: list[Action]) -> list[Action]:
             seen.add(key)
             out.append(action)
     return out
-
-
-def _download_hint(error: str, inventory: str) -> str:
-    rerun = (f"re-run `k3deploy run resume-download -i {inventory}` (or `up`): verified files "
-             "and partial bytes are kept")
-    if "mismatch" in error:
-        return ("the Hub (model.endpoint) served a file whose checksum does not match its own "
-                "metadata, on every retry: a broken upload or a proxy altering it; fix or change "
-                f"the endpoint, then {rerun}")
-    return rerun

@@ -9,7 +9,8 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.remote import protocol
-from k3deploy.steps.download import DownloadWeights, hub_summary
+from k3deploy.steps.download import DownloadWeights
+from k3deploy.steps.download_report import hub_summary
 from k3deploy.steps.peers import StopPeerServer
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes

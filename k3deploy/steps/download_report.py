@@ -1,0 +1,42 @@
+"""What the download step tells the user: where the weights came from (Hub against peers), the
+peers that served bad bytes, and the fix for a failed download."""
+
+from __future__ import annotations
+
+from k3deploy.steps import shared_hf
+
+
+def closing_lines(run, details: list[dict]) -> list[str]:
+    """After the download: where the bytes came from, the shared copy, peers that served bad bytes."""
+    lines = [hub_summary(details, run.inputs.manifest.total_bytes)]
+    if shared_hf.shared(run.inv):
+        lines.append(f"weights: one copy on the shared volume {run.inv.paths.hf}, "
+                     f"downloaded by the head {run.inv.head.name}; every node verified it")
+    seen = {n.name: d.get("bad_peers") or [] for n, d in zip(run.inv.nodes, details)}
+    for bad in sorted({p for found in seen.values() for p in found}):
+        by = ", ".join(n for n, found in seen.items() if bad in found)
+        lines.append(f"peer {bad} served bytes failing their checksum (seen by {by}); those "
+                     "files came from the Hub: check that node's disk and memory")
+    return lines
+
+
+def hub_summary(details: list[dict], repo_bytes: int) -> str:
+    hub = sum(d.get("hub_bytes") or 0 for d in details)
+    peer = sum(d.get("peer_bytes") or 0 for d in details)
+    return (f"weights: the Hub served {_size(hub)} for a {_size(repo_bytes)} repo "
+            f"({hub / max(1, repo_bytes):.2f}x), peers {_size(peer)} (each node's last "
+            "downloader run)")
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
+
+
+def failed_hint(error: str, inventory: str) -> str:
+    rerun = (f"re-run `k3deploy run resume-download -i {inventory}` (or `up`): verified files "
+             "and partial bytes are kept")
+    if "mismatch" in error:
+        return ("the Hub (model.endpoint) served a file whose checksum does not match its own "
+                "metadata, on every retry: a broken upload or a proxy altering it; fix or change "
+                f"the endpoint, then {rerun}")
+    return rerun
