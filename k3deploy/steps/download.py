@@ -37,6 +37,10 @@ class DownloadParams(BaseModel):
     wait: bool = True                 # False: start (or leave running) and move on
     max_workers: int = Field(default=16, ge=1, le=64)
     poll_seconds: float = Field(default=1.0, gt=0)
+    # A running download's look is held on the node this long (its end or its death ends the
+    # hold at once), so the progress shown refreshes this often. Each look is a Python process
+    # on the node: at 1 s they were a sixth of an 8-node testbed's CPU (scripts/bench --hub-cdn).
+    progress_seconds: float = Field(default=5.0, gt=0)
     stall_seconds: float = Field(default=600, gt=0)   # no new byte for this long: fail
     # fan-out: a file's owner unreachable or without progress this long: that file from the Hub
     peer_stall_seconds: float = Field(default=PEER_STALL_SECONDS, gt=0)
@@ -102,13 +106,14 @@ class DownloadWeights(Step):
                 *([] if shared_hf.writer(node.inv, node.name) else shared_hf.marker_fact(node.inv))]
 
     def wait_probes(self, node):
-        """A wait's look is held on the node until the downloader ends, at most a poll: the
-        end is seen at once, not up to a poll later (the waiter paces looks by their start)."""
+        """A wait's look is held on the node until the downloader ends, at most
+        progress_seconds (never less than a poll): the end is seen at once, not up to a look
+        later (the waiter paces looks by their start, so a held look is the whole pace)."""
         if not shared_hf.writer(node.inv, node.name):
             return []
         paths = Paths(node)
-        return [F.python("hold", HOLD, [paths.progress, paths.pid, f"{self.p.poll_seconds:g}"],
-                         F.exit_ok)]
+        hold = max(self.p.poll_seconds, self.p.progress_seconds)
+        return [F.python("hold", HOLD, [paths.progress, paths.pid, f"{hold:g}"], F.exit_ok)]
 
     def facts_from(self, found, node):
         status = found["status"]

@@ -56,10 +56,16 @@ def test_the_hold_is_in_a_waits_look_only_and_first_in_it(tmp_path, monkeypatch)
     plain, held = asked
     assert "hold" not in plain and held[0] == "hold" and held[1:] == plain
     hold = step.wait_probes(node)[0]
-    assert hold.program[0] == HOLD and hold.program[1][-1] == "1"   # the poll, in seconds
+    assert hold.program[0] == HOLD and hold.program[1][-1] == "5"   # progress_seconds
     python = F.compose(step.wait_probes(node) + step.probes(node)).split("python3 - ", 1)[1]
     assert python.index("'hold'") < python.index("'status'")   # run in that order on the node
 
 
 class LookedAt(Exception):
     pass
+
+
+def test_the_hold_is_progress_seconds_and_never_shorter_than_a_poll(tmp_path):
+    node = ctx(tmp_path, rank=0)
+    assert DownloadWeights({"progress_seconds": 2}).wait_probes(node)[0].program[1][-1] == "2"
+    assert DownloadWeights({"progress_seconds": 2, "poll_seconds": 3}).wait_probes(node)[0].program[1][-1] == "3"
