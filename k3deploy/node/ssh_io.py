@@ -37,7 +37,7 @@ def drain(chan, deadline: float) -> tuple[str, str]:
         if not got:
             if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
                 break
-            wait_readable(chan)
+            _wait_readable(chan)
     return out.decode(errors="replace"), err.decode(errors="replace")
 
 
@@ -61,6 +61,6 @@ def detect_dead_peer(transport, connect_timeout: float) -> None:
         transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(limit * 1000))
 
 
-def wait_readable(chan) -> None:
+def _wait_readable(chan) -> None:
     # Paramiko channels are selectable; a short select avoids a busy loop.
     select.select([chan], [], [], 0.02)
