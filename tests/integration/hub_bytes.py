@@ -87,11 +87,12 @@ def assert_each_shard_from_the_hub_once(tb) -> None:
 
 def hub_reasons(tb, takers: dict[str, list[str]]) -> dict[str, list[str]]:
     """node: the download log's lines that name a shard it took from the Hub, and why."""
+    logs = {node: tb.ssh(node, f"cat {WORK}/download.log 2>/dev/null").stdout.splitlines()
+            for node in {n for nodes in takers.values() for n in nodes}}
     why: dict[str, list[str]] = {}
     for path, nodes in takers.items():
         for node in nodes:
-            log = tb.ssh(node, f"cat {WORK}/download.log 2>/dev/null").stdout.splitlines()
-            why.setdefault(node, []).extend(line for line in log if path in line)
+            why.setdefault(node, []).extend(line for line in logs[node] if path in line)
     return why
 
 

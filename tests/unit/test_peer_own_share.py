@@ -83,9 +83,9 @@ def test_a_first_bring_up_waits_for_the_indexes_in_flight_not_for_a_recheck(monk
 
 
 def test_an_owner_index_newer_than_the_holders_seen_is_not_taken_for_done_without_it(monkeypatch):
-    # CI: a worker's holders() read node0's index as another worker was refreshing it (no
-    # 00093 yet); the refreshed one, read next, said "done" and listed 00093: the file was
-    # taken from the Hub by a second node.
+    # Reproduced under load (CI failed the same way): a worker's holders() read node0's index
+    # as another worker was refreshing it (no 00093 yet); the refreshed one, read next, said
+    # "done" and listed 00093: the file was taken from the Hub by a second node.
     other = SimpleNamespace(path="other.safetensors", etag="f" * 64, size=10)
     made = peers(monkeypatch, {})
     body = json.dumps({"verified": [other.etag], "partial": {}, "downloader": "done"}).encode()
