@@ -161,6 +161,36 @@ def test_download_running_is_reattached_not_restarted(tmp_path):
     assert DownloadWeights({"wait": False}).plan({"missing_count": 3, "running": True}, ctx) == []
 
 
+class LooksCounted(DownloadWeights):
+    """The download step with its node I/O faked: a wait returns `done`; each look is counted."""
+
+    def __init__(self, done: dict):
+        super().__init__()
+        self.done, self.ran, self.looks = done, [], 0
+
+    def run_action(self, node, action, *more):
+        self.ran.append(action.description)
+        return self.done if action.wait else None
+
+    def facts(self, node, waiting=False):
+        self.looks += 1
+        return {**self.done, "token_file": False}
+
+
+@pytest.mark.parametrize("token_left", [False, True])
+def test_after_the_wait_its_last_look_plans_and_rechecks(tmp_path, token_left):
+    """The wait's last look follows every action: the replan uses it, and when nothing runs
+    after it, so does the re-check (each look spared is a round trip on every node). An action
+    after it (the token's removal) makes the re-check look again."""
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
+    step = LooksCounted({"missing_count": 0, "running": False, "token_file": token_left})
+    step.apply(ctx, step.plan({"missing_count": 3, "running": True}, ctx))
+    facts, left = step.recheck(ctx)
+    assert step.ran == ["wait until every file is verified"] + \
+        ["remove the HF token file (download complete)"] * token_left
+    assert (step.looks, left, facts["missing_count"]) == (int(token_left), [], 0)
+
+
 # -- launch -------------------------------------------------------------------------------
 def launch_facts(tmp_path, rank=0, container=None, key="k3-testkey-0123456789", options=None):
     ctx = node_ctx(tmp_path, rank=rank, options=options, manifest=manifest(), api_key=key)
