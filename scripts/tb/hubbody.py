@@ -49,9 +49,11 @@ def send_file(handler, hub: Hub, counters: Counters, f: hubrepo.RepoFile, start:
     rates = [r for r in (rate, hub.node_rate) if r]
     # A write per tenth of a second of the rate, at least 4 KiB. Pacing is the simulation's
     # cost, not the CDN's: at rate/20 (1.25 kB writes on the lottery's 25 kB/s edges, where a
-    # real 8.7 MB/s edge hands httpcore 64 KiB reads) the mock and the downloaders reading it
-    # spent ~7 CPU-s more of an 8-node fan-out on a 2-core testbed, and every node waited for
-    # those cores: interleaved runs took 22.6-25.8 s at rate/10, 26.7-31.7 s at rate/20.
+    # real 8.7 MB/s edge fills httpcore's 64 KiB reads: READ_NUM_BYTES in
+    # httpcore/_sync/http11.py of httpcore 1.0.9 and httpcore2 2.16.2) the mock and the
+    # downloaders reading it spent ~7 CPU-s more of an 8-node fan-out on a 2-core testbed, and
+    # every node waited for those cores: interleaved runs took 22.6-25.8 s at rate/10 (paced
+    # after each write then), 26.7-31.7 s at rate/20.
     chunk = max(4096, min(65536, min(rates) // 10)) if rates else 256 * 1024
     link = hub.link(ip)
     began, sent, pos = time.monotonic(), 0, start
@@ -62,7 +64,7 @@ def send_file(handler, hub: Hub, counters: Counters, f: hubrepo.RepoFile, start:
             if corrupt_from is not None and pos + len(data) > corrupt_from:
                 keep = max(corrupt_from - pos, 0)
                 data = data[:keep] + data[keep:].translate(_FLIP)
-            _pace(link, rate, began + (sent + len(data)) / rate if rate else 0.0, len(data))
+            _pace(link, rate, began, sent, len(data))
             last = pos + len(data) >= cut
             if last:  # count and publish before the client can see the end of the body
                 counters.file_bytes(ip, f.path, len(data))
@@ -81,10 +83,11 @@ def send_file(handler, hub: Hub, counters: Counters, f: hubrepo.RepoFile, start:
         handler.close_connection = True
 
 
-def _pace(link, rate: int, due: float, n: int) -> None:
-    """Hold n bytes until the node's link and the connection's rate have carried them (so a
-    body's last write, like its first, arrives no sooner than its share of the rate allows)."""
+def _pace(link, rate: int, began: float, sent: int, n: int) -> None:
+    """Hold the next n bytes (after `sent` since `began`) until the node's link and the
+    connection's rate have carried them: a body's last write, like its first, arrives no
+    sooner than its share of the rate allows."""
     if link:
         link.take(n)
     if rate:
-        time.sleep(max(0.0, due - time.monotonic()))
+        time.sleep(max(0.0, began + (sent + n) / rate - time.monotonic()))
