@@ -9,7 +9,13 @@ nothing unwritten. Neither name ends in `.incomplete`: `hf cache prune` deletes
 cli/cache.py `prune`), and with it hours of a node's download.
 
 The running hash covers the contiguous prefix from byte 0; it is advanced by re-reading what
-the connections wrote (just written: from the page cache), once per byte, in order.
+the connections wrote (just written: from the page cache), once per byte, in order. Bytes
+appended at the hashed end (the peer source writes front to back) are hashed from the buffer
+they were just written from: no open and read back per chunk.
+
+A partial that is exactly its prefix (written front to back, nothing past it, no record yet)
+gets no record: its length says the same (`_load`'s fallback), and rewriting the record after
+every chunk was 7 atomic writes per 2 MB peer file (strace, one downloader, 84 files).
 """
 from __future__ import annotations
 
@@ -59,7 +65,9 @@ class PartialBlob:
         self.record = record or path.with_name(path.name + ".ranges.json")
         self.lock, self.hash_lock, self.save_lock = threading.Lock(), threading.Lock(), threading.Lock()
         self.sources: set[str] = set()
+        self.recorded_once = self.record.exists()  # a record on disk is kept up to date
         self.done = self._load()
+        self.length = self.path.stat().st_size
         self.hasher, self.hashed = spec.new_hasher(), 0
         self.advance_hash()
         self.resumed_from, self.written_at, self.recorded = self.have, 0.0, self.have
@@ -103,18 +111,32 @@ class PartialBlob:
         os.pwrite(f.fileno(), data, offset)
         with self.lock:
             self.done = merge([*self.done, [offset, offset + len(data)]])
+            self.length = max(self.length, offset + len(data))
             self.sources.add(source)
             have = sum(e - s for s, e in self.done)
-            due = (have - self.recorded > RECORD_SHARE * self.recorded
-                   or time.monotonic() - self.written_at > RECORD_EVERY)
+            due = not self._plain() and (have - self.recorded > RECORD_SHARE * self.recorded
+                                         or time.monotonic() - self.written_at > RECORD_EVERY)
         self.progress.received_bytes(self.spec, len(data), source)
         if due:
             self.save(wait=False)
 
+    def _plain(self) -> bool:
+        """Exactly its prefix and never recorded: `_load` reads its length as what it holds.
+        Called with self.lock held."""
+        return not self.recorded_once and (not self.done or self.done == [[0, self.length]])
+
     def append(self, f, data, source: str = "hub", offset: int | None = None) -> None:
         """Sequential writes (the peer source) at `offset`, by default the prefix; the hash
-        follows at once."""
-        self.write_at(f, self.prefix if offset is None else offset, data, source)
+        follows at once, from `data` when it continues the hashed bytes."""
+        at = self.prefix if offset is None else offset
+        self.write_at(f, at, data, source)
+        if self.hash_lock.acquire(blocking=False):
+            try:
+                if self.hashed == at:
+                    self.hasher.update(data)
+                    self.hashed += len(data)
+            finally:
+                self.hash_lock.release()
         self.advance_hash()
 
     def save(self, wait: bool = True) -> None:
@@ -125,8 +147,11 @@ class PartialBlob:
             return
         try:
             with self.lock:
+                if self._plain():
+                    return
                 doc = {"size": self.spec.size, "done": [list(r) for r in self.done]}
                 self.written_at, self.recorded = time.monotonic(), sum(e - s for s, e in self.done)
+                self.recorded_once = True
             write_json_atomic(self.record, doc)
         finally:
             self.save_lock.release()
@@ -134,7 +159,7 @@ class PartialBlob:
     def advance_hash(self, wait: bool = False) -> None:
         """Hash the newly contiguous bytes; a thread finding another at it leaves it the work
         (the last one, digest(), waits and finishes it)."""
-        if not self.hash_lock.acquire(blocking=wait):
+        if self.hashed >= self.prefix or not self.hash_lock.acquire(blocking=wait):
             return
         # pread on an unbuffered fd: a buffered reader reads ahead past the prefix, into bytes
         # other connections have not written yet, and a later seek inside its buffer hands
@@ -167,6 +192,7 @@ class PartialBlob:
         with self.hash_lock, self.lock:
             os.truncate(self.path, 0)
             self.done, self.hasher, self.hashed, self.resumed_from = [], self.spec.new_hasher(), 0, 0
+            self.length, self.recorded_once = 0, False
         self.record.unlink(missing_ok=True)
         self.progress.partial(self.spec, 0)
 

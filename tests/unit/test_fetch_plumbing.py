@@ -63,3 +63,54 @@ def test_every_cdn_connection_shares_one_tls_context():
     assert clients[0] is not clients[1]   # still one TCP connection each (a slow edge is replaced alone)
     for link in (first, second):
         link.renew()
+
+
+def _part(tmp_path, body):
+    spec = FileSpec({"path": "model.safetensors", "size": len(body), "sha256": hashlib.sha256(body).hexdigest()})
+    return spec, PartialBlob(tmp_path / "blob.partial", spec, Progress(tmp_path / "progress.json", [spec]))
+
+
+def test_a_partial_written_front_to_back_has_no_record_and_resumes_from_its_length(tmp_path):
+    """The peer source appends at the prefix: the record would say what the length says, so
+    none is written, and a run killed half-way resumes from every byte on disk."""
+    body = os.urandom(96 << 10)
+    spec, part = _part(tmp_path, body)
+    with part.open() as f:
+        for at in range(0, 48 << 10, 8 << 10):
+            part.append(f, memoryview(body)[at:at + (8 << 10)], "node1", at)
+        part.save()
+    assert not part.record.exists() and part.hashed == 48 << 10
+    again = PartialBlob(part.path, spec, part.progress)   # the next run, after a SIGKILL
+    assert again.done == [[0, 48 << 10]] and again.hashed == 48 << 10
+    with again.open() as f:
+        again.append(f, body[48 << 10:], "node2", 48 << 10)
+        again.finish(f)
+    assert again.digest() == spec.sha256 and not again.record.exists()
+
+
+def test_a_range_past_the_prefix_is_recorded_with_the_prefix_before_it(tmp_path):
+    """Once a range lands past the prefix (Hub connections), the length no longer says what is
+    there: the record names both, and a reload trusts the record, not the length."""
+    body = os.urandom(64 << 10)
+    spec, part = _part(tmp_path, body)
+    with part.open() as f:
+        part.append(f, body[:4096], "node1", 0)
+        part.write_at(f, 32 << 10, body[32 << 10:40 << 10])
+        part.save()
+    again = PartialBlob(part.path, spec, part.progress)
+    assert again.done == [[0, 4096], [32 << 10, 40 << 10]] and again.prefix == 4096
+
+
+def test_appended_bytes_are_hashed_from_memory_not_read_back(tmp_path, monkeypatch):
+    """Appends at the hashed end need no read of the file; a gap left by a restart still does."""
+    body = os.urandom(40 << 10)
+    spec, part = _part(tmp_path, body)
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a[1]) or real_pread(*a))
+    with part.open() as f:
+        for at in range(0, len(body), 10 << 10):
+            part.append(f, body[at:at + (10 << 10)], "node1", at)
+    assert reads == [] and part.digest() == spec.sha256
+    part.restart()
+    assert part.hashed == 0 and part.length == 0 and not part.record.exists()
