@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from k3deploy.cluster.gpus import match_smi_name
+from k3deploy.core import units
 from k3deploy.node.data_disk import DataDisk, data_disk
 from k3deploy.steps import sameness
 
@@ -66,7 +67,7 @@ def summary(h: Host) -> str:
     disk = "no data disk"
     if h.disk:
         m = h.disk.mount
-        disk = (f"{m.target} ({m.source} {m.fstype}, {m.size / 1e9:,.1f} GB, "
-                f"{m.avail / 1e9:,.1f} GB free{'' if h.disk.nvme else ', NOT on an NVMe device'})")
+        disk = (f"{m.target} ({m.source} {m.fstype}, {units.size(m.size)}, "
+                f"{units.size(m.avail)} free{'' if h.disk.nvme else ', NOT on an NVMe device'})")
     gpus = f"{h.gpu_count}x {h.gpu_name}" if h.gpu_count else "no GPU"
     return f"{gpus}, driver {h.driver}, CUDA {h.cuda}; {disk}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from k3deploy.cli import cluster_state, status_cost, status_teardown
+from k3deploy.core import units
 
 BAD = ("failed", "blocked", "interrupted", "stale", "unreachable")
 GIB = 1024
@@ -55,7 +56,7 @@ def download_detail(live: dict) -> str:
     pct = 100 * doc.get("bytes_done", 0) / max(1, doc.get("bytes_total") or 1)
     cell = f"{doc.get('state')} {pct:.0f}% {doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
     if "hub_bytes" in doc:  # from the Hub and from peers (fan-out), this downloader run
-        cell += f" hub {doc['hub_bytes'] / 1e9:.2f} GB peers {doc.get('peer_bytes', 0) / 1e9:.2f} GB"
+        cell += f" hub {units.size(doc['hub_bytes'])} peers {units.size(doc.get('peer_bytes', 0))}"
     return cell
 
 

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from k3deploy.core.redact import redact
+from k3deploy.core import units
 from k3deploy.core.status import Status
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.WOULD_CHANGE: "cyan",
@@ -79,8 +80,8 @@ class Ui:
                                                               shards="")
             shards = f"{progress.get('shards_done', 0)}/{progress.get('shards_total', 0)} shards"
             if progress.get("peer_bytes"):  # fan-out: where this node's bytes came from
-                shards += (f", hub {progress.get('hub_bytes', 0) / 1e9:.2f} GB, peers "
-                           f"{progress['peer_bytes'] / 1e9:.2f} GB")
+                shards += (f", hub {units.size(progress.get('hub_bytes', 0))}, peers "
+                           f"{units.size(progress['peer_bytes'])}")
             bar.update(task, completed=progress.get("bytes_done", 0),
                        total=progress.get("bytes_total") or 1, shards=shards)
 

@@ -4,6 +4,7 @@ peers that served bad bytes, and the fix for a failed download."""
 from __future__ import annotations
 
 from k3deploy.steps import shared_hf
+from k3deploy.core import units
 
 
 def closing_lines(run, details: list[dict]) -> list[str]:
@@ -23,13 +24,9 @@ def closing_lines(run, details: list[dict]) -> list[str]:
 def hub_summary(details: list[dict], repo_bytes: int) -> str:
     hub = sum(d.get("hub_bytes") or 0 for d in details)
     peer = sum(d.get("peer_bytes") or 0 for d in details)
-    return (f"weights: the Hub served {_size(hub)} for a {_size(repo_bytes)} repo "
-            f"({hub / max(1, repo_bytes):.2f}x), peers {_size(peer)} (each node's last "
+    return (f"weights: the Hub served {units.size(hub)} for a {units.size(repo_bytes)} repo "
+            f"({hub / max(1, repo_bytes):.2f}x), peers {units.size(peer)} (each node's last "
             "downloader run)")
-
-
-def _size(n: float) -> str:
-    return f"{n / 1e9:,.2f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
 
 
 def failed_hint(error: str, inventory: str) -> str:

@@ -11,6 +11,7 @@ from k3deploy.cluster import sizing
 from k3deploy.engines import ImageChoiceError, inventory_image
 from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
+from k3deploy.core.units import GB
 from k3deploy.remote import protocol
 from k3deploy.steps import docker_host, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
@@ -18,7 +19,6 @@ from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, po
                                          reachability_problems, serving, serving_facts)
 from k3deploy.steps.sameness import undeclared_problems
 
-GB = 1e9
 
 
 def _facts(node) -> list[F.Fact]:

@@ -56,7 +56,7 @@ def test_written_inventory_loads_and_carries_what_was_found(tmp_path):
     assert inv.ssh.key == "keys/id" and inv.ssh.known_hosts == "kh" and inv.ssh.user == "ubuntu"
     assert (inv.engine.kind, inv.gpu.model, inv.gpu.count) == ("sglang", "h100", 8)
     assert "# rank 0 node0 (10.0.0.10): 8x NVIDIA H100 80GB HBM3, driver 580.65.06, CUDA 13.0; " \
-        "/mnt/nvme (/dev/nvme1n1 xfs, 7,000.0 GB, 7,000.0 GB free)" in text
+        "/mnt/nvme (/dev/nvme1n1 xfs, 7,000.00 GB, 7,000.00 GB free)" in text
     assert "lmsysorg/sglang:kimi-k3 for the drivers' CUDA 13.0" in text
     assert "# cluster network 192.168.1.0/24" in text and "PROBLEM" not in text
 

@@ -4,6 +4,7 @@ nodes are 32 lines), step detail only with --steps, and only the steps the engin
 from __future__ import annotations
 
 from k3deploy.cli import status_cmd, status_view
+from k3deploy.core.units import GB
 
 ORDER = ["preflight", "nvme", "download-start", "image", "download", "guard-stop", "launch",
          "wait", "verify", "guard"]
@@ -17,9 +18,9 @@ def node(rank: int, *, running: bool = True, state: str = "done", status: str = 
             "live": {"reachable": True, "incident": None, "gpus": gpus, "guard": "watching",
                      "container": {"status": "running" if running else "exited",
                                    "running": running, "exit_code": 0 if running else 137},
-                     "download": {"state": state, "bytes_done": 45, "bytes_total": 100,
-                                  "shards_done": 43, "shards_total": 96, "hub_bytes": 25,
-                                  "peer_bytes": 20}}}
+                     "download": {"state": state, "bytes_done": 702 * GB, "bytes_total": 1560 * GB,
+                                  "shards_done": 43, "shards_total": 96, "hub_bytes": 390 * GB,
+                                  "peer_bytes": 312 * GB}}}
 
 
 def doc(n: int, **kw) -> dict:
@@ -58,7 +59,7 @@ def test_steps_detail_only_with_steps_grouped_by_status():
     detail = status_view.render(d, ORDER, steps=True)
     launch = next(ln for ln in detail if ln.strip().startswith("launch"))
     assert launch.split() == ["launch", "ok", "7", "nodes;", "failed", "kimi-k3-worker-03"]
-    assert "  kimi-k3-worker-00 done 45% 43/96 hub 0.00 GB peers 0.00 GB" in detail
+    assert "  kimi-k3-worker-00 done 45% 43/96 hub 390.00 GB peers 312.00 GB" in detail
     assert all(len(ln) <= 100 for ln in detail)
 
 
