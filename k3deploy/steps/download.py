@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +31,7 @@ from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload, wait
 STATUS = bundled("weights_status.py")
 HOLD = bundled("download_hold.py", ("protocol.py", "weights_status.py"))
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
+LOOK_ROUND_TRIP = 10.0  # s: an SSH round trip of a look on a loaded machine, at most
 
 
 class DownloadParams(BaseModel):
@@ -186,7 +188,7 @@ class DownloadWeights(Step):
         head = run.inv.head.name
         facts = all_facts.get(head)
         if facts and facts["missing_count"] and not facts["running"] \
-                and head in run.inputs.download_started:
+                and self._started_before_the_look(head, run):
             self._grace = getattr(self, "_grace", None) or HeadRestartGrace()
             if self._grace.waiting(facts, run):
                 return
@@ -195,6 +197,16 @@ class DownloadWeights(Step):
                              f"({facts['missing_count']} of {facts['total']} files not verified)\n"
                              + "\n".join(failure_tail(facts["log"])), step=self.name,
                              hint=download_report.failed_hint(error, run.inv.source))
+
+    def _started_before_the_look(self, head, run) -> bool:
+        """The head's start had finished when this look began. A follower's look runs beside
+        the head's start; one begun before it (the head not running yet, every file missing)
+        and judged after it took the not-yet-started downloader for a dead one (twice in
+        clean-clone runs of the suite). A look lasts at most its hold plus a round trip, so
+        one judged later than that after the start began after it."""
+        since = run.inputs.download_started_at.get(head)
+        bound = max(self.p.poll_seconds, self.p.progress_seconds) + LOOK_ROUND_TRIP
+        return since is not None and time.monotonic() - since > bound
 
     def progress(self, facts, node):
         if not shared_hf.writer(node.inv, node.name):
@@ -254,6 +266,7 @@ class DownloadWeights(Step):
             seen = self.run_action(node, action, *uploads)
             if action.tag == "start-downloader":
                 node.run.inputs.download_started.add(node.name)
+                node.run.inputs.download_started_at[node.name] = time.monotonic()
             self._last_look.pop(node.name, None)
             if action.wait is not None:
                 queue = self.plan(seen, node)

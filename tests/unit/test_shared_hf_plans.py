@@ -4,6 +4,7 @@ the copy once; preflight names a node that does not see the head's marker. Facts
 (or findings) out."""
 
 import json
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from k3deploy.core.errors import InventoryError, StepFailed
 from k3deploy.core.status import Status
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
+from k3deploy.steps import download as download_step
 from k3deploy.steps import shared_hf
 from k3deploy.steps.download import DownloadWeights
 from k3deploy.steps.nvme import MoveToNvme
@@ -94,6 +96,10 @@ def test_a_follower_wait_fails_on_the_head_when_its_downloader_died(tmp_path):
     dead = {**MISSING, "progress": {"error": "disk full"}}
     step.check_cluster({"node0": dead, "node1": marked(MISSING, node)}, run, 1.0)  # not started yet
     run.inputs.download_started.add("node0")
+    run.inputs.download_started_at["node0"] = time.monotonic()
+    # A look begun before the head's start ended, judged just after it: not a death.
+    step.check_cluster({"node0": dead, "node1": marked(MISSING, node)}, run, 1.0)
+    run.inputs.download_started_at["node0"] -= download_step.LOOK_ROUND_TRIP + 5 + 1
     with pytest.raises(StepFailed) as err:
         step.check_cluster({"node0": dead, "node1": marked(MISSING, node)}, run, 1.0)
     assert err.value.node == "node0" and "disk full" in str(err.value)
@@ -177,6 +183,7 @@ def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
     run.inputs.download_started.add("node0")
+    run.inputs.download_started_at["node0"] = 0.0   # long before the fake clock's looks
     hub_dead = {**MISSING, "progress": {"error": "no new byte for 900s (retry budget)", "transient": True}}
     seen = {"node0": hub_dead, "node1": marked(MISSING, node)}
     clock = [1000.0]
