@@ -26,8 +26,8 @@ class RunInputs:
     guard_secret: str | None = field(default=None, repr=False)   # the serve-time guard's
     logs_dir: Path | None = None                         # where collect-logs writes this run
     saved_logs: dict = field(default_factory=dict)       # node -> the files collect-logs wrote
-    download_started: set[str] = field(default_factory=set)      # nodes whose downloader we started
-    download_started_at: dict[str, float] = field(default_factory=dict)  # node -> monotonic, its start done
+    # node -> when (monotonic) this run's last start of its downloader had returned
+    download_started: dict[str, float] = field(default_factory=dict)
     relaunched_after: dict = field(default_factory=dict)   # node -> the incident this up archived
     regroup: Any = None   # steps/regroup.Regroup: is the group relaunched whole (before launch)
     download_restarts: dict[str, int] = field(default_factory=dict)  # node -> restarts after a Hub failure

@@ -24,7 +24,7 @@ class Waiter:
         marker, changed = object(), started
         while True:
             looked = time.monotonic()
-            facts = self._look(step, node, wait, looked - started)
+            facts = self._look(step, node, wait, looked - started, looked)
             step.show_progress(facts, node)
             if not any(a.waits_for(wait) for a in step.plan(facts, node)):
                 return facts
@@ -42,12 +42,13 @@ class Waiter:
             # by a round trip is part of the poll, not added to it.
             interrupt.sleep(max(0.0, wait.poll - (time.monotonic() - looked)))
 
-    def _look(self, step: Step, node, wait: Wait, waited: float) -> dict:
+    def _look(self, step: Step, node, wait: Wait, waited: float, looked_at: float) -> dict:
         if not wait.cluster:
             return step.facts(node, waiting=True)
         others = [c for c in self.contexts if c.name != node.name]
         seen = group.run_each(lambda c: step.facts(c, waiting=True), [*others, node],
                               key=lambda c: c.name).unwrapped()
         facts = seen[node.name]
-        step.check_cluster({c.name: seen[c.name] for c in self.contexts}, node.run, waited)
+        step.check_cluster({c.name: seen[c.name] for c in self.contexts}, node.run, waited,
+                           looked_at)
         return facts

@@ -207,9 +207,12 @@ class Step:
     def show_progress(self, facts: dict[str, Any], node) -> None:
         """While waiting: tell the user (progress bar, the engine's last loading line)."""
 
-    def check_cluster(self, all_facts: dict[str, dict], run, waited: float) -> None:
+    def check_cluster(self, all_facts: dict[str, dict], run, waited: float,
+                      looked_at: float) -> None:
         """While a `cluster` wait polls: raise StepFailed (naming the culprit node) for a
-        fault only the whole cluster shows (a rank exited, duplicate ranks)."""
+        fault only the whole cluster shows (a rank exited, duplicate ranks). `waited`: seconds
+        since the wait began; `looked_at`: when (monotonic) this look began, so that a step can
+        tell what it did before the look from what it did while the look ran."""
 
     # -- helpers ---------------------------------------------------------------------
     def inputs_digest(self, node) -> str:

@@ -31,7 +31,6 @@ from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload, wait
 STATUS = bundled("weights_status.py")
 HOLD = bundled("download_hold.py", ("protocol.py", "weights_status.py"))
 NO_OP_VARS = ("HF_HUB_ENABLE_HF_TRANSFER",)
-LOOK_ROUND_TRIP = 10.0  # s: an SSH round trip of a look on a loaded machine, at most
 
 
 class DownloadParams(BaseModel):
@@ -181,14 +180,14 @@ class DownloadWeights(Step):
                      stall=self.p.stall_seconds, cluster=True,
                      hint=f"the head {head} downloads for every node; see its download log")]
 
-    def check_cluster(self, all_facts, run, waited):
+    def check_cluster(self, all_facts, run, waited, looked_at):
         """A follower's wait: the head's downloader, started by this run, died. One that died of
         the Hub alone is restarted by the head's own wait (within a poll or two): the followers
         keep waiting for it (hub_restart.HEAD_RESTART_GRACE seconds at most per death)."""
         head = run.inv.head.name
         facts = all_facts.get(head)
         if facts and facts["missing_count"] and not facts["running"] \
-                and self._started_before_the_look(head, run):
+                and self._started_before(head, run, looked_at):
             self._grace = getattr(self, "_grace", None) or HeadRestartGrace()
             if self._grace.waiting(facts, run):
                 return
@@ -198,15 +197,14 @@ class DownloadWeights(Step):
                              + "\n".join(failure_tail(facts["log"])), step=self.name,
                              hint=download_report.failed_hint(error, run.inv.source))
 
-    def _started_before_the_look(self, head, run) -> bool:
-        """The head's start had finished when this look began. A follower's look runs beside
+    @staticmethod
+    def _started_before(head, run, looked_at: float) -> bool:
+        """The head's start had returned when this look began. A follower's look runs beside
         the head's start; one begun before it (the head not running yet, every file missing)
         and judged after it took the not-yet-started downloader for a dead one (twice in
-        clean-clone runs of the suite). A look lasts at most its hold plus a round trip, so
-        one judged later than that after the start began after it."""
-        since = run.inputs.download_started_at.get(head)
-        bound = max(self.p.poll_seconds, self.p.progress_seconds) + LOOK_ROUND_TRIP
-        return since is not None and time.monotonic() - since > bound
+        clean-clone runs of the suite)."""
+        since = run.inputs.download_started.get(head)
+        return since is not None and since < looked_at
 
     def progress(self, facts, node):
         if not shared_hf.writer(node.inv, node.name):
@@ -265,8 +263,7 @@ class DownloadWeights(Step):
                     msg="the downloader stopped on the Hub's errors; started again")
             seen = self.run_action(node, action, *uploads)
             if action.tag == "start-downloader":
-                node.run.inputs.download_started.add(node.name)
-                node.run.inputs.download_started_at[node.name] = time.monotonic()
+                node.run.inputs.download_started[node.name] = time.monotonic()
             self._last_look.pop(node.name, None)
             if action.wait is not None:
                 queue = self.plan(seen, node)

@@ -108,7 +108,7 @@ class WaitHealthy(Step):
                              "replaced)")
         return []
 
-    def check_cluster(self, all_facts, run, waited):
+    def check_cluster(self, all_facts, run, waited, looked_at):
         """Fails fast: a rank's container exited, the ranks cannot form one group, or rank 0
         did not start loading weights in time; instead of sitting out the timeout."""
         states = {n: f["container"] for n, f in all_facts.items()}

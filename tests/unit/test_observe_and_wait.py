@@ -279,12 +279,12 @@ def test_the_endpoint_wait_blames_the_rank_that_exited_first_with_its_log(tmp_pa
     step.prepare(run)
     seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
             for i in range(4)}
-    step.check_cluster(seen, run, waited=1.0)   # all running, none loading yet: keep waiting
+    step.check_cluster(seen, run, waited=1.0, looked_at=0.0)   # all running, none loading yet: keep waiting
     seen["node3"]["container"] = engine(False, 3, "2026-11-30T10:00:02.5Z", 1)
     seen["node1"] = {**seen["node1"], "container": engine(False, 1, "2026-11-30T10:00:02.25Z", 1),
                      "log": "loading\nCUDA error: an illegal memory access"}
     with pytest.raises(StepFailed) as err:
-        step.check_cluster(seen, run, waited=2.0)
+        step.check_cluster(seen, run, waited=2.0, looked_at=0.0)
     assert err.value.node == "node1" and "illegal memory access" in str(err.value)
     assert "node3 exited after it" in str(err.value)
 
@@ -298,12 +298,12 @@ def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
     seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
             for i in range(4)}
     with pytest.raises(StepFailed, match="rank 0 did not start loading weights within 5s"):
-        step.check_cluster(seen, run, waited=6.0)
+        step.check_cluster(seen, run, waited=6.0, looked_at=0.0)
     # SGLang >= 0.5.10's bar, on global rank 0 (the head) only: the group formed.
     seen["node0"]["log"] = "Multi-thread loading shards:   0% Completed | 0/96 [00:00<?, ?it/s]\n"
     fresh = WaitHealthy({"form_timeout": 5})
     fresh.prepare(run)
-    fresh.check_cluster(seen, run, waited=6.0)
+    fresh.check_cluster(seen, run, waited=6.0, looked_at=0.0)
 
 
 def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
@@ -412,7 +412,7 @@ def test_the_endpoint_wait_is_judged_by_rank0_progress_once_formed(tmp_path):
                          "answers": False} for i in range(4)}
     assert step.progress(seen["node0"], node0) is None          # forming: the form timeout
     seen["node0"]["log"] = BAR.format(p=0, n=0)
-    step.check_cluster(seen, run, waited=300.0)   # long past the form timeout: formed
+    step.check_cluster(seen, run, waited=300.0, looked_at=0.0)   # long past the form timeout: formed
     first = step.progress(seen["node0"], node0)
     seen["node0"]["log"] += BAR.format(p=1, n=1)
     assert step.progress(seen["node0"], node0) not in (first, None)   # the bar advanced

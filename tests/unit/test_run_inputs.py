@@ -21,7 +21,7 @@ def test_an_unset_token_is_none_and_stays_read(monkeypatch):
 
 def test_secrets_are_not_in_repr():
     inputs = RunInputs(api_key="sk-key", peer_secret="peer-s", guard_secret="guard-s",
-                       token="hf_tok", token_read=True, download_started={"node7"})
+                       token="hf_tok", token_read=True, download_started={"node7": 1.0})
     shown = repr(inputs)
     assert "node7" in shown   # what is not secret still shows
     for secret in ("sk-key", "peer-s", "guard-s", "hf_tok"):

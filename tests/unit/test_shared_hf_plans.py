@@ -4,7 +4,6 @@ the copy once; preflight names a node that does not see the head's marker. Facts
 (or findings) out."""
 
 import json
-import time
 
 import pytest
 
@@ -15,7 +14,6 @@ from k3deploy.core.errors import InventoryError, StepFailed
 from k3deploy.core.status import Status
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
-from k3deploy.steps import download as download_step
 from k3deploy.steps import shared_hf
 from k3deploy.steps.download import DownloadWeights
 from k3deploy.steps.nvme import MoveToNvme
@@ -94,14 +92,13 @@ def test_a_follower_wait_fails_on_the_head_when_its_downloader_died(tmp_path):
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
     dead = {**MISSING, "progress": {"error": "disk full"}}
-    step.check_cluster({"node0": dead, "node1": marked(MISSING, node)}, run, 1.0)  # not started yet
-    run.inputs.download_started.add("node0")
-    run.inputs.download_started_at["node0"] = time.monotonic()
-    # A look begun before the head's start ended, judged just after it: not a death.
-    step.check_cluster({"node0": dead, "node1": marked(MISSING, node)}, run, 1.0)
-    run.inputs.download_started_at["node0"] -= download_step.LOOK_ROUND_TRIP + 5 + 1
-    with pytest.raises(StepFailed) as err:
-        step.check_cluster({"node0": dead, "node1": marked(MISSING, node)}, run, 1.0)
+    seen = {"node0": dead, "node1": marked(MISSING, node)}
+    step.check_cluster(seen, run, 1.0, looked_at=100.0)  # not started yet
+    run.inputs.download_started["node0"] = 100.5
+    # A look begun before the head's start returned, judged after it: not a death.
+    step.check_cluster(seen, run, 1.0, looked_at=100.0)
+    with pytest.raises(StepFailed) as err:             # a look begun after it: a death
+        step.check_cluster(seen, run, 2.0, looked_at=101.0)
     assert err.value.node == "node0" and "disk full" in str(err.value)
     assert step.progress(marked({**MISSING, "partial_bytes": 7}, node), node) == 7
 
@@ -182,21 +179,20 @@ def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp
     from k3deploy.steps import hub_restart as download
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
-    run.inputs.download_started.add("node0")
-    run.inputs.download_started_at["node0"] = 0.0   # long before the fake clock's looks
+    run.inputs.download_started["node0"] = 0.0   # long before the fake clock's looks
     hub_dead = {**MISSING, "progress": {"error": "no new byte for 900s (retry budget)", "transient": True}}
     seen = {"node0": hub_dead, "node1": marked(MISSING, node)}
     clock = [1000.0]
     monkeypatch.setattr(download.time, "monotonic", lambda: clock[0])
-    step.check_cluster(seen, run, 1.0)
+    step.check_cluster(seen, run, 1.0, looked_at=clock[0])
     clock[0] += download.HEAD_RESTART_GRACE          # still inside this death's grace
-    step.check_cluster(seen, run, 2.0)
+    step.check_cluster(seen, run, 2.0, looked_at=clock[0])
     clock[0] += 1
     with pytest.raises(StepFailed) as err:           # the head never restarted it
-        step.check_cluster(seen, run, 3.0)
+        step.check_cluster(seen, run, 3.0, looked_at=clock[0])
     assert err.value.node == "node0" and "retry budget" in str(err.value)
     run.inputs.download_restarts["node0"] = 1        # restarted, and died of the Hub again
-    step.check_cluster(seen, run, 4.0)               # a new death, a new grace
+    step.check_cluster(seen, run, 4.0, looked_at=clock[0])               # a new death, a new grace
     run.inputs.download_restarts["node0"] = download.MAX_HUB_RESTARTS
     with pytest.raises(StepFailed):                  # no restart left: the followers fail too
-        step.check_cluster(seen, run, 5.0)
+        step.check_cluster(seen, run, 5.0, looked_at=clock[0])

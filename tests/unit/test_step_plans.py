@@ -289,7 +289,7 @@ def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeyp
 
 def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_path):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None,
-                   download_started={"node0"})
+                   download_started={"node0": 1.0})
     facts = {"missing_count": 1, "total": 2, "running": False, "log": "ERROR: sha256 mismatch\n",
              "progress": {"state": "failed", "error": "model-00007: sha256 mismatch after 3"}}
     with pytest.raises(StepFailed, match="download failed: model-00007: sha256 mismatch") as err:
@@ -399,7 +399,7 @@ def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
 def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp_path):
     from k3deploy.steps import hub_restart
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
-    ctx.run.inputs.download_started.add(ctx.name)
+    ctx.run.inputs.download_started[ctx.name] = 1.0
     dead = {"missing_count": 3, "running": False, "log": "", "total": 5,
             "progress": {"transient": True, "error": "x: no new byte for 900s (retry budget; last: HTTP 503)"}}
     step = DownloadWeights()
