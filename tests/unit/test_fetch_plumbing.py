@@ -114,3 +114,24 @@ def test_appended_bytes_are_hashed_from_memory_not_read_back(tmp_path, monkeypat
     assert reads == [] and part.digest() == spec.sha256
     part.restart()
     assert part.hashed == 0 and part.length == 0 and not part.record.exists()
+
+
+def test_the_record_is_rewritten_at_most_every_record_gap_while_ranges_land(tmp_path, monkeypatch):
+    """Early in a file 2% of the record is less than one chunk: without the gap every chunk
+    rewrote it. With it, chunks landing within RECORD_GAP share one rewrite, and the next one
+    after the gap names them all."""
+    import fetch_ranges
+    body = os.urandom(256 << 10)
+    spec, part = _part(tmp_path, body)
+    clock, saves = [100.0], []
+    monkeypatch.setattr(fetch_ranges.time, "monotonic", lambda: clock[0])
+    real_write = fetch_ranges.write_json_atomic
+    monkeypatch.setattr(fetch_ranges, "write_json_atomic", lambda p, d: saves.append(d) or real_write(p, d))
+    with part.open() as f:
+        for at in range(64 << 10, 128 << 10, 4 << 10):   # past the prefix: Hub connections
+            part.write_at(f, at, body[at:at + (4 << 10)])
+            clock[0] += fetch_ranges.RECORD_GAP * 0.3
+    # The first range at once, then every fourth chunk (0.3 of a gap apart): 4 of 16 chunks.
+    assert len(saves) == 4 and saves[-1]["done"] == [[64 << 10, (64 + 13 * 4) << 10]]
+    again = PartialBlob(part.path, spec, part.progress)   # a SIGKILL now: what the record names
+    assert again.done == saves[-1]["done"]
