@@ -134,14 +134,7 @@ class PartialBlob:
         follows at once, from `data` when it continues the hashed bytes."""
         at = self.prefix if offset is None else offset
         self.write_at(f, at, data, source)
-        if self.hash_lock.acquire(blocking=False):
-            try:
-                if self.hashed == at:
-                    self.hasher.update(data)
-                    self.hashed += len(data)
-            finally:
-                self.hash_lock.release()
-        self.advance_hash()
+        self.advance_hash(written=(at, data))
 
     def save(self, wait: bool = True) -> None:
         """Write the record. Its file is written outside the lock the writers take (they wait
@@ -160,27 +153,36 @@ class PartialBlob:
         finally:
             self.save_lock.release()
 
-    def advance_hash(self, wait: bool = False) -> None:
+    def advance_hash(self, wait: bool = False, written: tuple[int, bytes] | None = None) -> None:
         """Hash the newly contiguous bytes; a thread finding another at it leaves it the work
-        (the last one, digest(), waits and finishes it)."""
+        (the last one, digest(), waits and finishes it). `written` (offset, bytes just written
+        there): hashed from memory when they continue the hashed bytes."""
         if self.hashed >= self.prefix or not self.hash_lock.acquire(blocking=wait):
             return
-        # pread on an unbuffered fd: a buffered reader reads ahead past the prefix, into bytes
-        # other connections have not written yet, and a later seek inside its buffer hands
-        # those stale bytes back (a wrong digest and a whole file fetched again).
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                while self.hashed < self.prefix:
-                    chunk = os.pread(fd, min(HASH_READ, self.prefix - self.hashed), self.hashed)
-                    if not chunk:
-                        break
-                    self.hasher.update(chunk)
-                    self.hashed += len(chunk)
-            finally:
-                os.close(fd)
+            if written is not None and written[0] == self.hashed:
+                self.hasher.update(written[1])
+                self.hashed += len(written[1])
+            if self.hashed < self.prefix:
+                self._hash_from_disk()
         finally:
             self.hash_lock.release()
+
+    def _hash_from_disk(self) -> None:
+        """Up to the prefix, by pread on an unbuffered fd: a buffered reader reads ahead past
+        the prefix, into bytes other connections have not written yet, and a later seek inside
+        its buffer hands those stale bytes back (a wrong digest and a whole file fetched again).
+        Called with hash_lock held."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            while self.hashed < self.prefix:
+                chunk = os.pread(fd, min(HASH_READ, self.prefix - self.hashed), self.hashed)
+                if not chunk:
+                    break
+                self.hasher.update(chunk)
+                self.hashed += len(chunk)
+        finally:
+            os.close(fd)
 
     def digest(self) -> str | None:
         """The hex digest once every byte is written and hashed, else None."""
