@@ -190,17 +190,25 @@ class Connections:
             return seg
 
     def _steal(self, thief: Conn) -> Segment | None:
-        """Split the range that will take longest: the running connection keeps the share its
-        rate earns against the fastest one; a slow edge's last bytes are taken over whole
-        (the file's tail would otherwise wait on its slowest stream), though not by a thief
-        on a slow edge itself (handing a tail from one slow edge to another only restarts it)."""
+        """Split the range that will take longest and can be split: the running connection
+        keeps the share its rate earns against the fastest one; a slow edge's last bytes are
+        taken over whole (the file's tail would otherwise wait on its slowest stream), though
+        not by a thief on a slow edge itself (handing a tail from one slow edge to another only
+        restarts it). A longer range that cannot be split yet (too young to show its speed,
+        too little left) does not keep the thief from the next one."""
         fast = self._fast_rate() or 1.0
         tails = not thief.on_slow_edge(fast)
         running = [s for j in self.jobs if not j.fatal and j.spec.size >= MIN_SPLIT_FILE for s in j.running
                    if s.eta(fast) > STEAL_ETA and (s.end - s.pos >= MIN_STEAL or tails and s.slow(fast))]
-        if not running:
-            return None
-        victim = max(running, key=lambda s: s.eta(fast))
+        for victim in sorted(running, key=lambda s: s.eta(fast), reverse=True):
+            seg = self._split(victim, fast, tails)
+            if seg is not None:
+                return seg
+        return None
+
+    @staticmethod
+    def _split(victim: Segment, fast: float, tails: bool) -> Segment | None:
+        """The part of `victim` a thief takes (its end moved back to the split), or None."""
         mine = victim.rate() or fast
         left = victim.end - victim.pos
         keep = int(left * mine / (mine + fast))

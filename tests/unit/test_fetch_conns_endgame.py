@@ -92,3 +92,17 @@ def test_a_large_slow_range_is_split_by_what_each_side_earns(clock):
     kept = victim.end - victim.pos
     assert taken.end == end and taken.pos == victim.end
     assert kept == pytest.approx(1_000_000 * 12_500 / (12_500 + FAST), rel=0.05)
+
+
+def test_a_range_that_cannot_be_split_yet_does_not_shield_the_next_slow_tail(clock):
+    made, job = pool(clock)
+    # The longest to run (by its connection's slow rate), but too young to show its own speed
+    # and its slow side's share too small to keep: no thief takes it yet ...
+    young = running(clock, job, left=200_000, rate=9_000, ran=fetch_conns.SEGMENT_MEASURE / 2,
+                    on=conn(clock, 9_000))
+    # ... which must not leave this measured slow tail (shorter to run) on its slow edge.
+    tail = running(clock, job, left=30_000, rate=9_000, ran=1.5, on=conn(clock, 9_000))
+    assert young.eta(FAST) > tail.eta(FAST)
+    taken = made._steal(conn(clock, FAST, busy=False))
+    assert (taken.pos, taken.end) == (SPEC.size - 30_000, SPEC.size) and tail.end == tail.pos
+    assert young.end == SPEC.size and young.pos == young.end - 200_000   # left alone
