@@ -105,8 +105,8 @@ class HubSource:
     @contextmanager
     def _get(self, client, url: str, headers: dict):
         """One request through the host's gate (fetch_retry.Gate); no answer at all (refused,
-        timed out before the status line) is a failure of the host too, or a probe that met a
-        dead host would leave the others waiting for its verdict."""
+        timed out before the status line) goes to the gate too (`Gate.lost`), or a probe that
+        met a dead host would leave the others waiting for its verdict."""
         ticket = self.gate.wait(urlsplit(url).netloc)
         if ticket is None:
             raise Transient("stopped")
@@ -122,7 +122,7 @@ class HubSource:
                 yield response
         finally:
             if not answered:
-                self.gate.failed(ticket, None)
+                self.gate.lost(ticket)
 
     def _signed(self, spec: FileSpec) -> str | None:
         with self.lock:

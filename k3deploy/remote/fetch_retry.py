@@ -52,10 +52,10 @@ def retry_after(value: str | None) -> float | None:
 
 
 class Ticket:
-    """Leave to send one request to a host; its answer goes back with Gate.ok/failed."""
+    """Leave to send one request to a host; its answer goes back with Gate.ok/failed/lost."""
 
-    def __init__(self, host: str, probe: bool):
-        self.host, self.probe = host, probe
+    def __init__(self, host: str, probe: bool, at: float):
+        self.host, self.probe, self.at = host, probe, at
 
 
 class Gate:
@@ -64,7 +64,13 @@ class Gate:
     answer and all go on once it succeeds, or wait out the next backoff once it fails (the
     half-open state of a circuit breaker, the one probe a CDN's politeness asks for). Without
     it, every connection held by the backoff asked at its end: ~19 Hub and 13 CDN requests
-    per round of a 503 outage (scripts/bench --hub-faults probe)."""
+    per round of a 503 outage (scripts/bench --hub-faults probe).
+
+    A request that got no answer at all (refused, reset, timed out before the status line) may
+    be its connection's own bad luck: one edge of many, a stale pooled socket. The first such
+    loss only makes the host suspect (the connection backs off by itself); a second one before
+    any later request was answered is the host's failure. Before, one reset paused every
+    connection to the CDN for a backoff and then let them through one probe at a time."""
 
     def __init__(self, stop_event: threading.Event, clock=time.monotonic):
         self.stop_event, self.clock, self.cond = stop_event, clock, threading.Condition()
@@ -72,6 +78,7 @@ class Gate:
         self.streak: dict[str, int] = {}
         self.failing: set[str] = set()
         self.probing: set[str] = set()   # hosts whose probe is under way
+        self.suspect: dict[str, float] = {}  # host -> when a request to it got no answer
 
     def wait(self, host: str) -> Ticket | None:
         """Block until a request to the host may go; None when the run is being stopped."""
@@ -79,10 +86,10 @@ class Gate:
             while not self.stop_event.is_set():
                 left = self.not_before.get(host, 0.0) - self.clock()
                 if left <= 0 and host not in self.failing:
-                    return Ticket(host, probe=False)
+                    return Ticket(host, False, self.clock())
                 if left <= 0 and host not in self.probing:
                     self.probing.add(host)
-                    return Ticket(host, probe=True)
+                    return Ticket(host, True, self.clock())
                 # the stop event is not a condition: look at it at least every POLL seconds
                 self.cond.wait(min(left, POLL) if left > 0 else POLL)
         return None
@@ -94,6 +101,7 @@ class Gate:
         with self.cond:
             counts = ticket.probe or host not in self.failing
             self.probing.discard(host)  # only the probe's own failure ends a probe
+            self.suspect.pop(host, None)
             self.failing.add(host)
             self.streak[host] = n = self.streak.get(host, 0) + (1 if counts else 0)
             delay = told if told is not None else min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (n - 1))
@@ -103,11 +111,23 @@ class Gate:
             self.cond.notify_all()
         return delay
 
+    def lost(self, ticket: Ticket) -> float | None:
+        """A request that got no answer at all: the host's failure (see `failed`) when it was
+        the probe, when the host is already failing or suspect; else only suspect (None)."""
+        with self.cond:
+            host = ticket.host
+            if not ticket.probe and host not in self.failing and host not in self.suspect:
+                self.suspect[host] = self.clock()
+                return None
+        return self.failed(ticket, None)
+
     def ok(self, ticket: Ticket) -> None:
         """An answer that is not a failure. While the host is failing only the probe's counts: a
         request sent before the failure says nothing of the host now."""
         host = ticket.host
         with self.cond:
+            if ticket.at >= self.suspect.get(host, ticket.at):
+                self.suspect.pop(host, None)   # answered after the loss: the host is alive
             if ticket.probe or host not in self.failing:
                 self.probing.discard(host)
                 self.failing.discard(host)

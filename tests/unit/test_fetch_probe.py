@@ -130,3 +130,45 @@ def test_a_request_sent_before_the_failure_does_not_close_the_circuit():
     assert probe.probe and "hub" in gate.probing
     gate.ok(probe)
     assert not gate.failing and not gate.probing and not gate.wait("hub").probe
+
+
+class StepClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0   # every reading later than the one before: the order of events
+        return self.now
+
+
+def test_one_request_without_an_answer_holds_back_no_other_connection():
+    """A reset or refused connection may be its own bad luck (one edge of many, a stale pooled
+    socket): the host only becomes suspect, and the next request goes at once, no probe."""
+    gate = fetch_retry.Gate(threading.Event(), clock=StepClock())
+    assert gate.lost(gate.wait("cdn")) is None
+    after = gate.wait("cdn")
+    assert not after.probe and "cdn" not in gate.failing and "cdn" not in gate.not_before
+
+
+def test_a_second_loss_before_any_later_answer_fails_the_host():
+    gate = fetch_retry.Gate(threading.Event(), clock=StepClock())
+    early, first, second = gate.wait("cdn"), gate.wait("cdn"), gate.wait("cdn")
+    assert gate.lost(first) is None
+    gate.ok(early)   # sent before the loss: says nothing of the host since
+    assert gate.lost(second) == fetch_retry.BACKOFF_FIRST
+    assert "cdn" in gate.failing and gate.not_before["cdn"] > 0
+
+
+def test_an_answer_after_the_loss_clears_the_suspicion():
+    gate = fetch_retry.Gate(threading.Event(), clock=StepClock())
+    gate.lost(gate.wait("cdn"))
+    gate.ok(gate.wait("cdn"))
+    assert gate.lost(gate.wait("cdn")) is None and "cdn" not in gate.failing
+
+
+def test_a_probe_without_an_answer_is_a_failure_at_once():
+    gate = fetch_retry.Gate(threading.Event(), clock=StepClock())
+    gate.failed(gate.wait("cdn"), None)
+    gate.not_before["cdn"] = 0.0
+    probe = gate.wait("cdn")
+    assert probe.probe and gate.lost(probe) == 2 * fetch_retry.BACKOFF_FIRST
