@@ -119,6 +119,9 @@ class Step:
         self.params = params or {}
         # Validated here so a typo in a playbook fails before any node is touched.
         self.p = self.Params.model_validate(self.params) if self.Params else None
+        # node -> the facts a wait ended on, while nothing has run on the node since: the
+        # re-check would see the same, so it takes them (a round trip fewer per node).
+        self._last_look: dict[str, dict[str, Any]] = {}
 
     label_override: str | None = None  # set by the playbook loader when a label repeats
 
@@ -184,8 +187,11 @@ class Step:
             self.run_action(node, *take_uploads(queue))
 
     def recheck(self, node) -> tuple[dict[str, Any], list[str]]:
-        """After apply: the facts now, and what the plan still asks for (must be nothing)."""
-        facts = self.facts(node)
+        """After apply: the facts now (a wait's last look, when nothing ran after it), and
+        what the plan still asks for (must be nothing)."""
+        facts = self._last_look.pop(node.name, None)
+        if facts is None:
+            facts = self.facts(node)
         return facts, [a.shown() for a in self.plan(facts, node)]
 
     def closing_lines(self, run, all_facts: dict[str, dict]) -> list[str]:
@@ -220,11 +226,14 @@ class Step:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def run_action(self, node, action: Action, *more_uploads: Action):
-        """One action; with more_uploads (take_uploads' run of uploads), all in one round trip."""
+        """One action; with more_uploads (take_uploads' run of uploads), all in one round trip.
+        A wait returns (and keeps, for `recheck`) the facts it ended on."""
+        self._last_look.pop(node.name, None)
+        if action.wait:
+            self._last_look[node.name] = seen = node.run.waiter(self, node, action.wait)
+            return seen
         if action.upload_to:
             files = [(a.content or "", a.upload_to, a.mode) for a in (action, *more_uploads)]
             return node.conn.put_texts(files, sudo=action.sudo, step=self.name)
-        if action.wait:
-            return node.run.waiter(self, node, action.wait)
         return node.conn.run(list(action.argv), sudo=action.sudo, stdin=action.stdin,
                              retry=action.retry, timeout=action.timeout, step=self.name)

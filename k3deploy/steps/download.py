@@ -56,10 +56,6 @@ class DownloadWeights(Step):
     name = "download"
     Params = DownloadParams
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._last_look: dict[str, dict] = {}   # node -> a wait's last look, nothing run since
-
     def default_label(self) -> str:
         return self.name if self.p.wait else "download-start"
 
@@ -248,10 +244,9 @@ class DownloadWeights(Step):
 
     def apply(self, node, actions):
         """The plan's actions; after a wait, the plan made on its last look (a downloader
-        that died of the Hub meanwhile gets its restart, bounded by MAX_HUB_RESTARTS). That
-        look follows every action, so with nothing after it, it is also the re-check: two
-        looks fewer, ~1 s of an 8-node testbed's wait for the last file (scripts/bench)."""
-        self._last_look.pop(node.name, None)
+        that died of the Hub meanwhile gets its restart, bounded by MAX_HUB_RESTARTS). With
+        nothing after it, that look is also the re-check (Step.recheck): ~1 s of an 8-node
+        testbed's wait for the last file (scripts/bench)."""
         queue = list(actions)
         while queue:
             action, *uploads = take_uploads(queue)
@@ -264,16 +259,8 @@ class DownloadWeights(Step):
             seen = self.run_action(node, action, *uploads)
             if action.tag == "start-downloader":
                 node.run.inputs.download_started[node.name] = time.monotonic()
-            self._last_look.pop(node.name, None)
             if action.wait is not None:
                 queue = self.plan(seen, node)
-                self._last_look[node.name] = seen
-
-    def recheck(self, node):
-        seen = self._last_look.pop(node.name, None)
-        if seen is None:
-            return super().recheck(node)
-        return seen, [a.shown() for a in self.plan(seen, node)]
 
     def _failed(self, node, facts) -> None:
         # The log is mostly "verified" lines; the reason is in its error lines or a traceback.

@@ -162,15 +162,12 @@ def test_download_running_is_reattached_not_restarted(tmp_path):
 
 
 class LooksCounted(DownloadWeights):
-    """The download step with its node I/O faked: a wait returns `done`; each look is counted."""
+    """The download step whose looks are counted; the wait (the runner's Waiter) returns
+    `done` and commands go to the session's FakeConn: Step.run_action itself runs."""
 
     def __init__(self, done: dict):
         super().__init__()
-        self.done, self.ran, self.looks = done, [], 0
-
-    def run_action(self, node, action, *more):
-        self.ran.append(action.description)
-        return self.done if action.wait else None
+        self.done, self.looks = done, 0
 
     def facts(self, node, waiting=False):
         self.looks += 1
@@ -184,11 +181,14 @@ def test_after_the_wait_its_last_look_plans_and_rechecks(tmp_path, token_left):
     after it (the token's removal) makes the re-check look again."""
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
     step = LooksCounted({"missing_count": 0, "running": False, "token_file": token_left})
+    waits = []
+    ctx.run.waiter = lambda s, node, w: waits.append(w.until) or step.done
     step.apply(ctx, step.plan({"missing_count": 3, "running": True}, ctx))
     facts, left = step.recheck(ctx)
-    assert step.ran == ["wait until every file is verified"] + \
-        ["remove the HF token file (download complete)"] * token_left
+    assert waits == ["every file verified (start 1)"]
+    assert ctx.conn.commands == ["rm -f /mnt/nvme/.k3deploy/hf.env"] * token_left
     assert (step.looks, left, facts["missing_count"]) == (int(token_left), [], 0)
+    assert step.recheck(ctx)[0] is not step.done and step.looks == int(token_left) + 1
 
 
 # -- launch -------------------------------------------------------------------------------
