@@ -114,12 +114,12 @@ class Gate:
     def lost(self, ticket: Ticket) -> float | None:
         """A request that got no answer at all: the host's failure (see `failed`) when it was
         the probe, when the host is already failing or suspect; else only suspect (None)."""
-        with self.cond:
+        with self.cond:   # an RLock: `failed` takes it again, with no gap between the two
             host = ticket.host
             if not ticket.probe and host not in self.failing and host not in self.suspect:
                 self.suspect[host] = self.clock()
                 return None
-        return self.failed(ticket, None)
+            return self.failed(ticket, None)
 
     def ok(self, ticket: Ticket) -> None:
         """An answer that is not a failure. While the host is failing only the probe's counts: a
