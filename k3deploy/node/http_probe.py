@@ -16,9 +16,27 @@ from k3deploy.remote import bundled
 SCRIPT = bundled("endpoint_probe.py", ("thread_pool.py",))
 
 
+# SGLang's /health is a 1-token generation: it answers 200 after the scheduler's next step
+# that sends tokens, 503 after SGLANG_HEALTH_CHECK_TIMEOUT (default 20 s; sglang 0.5.16
+# python/sglang/srt/entrypoints/http_server.py health_generate). On a busy server that is late
+# but healthy, so the probe outwaits the engine's own limit and hears its answer.
+SGLANG_HEALTH_WAIT = 20.0
+HEALTH_MARGIN = 10.0
+
+
+def health_timeout(inv) -> float:
+    """The /health probe's timeout: the engine's own wait plus a margin."""
+    try:
+        engine_wait = float(inv.engine.env.get("SGLANG_HEALTH_CHECK_TIMEOUT", SGLANG_HEALTH_WAIT))
+    except ValueError:
+        engine_wait = SGLANG_HEALTH_WAIT
+    return engine_wait + HEALTH_MARGIN
+
+
 def _config(inv, checks: list[str], key: str | None) -> str:
     return json.dumps({"base": f"http://127.0.0.1:{inv.ports.serve}", "key": key,
-                       "model": inv.model.repo, "checks": checks})
+                       "model": inv.model.repo, "checks": checks,
+                       "health_timeout": health_timeout(inv)})
 
 
 def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact:

@@ -80,7 +80,9 @@ def version(cfg):
 
 CHECKS = {
     "version": version,
-    "health": lambda cfg: call(cfg, "/health", timeout=5),
+    # longer than the engine's own wait (node/http_probe.py health_timeout): a busy SGLang
+    # answers /health late, 200 or its 503, never silence
+    "health": lambda cfg: call(cfg, "/health", timeout=cfg.get("health_timeout", 30)),
     "health_generate": lambda cfg: call(cfg, "/health_generate", timeout=120),
     "models": lambda cfg: call(cfg, "/v1/models", timeout=30),
     "chat": lambda cfg: chat(cfg),

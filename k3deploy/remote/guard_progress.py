@@ -9,6 +9,14 @@ or its own 1-token probe unanswered) and no rank's token counter moving for `wed
 When the endpoint is idle nothing would move anyway, so the head asks a 1-token request now
 and then; its answer is progress too. A long prefill that advances moves the counters: busy is
 not wedged.
+
+vLLM counts a prompt's tokens only in the step that finishes its prefill (0.33.0
+v1/core/sched/scheduler.py: no EngineCoreOutput for a middle chunk; v1/engine/async_llm.py:
+no IterationStats for a step without outputs), so during one long prefill on a quiet server
+its token counters stand still for the whole prefill. What moves is what the scheduler sends
+after every step: `vllm:kv_cache_usage_perc` (SchedulerStats.kv_cache_usage, the share of KV
+blocks held) grows with each chunk, whose blocks are allocated when it is scheduled. A step
+completes, or nothing moves: a group stuck in a collective sends no stats at all.
 """
 import http.client
 import json
@@ -22,6 +30,8 @@ QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
 TOKENS = (("sglang:realtime_tokens_total",),
           ("sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
           ("vllm:prompt_tokens_total", "vllm:generation_tokens_total"))
+# The share of the KV cache held, set after every scheduler step (older vLLM: gpu_cache_usage).
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 SAMPLE_TIMEOUT = 2.0
 
 
@@ -46,7 +56,8 @@ def parse_metrics(text: str) -> dict:
         peaks[name] = max(peaks.get(name, value), value)
     tokens = next((sum(sums[n] for n in names) for names in TOKENS
                    if all(n in sums for n in names)), None)
-    return {"running": _first(peaks, RUNNING), "queued": _first(peaks, QUEUED), "tokens": tokens}
+    return {"running": _first(peaks, RUNNING), "queued": _first(peaks, QUEUED), "tokens": tokens,
+            "kv": _first(sums, KV_USAGE)}
 
 
 def _first(sums: dict, names: tuple) -> float | None:
@@ -72,8 +83,8 @@ class Local:
         self.port, self.every = port, every
         self.lock = threading.Lock()
         now = time.monotonic()
-        self.seen = {"tokens": None, "running": None, "queued": None, "error": None,
-                     "answered_at": now, "changed_at": now}
+        self.seen = {"tokens": None, "kv": None, "running": None, "queued": None,
+                     "error": None, "answered_at": now, "changed_at": now}
 
     def sample(self) -> None:
         try:
@@ -87,7 +98,7 @@ class Local:
             if found is None:
                 self.seen["error"] = error
                 return
-            moved = found["tokens"] != self.seen["tokens"]
+            moved = (found["tokens"], found["kv"]) != (self.seen["tokens"], self.seen["kv"])
             self.seen.update(found, error=None, answered_at=now,
                              changed_at=now if moved else self.seen["changed_at"])
 
@@ -101,7 +112,8 @@ class Local:
         now = time.monotonic()
         with self.lock:
             seen = dict(self.seen)
-        return {"tokens": seen["tokens"], "running": seen["running"], "queued": seen["queued"],
+        return {"tokens": seen["tokens"], "kv": seen["kv"], "running": seen["running"],
+                "queued": seen["queued"],
                 "error": seen["error"], "unanswered_s": round(now - seen["answered_at"], 1),
                 "still_s": round(now - seen["changed_at"], 1)}
 

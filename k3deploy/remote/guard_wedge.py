@@ -3,7 +3,8 @@
 head's monotonic clock); standard library only, uploaded beside guard.py.
 
 Wedged: work outstanding (requests running or queued at the head, or the probe unanswered)
-and no rank's token counter moved, and no probe answered, for `wedge_seconds`. The ranks
+and no rank's progress moved (its token counters, or vLLM's KV usage, which every step of a
+long prefill moves: guard_progress.py), and no probe answered, for `wedge_seconds`. The ranks
 named are the ones whose metrics stopped answering (a stopped process, a scheduler stuck
 holding its lock); while one's metrics have failed for less than that, the verdict waits for
 it; when every rank still answers, none advancing, every rank is named: from the outside an
@@ -15,7 +16,7 @@ def view(node: str, rank: int, public: dict | None, received_at: float) -> dict 
     """One rank's progress on the head's clock; None when that rank publishes none."""
     if not public:
         return None
-    return {"node": node, "rank": rank, "tokens": public.get("tokens"),
+    return {"node": node, "rank": rank, "tokens": public.get("tokens"), "kv": public.get("kv"),
             "running": public.get("running"), "queued": public.get("queued"),
             "error": public.get("error"),
             "changed_at": received_at - float(public.get("still_s") or 0),
@@ -64,8 +65,10 @@ def judge(now: float, views: list[dict], probe: dict, wedge_seconds: float,
 def describe(now: float, v: dict) -> str:
     said = (f"metrics unanswered for {now - v['answered_at']:.0f}s ({v['error']})"
             if now - v["answered_at"] > 0.5 and v.get("error") else "metrics answer")
-    return (f"rank {v['rank']} ({v['node']}): {said}; tokens {_n(v['tokens'])} unchanged for "
-            f"{now - v['changed_at']:.0f}s, running {_n(v['running'])}, queued {_n(v['queued'])}")
+    kv = "" if v.get("kv") is None else f", KV usage {_n(v['kv'])}"
+    return (f"rank {v['rank']} ({v['node']}): {said}; tokens {_n(v['tokens'])}{kv} unchanged "
+            f"for {now - v['changed_at']:.0f}s, running {_n(v['running'])}, queued "
+            f"{_n(v['queued'])}")
 
 
 def cause_detail(verdict: dict) -> str:

@@ -15,23 +15,42 @@ def metrics(path: str) -> dict:
 
 def test_sglang_docs_scrape_without_realtime_counter_uses_the_request_counters():
     found = metrics("sglang/docs-production-metrics/metrics.txt")
-    assert found == {"running": 162.0, "queued": 2826.0, "tokens": 8.128902e6 + 7.557572e6}
+    assert found == {"running": 162.0, "queued": 2826.0, "tokens": 8.128902e6 + 7.557572e6,
+                     "kv": None}
 
 
 def test_sglang_schedulers_realtime_counter_summed_over_ranks_and_modes():
     found = metrics("sglang/collector-00ae9c15/metrics-two-ranks.txt")
     # Gauges: the largest series (each TP rank reports the same batch), not their sum.
-    assert found == {"running": 3.0, "queued": 1.0, "tokens": 2 * (100 + 900 + 40)}
+    assert found == {"running": 3.0, "queued": 1.0, "tokens": 2 * (100 + 900 + 40), "kv": None}
 
 
 def test_vllm_api_server_counters():
     found = metrics("vllm/loggers-a6f0308c/metrics.txt")
-    assert found == {"running": 2.0, "queued": 0.0, "tokens": 5120.0 + 880.0}
+    assert found == {"running": 2.0, "queued": 0.0, "tokens": 5120.0 + 880.0, "kv": None}
+
+
+def test_vllm_mid_prefill_counters_stand_still_and_kv_usage_is_progress(monkeypatch):
+    """Two scrapes during one long prefill (vLLM 0.33.0): the counters are equal, the KV usage
+    grew; the sampler counts that as a step done."""
+    first, second = (REAL / "vllm/0.33.0/metrics-mid-prefill.txt").read_text().split(
+        "# --- 20 s later ---\n")
+    assert guard_progress.parse_metrics(first)["tokens"] == \
+        guard_progress.parse_metrics(second)["tokens"] == 5120.0 + 880.0
+    assert guard_progress.parse_metrics(second)["kv"] == 0.1171875
+    scrapes = iter([first, second])
+    monkeypatch.setattr(guard_progress, "get", lambda *a, **k: (200, next(scrapes).encode()))
+    clock = iter([100.0, 100.0, 120.0])
+    monkeypatch.setattr(guard_progress.time, "monotonic", lambda: next(clock))
+    local = guard_progress.Local(9, 1.0)
+    local.sample()
+    local.sample()
+    assert local.seen["changed_at"] == 120.0
 
 
 def test_nothing_known_is_none_not_zero():
     assert guard_progress.parse_metrics("# nothing\nother_metric 3\n") == \
-        {"running": None, "queued": None, "tokens": None}
+        {"running": None, "queued": None, "tokens": None, "kv": None}
 
 
 def test_api_key_from_either_engines_file(tmp_path):

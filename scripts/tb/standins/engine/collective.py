@@ -40,9 +40,14 @@ def own_share(ctx, mode):
 class _Request:
     def __init__(self, prefill, decode):
         self.prefill, self.decode = prefill, decode   # token counts of the steps still to run
+        self.prompt, self.total = sum(prefill), sum(prefill) + sum(decode)
 
     def finished(self):
         return not self.prefill and not self.decode
+
+    def held(self):
+        """Tokens whose KV this request holds: every chunk and decode step computed so far."""
+        return self.total - sum(self.prefill) - sum(self.decode)
 
 
 class Forward:
@@ -53,6 +58,10 @@ class Forward:
         self.loop = threading.Lock()
         self.cond = threading.Condition()
         self.replies, self.seq, self.running = set(), 0, 0
+        # When a step last sent tokens to the detokenizer (a decode step, or a prefill step
+        # that finished a prompt; a middle chunk sends nothing): what SGLang's /health waits
+        # on (tokenizer_manager.last_receive_tstamp; http_server.py health_generate).
+        self.last_output = 0.0
         self.batch = []   # the requests running, in arrival order
         group.on_step_done = self._replied
 
@@ -66,7 +75,7 @@ class Forward:
         with self.cond:
             self.running += 1
             self.batch.append(req)
-        self.progress.set_running(self.running)
+        self.progress.set_running(self.running, kv_tokens=self._held())
         try:
             while not req.finished():
                 with self.loop:
@@ -77,7 +86,7 @@ class Forward:
                 self.running -= 1
                 self.batch.remove(req)
                 idle = self.running == 0
-            self.progress.set_running(self.running)
+            self.progress.set_running(self.running, kv_tokens=self._held())
             if idle:  # every scheduler's batch is empty now, not only rank 0's
                 with self.loop:  # one writer per connection at a time
                     for _, conn in self._members():
@@ -92,14 +101,20 @@ class Forward:
                 mode, tokens = "prefill_compute", sum(r.prefill.pop(0) for r in prefilling)
             else:
                 mode, tokens = "decode", sum(r.decode.pop(0) for r in batch)
-        self.step(mode, tokens)
+            prefilled = sum(r.prompt for r in prefilling if not r.prefill)
+        self.step(mode, tokens, prefilled)
+
+    def _held(self):
+        with self.cond:
+            return sum(r.held() for r in self.batch)
 
     def _members(self):
         members = getattr(self.group, "members", {}) or {}
         return [(rank, conns[0]) for rank, conns in list(members.items()) if rank and conns]
 
-    def step(self, mode, tokens):
-        """One collective over every rank (the caller holds the loop)."""
+    def step(self, mode, tokens, prefilled=0):
+        """One collective over every rank (the caller holds the loop). prefilled: the prompt
+        tokens of the requests whose last prefill chunk this step computed."""
         members = self._members()
         with self.cond:
             self.seq += 1
@@ -112,7 +127,9 @@ class Forward:
         self._await({rank for rank, _ in members})
         for _, conn in members:
             send(conn, {"event": "commit", "seq": self.seq})
-        self.progress.step(mode, tokens, self.running)
+        self.progress.step(mode, tokens, self.running, prefilled, self._held())
+        if mode == "decode" or prefilled:
+            self.last_output = time.time()
 
     def _replied(self, rank, msg):
         with self.cond:

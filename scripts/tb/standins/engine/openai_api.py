@@ -3,7 +3,9 @@ SGLang and vLLM answer with. Stdlib ThreadingHTTPServer; access lines in uvicorn
 
 SGLang: the HTTP server starts only after every scheduler reported ready (weights loaded; the
 port refuses connections before); /health and /health_generate answer 503 while the server
-status is Starting (the warm-up request), then 200 (http_server.py health_generate).
+status is Starting (the warm-up request); then each asks the scheduler for one token and
+answers 200 after its next step that sends tokens, however long that takes up to
+SGLANG_HEALTH_CHECK_TIMEOUT, then 503 (http_server.py health_generate).
 A hung engine (a peer rank died, the scheduler sits in a collective) accepts every request:
 chat completions are never answered; SGLang's health check waits for the scheduler for
 SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and then answers 503.
@@ -27,6 +29,14 @@ from pacing import Pacer
 VERSION = "0.0.0+k3tb.standin"  # what /version (vLLM) and /get_server_info (SGLang) report
 
 HEALTH_CHECK_TIMEOUT = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+# SGLang's EnvBool SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (default true, environ.py):
+# false makes /health answer 200 without asking the scheduler (/health_generate still asks).
+HEALTH_GENERATES = os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").lower() \
+    not in ("false", "0", "no", "n")
+# uvicorn.Config(backlog=2048) (uvicorn 0.55.0 config.py; server.py passes it to
+# loop.create_server): both engines' API servers run under uvicorn, so a stopped process's
+# port still completes handshakes into a deep queue; the stdlib's default would be 5.
+BACKLOG = 2048
 
 
 class Serving:
@@ -55,6 +65,7 @@ class Serving:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = BACKLOG
 
 
 def _serve(host, port, handler):
@@ -120,10 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         if path == "/health" or (path == "/health_generate" and sglang):
-            if self.state.hung.is_set():
-                time.sleep(HEALTH_CHECK_TIMEOUT)
-                return self._reply(503)
-            return self._reply(200 if self.state.ready.is_set() else 503)
+            return self._reply(self._health(path))
         if path == "/v1/models":
             return self._reply(200, self._models())
         if path == "/metrics" and self.state.progress is not None:
@@ -189,6 +197,30 @@ class _Handler(BaseHTTPRequestHandler):
                 state.auto_tool_choice and state.tool_parser):
             raise chat.BadRequest('"auto" tool choice requires --enable-auto-tool-choice and '
                                   '--tool-call-parser to be set')
+
+    def _health(self, path):
+        """vLLM: the engine's liveness, no generation. SGLang 0.5.16 (http_server.py
+        health_generate): 503 while Starting; else a 1-token request into the scheduler, then
+        every second: 200 once any output reached the tokenizer manager after the request
+        came in (another request's tokens count), 503 after SGLANG_HEALTH_CHECK_TIMEOUT. So a
+        busy server answers late: after its next step that sends tokens."""
+        state = self.state
+        if state.hung.is_set():
+            time.sleep(HEALTH_CHECK_TIMEOUT)
+            return 503
+        if not state.ready.is_set():
+            return 503
+        forward = state.forward
+        if state.flavor != "sglang" or forward is None or (
+                path == "/health" and not HEALTH_GENERATES):
+            return 200
+        tic = time.time()
+        threading.Thread(target=forward.generate, args=(1, 1), daemon=True).start()
+        while time.time() < tic + HEALTH_CHECK_TIMEOUT:
+            time.sleep(1)
+            if forward.last_output > tic:
+                return 200
+        return 503
 
     # ---- response shapes ------------------------------------------------------------------
     def _models(self):

@@ -12,12 +12,21 @@ launch_dummy_health_check_server(host, port, enable_metrics)).
 vLLM (vllm/v1/metrics/loggers.py@a6f0308cfe806b7731ad4979c9bea6e470c35efd): gauges
 `vllm:num_requests_running`, `vllm:num_requests_waiting`, counters `vllm:prompt_tokens` and
 `vllm:generation_tokens` (prometheus_client adds `_total` to a counter's sample name), on the
-API server only (the head).
+API server only (the head). When they move, as vLLM 0.33.0 does (wheel, vllm/v1/core/sched/
+scheduler.py update_from_output, vllm/v1/engine/async_llm.py output_handler, vllm/v1/metrics/
+stats.py IterationStats, loggers.py PrometheusStatLogger.record): a request's prompt tokens are
+counted once, in the step that computes its last prefill chunk (its first output; a middle
+chunk emits no EngineCoreOutput, so that step has no IterationStats at all); the scheduler's
+stats go out with every step, so `vllm:num_requests_running`, `vllm:num_requests_waiting` and
+the gauge `vllm:kv_cache_usage_perc` (SchedulerStats.kv_cache_usage = BlockPool.get_usage(),
+the share of KV blocks held) are set after every step, a middle prefill chunk included (its
+blocks are allocated when it is scheduled). The stand-in counts KV in tokens of KV_TOKENS.
 """
 import threading
 import time
 
 SGLANG_MODES = ("prefill_compute", "prefill_cache", "decode")
+KV_TOKENS = 1 << 20  # the stand-in vLLM's KV cache, in tokens (its max-model-len for K3)
 
 
 class Progress:
@@ -32,19 +41,26 @@ class Progress:
         self.tokens = dict.fromkeys(SGLANG_MODES, 0)
         self.running = 0
         self.queued = 0
+        self.prefilled = 0   # vLLM's prompt tokens: whole prompts, at their last chunk
+        self.kv_tokens = 0
         self.recent = []  # (time, decode tokens) for gen_throughput
 
-    def step(self, mode, tokens, running):
+    def step(self, mode, tokens, running, prefilled=0, kv_tokens=None):
         with self.lock:
             self.tokens[mode] += tokens
             self.running = running
+            self.prefilled += prefilled
+            if kv_tokens is not None:
+                self.kv_tokens = kv_tokens
             if mode == "decode":
                 now = time.monotonic()
                 self.recent = [(t, n) for t, n in self.recent if now - t < 10] + [(now, tokens)]
 
-    def set_running(self, running, queued=0):
+    def set_running(self, running, queued=0, kv_tokens=None):
         with self.lock:
             self.running, self.queued = running, queued
+            if kv_tokens is not None:
+                self.kv_tokens = kv_tokens
 
     def throughput(self):
         if len(self.recent) < 2:
@@ -80,12 +96,14 @@ class Progress:
 
     def _vllm(self):
         labels = f'engine="0",model_name="{self.model_name}"'
-        prompt = self.tokens["prefill_compute"] + self.tokens["prefill_cache"]
         rows = [("vllm:num_requests_running", "gauge", "Number of requests in model execution "
                  "batches.", self.running),
                 ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be "
                  "processed.", self.queued),
-                ("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", prompt),
+                ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent "
+                 "usage.", min(1.0, self.kv_tokens / KV_TOKENS)),
+                ("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.",
+                 self.prefilled),
                 ("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
                  self.tokens["decode"])]
         out = []

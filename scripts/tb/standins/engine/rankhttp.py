@@ -9,11 +9,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from common import EngineExit, say
+from openai_api import BACKLOG  # upstream builds this server with uvicorn.Config's default too
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = BACKLOG
 
 
 def start(host, port, progress):
