@@ -136,3 +136,35 @@ def test_sglang_health_on_a_busy_server_answers_late_and_healthy(cluster, tmp_pa
                                        "model": "moonshotai/Kimi-K3", "checks": ["health"]})
     took = time.monotonic() - began
     assert found["health"]["status"] == 200 and took > 5.0, (found, took)
+
+
+def test_a_frozen_head_accepts_connections_and_is_caught_as_wedged(cluster, tmp_path):
+    """SIGSTOP on SGLang's head mid-request: its uvicorn backlog (2048) keeps completing
+    handshakes, so the guard's port check passes on every poll for the whole of
+    wedge_seconds (60 polls at the defaults: 60 s, 1 s) and the wedge rule names the head by
+    its silent metrics, not "port refused"."""
+    from types import SimpleNamespace
+
+    from k3deploy.remote import guard
+    run = make_node(tmp_path, "node0")
+    port = free_port()
+    proc = cluster.start(run, sglang_cmd(port, "--enable-metrics", tp=8))
+    wait_health(port, proc)
+    slow_prefill(run, 1.0)
+    watch, result = Watch(port), {}
+    threading.Thread(target=ask, args=(port, 40, result), daemon=True).start()
+    time.sleep(1.5)
+    os.killpg(proc.pid, signal.SIGSTOP)
+    head_guard = SimpleNamespace(cfg={"serve_port": port})
+    try:
+        accepted = [guard.Guard.serving(head_guard) for _ in range(60)]
+        began, verdict = time.monotonic(), None
+        while not (verdict and verdict["silent"]) and \
+                time.monotonic() - began < WEDGE_SECONDS + SILENT_AFTER + 10:
+            time.sleep(POLL)
+            verdict = watch.verdict()
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+    assert all(accepted), accepted.index(False)
+    assert verdict and verdict["silent"], verdict
+    assert "rank 0 (node0) stopped answering its metrics" in guard_wedge.cause_detail(verdict)
