@@ -6,7 +6,8 @@ is exec'd in the head's container and places its DP ranks on every node through 
 
 The exec'd serve is not the container's main process, so `docker inspect` cannot see it.
 Ray can: a running serve holds the cluster's GPUs in placement groups, and `ray status`
-(run in the head container) shows them as used; they are freed when the serve exits.
+(run in the head container) shows them reserved (and used, when its Ray workers claim them);
+they are freed when the serve exits.
 
 `ray status` lags: it prints the report the autoscaler monitor writes once per update loop
 (every AUTOSCALER_UPDATE_INTERVAL_S = 5 s; ray-2.60.0 python/ray/autoscaler/_private/monitor.py
@@ -32,7 +33,11 @@ NO_STATUS = "No cluster status."      # `ray status` before the monitor's first 
 # Several report intervals (5 s each) after the last worker registered: the report then
 # counts it, or the node never made it into the cluster.
 SETTLE_SECONDS = 60.0
-_GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b", re.M)
+# ray python/ray/autoscaler/_private/util.py get_usage_report: f" {used}/{total} GPU", then
+# f" ({pg_used} used of {pg_total} reserved in placement groups)" when placement groups hold
+# some; `used` there is real use (reservations subtracted, pg_used added back).
+_GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b(?:\s*\(([0-9.]+) used of ([0-9.]+) "
+                        r"reserved in placement groups\))?", re.M)
 _ACTIVE_NODE = re.compile(r"^\s*(\d+)\s+\S+\s*$")   # " 1 node_<id>" or " 2 <node type>"
 SERVE_START_SECONDS = 300.0  # real vLLM imports torch and reads the config before placing
 SERVE_GONE_HINT = ("`k3deploy logs -i INV` saves the head's serve log (the exec'd serve writes "
@@ -45,17 +50,25 @@ def in_use(inv) -> bool:
 
 
 def parse_status(out: str, code: int) -> dict | None:
-    """`ray status` -> {"nodes": active node count, "gpus": total, "gpus_used": in use,
-    "reported": False before the monitor's first report}; None when Ray does not answer."""
+    """`ray status` -> {"nodes": active node count, gpu_usage's keys, "reported": False
+    before the monitor's first report}; None when Ray does not answer."""
     if code == 0 and NO_STATUS in out and "Active:" not in out:
-        return {"nodes": 0, "gpus": 0.0, "gpus_used": 0.0, "reported": False}
+        return {"nodes": 0, **gpu_usage(""), "reported": False}
     if code != 0 or "Active:" not in out:
         return None
     active = out.split("Active:", 1)[1].split("Pending:", 1)[0]
     nodes = sum(int(m.group(1)) for m in map(_ACTIVE_NODE.match, active.splitlines()) if m)
+    return {"nodes": nodes, **gpu_usage(out), "reported": True}
+
+
+def gpu_usage(out: str) -> dict:
+    """The report's GPU line: {"gpus": total, "gpus_used": in use by tasks and actors,
+    "gpus_reserved": held in placement groups}."""
     gpu = _GPU_USAGE.search(out)
-    used, total = (float(gpu.group(1)), float(gpu.group(2))) if gpu else (0.0, 0.0)
-    return {"nodes": nodes, "gpus": total, "gpus_used": used, "reported": True}
+    if not gpu:
+        return {"gpus": 0.0, "gpus_used": 0.0, "gpus_reserved": 0.0}
+    return {"gpus": float(gpu.group(2)), "gpus_used": float(gpu.group(1)),
+            "gpus_reserved": float(gpu.group(4) or 0.0)}
 
 
 def status_fact(container: str) -> F.Fact:
@@ -77,7 +90,13 @@ def whole_problem(status: dict | None, inv) -> str | None:
 
 
 def serve_running(status: dict | None, healthy: bool) -> bool:
-    return healthy or bool(status and status["gpus_used"] > 0)
+    """The serve holds the cluster's GPUs: its placement groups reserve them (every vLLM over
+    Ray creates them before its ranks start, and Ray frees them when the serve exits), in
+    use or not: with TP 1 and DP over Ray the engine-core actors sit on the CPU bundle
+    (vllm 0.33.0 v1/engine/utils.py, bundle index world_size) and `ray status` reads
+    "0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)"."""
+    return healthy or bool(status and (status["gpus_used"] > 0
+                                       or status.get("gpus_reserved", 0) > 0))
 
 
 def head_probes(node) -> list[F.Fact]:

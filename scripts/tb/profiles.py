@@ -1,6 +1,7 @@
 """Testbed profiles: node behaviour as a given upstream version prints and does it.
 
-A profile belongs to one group (docker, toolkit, nvme, sglang, vllm, ray, gpu, engine-start);
+A profile belongs to one group (docker, toolkit, nvme, sglang, vllm, ray, ray-gpus, gpu,
+engine-start);
 a node has at most one profile per group, and the group's default when none is named. A
 profile's `settings` are written into the node's `node.json` (top-level keys) where the
 stand-ins read them; `source` says where upstream the behaviour comes from, so that a
@@ -85,6 +86,17 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "ray 2.60.0 python/ray/autoscaler/_private/commands.py debug_status (No cluster status. "
        "...), monitor.py update loop, constants.py AUTOSCALER_UPDATE_INTERVAL_S = 5",
        {"ray_version": "2.60.0", "ray_status_lag": 5.0}, default=True),
+    _p("ray-gpus-claimed", "ray-gpus",
+       "the serve's Ray workers claim the GPUs their placement groups reserve (TP over Ray)",
+       "ray python/ray/autoscaler/_private/util.py get_usage_report; transcript "
+       "tests/fixtures/real/ray/2.x/status-2nodes-16gpu-placement-groups.txt (vLLM 0.5.3)",
+       {"ray_pg_gpus_claimed": True}, default=True),
+    _p("ray-gpus-reserved", "ray-gpus",
+       "TP 1, DP over Ray: the placement groups reserve every GPU, no Ray task claims one "
+       "(`0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)`)",
+       "vllm 0.33.0 v1/engine/utils.py (engine-core actors on bundle index world_size, the "
+       "CPU bundle); ray doc/source/ray-core/scheduling/placement-group.md transcript; issue 31",
+       {"ray_pg_gpus_claimed": False}),
     _p("gpu-healthy", "gpu", "every GPU answers", "NVIDIA nvidia-smi(1)",
        {"lost_gpu": None}, default=True),
     _p("lost-gpu", "gpu", "one GPU fell off the bus: nvidia-smi exits non-zero naming it",

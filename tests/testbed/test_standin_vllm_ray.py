@@ -147,3 +147,34 @@ def test_ray_status_lags_like_ray_2_60(cluster, tmp_path):
     wait_until(lambda: status().count(" 1 node_") == 2, lag * 3, "a report with the worker",
                interval=0.3)
     assert time.monotonic() - joined <= lag * 3
+
+
+def test_profile_ray_gpus_reserved_prints_reserved_unused_gpus_and_the_serve_still_holds_them(
+        cluster, tmp_path):
+    """Profile ray-gpus-reserved (TP 1, DP over Ray): `ray status` shows the serve's placement
+    groups reserving every GPU with none in use, as Ray prints that shape
+    (tests/fixtures/real/ray/2.x/status-gpus-reserved-unused.txt); launch reads it as the
+    serve holding the GPUs, and their release as the serve gone."""
+    from k3deploy.steps import raylayout
+    head_run = make_node(tmp_path, "node0", gpu="b200")
+    worker_run = make_node(tmp_path, "node1", gpu="b200")
+    node = json.loads((head_run / "node.json").read_text())
+    (head_run / "node.json").write_text(json.dumps({**node, "ray_pg_gpus_claimed": False}))
+    ray_port, port = free_port(), free_port()
+    head = cluster.start(head_run, ["ray", "start", "--head", f"--port={ray_port}", "--block"],
+                         image=VLLM_IMAGE)
+    wait_for_line(head, "Ray runtime started.")
+    worker = cluster.start(worker_run, ["ray", "start", f"--address=127.0.0.1:{ray_port}",
+                                        "--block"], image=VLLM_IMAGE)
+    wait_for_line(worker, "Ray runtime started.")
+    vllm = cluster.start(head_run, vllm_cmd(port, 16), image=VLLM_IMAGE,
+                         env={"RAY_ADDRESS": f"127.0.0.1:{ray_port}"})
+    wait_health(port, vllm)
+    held = cluster.run(head_run, ["ray", "status"], exec_in=head.config).stdout
+    assert " 0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)" in held, held
+    assert raylayout.serve_running(raylayout.parse_status(held, 0), healthy=False)
+    os.killpg(vllm.pid, signal.SIGKILL)
+    vllm.wait()
+    wait_until(lambda: not raylayout.serve_running(raylayout.parse_status(cluster.run(
+        head_run, ["ray", "status"], exec_in=head.config).stdout, 0), healthy=False), 20,
+        "Ray to free the killed serve's placement groups")

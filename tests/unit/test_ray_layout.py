@@ -60,7 +60,7 @@ def facts_for(ctx, running=True, ray=None, healthy=False, label=None, joined=Tru
 # -- ray status ---------------------------------------------------------------------------
 def test_parse_status_counts_nodes_and_gpus():
     assert raylayout.parse_status(status_text(2, 16.0), 0) == \
-        {"nodes": 2, "gpus": 16.0, "gpus_used": 0.0, "reported": True}
+        {"nodes": 2, "gpus": 16.0, "gpus_used": 0.0, "gpus_reserved": 0.0, "reported": True}
     assert raylayout.parse_status(status_text(2, 16.0, 16.0), 0)["gpus_used"] == 16.0
     assert raylayout.parse_status("ConnectionError: Could not find any running Ray", 1) is None
 

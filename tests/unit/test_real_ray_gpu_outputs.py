@@ -17,15 +17,26 @@ def real(tool: str, name: str) -> str:
     return real_file(f"{tool}/{name}")
 
 
-@pytest.mark.parametrize("name, nodes, gpus, used, reported", [
-    ("status-no-report-yet.txt", 0, 0.0, 0.0, False),
-    ("status-2nodes-16gpu.txt", 2, 16.0, 0.0, True),
-    ("status-2nodes-16gpu-placement-groups.txt", 2, 16.0, 16.0, True),
-    ("status-pending-placement-group.txt", 2, 0.0, 0.0, True),
+@pytest.mark.parametrize("name, nodes, gpus, used, reserved, reported", [
+    ("status-no-report-yet.txt", 0, 0.0, 0.0, 0.0, False),
+    ("status-2nodes-16gpu.txt", 2, 16.0, 0.0, 0.0, True),
+    ("status-2nodes-16gpu-placement-groups.txt", 2, 16.0, 16.0, 16.0, True),
+    ("status-pending-placement-group.txt", 2, 0.0, 0.0, 0.0, True),
 ])
-def test_ray_status(name, nodes, gpus, used, reported):
+def test_ray_status(name, nodes, gpus, used, reserved, reported):
     status = raylayout.parse_status(real("ray/2.x", name), 0)
-    assert status == {"nodes": nodes, "gpus": gpus, "gpus_used": used, "reported": reported}
+    assert status == {"nodes": nodes, "gpus": gpus, "gpus_used": used,
+                      "gpus_reserved": reserved, "reported": reported}
+
+
+def test_gpus_reserved_in_placement_groups_and_unused_are_a_running_serve():
+    """A serve whose ranks claim no GPU of their placement groups (TP 1, DP over Ray) holds
+    them all the same; an unplaced group reserves nothing and is no serve."""
+    found = raylayout.gpu_usage(real("ray/2.x", "status-gpus-reserved-unused.txt"))
+    assert found == {"gpus": 2.0, "gpus_used": 0.0, "gpus_reserved": 1.0}
+    assert raylayout.serve_running({"nodes": 1, **found, "reported": True}, healthy=False)
+    pending = raylayout.parse_status(real("ray/2.x", "status-pending-placement-group.txt"), 0)
+    assert not raylayout.serve_running(pending, healthy=False)
 
 
 def test_ray_status_without_a_cluster_is_no_answer():

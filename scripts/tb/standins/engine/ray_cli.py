@@ -136,7 +136,8 @@ def status(ctx, argv):
         raise EngineExit(ray_net.NO_CLUSTER)
     # No report yet: python/ray/autoscaler/_private/commands.py@ray-2.60.0 debug_status,
     # printed by scripts.py `status` with exit 0.
-    say(NO_STATUS if reply.get("nodes") is None else status_text(reply))
+    say(NO_STATUS if reply.get("nodes") is None else
+        status_text(reply, ctx.node.get("ray_pg_gpus_claimed", True)))
     return 0
 
 
@@ -144,14 +145,18 @@ NO_STATUS = ("No cluster status. It may take a few seconds for the Ray internal 
              "start up.")
 
 
-def status_text(reply):
+def status_text(reply, claimed=True):
+    """claimed=False (profile ray-gpus-reserved): the placement groups reserve the GPUs and no
+    Ray task uses them; get_usage_report (ray python/ray/autoscaler/_private/util.py) then
+    prints real use, 0.0, before the reservation."""
     nodes = reply["nodes"]
     gpus = float(sum(n["gpus"] for n in nodes))
     cpus = float(sum(n["cpus"] for n in nodes))
     mem = sum(n["memory"] for n in nodes) / 2**30
-    used = float(reply.get("used_gpus", 0))
+    reserved = float(reply.get("used_gpus", 0))
+    used = reserved if claimed else 0.0
     gpu_line = f" {used}/{gpus} GPU" + (
-        f" ({used} used of {used} reserved in placement groups)" if used else "")
+        f" ({used} used of {reserved} reserved in placement groups)" if reserved else "")
     # format_info_string prints the report's own time (datetime.fromtimestamp), not now.
     stamp = datetime.datetime.fromtimestamp(reply.get("time") or time.time()).strftime(
         "%Y-%m-%d %H:%M:%S.%f")
