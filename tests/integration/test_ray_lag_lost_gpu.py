@@ -9,6 +9,7 @@ import os
 import pytest
 
 from k3run import k3, out
+from polling import wait_until
 from tbfixture import testbed
 
 pytestmark = [pytest.mark.integration,
@@ -63,3 +64,22 @@ def test_check_names_the_lost_gpu_by_node_and_bus_id(tmp_path):
         assert checked.returncode == 1, text
         assert "node0" in text and "0000:48:00.0" in text and "reboot" in text, text
         assert "1 problem(s) found" in text and "install the NVIDIA driver" not in text
+
+
+def test_vllm_up_over_ray_when_the_gpus_are_reserved_but_unused(tmp_path):
+    """Profile ray-gpus-reserved (TP 1, DP over Ray): `ray status` shows every GPU reserved in
+    the serve's placement groups and none used; launch takes that as the serve holding them,
+    and the re-run leaves it alone."""
+    with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm",
+                 profile="ray-gpus-reserved") as tb:
+        inv = str(tb.inventory)
+        first = k3("up", "-i", inv)
+        assert first.returncode == 0, out(first)
+        shape = " 0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)"
+        # the monitor's next report (profile ray-2.60: every 5 s) counts the serve's groups
+        wait_until(lambda: shape in tb.ssh("node0", "docker exec k3 ray status").stdout,
+                   3 * REPORT_SECONDS, "a `ray status` report with the serve's groups")
+        execs = [a for a in _head_calls(tb) if a[:3] == ["docker", "exec", "-d"]]
+        again = k3("up", "-i", inv)
+        assert again.returncode == 0, out(again)
+        assert [a for a in _head_calls(tb) if a[:3] == ["docker", "exec", "-d"]] == execs
