@@ -109,6 +109,20 @@ def test_launch_leaves_a_running_serve_alone_and_workers_run_nothing(tmp_path):
     assert LaunchEngine().plan(facts_for(worker), worker) == []
 
 
+def test_a_serve_whose_placement_groups_reserve_idle_gpus_holds_them_through_its_load(tmp_path):
+    """TP 1, DP over Ray: `0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)` for
+    the whole of a load that outlasts SERVE_START_SECONDS (no /health yet): launch's serve wait
+    is over (nothing left to plan) and wait's liveness check keeps waiting, never 'not
+    running'."""
+    ctx = ctx_for(tmp_path)
+    reserved = {"nodes": 2, "gpus": 16.0, "gpus_used": 0.0, "gpus_reserved": 16.0,
+                "reported": True}
+    assert LaunchEngine().plan(facts_for(ctx, ray=reserved, healthy=False), ctx) == []
+    assert raylayout.serve_alive(reserved, healthy=False, head="node0")
+    with pytest.raises(StepFailed, match="not running"):
+        raylayout.serve_alive({**reserved, "gpus_reserved": 0.0}, healthy=False, head="node0")
+
+
 def test_launch_without_the_ray_container_points_at_ray_cluster(tmp_path):
     ctx = ctx_for(tmp_path)
     with pytest.raises(StepFailed, match="not running this configuration") as err:
