@@ -2,7 +2,7 @@
 machine it ran on, the command and the commit, for scripts/benchdoc to turn into tables.
 
 Standard library only. The file is `DIR/<bench>-<UTC time>.json`:
-{"bench", "command", "commit", "dirty", "started", "machine": {...}, "runs": [...]}.
+{"bench", "command", "commit", "dirty", "started", "seconds", "machine": {...}, "runs": [...]}.
 """
 
 import io
@@ -34,8 +34,12 @@ def machine(note: str) -> dict:
     except OSError:
         pass
     return {"cores": os.cpu_count(), "cpu": model, "kernel": platform.release(),
-            "python": platform.python_version(), "loadavg_at_start": list(os.getloadavg()),
-            "note": note}
+            "python": platform.python_version(), "note": note}
+
+
+def loadavg() -> list[float]:
+    """1, 5 and 15 minute load averages, rounded."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def commit(repo: Path) -> tuple[str, bool]:
@@ -71,11 +75,14 @@ def runs(text: str) -> list[dict]:
     return out
 
 
-def save(directory: Path, repo: Path, argv: list[str], note: str, started: float, text: str) -> Path:
+def save(directory: Path, repo: Path, argv: list[str], note: str, started: tuple[float, list],
+         text: str) -> Path:
+    """started: (time.time(), loadavg()) when the bench began."""
     sha, dirty = commit(repo)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    began, load = started
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(began))
     doc = {"bench": bench_name(argv), "command": "scripts/bench " + " ".join(argv),
-           "commit": sha, "dirty": dirty, "started": stamp, "machine": machine(note),
+           "commit": sha, "dirty": dirty, "started": stamp, "seconds": round(time.time() - began), "machine": {**machine(note), "loadavg_at_start": load, "loadavg_at_end": loadavg()},
            "runs": runs(text)}
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{doc['bench']}-{stamp}.json"
