@@ -82,7 +82,8 @@ def save(directory: Path, repo: Path, argv: list[str], note: str, started: tuple
     began, load = started
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(began))
     doc = {"bench": bench_name(argv), "command": "scripts/bench " + " ".join(argv),
-           "commit": sha, "dirty": dirty, "started": stamp, "seconds": round(time.time() - began), "machine": {**machine(note), "loadavg_at_start": load, "loadavg_at_end": loadavg()},
+           "commit": sha, "dirty": dirty, "started": stamp, "seconds": round(time.time() - began),
+           "machine": {**machine(note), "loadavg_at_start": load, "loadavg_at_end": loadavg()},
            "runs": runs(text)}
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{doc['bench']}-{stamp}.json"
