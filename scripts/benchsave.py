@@ -75,11 +75,15 @@ def runs(text: str) -> list[dict]:
     return out
 
 
-def save(directory: Path, repo: Path, argv: list[str], note: str, started: tuple[float, list],
-         text: str) -> Path:
-    """started: (time.time(), loadavg()) when the bench began."""
-    sha, dirty = commit(repo)
-    began, load = started
+def start(repo: Path) -> tuple[float, list, tuple[str, bool]]:
+    """What save() needs from the bench's start: the time, the load, the commit (the code a
+    bench measures is the code it started with, whatever is committed while it runs)."""
+    return time.time(), loadavg(), commit(repo)
+
+
+def save(directory: Path, repo: Path, argv: list[str], note: str, started: tuple, text: str) -> Path:
+    """started: start(repo) when the bench began."""
+    began, load, (sha, dirty) = started
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(began))
     doc = {"bench": bench_name(argv), "command": "scripts/bench " + " ".join(argv),
            "commit": sha, "dirty": dirty, "started": stamp, "seconds": round(time.time() - began),
