@@ -7,7 +7,7 @@ among them.
 
 from __future__ import annotations
 
-from k3deploy.cluster.sizing_math import *  # noqa: F403 - the constants and arithmetic, as before
+from k3deploy.cluster.sizing_math import *  # noqa: F403 - the constants and arithmetic
 from k3deploy.cluster.sizing_math import (SGLANG_MEM_FRACTION_STATIC,  # noqa: F401
                                           VLLM_GPU_MEMORY_UTILIZATION, VLLM_MAX_NODES)
 from k3deploy.cluster.sizing_plan import (REFERENCE_CONFIGS, ReferenceConfig, explain,  # noqa: F401

@@ -15,9 +15,14 @@ leaves an orphan `blobs/<etag>.<8 hex>.incomplete` and the re-run starts that fi
 16 x 16 GB shards in flight, one crash costs ~256 GB per node); and 2.4's plain HTTP path keeps only
 whole 10 MiB pieces of a body cut mid-way. This script therefore owns resume, and writes every chunk
 it receives:
-  - each file goes to `blobs/<etag>.incomplete`; a re-run hashes what is on disk and continues with
-    `Range: bytes=N-` (206; a 200 means the server ignored the range, so it starts over);
-  - an orphaned huggingface_hub 2.x partial of the same blob is adopted (renamed to ours) first;
+  - each file goes to `blobs/<etag>.k3deploy-partial` (protocol.partial_path; not `.incomplete`,
+    which `hf cache prune` deletes), filled by several `Range: bytes=A-B` connections at once; the
+    record beside it (`.ranges.json`, remote/fetch_ranges.py) names every finished range, so a
+    re-run fetches only the gaps (a 200 instead of a 206: the server ignored the range, and the
+    bytes before it are read past); the bytes it holds are its allocated blocks
+    (protocol.partial_bytes);
+  - an orphaned huggingface_hub partial of the same blob (`<etag>.<8 hex>.incomplete`, or
+    `<etag>.incomplete` from <= 1.17) is adopted (renamed to ours) first, as a prefix;
   - the sha256 (LFS) or git blob sha1 (others) is checked before the atomic rename into `blobs/`;
     a mismatch deletes the partial and refetches, at most VERIFY_ATTEMPTS times;
   - verified blobs are recorded in `<repo cache>/.k3deploy-verified.json` keyed by etag, size and

@@ -51,8 +51,7 @@ def judge(now: float, views: list[dict], probe: dict, wedge_seconds: float,
     silent = [v for v in views if now - v["answered_at"] > silent_after]
     if not silent and any(v.get("error") for v in views):
         # A rank's metrics just stopped answering (the wedge may have come late in the stall):
-        # wait, at most silent_after, to name it alone rather than every rank (seen once in a
-        # clean-clone run of .ci/run).
+        # wait, at most silent_after, to name it alone rather than every rank.
         return None
     named = silent or views
     return {"stalled_s": round(now - last, 1),

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import protocol
 from fetch_cache import Ledger, RepoCache
 from fetch_manifest import Manifest
 
@@ -93,9 +94,11 @@ class Blobs:
             return None
 
     def partial_bytes(self, etag: str) -> int:
+        """Bytes the partial holds (protocol.partial_bytes: the ranged downloader writes holes,
+        so its length runs ahead); a peer reads their growth as the owner's progress."""
         if etag not in self.sizes:
             return 0
         try:
-            return self.cache.partial(etag).stat().st_size
+            return protocol.partial_bytes(str(self.cache.partial(etag)))
         except OSError:
             return 0

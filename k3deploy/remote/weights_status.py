@@ -37,7 +37,7 @@ def verified_files(manifest, hf_home):
             continue
         missing.append(f["path"])
         try:
-            partial += os.stat(protocol.partial_path(storage, etag)).st_size
+            partial += protocol.partial_bytes(protocol.partial_path(storage, etag))
         except OSError:
             pass
     return missing, partial, done_bytes

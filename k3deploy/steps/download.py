@@ -197,8 +197,7 @@ class DownloadWeights(Step):
     def _started_before(head, run, looked_at: float) -> bool:
         """The head's start had returned when this look began. A follower's look runs beside
         the head's start; one begun before it (the head not running yet, every file missing)
-        and judged after it took the not-yet-started downloader for a dead one (twice in
-        clean-clone runs of the suite)."""
+        and judged after it would take the not-yet-started downloader for a dead one."""
         since = run.inputs.download_started.get(head)
         return since is not None and since < looked_at
 

@@ -10,7 +10,7 @@ https://huggingface.co/R to ask for access." (huggingface_hub tests/test_file_do
 @ ee0a4510f4bc; ariG23498/gemma3-object-detection#5); with a fine-grained token of a granted
 account that lacks gated-repo read access (`TOKEN fine-grained-no-gated` in the token file): a
 plain 403 without X-Error-Code (_NO_GATED_PERMISSION below). Without `gated`, a token list makes the
-whole repo private-like (every request needs a granted token), as before.
+whole repo private-like (every request needs a granted token).
 
 With the CDN on, /resolve of an LFS file answers 302 with Location (a signed CDN URL),
 X-Repo-Commit, X-Linked-Etag, X-Linked-Size and Accept-Ranges: huggingface_hub 2.4.0

@@ -37,7 +37,7 @@ def test_first_vllm_up_over_ray_waits_for_ray_status(tmp_path):
         first = k3("up", "-i", inv)
         assert first.returncode == 0, out(first)
         # No serve before Ray's first report could count the nodes (a single read right
-        # after the join sees "No cluster status" and used to fail this first up).
+        # after the join sees "No cluster status", and a serve then would fail this first up).
         assert _serve_after_head_start(tb) >= REPORT_SECONDS
         starts = [a for a in _head_calls(tb) if a[:2] == ["docker", "run"]
                   or a[:3] == ["docker", "exec", "-d"]]

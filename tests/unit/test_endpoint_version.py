@@ -4,7 +4,6 @@ before that name (0.5.4 on the testbed) the deprecated /get_server_info."""
 from __future__ import annotations
 
 import threading
-import time
 
 from k3deploy.remote import endpoint_probe
 
@@ -53,16 +52,23 @@ def test_the_generating_checks_are_in_flight_together(monkeypatch):
 
 
 def test_a_stuck_group_costs_one_timeout_not_one_per_check(monkeypatch):
-    """A group stuck in a collective answers no generating request: verify waits one timeout
-    (here 0.4 s), not one per check (chat, tools, vision at 300 s each)."""
+    """A group stuck in a collective answers no generating request: verify waits one timeout,
+    not one per check (chat, tools, vision at 300 s each). Each stuck request here waits until
+    all three are waiting at once, so the checks can only end if their timeouts overlap; run one
+    after another, the first would wait alone until the 30 s guard and the test fails."""
+    lock, stuck, all_stuck = threading.Lock(), [0], threading.Event()
+
     def call(cfg, path, body=None, timeout=60):
         if path == "/v1/chat/completions":
-            time.sleep(0.4)
+            with lock:
+                stuck[0] += 1
+                if stuck[0] == 3:
+                    all_stuck.set()
+            if not all_stuck.wait(30):
+                return {"status": None, "error": "waited alone"}
             return {"status": None, "error": "timed out"}
         return {"status": 200, "body": {"data": [{"id": "m"}]}}
 
     monkeypatch.setattr(endpoint_probe, "call", call)
-    began = time.monotonic()
     out = endpoint_probe.run_checks({"model": "m", "checks": ["models", "chat", "tools", "vision"]})
-    assert time.monotonic() - began < 1.0
     assert out["chat"] == out["tools"] == out["vision"] == {"status": None, "error": "timed out"}

@@ -1,0 +1,43 @@
+"""docs/benchmarks.md is generated (scripts/benchdoc.py) from the runs scripts/bench --save
+keeps under docs/bench/: a fixture run becomes the expected tables, and the page in the repo
+is exactly what the generator makes of docs/bench/ today, so the two cannot drift."""
+
+from pathlib import Path
+
+import benchdoc
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "bench"
+
+
+def test_a_saved_run_becomes_its_provenance_and_a_table_of_its_figures():
+    page = benchdoc.render(benchdoc.load(FIXTURES))
+    assert page.startswith(benchdoc.HEADER)
+    assert page[len(benchdoc.HEADER):] == EXPECTED
+
+
+PROVENANCE = (
+    "| guard-20260101T000000Z.json | 20260101T000000Z | `scripts/bench --guard 4` "
+    "| 0123456789ab (uncommitted changes) | 2 cores, Test CPU, kernel 6.1 "
+    "| 0.1, 0.2, 0.3 / 1.5, 0.5, 0.4 | quiet |\n")
+EXPECTED = """
+## guard
+
+| run | started (UTC) | command | commit | machine | load 1/5/15 min at start / end | note |
+|---|---|---|---|---|---|---|
+""" + PROVENANCE + """
+| figure | guard-20260101T000000Z.json#1 | guard-20260101T000000Z.json#2 |
+|---|---|---|
+| nodes | 4 | 8 |
+| engine_kill_s | 1.65 | 1.62 |
+| node_kill_s | 20.83 |  |
+| ranks | 1, 2 |  |
+| wedge.head_s |  | 29.9 |
+| error |  | - |
+"""
+
+
+def test_docs_benchmarks_md_is_what_the_generator_makes_of_docs_bench():
+    assert list((REPO / "docs" / "bench").glob("*.json")), "no saved bench run under docs/bench/"
+    page = benchdoc.render(benchdoc.load(REPO / "docs" / "bench"))
+    assert (REPO / "docs" / "benchmarks.md").read_text() == page, "run scripts/benchdoc"
