@@ -5,8 +5,9 @@ The image crosses the Internet once per cluster: the head pulls it from the regi
 Hub limits anonymous pulls per address), every other node loads it from a peer that holds it
 (remote/image_peers.py through the peer server, behind the cluster's peer secret), checked by
 what both image stores report alike of the image's config (its ID differs between the legacy
-and the containerd store), and pulled instead when the copy cannot be proven; with no peer holding it (or no peer server: one node, `download.peers: false`) a node
-pulls. The order is the runner's: `head_first` runs the head before the others look.
+and the containerd store), and pulled instead when the copy cannot be proven; with no peer
+holding it (or no peer server: one node, `download.peers: false`) a node pulls. The order is
+the runner's: `head_first` runs the head before the others look.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`docker save` / `docker load` in the docker stand-in: a tar on stdout, loaded from stdin on
-another node, the image ID kept within a store and changed across stores, and the lines moby prints (scripts/tb/standins/tbstand/
-imagetar.py names the upstream files)."""
+another node, the image ID kept within a store and changed across stores, and the lines moby
+prints (scripts/tb/standins/tbstand/imagetar.py names the upstream files)."""
 
 import json
 import subprocess
