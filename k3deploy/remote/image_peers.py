@@ -2,20 +2,31 @@
 """Node side of "the image from peers": which peer holds an image, and loading it from one.
 
 Runs on a GPU node (standard library only). The peer server (peer_server.py, `/image?ref=R`)
-answers HEAD with the image's ID in `X-K3-Image-Id` and GET with `docker save R` streamed,
-behind the cluster's peer secret.
+answers HEAD with the image's ID in `X-K3-Image-Id` and its content key (content_key) in
+`X-K3-Image-Content`, and GET with `docker save R` streamed, behind the cluster's peer secret.
 
     python3 image_peers.py probe --refs R[,R] --peers NAME=IP[,..] --port P --secret-file F
-        prints {ref: {"node", "addr", "id"}}: the first peer (in the order given) holding each;
-        {} at once when this node already holds one of the refs
-    python3 image_peers.py load --ref R --peer IP:PORT --secret-file F --expect-id sha256:..
+        prints {ref: {"node", "addr", "id", "content"}}: the first peer (in the order given)
+        holding each; {} at once when this node already holds one of the refs
+    python3 image_peers.py load --ref R --peer IP:PORT --secret-file F --expect-content KEY
         streams the peer's `docker save` into `docker load`, then checks that the loaded
-        image's ID is the one the peer reported; a different ID is removed again (exit 1)
-Exit codes: 0 done; 1 the load failed or the ID differs; 2 bad input.
+        image's content key is the one the peer reported; when the copy cannot be proven (the
+        stream or the load failed, or the key differs) the copy is removed and R is pulled
+        from its registry instead
+Exit codes: 0 done (from the peer, or pulled); 1 the fallback pull failed too; 2 bad input.
+
+The image ID cannot prove a copy: the legacy store's ID is the config's digest, containerd's
+the index (or manifest) its image points at, and `docker save | docker load` from one store to
+the other gives another ID (moby daemon/internal/image/tarexport/save.go writes a manifest of
+its own making; daemon/containerd/image_exporter.go exports the pulled index). Both stores
+report Created, Os, Architecture and RootFS.Layers from the one config blob that travels in
+the tar (daemon/images/image_inspect.go, daemon/containerd/image_inspect.go@docker-v29.1.2),
+and both loads check every layer against RootFS's diff IDs, so that is the key compared.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import http.client
 import json
 import subprocess
@@ -48,9 +59,9 @@ def holder(ref: str, peers: list[tuple[str, str]], port: int, token: str) -> dic
             conn.close()
         except OSError:
             continue   # down, partitioned or no server: another peer, or the registry
-        image_id = resp.getheader("X-K3-Image-Id")
-        if resp.status == 200 and image_id:
-            return {"node": name, "addr": addr, "id": image_id}
+        image_id, content = resp.getheader("X-K3-Image-Id"), resp.getheader("X-K3-Image-Content")
+        if resp.status == 200 and image_id and content:
+            return {"node": name, "addr": addr, "id": image_id, "content": content}
     return None
 
 
@@ -79,16 +90,49 @@ def image_id(ref: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def content_key(inspect_doc: dict) -> str:
+    """What every image store reports alike of one image (see the module's docstring)."""
+    agreed = [inspect_doc.get("Created"), inspect_doc.get("Os"), inspect_doc.get("Architecture"),
+              (inspect_doc.get("RootFS") or {}).get("Layers") or []]
+    return "sha256:" + hashlib.sha256(json.dumps(agreed).encode()).hexdigest()
+
+
+def image_content(ref: str) -> str | None:
+    """The content key of the image `ref` names here, or None when there is none."""
+    out = subprocess.run(["docker", "image", "inspect", ref],
+                         capture_output=True, text=True)
+    try:
+        return content_key(json.loads(out.stdout)[0]) if out.returncode == 0 else None
+    except (ValueError, IndexError, TypeError, AttributeError):
+        return None
+
+
 def load(args) -> int:
     token = secret(args.secret_file)
     if not token:
         print(f"image_peers: cannot read the peer secret {args.secret_file}", file=sys.stderr)
         return 2
+    why = copy_from_peer(args, token)
+    if why is None:
+        print(f"image_peers: {args.ref} loaded from {args.peer}, content {args.expect_content} "
+              f"verified (ID here {image_id(args.ref)})")
+        return 0
+    print(f"image_peers: the copy of {args.ref} from {args.peer} is not proven ({why}); "
+          "pulling it from its registry", file=sys.stderr)
+    return 0 if subprocess.run(["docker", "pull", args.ref]).returncode == 0 else 1
+
+
+def copy_from_peer(args, token: str) -> str | None:
+    """None when the peer's copy loaded and its content key is the peer's; else why not (a
+    copy that loaded but differs is removed again)."""
     addr, _, port = args.peer.rpartition(":")
-    conn, resp = _ask(addr, int(port), "GET", args.ref, token, 60)
+    try:
+        conn, resp = _ask(addr, int(port), "GET", args.ref, token, 60)
+    except OSError as e:
+        return f"no answer: {e}"
     if resp.status != 200:
-        print(f"image_peers: {args.peer} answered {resp.status} for {args.ref}", file=sys.stderr)
-        return 1
+        conn.close()
+        return f"the peer answered {resp.status}"
     loader = subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE)
     try:
         while chunk := resp.read(CHUNK):
@@ -99,15 +143,12 @@ def load(args) -> int:
         loader.stdin.close()
         conn.close()
     if loader.wait() != 0:
-        return 1
-    got = image_id(args.ref)
-    if got != args.expect_id:
-        print(f"image_peers: loaded {args.ref} has ID {got}, {args.peer} holds {args.expect_id}; "
-              "removed", file=sys.stderr)
+        return "docker load failed"
+    got = image_content(args.ref)
+    if got != args.expect_content:
         subprocess.run(["docker", "rmi", args.ref], capture_output=True)
-        return 1
-    print(f"image_peers: {args.ref} loaded from {args.peer}, ID {got} verified")
-    return 0
+        return f"loaded content {got}, the peer holds {args.expect_content}; removed"
+    return None
 
 
 def main(argv=None) -> int:
@@ -119,7 +160,7 @@ def main(argv=None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--secret-file", required=True)
     p = sub.add_parser("load")
-    for flag in ("--ref", "--peer", "--secret-file", "--expect-id"):
+    for flag in ("--ref", "--peer", "--secret-file", "--expect-content"):
         p.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     return probe(args) if args.mode == "probe" else load(args)

@@ -3,7 +3,8 @@ holds it (remote/image_peers.py streams this into `docker load` and checks the l
 image crosses the Internet once per cluster. Standard library only; uploaded beside
 peer_server.py. The request is already authorized (the peer secret) when it gets here.
 
-HEAD|GET /image?ref=REF  ->  200 with X-K3-Image-Id (GET: the `docker save REF` tar), or 404
+HEAD|GET /image?ref=REF  ->  200 with X-K3-Image-Id and X-K3-Image-Content (the content key
+the loader checks: image_peers.content_key; GET: the `docker save REF` tar), or 404
 """
 import json
 import os
@@ -12,6 +13,8 @@ import subprocess
 import time
 from urllib.parse import parse_qs, urlsplit
 
+from image_peers import content_key
+
 # Checked before the ref reaches docker's argv: a reference, never an option or a path.
 _IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,254}(@sha256:[0-9a-f]{64})?$")
 CHUNK = 4 << 20
@@ -19,17 +22,26 @@ CHUNK = 4 << 20
 
 def answer(handler, send_body: bool) -> None:
     ref = (parse_qs(urlsplit(handler.path).query).get("ref") or [""])[0]
-    found = _docker("image", "inspect", "--format", "{{.Id}}", ref) \
-        if _IMAGE_REF.match(ref) else None
-    if found is None or found.returncode != 0:
+    doc = _inspect(ref) if _IMAGE_REF.match(ref) else None
+    if doc is None:
         return handler._status(404)
     handler.send_response(200)
-    handler.send_header("X-K3-Image-Id", found.stdout.decode().strip())
+    handler.send_header("X-K3-Image-Id", doc.get("Id", ""))
+    handler.send_header("X-K3-Image-Content", content_key(doc))
     handler.send_header("Connection", "close")
     handler.end_headers()
     handler.close_connection = True
     if send_body:
         _stream(handler, ref)
+
+
+def _inspect(ref: str) -> dict | None:
+    found = _docker("image", "inspect", ref)
+    try:
+        doc = json.loads(found.stdout)[0] if found.returncode == 0 else None
+    except (ValueError, IndexError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _stream(handler, ref: str) -> None:

@@ -13,9 +13,10 @@ detached by k3deploy's download step and stopped by `k3deploy down`:
   GET /index               {"verified": [etag], "partial": {etag: bytes on disk}, "downloader":
                            state}: one request tells a peer what it can fetch here and whether
                            the owner still progresses
-  HEAD|GET /image?ref=R    the docker image R: its ID in `X-K3-Image-Id` (404 when absent); GET
-                           streams `docker save R` (no length: the body ends at close), which a
-                           peer pipes into `docker load` and checks by that ID (image_peers.py)
+  HEAD|GET /image?ref=R    the docker image R: its ID in `X-K3-Image-Id` and its content key in
+                           `X-K3-Image-Content` (404 when absent); GET streams `docker save R`
+                           (no length: the body ends at close), which a peer pipes into `docker
+                           load` and checks by that key (image_peers.py: IDs differ across stores)
 What it refuses: a request without `Authorization: Bearer <cluster peer secret>` (401); a path
 that is not exactly /blobs/<hex etag> of a manifest file, whatever its encoding (404: nothing
 from the request is ever used as a filesystem path, the blob is looked up by etag); a blob the

@@ -4,8 +4,10 @@ already present under the current data-root.
 The image crosses the Internet once per cluster: the head pulls it from the registry (Docker
 Hub limits anonymous pulls per address), every other node loads it from a peer that holds it
 (remote/image_peers.py through the peer server, behind the cluster's peer secret), checked by
-image ID; with no peer holding it (or no peer server: one node, `download.peers: false`) a node
-pulls. The order is the runner's: `head_first` runs the head before the others look.
+what both image stores report alike of the image's config (its ID differs between the legacy
+and the containerd store), and pulled instead when the copy cannot be proven; with no peer
+holding it (or no peer server: one node, `download.peers: false`) a node pulls. The order is
+the runner's: `head_first` runs the head before the others look.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ SCRIPT = script_text("image_peers.py")
 
 def peer_images(node) -> F.Fact:
     """Which peer holds each candidate tag (probe mode of image_peers.py): {ref: {node, addr,
-    id}}. Digest references are left out: a loaded image carries no registry digest in the
+    id, content}}. Digest references are left out: a loaded image carries no registry digest in the
     legacy store, so it would never count as present."""
     refs = [r for r in probes.candidate_images(node.inv) if not image_ref.parse(r).digest]
     peers = [f"{n.name}={n.self_ip}" for _, n in node.inv.ranked() if n.name != node.name]
@@ -57,11 +59,12 @@ class PullImage(Step):
         if peer:
             path = f"{node.inv.paths.work}/image_peers.py"
             return [upload("upload the image loader", path, SCRIPT, mode=0o644),
-                    cmd(f"load {facts['image']} from {peer['node']} (checked by image ID)",
+                    cmd(f"load {facts['image']} from {peer['node']} (proven by its config, "
+                        "else from the registry)",
                         "python3", path, "load", "--ref", facts["image"], "--peer",
                         f"{peer['addr']}:{node.inv.ports.peer}", "--secret-file",
-                        PeerFiles(node.inv.paths.work).secret, "--expect-id", peer["id"], sudo=True,
-                        timeout=3600)]
+                        PeerFiles(node.inv.paths.work).secret, "--expect-content",
+                        peer["content"], sudo=True, timeout=3600)]
         # A pull is safe to repeat: docker resumes layers it already has.
         return [cmd(f"pull {facts['image']}", "docker", "pull", facts["image"], sudo=True,
                     retry=True, timeout=3600)]

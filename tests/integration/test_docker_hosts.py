@@ -76,3 +76,29 @@ def test_check_names_the_node_without_the_toolkit_and_the_fix(tmp_path):
         rows = [line for line in said.splitlines() if "docker cannot give containers GPUs" in line]
         assert rows and all("node0" not in row for row in rows), said
         assert changing_calls(tb.stats()) == []
+
+
+def test_a_tag_image_crosses_from_docker_28_to_docker_29_by_peer(tmp_path):
+    """One Docker 28 (legacy store: ID = config digest) and one Docker 29 (containerd store:
+    ID = index digest) node, a tag image, peers on: the head pulls, node1 loads it from the
+    head, proven by the config both stores read, and a re-run changes nothing."""
+    mixed = ["node0:profile=docker-28-overlay2", "node1:profile=docker-29-containerd"]
+    with testbed(tmp_path, nodes=2, gpu="b300", node=mixed) as tb:
+        inv = str(tb.inventory)
+        up = k3("up", "-i", inv)
+        assert up.returncode == 0, out(up)
+        ids = {n: tb.ssh(n, f"docker image inspect -f '{{{{.Id}}}}' {IMAGE}").stdout.strip()
+               for n in tb.nodes}
+        assert ids["node0"] != ids["node1"], ids   # the two stores' IDs of one image
+        pulls = {n: [c for c in tb.stats()["nodes"][n]["calls"] if c["argv"][1:2] == ["pull"]]
+                 for n in tb.nodes}
+        assert len(pulls["node0"]) == 1 and pulls["node1"] == [], pulls
+        calls = len(changing_calls(tb.stats()))
+
+        again = k3("up", "-i", inv)
+        assert again.returncode == 0, out(again)
+        assert len(changing_calls(tb.stats())) == calls, changing_calls(tb.stats())[calls:]
+        for node in tb.nodes:
+            steps = state(tb.inventory, node)["steps"]
+            assert {s["status"] for s in steps.values()} == {"ok"}, (node, steps)
+        assert k3("down", "-i", inv).returncode == 0

@@ -12,6 +12,7 @@ import pytest
 from test_peer_server import PORT, REMOTE, request
 from test_peer_server import hub, nodes  # noqa: F401 (fixtures: the manifest's mock Hub, peers)
 
+from k3deploy.remote.image_peers import content_key
 from tests.testbed.test_standins import STANDINS, Node
 
 pytestmark = pytest.mark.integration
@@ -44,6 +45,10 @@ def image_id(node: Node, ref: str = IMAGE) -> str:
     return node.docker("image", "inspect", "--format", "{{.Id}}", ref, check=0).stdout.strip()
 
 
+def content(node: Node, ref: str = IMAGE) -> str:
+    return content_key(json.loads(node.docker("image", "inspect", ref, check=0).stdout)[0])
+
+
 def test_a_node_loads_the_image_from_the_peer_that_holds_it(nodes, docker_pair, monkeypatch):  # noqa: F811
     holder, taker = docker_pair
     peer_a, peer_b = nodes(["node0", "node1"])
@@ -53,6 +58,7 @@ def test_a_node_loads_the_image_from_the_peer_that_holds_it(nodes, docker_pair, 
     peer_a.start_server()
     status, headers, _ = request(peer_a, "HEAD", "/image?ref=" + IMAGE)
     assert status == 200 and headers["X-K3-Image-Id"] == image_id(holder)
+    assert headers["X-K3-Image-Content"] == content(holder)
     assert request(peer_a, "HEAD", "/image?ref=" + IMAGE, secret="wrong" * 8)[0] == 401
     assert request(peer_a, "HEAD", "/image?ref=lmsysorg/sglang:nope")[0] == 404
     assert request(peer_a, "HEAD", "/image?ref=--help")[0] == 404   # never reaches docker's argv
@@ -62,10 +68,11 @@ def test_a_node_loads_the_image_from_the_peer_that_holds_it(nodes, docker_pair, 
                         "--peers", peers, "--port", str(PORT), "--secret-file",
                         str(peer_b.secret_file))
     found = json.loads(probe.stdout)
-    assert found == {IMAGE: {"node": "node0", "addr": peer_a.ip, "id": image_id(holder)}}
+    assert found == {IMAGE: {"node": "node0", "addr": peer_a.ip, "id": image_id(holder),
+                             "content": content(holder)}}
 
     load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
-                       "--secret-file", str(peer_b.secret_file), "--expect-id", image_id(holder))
+                       "--secret-file", str(peer_b.secret_file), "--expect-content", content(holder))
     assert load.returncode == 0, load.stderr
     assert f"Loaded image: {IMAGE}" in load.stdout and image_id(taker) == image_id(holder)
     assert not any(c["argv"][1:2] == ["pull"] for c in calls(taker))
@@ -79,7 +86,29 @@ def test_a_node_loads_the_image_from_the_peer_that_holds_it(nodes, docker_pair, 
     assert [(s["image"], s["complete"]) for s in served] == [(IMAGE, True)]
 
 
-def test_a_load_whose_id_differs_is_removed_and_fails(nodes, docker_pair, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize("stores", [("overlay2", "containerd"), ("containerd", "overlay2")])
+def test_a_copy_across_image_stores_is_proven_by_its_config(nodes, docker_pair, monkeypatch,  # noqa: F811
+                                                            stores):
+    """Docker 28's legacy store and Docker 29's containerd store give one image two IDs
+    (config digest, index digest) and a `save | load` between them a third: the copy is proven
+    by what both read from the config, and the registry is not asked."""
+    holder, taker = docker_pair
+    holder.node_json({"image_size_mib": 2, "image_store": stores[0]})
+    taker.node_json({"image_size_mib": 2, "image_store": stores[1]})
+    (peer_a,) = nodes(["node0"])
+    holder.pull(IMAGE)
+    for key, value in standin_env(holder).items():
+        monkeypatch.setenv(key, value)
+    peer_a.start_server()
+    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
+                       "--secret-file", str(peer_a.secret_file), "--expect-content", content(holder))
+    assert load.returncode == 0, load.stderr
+    assert image_id(taker) != image_id(holder) and content(taker) == content(holder)
+    assert "verified" in load.stdout and not registry_pulls(taker)
+    peer_a.stop_server()
+
+
+def test_a_copy_that_cannot_be_proven_is_removed_and_pulled(nodes, docker_pair, monkeypatch):  # noqa: F811
     holder, taker = docker_pair
     (peer_a,) = nodes(["node0"])
     holder.pull(IMAGE)
@@ -87,9 +116,20 @@ def test_a_load_whose_id_differs_is_removed_and_fails(nodes, docker_pair, monkey
         monkeypatch.setenv(key, value)
     peer_a.start_server()
     load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
-                       "--secret-file", str(peer_a.secret_file), "--expect-id", "sha256:" + "0" * 64)
-    assert load.returncode == 1 and "removed" in load.stderr
-    assert taker.docker("image", "inspect", IMAGE).returncode == 1
+                       "--secret-file", str(peer_a.secret_file), "--expect-content", "sha256:" + "0" * 64)
+    assert load.returncode == 0, load.stderr
+    assert "removed" in load.stderr and "pulling it from its registry" in load.stderr
+    assert registry_pulls(taker) == 1 and content(taker) == content(holder)
+    # a peer that is gone: straight to the registry
+    peer_a.stop_server()
+    taker.docker("rmi", IMAGE, check=0)
+    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
+                       "--secret-file", str(peer_a.secret_file), "--expect-content", content(holder))
+    assert load.returncode == 0 and "no answer" in load.stderr and registry_pulls(taker) == 2
+
+
+def registry_pulls(node: Node) -> int:
+    return sum(1 for c in calls(node) if c["argv"][1:2] == ["pull"])
 
 
 def calls(node: Node) -> list[dict]:

@@ -1,6 +1,6 @@
 """`docker save` / `docker load` in the docker stand-in: a tar on stdout, loaded from stdin on
-another node, the image ID kept and the lines moby prints (scripts/tb/standins/tbstand/
-imagetar.py names the upstream files)."""
+another node, the image ID kept within a store and changed across stores, and the lines moby
+prints (scripts/tb/standins/tbstand/imagetar.py names the upstream files)."""
 
 import json
 import subprocess
@@ -45,6 +45,8 @@ def test_saved_image_loads_on_another_node_with_its_id(pair, tmp_path, store):
         assert manifest[0]["RepoTags"] == [IMAGE]
         layer = tar.getmember(manifest[0]["Layers"][0])
         assert layer.size == 2 << 20
+        index = json.load(tar.extractfile("index.json"))
+        assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == "kimi-k3"
     with open(tar_path, "rb") as stdin:
         out = dst.docker("load", stdin=stdin, check=0).stdout
     assert out.splitlines() == [f"Loaded image: {IMAGE}"]
@@ -52,6 +54,38 @@ def test_saved_image_loads_on_another_node_with_its_id(pair, tmp_path, store):
     # the legacy store keeps no registry digest for a loaded image; containerd's names its target
     digests = inspect(dst, IMAGE)["RepoDigests"]
     assert digests == ([] if store == "overlay2" else inspect(src, IMAGE)["RepoDigests"])
+
+
+AGREED = ("Created", "Os", "Architecture", "RootFS")
+
+
+@pytest.mark.parametrize("source,target", [("overlay2", "containerd"), ("containerd", "overlay2")])
+def test_a_load_across_image_stores_gets_another_id_and_the_same_config(pair, tmp_path, source,
+                                                                         target):
+    """Legacy ID = config digest, containerd ID = the target index.json names (save.go writes
+    a manifest of its own; image_exporter.go exports the pulled index): the ID changes, what
+    inspect reads from the config blob does not."""
+    src, dst = pair
+    src.node_json({"image_store": source, "docker_version": "29.1.2", "image_size_mib": 2})
+    dst.node_json({"image_store": target, "docker_version": "29.1.2", "image_size_mib": 2})
+    src.pull(IMAGE)
+    tar_path = tmp_path / "image.tar"
+    assert save_to(src, IMAGE, tar_path) == 0
+    with open(tar_path, "rb") as stdin:
+        assert dst.docker("load", stdin=stdin, check=0).stdout.splitlines() == [f"Loaded image: {IMAGE}"]
+    there, here = inspect(src, IMAGE), inspect(dst, IMAGE)
+    assert here["Id"] != there["Id"]
+    assert {k: here[k] for k in AGREED} == {k: there[k] for k in AGREED}
+    if target == "overlay2":   # the loaded ID is the config digest a pull of the tag gets
+        (tmp_path / "fresh").mkdir()
+        fresh = Node(tmp_path / "fresh")
+        try:
+            fresh.pull(IMAGE)
+            assert here["Id"] == inspect(fresh, IMAGE)["Id"] and here["RepoDigests"] == []
+        finally:
+            fresh.kill_everything()
+    else:   # containerd names the loaded target: the manifest the legacy save wrote
+        assert here["RepoDigests"] == [f"lmsysorg/sglang@{here['Id']}"]
 
 
 def test_load_rejects_a_cut_stream_and_save_an_unknown_image(pair, tmp_path):

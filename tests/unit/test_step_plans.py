@@ -87,17 +87,18 @@ def test_image_pull_only_when_missing(tmp_path):
 
 
 IMAGE_ID = "sha256:" + "ab" * 32
+CONTENT = "sha256:" + "cd" * 32
 
 
 def test_image_loads_from_the_peer_that_holds_it(tmp_path):
     step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
-    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID}
+    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID, "content": CONTENT}
     up, load = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3", "peer": peer}, ctx)
     assert up.upload_to.endswith("/image_peers.py") and up.content == SCRIPT
     assert load.sudo and load.argv[:3] == ("python3", up.upload_to, "load")
     args = dict(zip(load.argv[3::2], load.argv[4::2]))
     assert args == {"--ref": "lmsysorg/sglang:kimi-k3", "--peer": f"10.0.0.11:{ctx.inv.ports.peer}",
-                    "--secret-file": PeerPaths(ctx.inv).secret, "--expect-id": IMAGE_ID}
+                    "--secret-file": PeerPaths(ctx.inv).secret, "--expect-content": CONTENT}
     assert "pull" not in " ".join(shown([up, load]))
     # a node that has it does nothing, whoever else holds it
     assert step.plan({"present": True, "image": "lmsysorg/sglang:kimi-k3", "peer": peer}, ctx) == []
@@ -112,7 +113,7 @@ def test_image_from_the_registry_when_no_peer_holds_it(tmp_path):
 def test_image_facts_pick_the_chosen_tags_peer(tmp_path):
     step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
     assert step.head_first
-    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID}
+    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID, "content": CONTENT}
     found = {"cuda": "13.0", "images": {}, "peer_images": {"lmsysorg/sglang:kimi-k3": peer}}
     facts = step.facts_from(found, ctx)
     assert facts["image"] == "lmsysorg/sglang:kimi-k3" and facts["peer"] == peer

@@ -235,9 +235,9 @@ def cmd_save(argv):
     from . import imagetar
     if opts["output"]:
         with open(opts["output"], "wb") as out:
-            imagetar.save(image, out)
+            imagetar.save(image, out, imagetar.store_kind(state))
     else:
-        imagetar.save(image, sys.stdout.buffer)
+        imagetar.save(image, sys.stdout.buffer, imagetar.store_kind(state))
         sys.stdout.buffer.flush()
     return 0
 

@@ -101,6 +101,36 @@ def layer_ids(source_ref):
     return [sha256(f"{source_ref}:{i}") for i in range(3)]
 
 
+# The registry's images were built once: a pull reports the build time, not the pull's.
+BUILT = 1767225600
+
+
+def built_at(source_ref):
+    return BUILT + int(sha256("built:" + source_ref)[:4], 16)
+
+
+def pulled_record(source_ref):
+    """What the registry's image config says of `source_ref` (every store reads the same)."""
+    return {"config": image_defaults(source_ref), "layers": layer_ids(source_ref),
+            "created": built_at(source_ref)}
+
+
+def config_blob(rec):
+    """The image config as one blob (its digest is the legacy store's image ID; both stores
+    report Created, Os, Architecture and RootFS.Layers from it: daemon/images/image_inspect.go,
+    daemon/containerd/image_inspect.go@docker-v29.1.2)."""
+    import json
+    return json.dumps({"architecture": "amd64", "os": "linux", "config": rec["config"],
+                       "created": runtime.rfc3339(rec["created"]),
+                       "rootfs": {"type": "layers",
+                                  "diff_ids": ["sha256:" + l for l in rec["layers"]]}},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def config_digest(rec):
+    return "sha256:" + sha256(config_blob(rec).decode())
+
+
 def image_defaults(source_ref):
     """Entrypoint/Cmd/Env the real images carry; engine images declare the CUDA they need,
     which the NVIDIA toolkit checks against the driver when a container gets GPUs."""

@@ -96,7 +96,7 @@ def has_content(state, source, digest):
 
 def fetch(state, source, digest, layers, write):
     size = write(lambda l: [_blob(state, "sha256:" + l), _snapshot(state, l)])
-    manifest = {"repo": source.rsplit(":", 1)[0], "created": time.time(), "size": size,
+    manifest = {"repo": source.rsplit(":", 1)[0], "created": images.built_at(source), "size": size,
                 "layers": layers, "config": images.image_defaults(source)}
     runtime.write_json_atomic(_blob(state, digest), manifest)
 

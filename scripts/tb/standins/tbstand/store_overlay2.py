@@ -10,7 +10,6 @@ RepoDigests, in familiar form (daemon/images/image_inspect.go@docker-v29.1.2).
 """
 import contextlib
 import os
-import time
 
 from . import images, runtime
 
@@ -35,7 +34,8 @@ def _config_path(state, image_id):
 
 
 def image_id(source_ref):
-    return "sha256:" + images.sha256("image:" + source_ref)
+    """The legacy store's image ID: the config's digest (daemon/internal/image/image.go ID)."""
+    return images.config_digest(images.pulled_record(source_ref))
 
 
 def records(state):
@@ -77,7 +77,7 @@ def fetch(state, source, digest, layers, write):
     size = write(lambda l: [os.path.join(root, "overlay2", l, "diff", "layer.bin")])
     config = {"config": images.image_defaults(source),
               "rootfs": {"diff_ids": ["sha256:" + l for l in layers]},
-              "k3tb": {"created": time.time(), "size": size, "manifest": digest,
+              "k3tb": {"created": images.built_at(source), "size": size, "manifest": digest,
                        "repo": source.rsplit(":", 1)[0]}}
     os.makedirs(os.path.dirname(_config_path(state, iid)), exist_ok=True)
     runtime.write_json_atomic(_config_path(state, iid), config)
