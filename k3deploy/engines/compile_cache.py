@@ -5,7 +5,8 @@ Each engine JIT-compiles kernels at start into directories its own variables nam
 sources in scripts/tb/standins/engine/kernels.py): SGLang SGLANG_DG_CACHE_DIR (DeepGEMM) and
 SGLANG_CACHE_DIR (its torch.compile / piecewise CUDA graphs and FlashInfer autotune),
 vLLM VLLM_CACHE_ROOT (its torch.compile cache), both TRITON_CACHE_DIR, FLASHINFER_WORKSPACE_BASE
-and TORCHINDUCTOR_CACHE_DIR. k3deploy mounts one NVMe dir per key at CACHE_MOUNT and points every variable into it, so a relaunched container starts warm.
+and TORCHINDUCTOR_CACHE_DIR. k3deploy mounts one NVMe dir per key at CACHE_MOUNT and points
+every variable into it, so a relaunched container starts warm.
 
 The key is what invalidates compiled kernels: the image (its id), the GPU model, the driver
 and CUDA version, and the engine flags that shape kernels (parallel sizes, backends,
