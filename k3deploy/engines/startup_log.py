@@ -31,10 +31,14 @@ READY = ("The server is fired up and ready to roll!", "] Starting vLLM server on
 # vLLM: the ranks formed their group (loading started, or is already done) before any bar.
 _VLLM_FORMED = ("] Starting to load model ", "] Model loading took ")
 # Lines an engine prints between loading and ready (no bar there): they count as progress.
-# SGLang model_runner.py ("Load weight end.", "Memory pool end.", "Capture cuda graph
-# end.") and vLLM gpu_model_runner.py ("Model loading took", "Graph capturing finished").
+# SGLang model_runner.py ("Load weight end.", "Memory pool end.", before 0.5.16 "Capture cuda
+# graph end."; since, model_runner_components/cuda_graph_setup.py "Capture target decode CUDA
+# graph begin." and "Capture target prefill CUDA graph begin/end.", role draft or target,
+# phase decode, verify or prefill) and vLLM gpu_model_runner.py ("Model loading took",
+# "Graph capturing finished").
 _MILESTONES = re.compile(r"Load weight end\.|KV Cache is allocated|Memory pool end\.|"
-                         r"Capture (?:cuda|piecewise CUDA) graph (?:begin|end)|"
+                         r"Capture (?:(?:target|draft) (?:decode|verify|prefill) )?"
+                         r"(?:cuda|piecewise CUDA|CUDA) graph (?:begin|end)|"
                          r"Model loading took|Graph capturing finished|"
                          r"Capturing (?:batches|num tokens)")
 # The scheduler started (SGLang engine.py runs check_server_args before it): flags accepted.

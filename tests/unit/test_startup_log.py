@@ -86,3 +86,9 @@ def test_error_line_reads_argparse_and_uvicorn_errors():
     bind = "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): " \
            "address already in use\n"
     assert startup_log.error_line(bind) == bind.strip()
+
+
+def test_each_cuda_graph_capture_line_of_0_5_16_is_progress():
+    lines = real("0.5.16", "graph-capture").splitlines()
+    seen = [startup_log.progress_marker("\n".join(lines[:n])) for n in range(1, len(lines) + 1)]
+    assert seen == [line.strip() for line in lines]
