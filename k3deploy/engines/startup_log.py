@@ -28,8 +28,12 @@ _BAR = re.compile(r"(?:" + "|".join(map(re.escape, LOADING_DESCS)) +
 # API server listening (after its logger's "[file:line] "), and uvicorn's line after it.
 READY = ("The server is fired up and ready to roll!", "] Starting vLLM server on ",
          "INFO:     Application startup complete.")
-# vLLM: the ranks formed their group (loading started, or is already done) before any bar.
-_VLLM_FORMED = ("] Starting to load model ", "] Model loading took ")
+# The ranks formed their group, in newline-ended lines that reach `docker logs` at once (the
+# loading bar does not: since 0.5.10 it is redrawn with "\r" and ends in its only "\n" when
+# the load is done). SGLang model_runner.py init_torch_distributed logs "Init torch distributed
+# ends." after init_distributed_environment and the world group's all-reduce of free memory
+# (every rank joined); vLLM: loading started, or is already done.
+_FORMED = ("Init torch distributed ends.", "] Starting to load model ", "] Model loading took ")
 # Lines an engine prints between loading and ready (no bar there): they count as progress.
 # SGLang model_runner.py ("Load weight end.", "Memory pool end.", before 0.5.16 "Capture cuda
 # graph end."; since, model_runner_components/cuda_graph_setup.py "Capture target decode CUDA
@@ -63,10 +67,10 @@ def ready(text: str) -> bool:
 
 
 def formed(text: str) -> bool:
-    """Rank 0's log shows the group formed: it loads weights (its bar), is ready, or (vLLM)
-    said it started loading."""
+    """Rank 0's log shows the group formed: past torch distributed init (SGLang), loading
+    (its bar; vLLM said it started), or ready."""
     return (loading(text) is not None or ready(text)
-            or any(marker in text for marker in _VLLM_FORMED))
+            or any(marker in text for marker in _FORMED))
 
 
 def started(engine: str, text: str) -> bool:

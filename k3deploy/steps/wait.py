@@ -3,8 +3,9 @@ the process group cannot form, instead of sitting at the barrier until --dist-ti
 
 Judged by progress, not by a clock a healthy load outlives (96 shards take ~25-30 min to
 load, then CUDA-graph capture and warm-up take minutes): the group formed once rank 0's log
-shows its loading bar (or rank 0's HTTP server answers at all: it starts only after every
-scheduler reported ready); from then on the wait fails only when rank 0's log has shown no
+shows it past torch distributed init (a newline-ended line; the loading bar reaches `docker
+logs` only when the load is done, engines/startup_log.py), its loading bar, or rank 0's HTTP
+server answers at all (it starts only after every scheduler reported ready); from then on the wait fails only when rank 0's log has shown no
 new progress line (a loading bar, a start-up milestone) for `stall_seconds`. Only global rank
 0 prints the bar (sglang weight_utils.py enable_tqdm), so the head's log is the one read.
 """
@@ -23,7 +24,7 @@ from k3deploy.steps.base import Step, wait
 class WaitParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout: float | None = Field(default=None, gt=0)  # an overall cap; none by default
-    form_timeout: float = Field(default=900, gt=0)     # no weight loading by then: no group
+    form_timeout: float = Field(default=900, gt=0)     # not past distributed init by then: no group
     # Formed, then no new progress line on rank 0 for this long: stuck. Generous: SGLang's
     # multi-thread loader shows nothing until the first of its shards is read whole, and
     # nothing between 100% and "Load weight end" (sgl-project/sglang#17970: minutes).
@@ -110,7 +111,7 @@ class WaitHealthy(Step):
 
     def check_cluster(self, all_facts, run, waited, looked_at):
         """Fails fast: a rank's container exited, the ranks cannot form one group, or rank 0
-        did not start loading weights in time; instead of sitting out the timeout."""
+        did not get past torch distributed init in time; instead of sitting out the timeout."""
         states = {n: f["container"] for n, f in all_facts.items()}
         gone = [n for n, state in states.items() if not state or not state["running"]]
         if gone:
@@ -124,8 +125,9 @@ class WaitHealthy(Step):
             self._formed = raylayout.serve_alive(head["ray"], head["healthy"],
                                                  run.inv.head.name, head["log"]) or self._formed
         if not self._formed and waited > self.p.form_timeout:
-            raise StepFailed(run.inv.head.name, f"rank 0 did not start loading weights "
-                             f"within {self.p.form_timeout:.0f}s: the process group did not form",
+            raise StepFailed(run.inv.head.name, "the process group did not form within "
+                             f"{self.p.form_timeout:.0f}s (rank 0 never got past torch "
+                             "distributed init)",
                              step=self.name, hint="check that every node reaches "
                              f"{run.inv.head.self_ip}:{run.inv.ports.dist_init} and the "
                              "ranks are 0..N-1 (k3deploy check)")
@@ -146,8 +148,9 @@ class WaitHealthy(Step):
 
 
 def formed(head: dict) -> bool:
-    """Rank 0 loads weights (its bar, printed by global rank 0 only), is ready, or its HTTP
-    server answers at all (503 during warm-up): every scheduler is past the rendezvous."""
+    """Rank 0 is past torch distributed init, loads weights (its bar, printed by global rank 0
+    only), is ready, or its HTTP server answers at all (503 during warm-up): every scheduler
+    is past the rendezvous."""
     log = head.get("log") or ""
     return startup_log.formed(log) or bool(head.get("answers"))
 
