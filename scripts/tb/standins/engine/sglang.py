@@ -182,6 +182,7 @@ class Rank:
         need_gb, phys_gb, oom_at = weights.memory_fit(snap, gpus_needed(self.args),
                                                       ctx.gpu_mem_mib)
         self.log(f"Load weight begin. avail mem={phys_gb * 0.96:.2f} GB")
+        self._snap = snap
         try:
             weights.load(snap, ctx.load_seconds, self.progress, oom_at)
         except weights.LoadError as e:
@@ -200,6 +201,7 @@ class Rank:
         its description by version (weights.py). tqdm redraws with "\r" + bar
         (tqdm/std.py@v4.67.3 status_printer) and, at close(), redraws once more and writes its
         one "\n"; the bar's own "\n" (BAR_FORMAT before 0.5.10) ends every redraw."""
+        self.report_loaded_bytes(done, total)
         if self.args.node_rank != 0:
             return
         version = self.ctx.sglang_version
@@ -209,6 +211,15 @@ class Rank:
         text = bar + (bar + "\n" if done == total else "")   # close(): a last redraw, then "\n"
         sys.stderr.write(text)
         sys.stderr.flush()
+
+    def report_loaded_bytes(self, done, total):
+        """Every rank's GPUs fill as its shards land (the weights are copied to the device as
+        each tensor is read, model_loader/loader.py load_weights_and_postprocess), so
+        nvidia-smi's used memory grows through the load on every rank, bar or no bar."""
+        need_gb, _, _ = weights.memory_fit(self._snap, gpus_needed(self.args), self.ctx.gpu_mem_mib)
+        weights_mib = min(need_gb * 1000 / 1.048576, self.frac * self.ctx.gpu_mem_mib)
+        self.ctx.report_gpu_memory([CUDA_CONTEXT_MIB + int(weights_mib * done / max(total, 1))]
+                                   * self.ctx.gpus)
 
     def kernel_shape(self):
         """The flags that change which kernels get compiled (parallel sizes, backends)."""
