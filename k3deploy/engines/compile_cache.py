@@ -2,10 +2,11 @@
 are keyed by, and where they live. Pure; the node side is remote/compile_cache.py.
 
 Each engine JIT-compiles kernels at start into directories its own variables name (upstream
-sources in scripts/tb/standins/engine/kernels.py): SGLang SGLANG_DG_CACHE_DIR (DeepGEMM),
-vLLM VLLM_CACHE_ROOT (its torch.compile cache), both TRITON_CACHE_DIR,
-FLASHINFER_WORKSPACE_BASE and TORCHINDUCTOR_CACHE_DIR. k3deploy mounts one NVMe dir per key
-at CACHE_MOUNT and points every variable into it, so a relaunched container starts warm.
+sources in scripts/tb/standins/engine/kernels.py): SGLang SGLANG_DG_CACHE_DIR (DeepGEMM) and
+SGLANG_CACHE_DIR (its torch.compile / piecewise CUDA graphs and FlashInfer autotune),
+vLLM VLLM_CACHE_ROOT (its torch.compile cache), both TRITON_CACHE_DIR, FLASHINFER_WORKSPACE_BASE
+and TORCHINDUCTOR_CACHE_DIR. k3deploy mounts one NVMe dir per key at CACHE_MOUNT and points
+every variable into it, so a relaunched container starts warm.
 
 The key is what invalidates compiled kernels: the image (its id), the GPU model, the driver
 and CUDA version, and the engine flags that shape kernels (parallel sizes, backends,
@@ -21,7 +22,8 @@ from k3deploy.remote.protocol import WorkPaths
 
 CACHE_MOUNT = "/k3deploy/compile-cache"
 CACHE_VARS = {
-    "sglang": (("SGLANG_DG_CACHE_DIR", "deep_gemm"), ("TRITON_CACHE_DIR", "triton"),
+    "sglang": (("SGLANG_DG_CACHE_DIR", "deep_gemm"), ("SGLANG_CACHE_DIR", "sglang"),
+               ("TRITON_CACHE_DIR", "triton"),
                ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
                ("TORCHINDUCTOR_CACHE_DIR", "torchinductor")),
     "vllm": (("VLLM_CACHE_ROOT", "vllm"), ("TRITON_CACHE_DIR", "triton"),

@@ -28,13 +28,21 @@ _BAR = re.compile(r"(?:" + "|".join(map(re.escape, LOADING_DESCS)) +
 # API server listening (after its logger's "[file:line] "), and uvicorn's line after it.
 READY = ("The server is fired up and ready to roll!", "] Starting vLLM server on ",
          "INFO:     Application startup complete.")
-# vLLM: the ranks formed their group (loading started, or is already done) before any bar.
-_VLLM_FORMED = ("] Starting to load model ", "] Model loading took ")
+# The ranks formed their group, in newline-ended lines that reach `docker logs` at once (the
+# loading bar does not: since 0.5.10 it is redrawn with "\r" and ends in its only "\n" when
+# the load is done). SGLang model_runner.py init_torch_distributed logs "Init torch distributed
+# ends." after init_distributed_environment and the world group's all-reduce of free memory
+# (every rank joined); vLLM: loading started, or is already done.
+_FORMED = ("Init torch distributed ends.", "] Starting to load model ", "] Model loading took ")
 # Lines an engine prints between loading and ready (no bar there): they count as progress.
-# SGLang model_runner.py ("Load weight end.", "Memory pool end.", "Capture cuda graph
-# end.") and vLLM gpu_model_runner.py ("Model loading took", "Graph capturing finished").
+# SGLang model_runner.py ("Load weight end.", "Memory pool end.", before 0.5.16 "Capture cuda
+# graph end."; since, model_runner_components/cuda_graph_setup.py "Capture target decode CUDA
+# graph begin." and "Capture target prefill CUDA graph begin/end.", role draft or target,
+# phase decode, verify or prefill) and vLLM gpu_model_runner.py ("Model loading took",
+# "Graph capturing finished").
 _MILESTONES = re.compile(r"Load weight end\.|KV Cache is allocated|Memory pool end\.|"
-                         r"Capture (?:cuda|piecewise CUDA) graph (?:begin|end)|"
+                         r"Capture (?:(?:target|draft) (?:decode|verify|prefill) )?"
+                         r"(?:cuda|piecewise CUDA|CUDA) graph (?:begin|end)|"
                          r"Model loading took|Graph capturing finished|"
                          r"Capturing (?:batches|num tokens)")
 # The scheduler started (SGLang engine.py runs check_server_args before it): flags accepted.
@@ -59,10 +67,10 @@ def ready(text: str) -> bool:
 
 
 def formed(text: str) -> bool:
-    """Rank 0's log shows the group formed: it loads weights (its bar), is ready, or (vLLM)
-    said it started loading."""
+    """Rank 0's log shows the group formed: past torch distributed init (SGLang), loading
+    (its bar; vLLM said it started), or ready."""
     return (loading(text) is not None or ready(text)
-            or any(marker in text for marker in _VLLM_FORMED))
+            or any(marker in text for marker in _FORMED))
 
 
 def started(engine: str, text: str) -> bool:

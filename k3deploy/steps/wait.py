@@ -3,11 +3,13 @@ the process group cannot form, instead of sitting at the barrier until --dist-ti
 
 Judged by progress, not by a clock a healthy load outlives (96 shards take ~25-30 min to
 load, then CUDA-graph capture and warm-up take minutes): the group formed once rank 0's log
-shows its loading bar (or rank 0's HTTP server answers at all: it starts only after every
-scheduler reported ready); from then on the wait fails only when rank 0's log has shown no
-new progress line (a loading bar, a start-up milestone) for `stall_seconds`. Only global rank
-0 prints the bar (sglang weight_utils.py enable_tqdm), so the head's log is the one read.
-"""
+shows it past torch distributed init (a newline-ended line; the loading bar reaches `docker
+logs` only when the load is done, engines/startup_log.py), its loading bar, or rank 0's HTTP
+server answers at all (it starts only after every scheduler reported ready). The form timeout
+bounds silence: nothing moved on any rank (a log line, GPU memory in use) for that long.
+From then on the wait fails only when nothing moved for `stall_seconds`: rank 0's progress
+line (a loading bar, a start-up milestone), any rank's last log line, any rank's GPU memory.
+Only global rank 0 prints the bar (sglang weight_utils.py enable_tqdm)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from k3deploy.steps.base import Step, wait
 class WaitParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout: float | None = Field(default=None, gt=0)  # an overall cap; none by default
-    form_timeout: float = Field(default=900, gt=0)     # no weight loading by then: no group
+    form_timeout: float = Field(default=900, gt=0)     # not past distributed init by then: no group
     # Formed, then no new progress line on rank 0 for this long: stuck. Generous: SGLang's
     # multi-thread loader shows nothing until the first of its shards is read whole, and
     # nothing between 100% and "Load weight end" (sgl-project/sglang#17970: minutes).
@@ -70,6 +72,8 @@ class WaitHealthy(Step):
     def prepare(self, run):
         apikey.settle_for_run(run)
         self._formed, self._shown, self._marker = False, None, None
+        self._signals, self._moved_at, self._view, self._shown_view = None, 0.0, None, None
+        self._lines: dict[str, str] = {}
 
     def probes(self, node):
         name = node.inv.engine.container
@@ -82,14 +86,17 @@ class WaitHealthy(Step):
         return found
 
     def wait_probes(self, node):
-        # Each rank's log: the loading progress, and why a rank that exited did so.
-        return [probes.engine_log(node.inv, node.is_head, tail=30)]
+        # Each rank's log: the loading progress, and why a rank that exited did so; its GPUs'
+        # memory in use, which grows as the weights land whatever the log shows.
+        return [probes.engine_log(node.inv, node.is_head, tail=30), probes.gpus()]
 
     def facts_from(self, found, node):
         health = found.get("health")
+        gpus = found.get("gpus")
         return {"container": probes.container_summary(found["container"]),
                 "healthy": http_probe.healthy(health), "log": found.get("log") or "",
-                "answers": http_probe.answered(health), "ray": found.get("ray")}
+                "answers": http_probe.answered(health), "ray": found.get("ray"),
+                "gpu_used_mib": sum(g["used_mib"] for g in gpus) if gpus else None}
 
     def plan(self, facts, node):
         state = facts["container"]
@@ -110,44 +117,76 @@ class WaitHealthy(Step):
 
     def check_cluster(self, all_facts, run, waited, looked_at):
         """Fails fast: a rank's container exited, the ranks cannot form one group, or rank 0
-        did not start loading weights in time; instead of sitting out the timeout."""
+        did not get past torch distributed init in time; instead of sitting out the timeout."""
         states = {n: f["container"] for n, f in all_facts.items()}
         gone = [n for n, state in states.items() if not state or not state["running"]]
         if gone:
             raise _exited(run, gone, all_facts)
         _check_ranks(run, states)
         head = all_facts[run.inv.head.name]
+        self._note_signals(all_facts, run, looked_at)
         self._formed = self._formed or formed(head)
         if raylayout.in_use(run.inv):
             # Its ranks being placed on every node (Ray holds the GPUs) is the sign the
             # group formed, and losing them without answering means the serve exited.
             self._formed = raylayout.serve_alive(head["ray"], head["healthy"],
                                                  run.inv.head.name, head["log"]) or self._formed
-        if not self._formed and waited > self.p.form_timeout:
-            raise StepFailed(run.inv.head.name, f"rank 0 did not start loading weights "
-                             f"within {self.p.form_timeout:.0f}s: the process group did not form",
+        if not self._formed and looked_at - self._moved_at > self.p.form_timeout:
+            raise StepFailed(run.inv.head.name, "the process group did not form within "
+                             f"{self.p.form_timeout:.0f}s (rank 0 never got past torch "
+                             "distributed init)",
                              step=self.name, hint="check that every node reaches "
                              f"{run.inv.head.self_ip}:{run.inv.ports.dist_init} and the "
                              "ranks are 0..N-1 (k3deploy check)")
 
+    def _note_signals(self, all_facts, run, looked_at) -> None:
+        """What shows the start-up moving on any rank: rank 0's last progress line, every
+        rank's last log line, every rank's GPU memory in use (the loading bar reaches `docker
+        logs` only when the load is done). Any of them changing is progress."""
+        head = all_facts[run.inv.head.name]
+        self._marker = startup_log.progress_marker(head["log"]) or self._marker
+        for n in run.inv.nodes:   # a line pushed out of the tail by /health polls is no news
+            self._lines[n.name] = _last_line(all_facts[n.name].get("log") or "") or \
+                self._lines.get(n.name, "")
+        lines = tuple(self._lines[n.name] for n in run.inv.nodes)
+        memory = tuple(all_facts[n.name].get("gpu_used_mib") for n in run.inv.nodes)
+        signals = (self._marker, lines, memory)
+        if signals != self._signals:
+            self._signals, self._moved_at = signals, looked_at
+        self._view = memory_view(run, memory)
+
     def progress(self, facts, node):
-        # None until the group formed: the form timeout judges that phase, not the stall.
-        # Our own /health polls fill the log tail during warm-up: keep the last line seen.
-        if not self._formed:
-            return None
-        self._marker = startup_log.progress_marker(facts["log"]) or self._marker
-        return self._marker or "formed"
+        # None until the group formed: the form timeout judges that phase (as silence).
+        return self._signals if self._formed else None
 
     def show_progress(self, facts, node):
         line = startup_log.progress_marker(facts["log"])
         if line and line != self._shown and node.run.ui:
             node.run.ui.say(f"{'':>14}{node.name}: {line[:120]}")
             self._shown = line
+        if self._view and self._view != self._shown_view and node.run.ui:
+            node.run.ui.say(f"{'':>14}{self._view}")
+            self._shown_view = self._view
+
+
+def memory_view(run, memory) -> str | None:
+    """GPU memory in use per rank, the load's progress while its bar is not in the log."""
+    if not any(memory):
+        return None
+    parts = [f"rank {run.inv.rank_of(n.name)} {m / 1024:.1f} GiB" if m is not None
+             else f"rank {run.inv.rank_of(n.name)} ?" for n, m in zip(run.inv.nodes, memory)]
+    return "GPU memory in use: " + ", ".join(parts)
+
+
+def _last_line(log: str) -> str:
+    lines = [line for line in log.splitlines() if line.strip() and '"GET /health' not in line]
+    return lines[-1] if lines else ""
 
 
 def formed(head: dict) -> bool:
-    """Rank 0 loads weights (its bar, printed by global rank 0 only), is ready, or its HTTP
-    server answers at all (503 during warm-up): every scheduler is past the rendezvous."""
+    """Rank 0 is past torch distributed init, loads weights (its bar, printed by global rank 0
+    only), is ready, or its HTTP server answers at all (503 during warm-up): every scheduler
+    is past the rendezvous."""
     log = head.get("log") or ""
     return startup_log.formed(log) or bool(head.get("answers"))
 

@@ -25,7 +25,7 @@ from k3run import REPO, changing_calls
 
 pytestmark = pytest.mark.integration
 
-LOAD, FORM, STALL = 8.0, 3.0, 2.5   # the load outlives both limits; a bar every ~0.8 s
+LOAD, FORM, STALL = 8.0, 2.5, 2.5   # the load lasts 3.2x each limit; GPU memory grows every ~0.8 s
 
 
 def set_node(tb, **values) -> None:
@@ -82,7 +82,8 @@ def test_0516_long_load_passes_on_rank0_progress(tb, tmp_path):
     head, worker = engine_log(tb, "node0"), engine_log(tb, "node1")
     assert "Multi-thread loading shards: 100% Completed | 96/96" in head
     assert "loading shards" not in worker and "checkpoint shards" not in worker
-    assert "Multi-thread loading shards:" in said(proc)   # the wait showed rank 0's progress
+    # The bar reaches docker logs only at its close: the wait showed the load by GPU memory.
+    assert "GPU memory in use: rank 0 " in said(proc)
     up_again_verify_down(tb)
 
 

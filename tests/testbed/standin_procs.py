@@ -110,9 +110,10 @@ class Cluster:
         self.run_dirs.append(run)
         return proc
 
-    def run(self, run, cmd, timeout=20, exec_in=None, container=True, **kw):
+    def run(self, run, cmd, timeout=20, exec_in=None, container=True, raw=False, **kw):
         """Run to completion. exec_in: a running container's config (`docker exec`);
-        container=False: no container at all (the command on the node itself)."""
+        container=False: no container at all (the command on the node itself); raw: output as
+        bytes (text mode turns a CR into a LF)."""
         self.run_dirs.append(run)
         if not container:
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "K3TB_RUN": str(run)}
@@ -121,7 +122,7 @@ class Cluster:
         config = exec_in or self.container(run, cmd, **kw)
         return subprocess.run([PYTHON, ENTRY, *cmd],
                               env=self.env(run, config, cmd if exec_in else None),
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=not raw, timeout=timeout)
 
     def close(self):
         for proc in self.procs:

@@ -9,6 +9,8 @@ killed when the test ends, pass or fail. The other stand-in engine tests: test_s
 """
 import sys
 
+import json
+
 import pytest
 from standin_procs import (ENGINE_DIR, GPUS, SHARDS, VLLM_IMAGE, free_port, gpu_report, http,
                            log_of, make_node, sglang_cmd, shard_name, wait_exit, wait_health,
@@ -84,6 +86,21 @@ def test_one_b200_node_runs_out_of_memory_late_in_the_load(cluster, tmp_path):
     assert result.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory" in result.stderr
     assert f"{SHARDS - 1}/{SHARDS}" in result.stderr and "100% Completed" not in result.stderr
+
+
+@pytest.mark.parametrize("version, desc, end", [
+    ("0.5.16", "Multi-thread loading shards", b""),      # BAR_FORMAT without "\n" since 0.5.10
+    ("0.5.4", "Loading safetensors checkpoint shards", b"\n"),
+])
+def test_the_loading_bar_is_framed_as_tqdm_writes_it(cluster, tmp_path, version, desc, end):
+    run = make_node(tmp_path, "node0", gpu="b200")       # runs out of memory before the close
+    node = json.loads((run / "node.json").read_text())
+    (run / "node.json").write_text(json.dumps({**node, "sglang_version": version}))
+    err = cluster.run(run, sglang_cmd(free_port()), raw=True).stderr
+    first = f"\r{desc}:   0% Completed | 0/{SHARDS} [00:00<?, ?it/s]".encode() + end
+    assert first + f"\r{desc}:  16% Completed | 2/{SHARDS} [".encode() in err   # every ~10%
+    if not end:   # nothing closed the bar: not one newline from its first redraw to the error
+        assert b"\n" not in err[err.index(first):err.index(f"{SHARDS - 1}/{SHARDS}".encode())]
 
 
 def test_uncached_model_offline_gives_the_hub_error(cluster, tmp_path):

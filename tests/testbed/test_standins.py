@@ -44,6 +44,20 @@ FAKE_ENTRY = textwrap.dedent('''
         for i in range(int(argv[1])):
             print(f"line {i}", flush=True)
             time.sleep(float(argv[2]) if len(argv) > 2 else 0)
+    elif op == "bar":  # a tqdm bar: CR + bar per update, one LF at close (argv[3] exists)
+        for i in range(int(argv[1])):
+            sys.stderr.write(f"\\rbar {i}/{argv[1]}")
+            sys.stderr.flush()
+        open(argv[2], "w").close()
+        while not os.path.exists(argv[3]):
+            time.sleep(0.05)
+        sys.stderr.write("\\n")
+        sys.stderr.flush()
+    elif op == "no-newline":  # argv[1] bytes without a newline, then silence
+        sys.stdout.write("x" * int(argv[1]))
+        sys.stdout.flush()
+        open(argv[2], "w").close()
+        time.sleep(60)
     elif op == "gpu":
         run = os.environ["K3TB_RUN"]
         with open(os.path.join(run, "gpu.json"), "w") as f:
@@ -692,3 +706,36 @@ def test_nvidia_smi_with_a_lost_gpu_answers_only_the_handle_error(node):
     healthy = node.sh("nvidia-smi", "--query-gpu=index", "--format=csv,noheader", "-i", "5",
                       check=0)
     assert (healthy.returncode, healthy.stdout) == (0, "5\n")
+
+
+def test_a_bar_redrawn_with_cr_reaches_docker_logs_only_at_its_newline(node, tmp_path):
+    """dockerd's log copier logs a message per "\\n" (moby daemon/logger/copier.go): tqdm's
+    "\\r" redraws stay in its buffer until the bar's closing "\\n"."""
+    node.pull()
+    drawn, close = tmp_path / "drawn", tmp_path / "close"
+    node.docker("run", "-d", "--name", "bar", "lmsysorg/sglang:kimi-k3", "bar", "3", str(drawn),
+                str(close), check=0)
+    assert wait_for(drawn.exists)
+    time.sleep(0.5)  # the copier had time to read the redraws
+    assert "bar 0/3" not in node.docker("logs", "bar", check=0).stdout
+    close.touch()
+    assert wait_for(lambda: node.docker("inspect", "-f", "{{.State.Status}}", "bar").stdout == "exited\n")
+    raw = subprocess.run([str(STANDINS / "docker"), "logs", "bar"], capture_output=True,
+                         env=node.env, timeout=30).stdout  # bytes: text mode would turn CR into LF
+    assert raw.endswith(b"}\n\rbar 0/3\rbar 1/3\rbar 2/3\n")
+
+
+def test_16_kib_without_a_newline_is_logged_as_a_partial(node, tmp_path):
+    node.pull()
+    written = tmp_path / "written"
+    node.docker("run", "-d", "--name", "long", "lmsysorg/sglang:kimi-k3", "no-newline",
+                str(16 * 1024 + 100), str(written), check=0)
+    assert wait_for(written.exists)
+
+    def partial():
+        out = node.docker("logs", "long", check=0).stdout
+        return out[out.index("}\n") + 2:] if "}\n" in out else ""
+    assert wait_for(lambda: len(partial()) >= 16 * 1024)
+    time.sleep(0.5)
+    assert partial() == "x" * (16 * 1024)   # the full buffer, no newline; the rest still held
+    node.docker("rm", "-f", "long", check=0)

@@ -37,7 +37,7 @@ def test_the_launch_mounts_the_dir_and_points_every_engine_variable_into_it():
     argv = engines.sglang_launch_argv(spec)
     assert "/mnt/nvme/.k3deploy/compile-cache/0123456789abcdef:/k3deploy/compile-cache" in argv
     env = [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
-    for var in ("SGLANG_DG_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
+    for var in ("SGLANG_DG_CACHE_DIR", "SGLANG_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
                 "TORCHINDUCTOR_CACHE_DIR"):
         assert any(e.startswith(f"{var}=/k3deploy/compile-cache/") for e in env), var
     assert "/k3deploy/compile-cache" not in " ".join(engines.sglang_launch_argv(h100_spec()))

@@ -297,13 +297,33 @@ def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
     step.prepare(run)
     seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
             for i in range(4)}
-    with pytest.raises(StepFailed, match="rank 0 did not start loading weights within 5s"):
-        step.check_cluster(seen, run, waited=6.0, looked_at=0.0)
+    step.check_cluster(seen, run, waited=0.0, looked_at=100.0)     # the clock starts
+    with pytest.raises(StepFailed, match="the process group did not form within 5s"):
+        step.check_cluster(seen, run, waited=6.0, looked_at=106.0)  # 6 s of silence
     # SGLang >= 0.5.10's bar, on global rank 0 (the head) only: the group formed.
     seen["node0"]["log"] = "Multi-thread loading shards:   0% Completed | 0/96 [00:00<?, ?it/s]\n"
     fresh = WaitHealthy({"form_timeout": 5})
     fresh.prepare(run)
-    fresh.check_cluster(seen, run, waited=6.0, looked_at=0.0)
+    fresh.check_cluster(seen, run, waited=0.0, looked_at=100.0)
+    fresh.check_cluster(seen, run, waited=6.0, looked_at=106.0)
+
+
+def test_the_form_timeout_bounds_silence_not_the_time_the_ranks_take(tmp_path):
+    """No rank past distributed init yet, but GPU memory grows on a rank: three form timeouts
+    pass without a failure; then nothing moves for longer than one: it fails."""
+    from k3deploy.steps.wait import WaitHealthy
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    step = WaitHealthy({"form_timeout": 5})
+    step.prepare(run)
+    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None,
+                         "gpu_used_mib": 0} for i in range(4)}
+    for t in range(0, 16):                        # 15 s = 3 x form_timeout, memory growing
+        seen["node1"]["gpu_used_mib"] = 1000 * t
+        step.check_cluster(seen, run, waited=float(t), looked_at=100.0 + t)
+    step.check_cluster(seen, run, waited=20.0, looked_at=120.0)   # 5 s still: not yet over
+    with pytest.raises(StepFailed, match="did not form within 5s"):
+        step.check_cluster(seen, run, waited=21.0, looked_at=121.0)
 
 
 def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
@@ -316,7 +336,7 @@ def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
     step.prepare(run)
     for node in Runner(run, [step]).contexts:
         assert not any("logs" in f.script for f in step.probes(node)), node.name
-        assert [f.name for f in step.wait_probes(node)] == ["log"]
+        assert [f.name for f in step.wait_probes(node)] == ["log", "gpus"]
         assert "docker logs" in step.wait_probes(node)[0].script
 
 
@@ -415,12 +435,17 @@ def test_the_endpoint_wait_is_judged_by_rank0_progress_once_formed(tmp_path):
     step.check_cluster(seen, run, waited=300.0, looked_at=0.0)   # long past the form timeout: formed
     first = step.progress(seen["node0"], node0)
     seen["node0"]["log"] += BAR.format(p=1, n=1)
+    step.check_cluster(seen, run, waited=301.0, looked_at=1.0)   # each poll looks, then asks
     assert step.progress(seen["node0"], node0) not in (first, None)   # the bar advanced
     # Warm-up: our own /health polls push the bar out of the log tail; no new progress.
     last = step.progress(seen["node0"], node0)
     seen["node0"]["log"] = '[2026-05-28 05:58:29] INFO:     127.0.0.1:50078 - "GET /health ' \
                            'HTTP/1.1" 503\n' * 30
+    step.check_cluster(seen, run, waited=302.0, looked_at=2.0)
     assert step.progress(seen["node0"], node0) == last
+    seen["node2"]["gpu_used_mib"] = 4096                         # a rank's GPUs fill: progress
+    step.check_cluster(seen, run, waited=303.0, looked_at=3.0)
+    assert step.progress(seen["node0"], node0) != last
     wait_action = step.plan(seen["node0"], node0)[0].wait
     assert wait_action.stall == 60 and wait_action.timeout is None
 

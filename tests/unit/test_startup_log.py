@@ -14,7 +14,8 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang"
 
 def real(version: str, name: str) -> str:
     assert (REAL / version / f"{name}.source").is_file(), f"{version}/{name} has no source"
-    return (REAL / version / f"{name}.txt").read_text()
+    with open(REAL / version / f"{name}.txt", newline="") as f:   # keep each "\r" as logged
+        return f.read()
 
 
 @pytest.mark.parametrize("version, name, expected", [
@@ -37,6 +38,13 @@ def test_the_first_bar_counts_as_loading_before_any_shard_is_read():
 def test_ready_line():
     assert startup_log.ready(real("0.5.16", "ready"))
     assert not startup_log.ready(real("0.5.16", "rank0-loading"))
+
+
+def test_rank_0_loading_as_docker_logs_shows_it_is_one_line_of_redraws():
+    text = real("0.5.16", "rank0-loading")
+    bars = [line for line in text.split("\n") if "Multi-thread loading shards" in line]
+    assert len(bars) == 1 and bars[0].count("\r") == 6
+    assert startup_log.loading(text) == (4, 4)
 
 
 def test_progress_marker_is_the_last_progress_line_never_an_access_line():
@@ -86,3 +94,17 @@ def test_error_line_reads_argparse_and_uvicorn_errors():
     bind = "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): " \
            "address already in use\n"
     assert startup_log.error_line(bind) == bind.strip()
+
+
+def test_each_cuda_graph_capture_line_of_0_5_16_is_progress():
+    lines = real("0.5.16", "graph-capture").splitlines()
+    seen = [startup_log.progress_marker("\n".join(lines[:n])) for n in range(1, len(lines) + 1)]
+    assert seen == [line.strip() for line in lines]
+
+
+def test_the_group_formed_once_rank_0_is_past_torch_distributed_init():
+    """What reaches `docker logs` before a bar can (its "\\r" redraws end in a "\\n" only when
+    the load is done)."""
+    text = real("0.5.16", "group-formed")
+    assert startup_log.formed(text) and startup_log.loading(text) is None
+    assert not startup_log.formed(text.splitlines()[0])    # "begin": a rank may still be missing

@@ -4,6 +4,9 @@ Real engines JIT-compile at start (SGLang: DeepGEMM's kernels, Triton, FlashInfe
 TorchInductor; vLLM: its torch.compile cache too) into per-user cache directories, each
 named by its own variable: SGLANG_DG_CACHE_DIR (default ~/.cache/deep_gemm,
 sgl-project/sglang python/sglang/srt/environ.py@21ff4b08a19649d55c59ed4bd8383ab9a19e6430),
+SGLANG_CACHE_DIR (default ~/.cache/sglang: torch.compile / piecewise CUDA graphs, FlashInfer
+autotune; the same environ.py, `SGLANG_CACHE_DIR = EnvStr(os.path.expanduser("~/.cache/sglang"))`
+beside SGLANG_FLASHINFER_AUTOTUNE_CACHE),
 TRITON_CACHE_DIR (triton-lang/triton python/triton/knobs.py@689edabdbe3b8f2707eb35a1d0ce336f69122ea9),
 FLASHINFER_WORKSPACE_BASE (its cache is $BASE/.cache/flashinfer, flashinfer-ai/flashinfer
 flashinfer/jit/env.py@05ce648b408ab17c2c31ad7b498b3c28d15b9369), TORCHINDUCTOR_CACHE_DIR
@@ -30,6 +33,7 @@ from common import EngineExit
 
 CACHES = {
     "sglang": (("SGLANG_DG_CACHE_DIR", "/root/.cache/deep_gemm"),
+               ("SGLANG_CACHE_DIR", "/root/.cache/sglang"),
                ("TRITON_CACHE_DIR", "/root/.triton/cache"),
                ("FLASHINFER_WORKSPACE_BASE", "/root"),
                ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_root")),

@@ -20,6 +20,12 @@ from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
 
 # Multi-thread loading on by default from 0.5.10 (sgl-project/sglang#20289, 2026-03-10).
 MULTI_THREAD_SINCE = (0, 5, 10)
+# The loaders' tqdm BAR_FORMAT has no trailing "\n" since 0.5.10 (issue 31 cites
+# python/sglang/srt/utils/common.py, 0.5.10 line 125, 0.5.16 line 1215): a stored common.py of
+# SGLang main reads `BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt}
+# [{elapsed}<{remaining}, {rate_fmt}]"` under a comment that still says "with a newline at the
+# end"; the older weight_utils.py _BAR_FORMAT ended in "\n", which ended every redraw.
+BAR_NEWLINE_UNTIL = (0, 5, 9)
 # The last release modelled with /get_server_info only. /server_info was the canonical name by
 # 2025-12 (sgl-project/sglang#14533 reverts a change that had moved callers to it); 0.5.4
 # (2025-10) predates that evidence. The exact release it appeared in is not pinned down.
@@ -176,6 +182,7 @@ class Rank:
         need_gb, phys_gb, oom_at = weights.memory_fit(snap, gpus_needed(self.args),
                                                       ctx.gpu_mem_mib)
         self.log(f"Load weight begin. avail mem={phys_gb * 0.96:.2f} GB")
+        self._snap = snap
         try:
             weights.load(snap, ctx.load_seconds, self.progress, oom_at)
         except weights.LoadError as e:
@@ -191,12 +198,28 @@ class Rank:
     def progress(self, done, total, elapsed):
         """The loader's tqdm bar: on global rank 0 only (weight_utils.py: enable_tqdm is
         `torch.distributed.get_rank() == 0`), to stderr as tqdm writes, without a log prefix;
-        its description by version (weights.py)."""
+        its description by version (weights.py). tqdm redraws with "\r" + bar
+        (tqdm/std.py@v4.67.3 status_printer) and, at close(), redraws once more and writes its
+        one "\n"; the bar's own "\n" (BAR_FORMAT before 0.5.10) ends every redraw."""
+        self.report_loaded_bytes(done, total)
         if self.args.node_rank != 0:
             return
-        desc = (weights.MULTI_THREAD_DESC if self.ctx.sglang_version >= MULTI_THREAD_SINCE
-                else weights.SAFETENSORS_DESC)
-        say(weights.progress_line(done, total, elapsed, desc), sys.stderr)
+        version = self.ctx.sglang_version
+        desc = weights.MULTI_THREAD_DESC if version >= MULTI_THREAD_SINCE else weights.SAFETENSORS_DESC
+        bar = "\r" + weights.progress_line(done, total, elapsed, desc)
+        bar += "\n" if version <= BAR_NEWLINE_UNTIL else ""
+        text = bar + (bar + "\n" if done == total else "")   # close(): a last redraw, then "\n"
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def report_loaded_bytes(self, done, total):
+        """Every rank's GPUs fill as its shards land (the weights are copied to the device as
+        each tensor is read, model_loader/loader.py load_weights_and_postprocess), so
+        nvidia-smi's used memory grows through the load on every rank, bar or no bar."""
+        need_gb, _, _ = weights.memory_fit(self._snap, gpus_needed(self.args), self.ctx.gpu_mem_mib)
+        weights_mib = min(need_gb * 1000 / 1.048576, self.frac * self.ctx.gpu_mem_mib)
+        self.ctx.report_gpu_memory([CUDA_CONTEXT_MIB + int(weights_mib * done / max(total, 1))]
+                                   * self.ctx.gpus)
 
     def kernel_shape(self):
         """The flags that change which kernels get compiled (parallel sizes, backends)."""

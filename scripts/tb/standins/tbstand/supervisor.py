@@ -1,5 +1,5 @@
 """The per-container supervisor: a detached process (own session) that runs the container's
-process, appends its output to container.log and records how and when it ended.
+process, copies its output into container.log as dockerd's log copier does, and records how and when it ended.
 
 Run as: /usr/bin/python3 supervisor.py <container dir> <entry.py>
 """
@@ -12,7 +12,7 @@ import time
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
-from tbstand import runtime  # noqa: E402
+from tbstand import logcopier, runtime  # noqa: E402
 from tbstand.containers import Container  # noqa: E402
 
 
@@ -41,13 +41,22 @@ def exit_code(returncode):
 
 
 def _launch(container, entry):
-    log = os.open(container.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    """The container's process, its stdout and stderr copied into the log store as dockerd's
+    log copier does (logcopier.py); returns (process, copier threads)."""
+    os.close(os.open(container.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640))
+    (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
     try:
-        return subprocess.Popen([runtime.PYTHON, entry] + container.config["cmd"], cwd="/",
+        proc = subprocess.Popen([runtime.PYTHON, entry] + container.config["cmd"], cwd="/",
                                 env=container_env(container.config), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=log, start_new_session=True)
+                                stdout=out_w, stderr=err_w, start_new_session=True)
+    except OSError:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
     finally:
-        os.close(log)
+        os.close(out_w)
+        os.close(err_w)
+    return proc, logcopier.start((out_r, err_r), container.log_path)
 
 
 def _should_restart(config, state, code):
@@ -66,7 +75,7 @@ def _should_restart(config, state, code):
 def _run_once(container, entry):
     """Start the process, record it, wait, clean up its leftovers; returns its exit code."""
     try:
-        proc = _launch(container, entry)
+        proc, copiers = _launch(container, entry)
     except OSError as e:
         with container.update() as state:
             state.update(status="exited", exit_code=127, error=str(e), starting=False,
@@ -82,6 +91,8 @@ def _run_once(container, entry):
     kill_group(proc.pid)  # the container's pid 1 is gone: so is everything else in it
     for pid, _start in container.reload().state.get("execs", []):
         kill_group(pid)
+    for copier in copiers:  # its streams end with it: the last partial is in the store
+        copier.join(timeout=10)
     return code
 
 
