@@ -7,6 +7,7 @@ import shutil
 import shlex
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -67,6 +68,35 @@ def test_a_no_op_run_looks_once_per_node_for_every_step(tmp_path):
     assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
     # One round trip per node: which machine it is and every step's facts.
     assert {c.batches for c in conns.values()} == {1}
+
+
+class AsksTwoOneOnItsOwn(Asks):
+    """Like verify: one fact asked ahead (GPUs) and one only in its own look (the chat)."""
+
+    def probes(self, node):
+        return [F.command("value", ["cat", f"/{self.name}"]),
+                replace(F.command("own", ["cat", "/chat"]), ahead=False)]
+
+    def plan(self, facts, node):
+        return [] if facts["value"] == facts["own"] == "yes" else [cmd("set", "set", "chat")]
+
+
+class Recording(World):
+    def respond(self, command):
+        self.asked = [*getattr(self, "asked", []),
+                      re.findall(r'@@k3fact@@begin \S+; \( cat /(\w+) \)', command)]
+        return super().respond(command)
+
+
+def test_a_fact_asked_only_in_its_own_look_leaves_the_others_in_the_batch(tmp_path):
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: Recording(n.name, {"a": "yes", "v": "yes", "chat": "yes"})
+             for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns))
+    report = Runner(run, [Asks("a"), AsksTwoOneOnItsOwn("v")]).execute()
+    assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
+    # the batch reads a and v; v's own look reads only the chat: no command runs twice
+    assert {tuple(map(tuple, c.asked)) for c in conns.values()} == {(("a", "v"), ("chat",))}
 
 
 def test_the_first_look_also_tells_a_replaced_machine(tmp_path):
