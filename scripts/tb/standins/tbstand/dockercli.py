@@ -48,7 +48,7 @@ def connect(run_style=False):
     state = daemon.running_daemon()
     if state is None:
         if run_style:
-            raise Exit(125, f"docker: {DAEMON_DOWN}.\nSee 'docker run --help'.")
+            raise Exit(125, f"docker: {DAEMON_DOWN}\n\nRun 'docker run --help' for more information")
         raise Exit(1, DAEMON_DOWN)
     return state
 
