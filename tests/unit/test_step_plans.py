@@ -225,10 +225,14 @@ def test_launch_same_config_running_is_left_alone(tmp_path):
 
 def test_launch_other_config_needs_replace(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
-    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
+    bare = dataclasses.replace(facts["spec"], labels={})
+    running = engines.with_config_label(dataclasses.replace(
+        bare, extra_args={**bare.extra_args, "max-running-requests": 48}), ctx.run.inputs.api_key)
+    facts["container"] = {"running": True, "labels": dict(running.labels)}
     with pytest.raises(StepFailed, match="runs another configuration") as err:
         step.plan(facts, ctx)
     assert "--replace" in err.value.hint
+    assert "engine.args.max-running-requests: 48 -> unset" in str(err.value)
     step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
     facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
     assert [a.description for a in step.plan(facts, ctx)][-4:] == [
