@@ -45,6 +45,15 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "its socket exists); docs.docker.com/engine/storage/containerd (default on fresh 29.0 "
        "installs; compressed and unpacked copies)",
        {"docker_version": "29.1.2", "image_store": "containerd"}),
+    _p("dockerd-flag-data-root", "docker-unit",
+       "docker.service started with `--data-root /var/lib/docker-flag` (a drop-in's ExecStart): "
+       "dockerd refuses data-root in daemon.json too; restarts in a row hit the start limit",
+       "moby/moby docker-v29.1.2 (de45c2ae): daemon/config/config.go "
+       "findConfigurationConflicts (specified both as a flag and in the configuration file), "
+       "contrib/init/systemd/docker.service (StartLimitBurst=3, StartLimitIntervalSec=60, "
+       "Restart=always, RestartSec=2); systemd.unit(5) start rate limiting, systemctl(1) "
+       "reset-failed",
+       {"dockerd_flags": ["--data-root", "/var/lib/docker-flag"]}),
     _p("toolkit-runtime", "toolkit",
        "NVIDIA Container Toolkit configured with `nvidia-ctk runtime configure` (an `nvidia` runtime)",
        "NVIDIA/nvidia-container-toolkit d34b3046 pkg/config/engine/docker/docker.go AddRuntime "

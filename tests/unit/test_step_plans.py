@@ -54,13 +54,15 @@ def test_nvme_merges_daemon_json_and_restarts(tmp_path):
     assert write.upload_to == "/etc/docker/daemon.json" and write.sudo
     assert json.loads(write.content) == {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"}
     assert shown(actions[1:]) == ["stop docker: sudo systemctl stop docker docker.socket",
+                                  "clear docker's failed starts: sudo systemctl reset-failed "
+                                  "docker.service docker.socket",
                                   "start docker: sudo systemctl start docker"]
 
 
 def test_nvme_file_right_but_daemon_not_restarted(tmp_path):
     facts = {**NVME_DONE, "docker_root": "/var/lib/docker"}
     assert [a.description for a in MoveToNvme().plan(facts, node_ctx(tmp_path))] == \
-        ["stop docker", "start docker"]
+        ["stop docker", "clear docker's failed starts", "start docker"]
 
 
 def test_nvme_refuses_unparseable_daemon_json(tmp_path):
