@@ -82,10 +82,13 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "sgl-project/sglang#20289); entrypoints/engine.py, http_server.py",
        {"sglang_version": "0.5.4"}),
     _p("sglang-0.5.16", "sglang",
-       "SGLang 0.5.16 (the kimi-k3 tags): 'Multi-thread loading shards' on global rank 0 only; "
-       "/server_info",
+       "SGLang 0.5.16 release behaviour (the kimi-k3 image's base; the image itself runs SGLang "
+       "main, whose loader, bar and info paths are the same since 0.5.10): 'Multi-thread "
+       "loading shards' on global rank 0 only; /server_info",
        "weight_utils.py multi_thread_safetensors_weights_iterator, default since 0.5.10 "
-       "(sgl-project/sglang#20289); /server_info canonical (#21463)",
+       "(sgl-project/sglang#20289); /server_info canonical (#21463); the image: "
+       "docker/kimi_k3/kimi_k3_cu13.Dockerfile@0d64ba8b (FROM lmsysorg/sglang:v0.5.16, then "
+       "`git clone --branch main` and `pip install -e python`)",
        {"sglang_version": "0.5.16"}, default=True),
     _p("vllm-0.33", "vllm", "vLLM 0.33 log lines and start-up",
        "vllm 0.33.0 wheel: vllm/logger.py _FORMAT, entrypoints/launchers/launcher.py, "
