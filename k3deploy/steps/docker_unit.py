@@ -74,7 +74,8 @@ def refuse_flag_with_file(facts: dict, node, wanted: str, step: str) -> None:
         f"are specified both as a flag and in the configuration file: data-root\"). Nothing was "
         "changed; docker keeps running", step=step,
         hint=f"remove `{flag}` from ExecStart in {path}, then `sudo systemctl daemon-reload` and "
-        f"re-run (k3deploy sets data-root {wanted} in daemon.json); or set paths.docker: {value} "
+        f"re-run (k3deploy sets data-root {wanted} in daemon.json); or set "
+        f"paths.docker_root: {value} "
         "in the inventory")
 
 
