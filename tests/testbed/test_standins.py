@@ -360,9 +360,15 @@ def test_invalid_daemon_json_fails_the_start(node):
     assert r.returncode == 3 and r.stdout == "failed\n"
     assert node.docker("info").returncode == 1
     (node.etc / "daemon.json").write_text('{"data-root": "/mnt/nvme/docker", "no-such-option": 1}')
+    # systemd restarted the failed dockerd itself (Restart=always) up to StartLimitBurst: a
+    # start by hand within the minute is refused until reset-failed
+    r = node.systemctl("start", "docker")
+    assert r.returncode == 1 and "attempted too often" in r.stderr
+    node.systemctl("reset-failed", "docker", check=0)
     assert node.systemctl("start", "docker").returncode == 1
     assert "no-such-option" in node.systemctl("status", "docker").stdout
     (node.etc / "daemon.json").write_text('{"data-root": "/mnt/nvme/docker", "runtimes": {}}')
+    node.systemctl("reset-failed", "docker", check=0)
     node.systemctl("start", "docker", check=0)
     assert node.docker("info", "-f", "{{.DockerRootDir}}", check=0).stdout == "/mnt/nvme/docker\n"
 
