@@ -3,7 +3,7 @@ import os
 import re
 
 from . import containers, daemon, images, lifecycle, runflags, runtime
-from .dockercli import Exit, connect, parse
+from .dockercli import Exit, connect, flag_error, parse
 from .dockerctr import NO_SUCH, stream_log
 
 NAME_RE = re.compile(r"^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
@@ -11,7 +11,7 @@ NETWORKS = {"host", "bridge", "none", "default"}
 IPC_MODES = {"", "host", "private", "shareable", "none"}
 # What `docker run` adds to an error from parsing, create or start (docker/cli
 # cli/command/container/run.go@v28.5.1 withHelp/toStatusError, exit 125); flag errors are
-# framed by cobra's FlagErrorFunc instead (runflags).
+# framed by cobra's FlagErrorFunc instead (dockercli.flag_error).
 SEE_RUN = "\n\nRun 'docker run --help' for more information"
 
 
@@ -37,7 +37,9 @@ def _validated(opts, client_env):
             raise _daemon_fail(message) from None
         if message.startswith("open "):
             raise Exit(125, f"docker: {message}{SEE_RUN}") from None
-        raise Exit(125, message + "\nSee 'docker run --help'.") from None
+        if message.startswith("invalid restart policy"):   # parse(), not a flag's Set
+            raise Exit(125, f"docker: {message}{SEE_RUN}") from None
+        raise flag_error("run", message) from None
     if opts["rm"] and derived["restart"]["Name"] != "no":
         raise Exit(125, "docker: conflicting options: cannot specify both --restart and --rm" + SEE_RUN)
     return derived
@@ -188,7 +190,7 @@ def cmd_exec(argv):
     try:
         pairs = runflags.env_from_files(opts["env_files"], os.environ) + runflags.env_pairs(opts["env"], os.environ)
     except runflags.FlagError as e:
-        raise Exit(125, f"{e}\nSee 'docker exec --help'.") from None
+        raise flag_error("exec", e) from None
     state = connect()
     c = containers.find(state["data_root"], args[0])
     if c is None:
