@@ -54,13 +54,15 @@ def test_nvme_merges_daemon_json_and_restarts(tmp_path):
     assert write.upload_to == "/etc/docker/daemon.json" and write.sudo
     assert json.loads(write.content) == {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"}
     assert shown(actions[1:]) == ["stop docker: sudo systemctl stop docker docker.socket",
+                                  "clear docker's failed starts: sudo systemctl reset-failed "
+                                  "docker.service docker.socket",
                                   "start docker: sudo systemctl start docker"]
 
 
 def test_nvme_file_right_but_daemon_not_restarted(tmp_path):
     facts = {**NVME_DONE, "docker_root": "/var/lib/docker"}
     assert [a.description for a in MoveToNvme().plan(facts, node_ctx(tmp_path))] == \
-        ["stop docker", "start docker"]
+        ["stop docker", "clear docker's failed starts", "start docker"]
 
 
 def test_nvme_refuses_unparseable_daemon_json(tmp_path):
@@ -225,10 +227,14 @@ def test_launch_same_config_running_is_left_alone(tmp_path):
 
 def test_launch_other_config_needs_replace(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
-    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
+    bare = dataclasses.replace(facts["spec"], labels={})
+    running = engines.with_config_label(dataclasses.replace(
+        bare, extra_args={**bare.extra_args, "max-running-requests": 48}), ctx.run.inputs.api_key)
+    facts["container"] = {"running": True, "labels": dict(running.labels)}
     with pytest.raises(StepFailed, match="runs another configuration") as err:
         step.plan(facts, ctx)
     assert "--replace" in err.value.hint
+    assert "engine.args.max-running-requests: 48 -> unset" in str(err.value)
     step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
     facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
     assert [a.description for a in step.plan(facts, ctx)][-4:] == [
