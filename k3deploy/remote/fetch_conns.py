@@ -315,9 +315,12 @@ class Connections:
         # renamed and its record removed, and a save or a hash after that would write the
         # record again (a leftover, seen once in a clean-clone run of .ci/run) or open a file no
         # longer there.
-        if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
-            job.part.save()
-        job.part.advance_hash()
+        try:
+            if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
+                job.part.save()
+            job.part.advance_hash()
+        except DownloadError as e:   # a DiskFault: the file fails now, the worker lives on
+            job.fatal = job.fatal or e
         with self.cond:
             job.running.discard(seg)
             if seg.pos < seg.end and not job.fatal:

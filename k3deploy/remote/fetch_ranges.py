@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from fetch_base import log, write_json_atomic
+from fetch_base import log, on_local_disk, write_json_atomic
 from fetch_manifest import FileSpec
 from fetch_progress import Progress
 
@@ -88,7 +88,8 @@ class PartialBlob:
             self.path.unlink()
             self.record.unlink(missing_ok=True)
             size = 0
-        self.path.touch()
+        with on_local_disk(self.path):
+            self.path.touch()
         try:
             doc = json.loads(self.record.read_text())
             if doc.get("size") == self.spec.size:
@@ -113,10 +114,15 @@ class PartialBlob:
 
     def open(self):
         """A handle for writes at any offset (not O_APPEND: Linux pwrite ignores the offset there)."""
-        return open(self.path, "r+b")
+        with on_local_disk(self.path):
+            return open(self.path, "r+b")
 
     def write_at(self, f, offset: int, data, source: str = "hub") -> None:
-        os.pwrite(f.fileno(), data, offset)
+        with on_local_disk(self.path):
+            view, at = memoryview(data), offset
+            while view:   # a disk filling up takes part of a write before it refuses the rest
+                n = os.pwrite(f.fileno(), view, at)
+                view, at = view[n:], at + n
         with self.lock:
             self.done = merge([*self.done, [offset, offset + len(data)]])
             self.length = max(self.length, offset + len(data))
@@ -158,7 +164,8 @@ class PartialBlob:
                 doc = {"size": self.spec.size, "done": [list(r) for r in self.done]}
                 self.written_at, self.recorded = time.monotonic(), sum(e - s for s, e in self.done)
                 self.recorded_once = True
-            write_json_atomic(self.record, doc)
+            with on_local_disk(self.record):
+                write_json_atomic(self.record, doc)
         finally:
             self.save_lock.release()
 
@@ -182,6 +189,10 @@ class PartialBlob:
         the prefix, into bytes other connections have not written yet, and a later seek inside
         its buffer hands those stale bytes back (a wrong digest and a whole file fetched again).
         Called with hash_lock held."""
+        with on_local_disk(self.path):
+            self._read_prefix()
+
+    def _read_prefix(self) -> None:
         fd = os.open(self.path, os.O_RDONLY)
         try:
             while self.hashed < self.prefix:
@@ -199,8 +210,9 @@ class PartialBlob:
         return self.hasher.hexdigest() if self.hashed == self.spec.size else None
 
     def finish(self, f) -> None:
-        f.flush()
-        os.fsync(f.fileno())
+        with on_local_disk(self.path):
+            f.flush()
+            os.fsync(f.fileno())
         self.save()
 
     def restart(self, f=None) -> None:
