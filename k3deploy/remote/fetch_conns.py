@@ -313,8 +313,7 @@ class Connections:
         job = seg.job
         # Record and hash before the job can be done: once it is, fetch() returns, the file is
         # renamed and its record removed, and a save or a hash after that would write the
-        # record again (a leftover, seen once in a clean-clone run of .ci/run) or open a file no
-        # longer there.
+        # record again (a leftover) or open a file no longer there.
         try:
             if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
                 job.part.save()

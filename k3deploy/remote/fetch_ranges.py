@@ -14,8 +14,8 @@ appended at the hashed end (the peer source writes front to back) are hashed fro
 they were just written from: no open and read back per chunk.
 
 A partial that is exactly its prefix (written front to back, nothing past it, no record yet)
-gets no record: its length says the same (`_load`'s fallback), and rewriting the record after
-every chunk was 7 atomic writes per 2 MB peer file (strace, one downloader, 84 files).
+gets no record: its length says the same (`_load`'s fallback), and a record rewritten after
+every chunk would cost several atomic writes per peer file for nothing.
 """
 from __future__ import annotations
 
@@ -32,12 +32,11 @@ from fetch_progress import Progress
 # The record is rewritten once the bytes it does not name yet pass RECORD_SHARE of what it names,
 # or RECORD_EVERY seconds: a SIGKILL costs at most ~2% of the bytes on disk (plus half a second).
 # Not more often than every RECORD_GAP seconds: while a file's record names little, 2% of it is
-# less than one read of a socket, and the record was rewritten after every chunk (145 times per
-# 2 MB file in 4 kB chunks; ~20% of a downloader's GIL time on the lottery's slow edges, py-spy).
+# less than one read of a socket, and a rewrite per chunk (145 per 2 MB file in 4 kB chunks)
+# would take a large share of a downloader's GIL time on slow CDN edges.
 # But never more than LAG_SHARE of what it names (at least LAG_FLOOR) behind, gap or no gap: a
-# file arriving faster than that share per gap (early in any file, when the record is small) left
-# a whole gap's bytes unnamed, 6% of what was on disk at a SIGKILL in a clean-clone .ci/run
-# (three 1.5 MB files at 1.8 MB/s, killed at 2 MB; test_fetch_weights_cdn).
+# file arriving faster than that share per gap (early in any file, when the record is small)
+# would otherwise leave a whole gap's bytes unnamed, lost at a SIGKILL.
 RECORD_EVERY, RECORD_SHARE, RECORD_GAP = 0.5, 0.02, 0.1
 LAG_SHARE, LAG_FLOOR = 0.03, 16 << 10
 HASH_READ = 8 << 20
