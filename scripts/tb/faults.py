@@ -115,6 +115,15 @@ def fill_disk(state: TestbedState, name: str) -> str:
     return f"{name}: /mnt/nvme filled ({left} bytes free)"
 
 
+def free_disk(state: TestbedState, name: str) -> str:
+    """Undo fill-disk: the filler goes, the node's /mnt/nvme has its room back."""
+    record = _running_node(state, name)
+    nvme = Path(f"/proc/{record['init_pid']}/root/mnt/nvme")
+    (nvme / FILL_FILE).unlink(missing_ok=True)
+    stat = os.statvfs(nvme)
+    return f"{name}: /mnt/nvme freed ({stat.f_bavail * stat.f_frsize} bytes free)"
+
+
 def peer_corrupt(state: TestbedState, name: str) -> str:
     record = _running_node(state, name)
     flag = Path(f"/proc/{record['init_pid']}/root{PEER_CORRUPT_FLAG}")
@@ -162,7 +171,7 @@ def hub_fault(state: TestbedState, action: str, args: list[str], status: int | N
 
 NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition": partition,
                 "firewall": firewall, "heal": heal, "fill-disk": fill_disk,
-                "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
+                "free-disk": free_disk, "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
 ENGINE_ACTIONS = {"wedge-engine": enginefaults.wedge, "unwedge-engine": enginefaults.unwedge,
                   "slow-prefill": enginefaults.slow_prefill}
 # testbed action -> (hubfaults action, how many arguments)
