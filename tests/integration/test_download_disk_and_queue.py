@@ -35,12 +35,15 @@ def test_a_download_of_twelve_budgets_on_a_healthy_hub_needs_no_restart(tmp_path
 
 
 def test_a_disk_filled_mid_download_stops_up_in_seconds_and_the_rerun_resumes(tmp_path):
-    with testbed(tmp_path, nodes=1, hub_node_rate=1_500_000) as tb:
+    with testbed(tmp_path, nodes=1, gpu="b300", gpus_per_node=8, engine="sglang",
+                 hub_node_rate=1_500_000) as tb:
         node = tb.nodes[0]
         run = k3_bg("up", "-i", str(tb.inventory))
         try:
-            wait_until(lambda: tb.stats()["hub"]["by_node"].get(node, {}).get("bytes", 0) > 6_000_000,
+            wait_until(lambda: run.poll() is not None or
+                       tb.stats()["hub"]["by_node"].get(node, {}).get("bytes", 0) > 6_000_000,
                        120, "6 MB from the Hub")
+            assert run.poll() is None, run.communicate()[0][-3000:]
             tb.fault("fill-disk", node)
             filled = time.monotonic()
             output = run.communicate(timeout=120)[0]
