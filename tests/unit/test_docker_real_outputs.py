@@ -101,3 +101,23 @@ def test_preflight_keeps_room_for_the_image_as_the_nodes_store_holds_it(tmp_path
     [(check, message)] = _disk_problems({"free_bytes": free, "have_bytes": 0,
                                          "driver_status": containerd}, node)
     assert check == "disk" and "37.14 GB for the image in this node's image store" in message
+
+
+def test_a_pull_on_a_full_disk_is_a_disk_error_naming_the_node_and_data_root(tmp_path, monkeypatch):
+    from k3deploy.core.errors import CommandError, DiskError
+    from k3deploy.steps import image
+    from k3deploy.steps.base import Step
+    from tests.unit.invdata import four_nodes
+    from tests.unit.test_shared_hf_plans import ctx
+    text = raw("20.10.5/pull-no-space.txt")
+    assert image.disk_error_line("Pulling fs layer\n" + text).endswith("no space left on device")
+    assert image.disk_error_line("Error response from daemon: manifest unknown") is None
+    node = ctx(tmp_path, rank=1, doc=four_nodes())
+
+    def failing(self, node, action, *more):
+        raise CommandError(node.name, "docker pull x", 1, text)
+    monkeypatch.setattr(Step, "run_action", failing)
+    with pytest.raises(DiskError) as caught:
+        image.PullImage().run_action(node, None)
+    assert caught.value.node == node.name and "libnvvm.so.3.3.0: no space left" in str(caught.value)
+    assert node.inv.paths.docker in caught.value.hint
