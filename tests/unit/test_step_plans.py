@@ -421,3 +421,19 @@ def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp
     with pytest.raises(StepFailed, match="mismatch"):   # not the Hub's minutes: no restart
         ctx.run.inputs.download_restarts[ctx.name] = 0
         step.plan({**dead, "progress": {"transient": False, "error": "sha256 mismatch"}}, ctx)
+
+
+def test_a_downloader_stopped_by_its_disk_is_a_disk_error_with_the_space_and_no_restart(tmp_path):
+    from k3deploy.core.errors import EXIT_STEP_FAILED, DiskError
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
+    ctx.run.inputs.download_started[ctx.name] = 1.0
+    disk = {"path": "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs/abc.k3deploy-partial",
+            "reason": "No space left on device (ENOSPC)", "needed": 24_000_000, "free": 500_000}
+    dead = {"missing_count": 80, "running": False, "log": "", "total": 96,
+            "progress": {"transient": False, "error": "...: No space left on device", "disk": disk}}
+    with pytest.raises(DiskError) as caught:
+        DownloadWeights().plan(dead, ctx)
+    err = caught.value
+    assert err.node == ctx.name and err.exit_code == EXIT_STEP_FAILED
+    assert "ENOSPC" in str(err) and "24.0 MB still needed, 0.5 MB free" in str(err)
+    assert err.hint.startswith(f"free at least 23.5 MB on {ctx.name}'s filesystem") and "kept" in err.hint
