@@ -38,3 +38,15 @@ def test_ib_hcas_reach_every_rank_and_status_says_ib(tmp_path):
         assert doc["cluster"]["fabric_warning"] is None
         head = doc["nodes"]["node0"]["live"]["fabric"]
         assert head["nccl_devices"] == ["mlx5_0:1/IB", "mlx5_1:1/IB"]
+
+
+def test_one_node_without_hcas_is_socket_and_no_warning(tmp_path):
+    with testbed(tmp_path, nodes=1, gpu="b300") as tb:
+        up = k3("up", "-i", str(tb.inventory))
+        assert up.returncode == 0, out(up)
+        argv = _runs(tb)["node0"]
+        assert "--device" not in argv and "NCCL_DEBUG=INFO" in argv
+        doc = json.loads(k3("status", "-i", str(tb.inventory), "--json").stdout)
+        assert doc["cluster"]["nccl_transport"] == "Socket"
+        assert doc["cluster"]["fabric_warning"] is None
+        assert doc["nodes"]["node0"]["live"]["fabric"]["nccl_devices"] == ["eth0"]
