@@ -95,3 +95,38 @@ def warnings(all_facts, run) -> list[str]:
                  if (fab := node_fabric(f)) and fab.usable and not fab.gpudirect_rdma)
     return [f"warning: GPUDirect RDMA is off on {', '.join(off)} (nvidia_peermem not loaded): "
             "NCCL copies through host memory; `modprobe nvidia_peermem`"] if off else []
+
+
+# NCCL over TCP sockets moves a few GB/s per node where 4-8 NDR HCAs move 50-100 GB/s
+# (NVIDIA/nccl#1676: all-reduce fell from ~180 to ~10 GB/s when the RDMA path was lost).
+SOCKET_COST = ("a multi-node group on TCP sockets runs its all-reduce at a fraction of the "
+               "HCAs' bandwidth (NVIDIA/nccl#1676: ~180 -> ~10 GB/s)")
+
+
+def group_transport(transports: dict[str, str | None]):
+    """One value when every rank that printed one agrees; the sorted list when they differ."""
+    seen = {t for t in transports.values() if t}
+    return seen.pop() if len(seen) == 1 else (sorted(seen) if seen else None)
+
+
+def socket_warning(transports: dict[str, str | None], with_hcas: list[str]) -> str | None:
+    """A multi-node group on sockets while nodes have HCAs; one node talks over no network."""
+    if group_transport(transports) == "Socket" and len(transports) > 1 and with_hcas:
+        return f"NCCL uses sockets while {', '.join(sorted(with_hcas))} have HCAs: {SOCKET_COST}"
+    return None
+
+
+def transport_facts(inv) -> list[F.Fact]:
+    return [probes.nccl_transport(inv), *probes.fabric_facts()]
+
+
+def transport_lines(all_facts) -> list[str]:
+    """verify's lines: the group's transport and devices, and the sockets warning."""
+    transports = {n: f["nccl"].transport if f.get("nccl") else None for n, f in all_facts.items()}
+    if not any(transports.values()):
+        return []
+    hcas = [n for n, f in all_facts.items() if (fab := node_fabric(f)) and fab.hcas]
+    devices = sorted({d for f in all_facts.values() if f.get("nccl") for d in f["nccl"].devices})
+    line = f"NCCL transport: {group_transport(transports)} over {', '.join(devices) or '?'}"
+    warning = socket_warning(transports, hcas)
+    return [line] + ([f"warning: {warning}"] if warning else [])

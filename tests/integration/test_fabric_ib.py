@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,9 @@ def test_ib_hcas_reach_every_rank_and_status_says_ib(tmp_path):
     with testbed(tmp_path, nodes=4, profile="ib-hcas") as tb:
         up = k3("up", "-i", str(tb.inventory))
         assert up.returncode == 0, out(up)
+        assert "NCCL transport: IB over mlx5_0:1/IB, mlx5_1:1/IB" in out(up)
+        cert = json.loads(Path(re.search(r"certificate: (\S+\.json)", out(up)).group(1)).read_text())
+        assert '"transport": "IB"' in json.dumps(cert)
         runs = _runs(tb)
         assert sorted(runs) == tb.nodes
         for node, argv in runs.items():
