@@ -9,7 +9,7 @@ import time
 from k3deploy.cli import cluster_state, status_view
 from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
-from k3deploy.cli import status_cost, status_teardown
+from k3deploy.cli import status_cost, status_fabric, status_teardown
 from k3deploy.core import group
 from k3deploy.core.status import Status
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
@@ -56,7 +56,8 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
              probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
              *cluster_state.live_probes(inv, inv.is_head(name), api_key)]
     if detail:
-        probe += [probes.gpus(), *F.renamed(guard_step.guard_facts(inv), GUARD)]
+        probe += [probes.gpus(), *F.renamed(guard_step.guard_facts(inv), GUARD),
+                  *status_fabric.facts(inv)]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
@@ -66,7 +67,8 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
             "download": found["download"], "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
     if detail:
-        live.update(gpus=found["gpus"], guard=guard_label(found, inv.guard.enabled))
+        live.update(gpus=found["gpus"], guard=guard_label(found, inv.guard.enabled),
+                    fabric=status_fabric.node_view(found))
     return live
 
 
@@ -81,7 +83,8 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
-    cluster = {"name": inv.cluster, **cluster_state.summarize(live)}
+    cluster = {"name": inv.cluster, **cluster_state.summarize(live),
+               **status_fabric.cluster_view(live)}
     return redact_obj({"cluster": cluster, "nodes": nodes, "run_active": not idle,
                        "cost": status_cost.view(inv, nodes, time.time())})
 

@@ -57,6 +57,9 @@ class EngineSpec(_Model):
     dist_timeout: int = Field(default=3600, ge=60)
     api_key_env: EnvName | None = None
     require_api_key: bool = True
+    # auto: InfiniBand into the containers when the node has an HCA with an active port;
+    # ib: required (a node without one is a preflight error); socket: NCCL_IB_DISABLE=1
+    fabric: Literal["auto", "ib", "socket"] = "auto"
 
 
 class GpuSpec(_Model):

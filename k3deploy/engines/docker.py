@@ -6,6 +6,7 @@ read-only secrets mount, and vLLM through `--env-file` (docker reads that file i
 
 from __future__ import annotations
 
+from k3deploy.engines import fabric  # noqa: I001
 from k3deploy.engines.compile_cache import CACHE_MOUNT, cache_env
 from k3deploy.engines.spec import (HF_CACHE_MOUNT, SECRETS_MOUNT, SERVE_LOG_MOUNT, VLLM_ENV_FILE,
                                    LaunchSpec, SpecError)
@@ -39,7 +40,7 @@ def _sglang_env(spec: LaunchSpec) -> list[tuple[str, str]]:
         ("SGLANG_HOST_IP", spec.self_address),
         ("NCCL_SOCKET_IFNAME", spec.nic),
         ("GLOO_SOCKET_IFNAME", spec.nic),
-        ("NCCL_DEBUG", "WARN"),
+        *fabric.env(spec.ib_hcas, spec.ib_disable),
     ]
 
 
@@ -50,7 +51,7 @@ def _vllm_env(spec: LaunchSpec) -> list[tuple[str, str]]:
         ("VLLM_HOST_IP", spec.self_address),
         ("NCCL_SOCKET_IFNAME", spec.nic),
         ("GLOO_SOCKET_IFNAME", spec.nic),
-        ("NCCL_DEBUG", "WARN"),
+        *fabric.env(spec.ib_hcas, spec.ib_disable),
     ]
 
 
@@ -62,6 +63,7 @@ def docker_run_argv(spec: LaunchSpec, cmd: list[str], *, entrypoint: str | None 
     env_file: pass `<secrets_host_dir>/vllm.env` (vLLM's VLLM_API_KEY) with --env-file.
     """
     argv = ["docker", "run", "-d", "--name", spec.container_name, *_RUN_FLAGS,
+            *fabric.run_flags(spec.ib_hcas),
             "-v", f"{spec.hf_cache_host_path}:{HF_CACHE_MOUNT}"]
     if spec.secrets_host_dir is not None and spec.engine == "sglang":
         argv += ["-v", f"{spec.secrets_host_dir}:{SECRETS_MOUNT}:ro"]

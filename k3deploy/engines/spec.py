@@ -75,6 +75,10 @@ class LaunchSpec:
     compile_cache_host_dir: str | None = None
     # Multi-node vLLM head: the node dir mounted at SERVE_LOG_MOUNT for the serve's output.
     serve_log_host_dir: str | None = None
+    # The fabric the container gets (engines/fabric.py): HCAs for NCCL_IB_HCA with
+    # /dev/infiniband passed in, or NCCL_IB_DISABLE=1 (sockets asked for).
+    ib_hcas: tuple[str, ...] = ()
+    ib_disable: bool = False
 
     def __post_init__(self) -> None:
         _check_engine_and_layout(self)

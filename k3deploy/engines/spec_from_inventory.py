@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from k3deploy.engines import LaunchSpec, SpecError
+from k3deploy.engines import LaunchSpec, SpecError, fabric
 from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.engines.layout import inventory_runs_over_ray, parallel_layout
 from k3deploy.remote.protocol import WorkPaths
@@ -33,8 +33,11 @@ def metrics_on_every_rank(inv) -> bool:
     return inv.engine.kind == "sglang"
 
 
-def build(inv, node, rank: int, image: str, sha: str, with_key: bool) -> LaunchSpec:
+def build(inv, node, rank: int, image: str, sha: str, with_key: bool,
+          node_fabric=None) -> LaunchSpec:
+    """node_fabric: the node's facts/fabric.NodeFabric (None: not looked at)."""
     head = inv.head
+    hcas, ib_disable = fabric.choice(inv.engine.fabric, node_fabric)
     try:
         return LaunchSpec(
             engine=inv.engine.kind, image=image, container_name=inv.engine.container,
@@ -48,6 +51,7 @@ def build(inv, node, rank: int, image: str, sha: str, with_key: bool) -> LaunchS
             dist_init_port=inv.ports.dist_init, serve_port=inv.ports.serve,
             ray_port=inv.ports.ray, mem_fraction_static=inv.engine.mem_fraction_static,
             dist_timeout=inv.engine.dist_timeout, context_length=inv.engine.context_length,
+            ib_hcas=hcas, ib_disable=ib_disable,
             extra_args=dict(inv.engine.args), extra_env={k: str(v) for k, v in inv.engine.env.items()})
     except SpecError as err:
         raise BadInputError(f"{inv.source}: engine settings cannot make a launch for "

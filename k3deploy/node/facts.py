@@ -209,3 +209,8 @@ def integer(out: str, code: int) -> int | None:
 
 def command(name: str, argv: list[str], parse=text, sudo: bool = False) -> Fact:
     return Fact(name, shlex.join(argv), parse, sudo)
+
+
+def from_probe(probe) -> Fact:
+    """A k3deploy.facts Probe as a fact of the batch."""
+    return Fact(probe.name, probe.script, probe.parse, probe.sudo)

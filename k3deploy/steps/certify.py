@@ -34,7 +34,7 @@ def node_probes(inv, is_head: bool, key: str | None,
     """The same facts the image and launch steps ask for (a batch runs each once); on the head
     one endpoint probe for the engine's version and any further `checks` (verify's)."""
     found = [probes.engine_container(inv), probes.engine_images(inv),
-             probes.gpus()]
+             probes.gpus(), probes.nccl_transport(inv)]
     return found + ([http_probe.fact("endpoint", inv, [*checks, ENDPOINT_CHECK], key)]
                     if is_head else [])
 
@@ -47,9 +47,17 @@ def node_record(found: dict) -> dict:
            "config_digest": (config.get("Labels") or {}).get(CONFIG_LABEL),
            "started_at": (info.get("State") or {}).get("StartedAt"),
            "image_digest": (image.get("digests") or [image.get("id")])[0],
-           "gpus": found.get("gpus") or []}
+           "gpus": found.get("gpus") or [], "nccl": _nccl(found.get("nccl"))}
     if "endpoint" in found:
         version = (found["endpoint"] or {}).get(ENDPOINT_CHECK) or {}
         out["engine_version"] = version.get("body") if version.get("status") == 200 else None
         out["vision"] = vision_record((found["endpoint"] or {}).get(VISION_CHECK))
     return out
+
+
+def _nccl(transport) -> dict | None:
+    """The transport NCCL printed on this rank (facts/nccl.py), for the certificate."""
+    if transport is None:
+        return None
+    return {"transport": transport.transport, "devices": list(transport.devices),
+            "gpudirect": transport.gpudirect}

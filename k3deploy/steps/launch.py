@@ -25,6 +25,7 @@ from k3deploy.steps import compile_cache, probes, raylayout, regroup
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.steps.base import Step, cmd, upload, wait
+from k3deploy.facts.fabric import node_fabric
 from k3deploy.steps.probes import chosen_image
 
 
@@ -72,7 +73,8 @@ class LaunchEngine(Step):
         """(the launch spec with its config label, the compile cache key's inputs or None)"""
         run = node.run
         spec = spec_from_inventory.build(node.inv, node.node, node.rank, chosen_image(facts, node),
-                                run.inputs.manifest.sha, with_key=bool(run.inputs.api_key))
+                                run.inputs.manifest.sha, with_key=bool(run.inputs.api_key),
+                                node_fabric=node_fabric(facts))
         inputs = None
         if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster
             spec, inputs = compile_cache.keyed(spec, facts, node.inv)
@@ -82,6 +84,7 @@ class LaunchEngine(Step):
         # The key file's place depends on the inventory alone, not on facts.
         key_path = spec_from_inventory.api_key_file(node.inv)
         found = [*compile_cache.key_probes(node.inv), probes.engine_container(node.inv),
+                 *probes.fabric_facts(),
                  F.native("key", "sha256_hex", [key_path], F.text, sudo=True)]
         if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
             found += raylayout.head_probes(node)

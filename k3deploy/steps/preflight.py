@@ -13,7 +13,7 @@ from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.units import GB
 from k3deploy.remote import protocol
-from k3deploy.steps import docker_host, hubreach, probes, shared_hf
+from k3deploy.steps import docker_host, fabric_check, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, ports_in_use,
                                          reachability_problems, serving, serving_facts)
@@ -50,12 +50,12 @@ class Preflight(Step):
     def probes(self, node):
         volume = shared_hf.volume_free_fact(node.inv) if node.is_head else []
         return (_facts(node) + serving_facts(node) + hubreach.facts(node)
-                + shared_hf.marker_fact(node.inv) + volume)
+                + shared_hf.marker_fact(node.inv) + volume + fabric_check.facts(node))
 
     def problems(self, facts, node):
         out = []
         for check in (_gpu_problems, _software_problems, _network_problems, _disk_problems,
-                      hubreach.problems):
+                      hubreach.problems, fabric_check.problems):
             out += check(facts, node)
         return out
 
@@ -64,10 +64,12 @@ class Preflight(Step):
 
     def cluster_problems(self, all_facts, run):
         return (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
-                + shared_hf.marker_problems(all_facts, run) + reachability_problems(run, all_facts))
+                + shared_hf.marker_problems(all_facts, run) + reachability_problems(run, all_facts)
+                + fabric_check.cluster_problems(all_facts, run))
 
     def closing_lines(self, run, all_facts) -> list[str]:
-        return [NOT_PROBED] if serving(run, all_facts) else []
+        return ([NOT_PROBED] if serving(run, all_facts) else []) + fabric_check.warnings(
+            all_facts, run)
 
     def detail(self, facts, node):
         return {"gpus": len(facts.get("gpus") or []), "cuda": facts.get("cuda"),

@@ -10,6 +10,7 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inventory_image,
                               serve_log_host_path, spec_from_inventory)
 from k3deploy.engines.layout import inventory_runs_over_ray
+from k3deploy.facts import fabric, nccl
 from k3deploy.node import facts as F
 
 # One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
@@ -200,3 +201,17 @@ def chosen_image(facts, node) -> str:
         return inventory_image(node.inv, facts.get("cuda"))
     except ImageChoiceError as err:
         raise StepFailed(node.name, str(err), step="image") from None
+
+
+def fabric_facts() -> list[F.Fact]:
+    """The node's HCA ports, /dev/infiniband and nvidia_peermem (facts/fabric.py): preflight
+    judges them, launch passes the HCAs into the container; one command each per batch."""
+    return [F.from_probe(p) for p in fabric.probes()]
+
+
+def nccl_transport(inv) -> F.Fact:
+    """NCCL's init lines in the engine container's log -> facts/nccl.NcclTransport or None.
+    Only the matching lines travel (a rank's log is long); none: NCCL not initialised yet."""
+    argv = docker_logs_argv(inv.engine.container)
+    script = (f"{shlex.join(argv)} 2>&1 | grep -E {shlex.quote(nccl.LOG_PATTERN)} | tail -n 40")
+    return F.Fact("nccl", script, lambda out, code: nccl.parse_transport(out), sudo=True)

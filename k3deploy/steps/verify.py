@@ -13,7 +13,7 @@ from k3deploy.engines import vision
 from k3deploy.engines.spec import render_flags
 from k3deploy.engines.static_fraction import inventory_static_fraction
 from k3deploy.node import apikey, http_probe
-from k3deploy.steps import certify, probes
+from k3deploy.steps import certify, fabric_check, probes
 from k3deploy.steps.base import Step
 
 GIB_MIB = 1024
@@ -137,7 +137,8 @@ class VerifyEndpoint(Step):
         # requests hang on a group that lost a rank, and ahead of time they would hold up the
         # bring-up's first look (preflight) until that group is stopped.
         found = certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
-                                    checks=tuple(CHECKS)) + [probes.lost_gpus()]
+                                    checks=tuple(CHECKS)) + [probes.lost_gpus(),
+                                                             *probes.fabric_facts()]
         return [dataclasses.replace(f, ahead=False) if f.name == "endpoint" else f
                 for f in found]
 
@@ -166,7 +167,7 @@ class VerifyEndpoint(Step):
                 f"call it:  curl -s {http_probe.url(run.inv)}/chat/completions {auth}"
                 "-H 'Content-Type: application/json' -d '{\"model\": \"" + run.inv.model.repo +
                 "\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
-                "\"reasoning_effort\": \"low\"}'"]
+                "\"reasoning_effort\": \"low\"}'"] + fabric_check.transport_lines(all_facts)
 
     def detail(self, facts, node):
         gpus = facts.get("gpus") or []

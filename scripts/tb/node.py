@@ -54,6 +54,7 @@ def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str
              f"mount --bind {q(str(standins))} /usr/local/bin",
              "mount -o remount,bind,ro /usr/local/bin"]
     lines += [f"mount --bind {q(str(ndir / src))} {dst}" for src, dst in BINDS]
+    lines += fabric_mounts(ndir, spec)
     # /tmp last: the testbed dir itself may live under /tmp and is needed until here.
     lines += [f"mount --bind {q(str(ndir / 'tmp'))} /tmp"]
     lines += symlinked_nvme(spec) if symlinked(spec) else []
@@ -96,6 +97,42 @@ def shared_hf_mount(tb_dir: Path, spec: NodeSpec) -> list[str]:
     if spec.shared_hf:
         lines.append(f"mount --bind {shlex.quote(str(shared_hf_dir(tb_dir)))} {SHARED_HF_MOUNT}")
     return lines
+
+
+def fabric_mounts(ndir: Path, spec: NodeSpec) -> list[str]:
+    """Profile ib-hcas: overlays (upper dirs in DIR/nodes/<n>/fabric) over /sys/class,
+    /sys/module and /dev of this node's mount namespace only, holding the HCAs' sysfs files,
+    the nvidia_peermem module dir and the verbs character devices as the kernel makes them.
+    /dev/pts and /dev/shm are moved back on top of the /dev overlay. Everything goes with the
+    node's mount namespace (testbed down, kill-node)."""
+    node = spec.node_json()
+    count = int(node.get("ib_hcas") or 0)
+    if not count:
+        return []
+    q, f = shlex.quote, ndir / "fabric"
+    out = [f"mkdir -p {q(str(f))}"]
+    for name, where in (("sys", "/sys/class"), ("mod", "/sys/module")):
+        up, wk = q(str(f / f"{name}-up")), q(str(f / f"{name}-wk"))
+        out += [f"rm -rf {up} {wk}", f"mkdir -p {up} {wk}",
+                f"mount -t overlay k3tb-{name} -o lowerdir={where},upperdir={up},workdir={wk} {where}"]
+    for i in range(count):
+        port = f"/sys/class/infiniband/mlx5_{i}/ports/1"
+        out += [f"mkdir -p {port}", f"echo '4: ACTIVE' > {port}/state",
+                f"echo {q(node.get('ib_rate', '400 Gb/sec (4X NDR)'))} > {port}/rate",
+                f"echo InfiniBand > {port}/link_layer"]
+    if node.get("nvidia_peermem"):
+        out.append("mkdir -p /sys/module/nvidia_peermem")
+    up, wk = q(str(f / "dev-up")), q(str(f / "dev-wk"))
+    keep = {d: q(str(f / f"keep-{d}")) for d in ("pts", "shm")}
+    out += [f"rm -rf {up} {wk}", f"mkdir -p {up} {wk} {keep['pts']} {keep['shm']}",
+            *(f"mount --rbind /dev/{d} {k}" for d, k in keep.items()),
+            f"mount -t overlay k3tb-dev -o lowerdir=/dev,upperdir={up},workdir={wk} /dev",
+            *(f"mount --move {k} /dev/{d}" for d, k in keep.items()),
+            "mkdir -p /dev/infiniband", "mknod /dev/infiniband/rdma_cm c 10 58"]
+    for i in range(count):
+        out += [f"mknod /dev/infiniband/uverbs{i} c 231 {192 + i}",
+                f"mknod /dev/infiniband/umad{i} c 231 {i}"]
+    return out
 
 
 def _second_nic(spec: NodeSpec) -> list[str]:

@@ -1,7 +1,7 @@
 """Testbed profiles: node behaviour as a given upstream version prints and does it.
 
 A profile belongs to one group (docker, toolkit, nvme, sglang, vllm, ray, ray-gpus, gpu,
-engine-start);
+engine-start, fabric);
 a node has at most one profile per group, and the group's default when none is named. A
 profile's `settings` are written into the node's `node.json` (top-level keys) where the
 stand-ins read them; `source` says where upstream the behaviour comes from, so that a
@@ -116,6 +116,18 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "%s'; transcripts NVIDIA/open-gpu-kernel-modules#387, meta-llama/llama-models#200; "
        "nvidia-smi(1) RETURN VALUE (255: other error)",
        {"lost_gpu": 3}),
+    _p("no-hcas", "fabric", "no InfiniBand/RoCE HCA: NCCL runs over TCP sockets",
+       "Linux: /sys/class/infiniband absent without an RDMA driver", {"ib_hcas": 0},
+       default=True),
+    _p("ib-hcas", "fabric",
+       "two ConnectX-7 NDR HCAs: /sys/class/infiniband/mlx5_{0,1}, /dev/infiniband, "
+       "nvidia_peermem loaded",
+       "torvalds/linux drivers/infiniband/core/sysfs.c (state '4: ACTIVE', rate '400 Gb/sec "
+       "(4X NDR)', link_layer 'InfiniBand'); drivers/infiniband/core/uverbs_main.c "
+       "(IB_UVERBS_MAJOR 231, base minor 192), user_mad.c (umad major 231, minor 0); "
+       "port values: ibstat in NVIDIA/nccl#1591 (MT4129, Active, 400, InfiniBand); "
+       "/sys/module/<name> exists while a module is loaded (nvidia_peermem)",
+       {"ib_hcas": 2, "ib_rate": "400 Gb/sec (4X NDR)", "nvidia_peermem": True}),
     _p("engine-start-fast", "engine-start", "engine imports done at once (the testbed default)",
        "testbed", {"engine_import_seconds": 0.0}, default=True),
     _p("slow-engine-start", "engine-start",

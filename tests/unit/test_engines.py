@@ -96,7 +96,10 @@ def test_h100_rank2_docker_argv_is_the_guide_command_with_documented_differences
     # 2. the 0600 secrets dir, read-only, for SGLang's --config file
     i = expected.index("/mnt/nvme/hf:/root/.cache/huggingface") + 1
     expected[i:i] = ["-v", f"{SECRETS}:/k3deploy/secrets:ro"]
-    i = expected.index("NCCL_DEBUG=WARN") + 1
+    # 5. NCCL's INFO lines of its init and network (the transport status reports)
+    i = expected.index("NCCL_DEBUG=WARN")
+    expected[i:i + 1] = ["NCCL_DEBUG=INFO", "--env", "NCCL_DEBUG_SUBSYS=INIT,NET"]
+    i = expected.index("NCCL_DEBUG_SUBSYS=INIT,NET") + 1
     expected[i:i] = ["--env", "HF_HUB_OFFLINE=1"]
     # 3. the configuration digest label and the settings it covers, before the image
     i = expected.index("lmsysorg/sglang:kimi-k3")
@@ -192,7 +195,8 @@ def test_b300_vllm_container_replaces_the_image_entrypoint_and_uses_env_file():
     assert ("--env-file", f"{SECRETS}/vllm.env") in pairs(argv)
     envs = [argv[j + 1] for j, t in enumerate(argv) if t == "--env"]
     assert envs == ["VLLM_HOST_IP=10.0.0.10", "NCCL_SOCKET_IFNAME=eth0",
-                    "GLOO_SOCKET_IFNAME=eth0", "NCCL_DEBUG=WARN", "HF_HUB_OFFLINE=1"]
+                    "GLOO_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET",
+                    "HF_HUB_OFFLINE=1"]
     assert not any(t.endswith(":/k3deploy/secrets:ro") for t in argv)
 
 

@@ -11,6 +11,7 @@ import time
 import clitable
 import configfile
 import kernels
+import nccl_init
 import openai_api
 import rankwork
 import rendezvous
@@ -174,6 +175,10 @@ class Rank:
                                      self.ctx.faults().get("on_peer_loss", "hang"), self.hang)
             group.form()
             group.watch()
+        env = self.ctx.env
+        for line in nccl_init.lines(self.ctx.container, env, env.get("NCCL_SOCKET_IFNAME", "eth0"),
+                                    env.get("SGLANG_HOST_IP", "127.0.0.1")):
+            say(line)
         self.log("Init torch distributed ends. mem usage=0.55 GB")
         return group or _SingleNode()
 

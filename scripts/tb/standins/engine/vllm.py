@@ -13,6 +13,7 @@ import sys
 import clitable
 import configfile
 import kernels
+import nccl_init
 import openai_api
 import rankwork
 import ray_job
@@ -133,6 +134,10 @@ class Server:
         ctx = self.ctx
         need, phys, oom_at = weights.memory_fit(snap, self.world, ctx.gpu_mem_mib)
         engine = "EngineCore_DP0" if self.args.data_parallel_size > 1 else "EngineCore"
+        # the workers' NCCL communicators come up in init_device, before the model loads
+        for line in nccl_init.lines(ctx.container, ctx.env, ctx.env.get("NCCL_SOCKET_IFNAME", "eth0"),
+                                    ctx.env.get("VLLM_HOST_IP", "127.0.0.1")):
+            say(line)
         log.info(f"Starting to load model {self.model}...", "start_load", engine)
         try:
             weights.load(snap, ctx.load_seconds,

@@ -27,6 +27,7 @@ def _validated(opts, client_env):
             "ulimits": [runflags.ulimit(u) for u in opts["ulimits"]],
             "gpus": runflags.gpu_request(opts["gpus"]) if opts["gpus"] else None,
             "mounts": [runflags.volume(v) for v in opts["volumes"]],
+            "devices": [runflags.device(d) for d in opts["devices"]],
             "restart": runflags.restart_policy(opts["restart"]),
             "env_pairs": runflags.env_from_files(opts["env_files"], client_env)
             + runflags.env_pairs(opts["env"], client_env),
@@ -52,6 +53,15 @@ def _check_daemon_side(opts):
     network = opts["network"] or "bridge"
     if network not in NETWORKS and not network.startswith("container:"):
         raise _daemon_fail(f"network {network} not found")
+    for cap in opts["cap_add"]:
+        if runflags.capability(cap) is None:   # moby oci/caps/utils.go NormalizeLegacyCapabilities
+            name = cap.upper() if cap.upper().startswith("CAP_") else "CAP_" + cap.upper()
+            raise _daemon_fail(f'invalid CapAdd: unknown capability: "{name}"')
+    for dev in opts["devices"]:   # moby daemon/oci_linux.go: the host path is stat'ed at create
+        host = dev.partition(":")[0]
+        if not os.path.exists(host):
+            raise _daemon_fail(f'error gathering device information while adding custom device '
+                               f'"{host}": no such file or directory')
     ipc = opts["ipc"] or ""
     if ipc not in IPC_MODES and not ipc.startswith("container:"):
         raise _daemon_fail(f"invalid IPC mode: {ipc}")
@@ -94,6 +104,8 @@ def _container_config(image, opts, derived, user_cmd):
         "rm": opts["rm"], "privileged": opts["privileged"], "init": opts["init"],
         "publish": opts["publish"], "workdir": opts["workdir"] or image["config"].get("WorkingDir"),
         "user": opts["user"], "tty": opts["tty"], "detach": opts["detach"],
+        "devices": derived["devices"],
+        "cap_add": [runflags.capability(c) for c in opts["cap_add"]],
     }
 
 

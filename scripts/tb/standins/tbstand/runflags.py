@@ -18,6 +18,7 @@ RUN_FLAGS = {
     "publish": ("list", "publish"), "privileged": ("bool", "privileged"),
     "label": ("list", "labels"), "init": ("bool", "init"), "interactive": ("bool", "interactive"),
     "tty": ("bool", "tty"), "workdir": ("str", "workdir"), "user": ("str", "user"),
+    "device": ("list", "devices"), "cap-add": ("list", "cap_add"),
 }
 RUN_SHORT = {"d": "detach", "v": "volume", "e": "env", "p": "publish", "l": "label",
              "i": "interactive", "t": "tty", "w": "workdir", "u": "user"}
@@ -188,3 +189,43 @@ def restart_policy(text):
             name != "on-failure" or not count.isdigit()):
         raise FlagError(f"invalid restart policy format: {text}")
     return {"Name": name, "MaximumRetryCount": int(count or 0)}
+
+
+def _device_mode(mode):
+    """docker/cli cli/command/container/opts.go@28f75608 validDeviceMode: r, w, m, each once."""
+    return bool(mode) and len(set(mode)) == len(mode) and set(mode) <= set("rwm")
+
+
+def device(text):
+    """--device [host:]container[:mode] -> {host, container, permissions}: docker/cli
+    opts.go@28f75608 validateLinuxPath (its errors) then parseLinuxDevice (default rwm)."""
+    split = text.split(":")
+    if len(split) > 3 or not split[0]:
+        raise FlagError(f"bad format for path: {text}")
+    if len(split) == 3 and not _device_mode(split[2]):
+        raise FlagError(f"bad mode specified: {split[2]}")
+    mode = split[-1] if len(split) > 1 and _device_mode(split[-1]) else "rwm"
+    target = split[1] if len(split) == 3 or (len(split) == 2 and mode == "rwm"
+                                             and not _device_mode(split[1])) else split[0]
+    if not target.startswith("/"):
+        raise FlagError(f"{target} is not an absolute path")
+    return {"host": os.path.normpath(split[0]), "container": os.path.normpath(target),
+            "permissions": mode}
+
+
+# Linux capability names (include/uapi/linux/capability.h), as moby oci/caps accepts them
+# with or without the CAP_ prefix, any case (NormalizeLegacyCapabilities).
+CAPS = {"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID",
+        "SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
+        "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO",
+        "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
+        "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE",
+        "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM",
+        "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE"}
+
+
+def capability(text):
+    """-> "CAP_NAME", or None for a name the daemon refuses ("ALL" is accepted)."""
+    name = text.upper()
+    name = name[4:] if name.startswith("CAP_") else name
+    return "ALL" if name == "ALL" else f"CAP_{name}" if name in CAPS else None

@@ -1,0 +1,27 @@
+"""status's fabric lines: the NCCL transport each rank's log names, the devices it uses, and
+the warning when a multi-node group talks over sockets while the nodes have HCAs
+(steps/fabric_check.py decides both)."""
+
+from __future__ import annotations
+
+from k3deploy.facts.fabric import node_fabric
+from k3deploy.steps import fabric_check
+
+
+def facts(inv) -> list:
+    return fabric_check.transport_facts(inv)
+
+
+def node_view(found: dict) -> dict:
+    t, fab = found.get("nccl"), node_fabric(found)
+    return {"nccl_transport": t.transport if t else None,
+            "nccl_devices": list(t.devices) if t else [], "gpudirect": t.gpudirect if t else None,
+            "hcas": list(fab.hcas) if fab else []}
+
+
+def cluster_view(live: dict[str, dict]) -> dict:
+    views = {n: v["fabric"] for n, v in live.items() if v.get("fabric")}
+    transports = {n: v["nccl_transport"] for n, v in views.items()}
+    hcas = [n for n, v in views.items() if v["hcas"]]
+    return {"nccl_transport": fabric_check.group_transport(transports),
+            "fabric_warning": fabric_check.socket_warning(transports, hcas)}

@@ -1,0 +1,60 @@
+"""Fabric facts: sysfs ports, /dev/infiniband, NCCL's init lines; real texts in, records out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from k3deploy.facts import fabric, nccl
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+
+
+def real(tool: str, version: str, name: str) -> str:
+    return (REAL / tool / version / f"{name}.txt").read_text()
+
+
+def test_two_active_ndr_hcas():
+    ports = fabric.parse_ports(real("linux-sysfs", "6.x", "ib-ports-cx7-ndr"), 0)
+    assert ports == (fabric.IbPort("mlx5_0", 1, "ACTIVE", 400.0, "InfiniBand"),
+                     fabric.IbPort("mlx5_1", 1, "ACTIVE", 400.0, "InfiniBand"))
+    node = fabric.NodeFabric(ports, ("rdma_cm", "uverbs0", "uverbs1"), True)
+    assert node.hcas == ("mlx5_0", "mlx5_1") and node.usable
+
+
+def test_a_port_down_is_not_an_hca_to_use():
+    ports = fabric.parse_ports(real("linux-sysfs", "6.x", "ib-ports-mlx4-one-down"), 0)
+    assert [(p.label, p.state, p.rate_gbps) for p in ports] == [
+        ("mlx4_0:1", "DOWN", 10.0), ("mlx4_0:2", "ACTIVE", 56.0)]
+    assert fabric.NodeFabric(ports, (), False).usable is False   # no verbs device
+
+
+def test_no_hca_is_an_empty_fabric_not_a_failure():
+    assert fabric.parse_ports("", 0) == ()
+    assert fabric.parse_ports("", 1) is None
+    assert fabric.parse_devices("", 0) == ()
+    assert fabric.parse_devices("uverbs0\nrdma_cm\numad0\n", 0) == ("rdma_cm", "umad0", "uverbs0")
+    assert fabric.parse_rate("2.5 Gb/sec (1X)") == 2.5
+    assert fabric.parse_rate("garbage") is None
+
+
+def test_nccl_on_ib_roce():
+    t = nccl.parse_transport(real("nccl", "2.19.3", "init-ib-roce"))
+    assert t == nccl.NcclTransport("IB", ("mlx5_10:1/RoCE", "mlx5_11:1/RoCE"), False)
+
+
+def test_nccl_on_sockets():
+    t = nccl.parse_transport(real("nccl", "2.x", "init-socket-ib-disabled"))
+    assert t == nccl.NcclTransport("Socket", ("ibs85f0", "ib0"), False)
+
+
+def test_no_using_network_line_is_unknown_not_socket():
+    assert nccl.parse_transport(real("nccl", "2.x", "init-ib-gdrdma")) is None
+    assert nccl.parse_transport("") is None
+
+
+def test_gdrdma_channel_and_the_last_init_wins():
+    log = (real("nccl", "2.x", "init-socket-ib-disabled")
+           + real("nccl", "2.19.3", "init-ib-roce")
+           + "h:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA\n")
+    t = nccl.parse_transport(log)
+    assert t.transport == "IB" and t.gpudirect
