@@ -29,6 +29,10 @@ from k3deploy.steps.wait import WaitHealthy
 class DryFireLaunch(LaunchEngine):
     name = "dry-fire-launch"
 
+    def prepare(self, run) -> None:
+        super().prepare(run)
+        self._launched: set[str] = set()
+
     def adjust_spec(self, spec):
         return dry_fire.dry_fire_spec(spec)
 
@@ -66,6 +70,11 @@ class DryFireLaunch(LaunchEngine):
             return [wait(f"wait until {SMALL_FILES} ({len(missing)} to come)", SMALL_FILES,
                          poll=2.0, hint="the download of the small files is stuck: "
                          "`k3deploy status` shows the downloader's state")]
+        current = facts["container"]
+        if dry_fire.is_dry_fire(current) and node.name not in self._launched:
+            # A dry-fire is a fresh group: one left by an earlier run (a rank failed, the rest
+            # wait for it in vain) is replaced on every node.
+            facts = {**facts, "container": {**current, "running": False}}
         return super().plan(facts, node)
 
     def apply(self, node, actions):
@@ -76,6 +85,7 @@ class DryFireLaunch(LaunchEngine):
             super().apply(node, actions)
         except StepFailed as err:
             raise _named(err, self.name) from None
+        self._launched.add(node.name)
 
 
 class DryFireWait(WaitHealthy):
