@@ -51,3 +51,6 @@ StopDownload
 VerifyEndpoint
 WaitHealthy
 SealCompileCache
+DryFireLaunch
+DryFireWait
+DryFireVerdict

@@ -104,11 +104,15 @@ def check(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: St
 def up(inventory: Inv, check: Check = False,
        replace: Annotated[bool, typer.Option("--replace", help="replace a running container "
                                              "whose configuration differs")] = False,
+       no_dry_fire: Annotated[bool, typer.Option("--no-dry-fire", help="skip the dry-fire (the "
+                                                 "real group with dummy weights while the "
+                                                 "weights download)")] = False,
        accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Run playbooks/bringup.yaml to a verified endpoint."""
     from k3deploy.run.run_steps import playbook_steps
     from k3deploy.cli.up_close import closing_for
-    return _run(inventory, playbook_steps("bringup"), check=check, options={"replace": replace},
+    return _run(inventory, playbook_steps("bringup"), check=check,
+                options={"replace": replace, "no_dry_fire": no_dry_fire},
                 accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                 after=closing_for())
 

@@ -43,9 +43,24 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def to_json(self, max_workers: int = 16) -> dict:
+        # The downloader's pool takes files in this order: the small ones (config, tokenizer,
+        # the model's code) first, so an engine with dummy weights can start long before the
+        # shards are in (steps/dry_fire.py).
+        ordered = [*small_files(self.files), *weight_files(self.files)]
         return with_schema({"repo": self.repo, "revision": self.revision, "sha": self.sha,
                             "endpoint": self.endpoint, "max_workers": max_workers,
-                            "files": [asdict(f) for f in self.files]})
+                            "files": [asdict(f) for f in ordered]})
+
+
+def weight_files(files) -> list[RepoFile]:
+    """The checkpoint shards: what an engine reads only to load the weights."""
+    return [f for f in files if f.path.endswith(".safetensors")]
+
+
+def small_files(files) -> list[RepoFile]:
+    """Everything else: what an engine reads to build the model (config.json, the tokenizer,
+    the model's code, the shard index), enough for `--load-format dummy`."""
+    return [f for f in files if not f.path.endswith(".safetensors")]
 
 
 def token_from_env(var: str) -> str | None:

@@ -18,7 +18,7 @@ from k3deploy.core.digest import sha256_text
 from k3deploy.node import apikey
 from k3deploy import engines
 from k3deploy.node import facts as F
-from k3deploy.engines import spec_from_inventory, startup_log
+from k3deploy.engines import dry_fire, spec_from_inventory, startup_log
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.steps import compile_cache, probes, raylayout, regroup
@@ -72,13 +72,18 @@ class LaunchEngine(Step):
     def spec_and_cache_key(self, facts, node):
         """(the launch spec with its config label, the compile cache key's inputs or None)"""
         run = node.run
-        spec = spec_from_inventory.build(node.inv, node.node, node.rank, chosen_image(facts, node),
-                                run.inputs.manifest.sha, with_key=bool(run.inputs.api_key),
-                                node_fabric=node_fabric(facts))
+        spec = self.adjust_spec(spec_from_inventory.build(
+            node.inv, node.node, node.rank, chosen_image(facts, node), run.inputs.manifest.sha,
+            with_key=bool(run.inputs.api_key), node_fabric=node_fabric(facts)))
         inputs = None
         if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster
             spec, inputs = compile_cache.keyed(spec, facts, node.inv)
         return engines.with_config_label(spec, run.inputs.api_key), inputs
+
+    def adjust_spec(self, spec):
+        """The launch's spec before its cache key and config label (the dry-fire's: dummy
+        weights, steps/dry_fire.py)."""
+        return spec
 
     def probes(self, node):
         # The key file's place depends on the inventory alone, not on facts.
@@ -111,8 +116,11 @@ class LaunchEngine(Step):
         if regroup.stopped_since(node.run.inputs.regroup, node.name, current):
             raise _stopped_since(node)
         actions = self._secret_actions(facts, node)
-        if current and current["running"] and not relaunch and not node.run.option("replace"):
-            changes = "\n".join(f"  {line}" for line in engines.config_changes(current["labels"], spec))
+        # A dry-fire's engine (engines/dry_fire.py) is always replaced: it serves nothing.
+        if current and current["running"] and not relaunch and not node.run.option("replace") \
+                and not dry_fire.is_dry_fire(current):
+            changes = "
+".join(f"  {line}" for line in engines.config_changes(current["labels"], spec))
             raise StepFailed(node.name, f"container {spec.container_name} runs another "
                              f"configuration; running -> wanted:\n{changes}", step=self.name,
                              hint="re-run with --replace to restart it (weights are reloaded), "

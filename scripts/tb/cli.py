@@ -27,7 +27,8 @@ def _up_parser(sub) -> None:
                     help="per-node override; keys: gpus gpu cuda disk daemon_json user "
                          "load_seconds pull_seconds nvidia_toolkit decode_tok_s compile_seconds profile "
                          "second_nic (ADDRESS/PREFIX: an eth1 on a subnet of its own) "
-                         "shared_hf (false: this node misses the --shared-hf mount)")
+                         "shared_hf (false: this node misses the --shared-hf mount) "
+                         "engine_fault (oom|nccl|parser: its rank fails at start as SGLang does)")
     up.add_argument("--profile", default="", metavar="NAME[,NAME...]",
                     help="node behaviour as an upstream version has it, on every node "
                          "(`testbed profiles` lists them)")

@@ -88,3 +88,18 @@ def slow_prefill(state, name: str, seconds: str | None = None) -> str:
     os.replace(tmp, path)
     return f"{name}: every prefill chunk takes {value:g}s on its engine" if value > 0 else \
         f"{name}: prefill at full speed again"
+
+
+ENGINE_FAULTS = ("oom", "nccl", "parser", "none")
+
+
+def engine_fault(state, name: str, kind: str | None = None) -> str:
+    """`engine-fault NODE oom|nccl|parser|none`: the start-up fault of that node's next engine
+    (faults.json `engine_fault`, over `up --node NAME:engine_fault=`; `none` lifts it)."""
+    if kind not in ENGINE_FAULTS:
+        raise ValueError(f"engine-fault wants a node and one of {', '.join(ENGINE_FAULTS)}")
+    path = node_dir(state.dir, name) / "run" / "faults.json"
+    faults = _read(path)
+    faults["engine_fault"] = kind
+    path.write_text(json.dumps(faults))
+    return f"{name}: engine start-up fault {kind} (read when its next engine starts)"

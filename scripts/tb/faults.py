@@ -181,7 +181,8 @@ NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition":
                 "firewall": firewall, "heal": heal, "fill-disk": fill_disk,
                 "free-disk": free_disk, "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
 ENGINE_ACTIONS = {"wedge-engine": enginefaults.wedge, "unwedge-engine": enginefaults.unwedge,
-                  "slow-prefill": enginefaults.slow_prefill}
+                  "slow-prefill": enginefaults.slow_prefill,
+                  "engine-fault": enginefaults.engine_fault}
 # testbed action -> (hubfaults action, how many arguments)
 HUB_ACTIONS = {"hub-drop-after": ("drop-after", 1), "hub-corrupt": ("corrupt", 1), "hub-heal": ("heal", 0),
                "hub-outage": ("outage", 1), "hub-rate-limit": ("rate-limit", 2),
@@ -198,7 +199,7 @@ def apply(tb_dir: Path, action: str, args: list[str], status: int | None = None)
             raise FaultError(f"{action} wants exactly one node name")
         return NODE_ACTIONS[action](state, args[0])
     if action in ENGINE_ACTIONS:
-        if not 1 <= len(args) <= (2 if action == "slow-prefill" else 1):
+        if not 1 <= len(args) <= (2 if action in ("slow-prefill", "engine-fault") else 1):
             raise FaultError(f"{action} wants a node name" + (" and optionally seconds per "
                              "prefill chunk" if action == "slow-prefill" else ""))
         _running_node(state, args[0])

@@ -55,6 +55,9 @@ class NodeSpec:
     # empty directory there, as a machine whose mount is missing (node.py shared_hf_mount);
     # None (no --shared-hf): nothing is mounted there
     shared_hf: bool | None = None
+    # One rank that fails at start as SGLang does (standins/engine/startfaults.py): oom at the
+    # KV pool, an NCCL init error, or an image without the model's parsers.
+    engine_fault: str | None = None
 
     def node_json(self) -> dict:
         gpu_name, mem_mib = GPUS[self.gpu]
@@ -63,6 +66,7 @@ class NodeSpec:
                 "engine_load_seconds": self.load_seconds, "pull_seconds": self.pull_seconds,
                 "nvidia_toolkit": self.nvidia_toolkit, "decode_tok_s": self.decode_tok_s,
                 "engine_compile_seconds": self.compile_seconds,
+                **({"engine_fault": self.engine_fault} if self.engine_fault else {}),
                 **self.profile_settings()}
 
     def profile_settings(self) -> dict:
@@ -132,6 +136,7 @@ PARSERS = {
     "nvidia_toolkit": _parse_bool, "decode_tok_s": _parse_seconds,
     "compile_seconds": _parse_seconds,
     "profile": str, "second_nic": _parse_second_nic, "shared_hf": _parse_bool,
+    "engine_fault": _parse_choice(("oom", "nccl", "parser")),
 }
 
 

@@ -112,6 +112,23 @@ def launch_plan(facts, ctx, case):
     return step.plan(launch_facts(facts, ctx), ctx)
 
 
+def dry_fire_launch_plan(facts, ctx, case):
+    """dry-fire-launch: the launch's facts for its dummy-weights spec; "<dry-config>" stands
+    for that spec's config label, "<config>" for the real launch's."""
+    step = step_class("dry-fire-launch")(case.get("params"))
+    step._launched = set()
+    spec, key_inputs = step.spec_and_cache_key(facts, ctx)
+    real = LaunchEngine().spec(facts, ctx).labels[CONFIG_LABEL]
+    facts = launch_facts(facts, ctx)   # the real spec's values for "<config>", "<key-file>"
+    container = facts.get("container")
+    if container and container["labels"].get(CONFIG_LABEL) == "<dry-config>":
+        container = {**container, "labels": {**container["labels"],
+                                             CONFIG_LABEL: spec.labels[CONFIG_LABEL]}}
+    return step.plan({**facts, "spec": spec, "key_inputs": key_inputs, "container": container,
+                      "real_config": real,
+                      "dry_fire_passed": facts.get("dry_fire_passed", False)}, ctx)
+
+
 def guard_facts(facts, ctx, case):
     """"<digest>" in the guard's state stands for this inventory's guard config digest."""
     step = step_class("guard")(case.get("params"))
@@ -132,7 +149,8 @@ def registered(facts, ctx, case):
 RULES = {**{name: registered for name in REGISTRY},
          "preflight": preflight, "preflight-cluster": preflight_cluster, "rank": ranks,
          "memory": memory, "launch": launch_plan, "ray-cluster": launch_plan,
-         "compile-cache-seal": launch_plan, "guard": guard_facts}
+         "compile-cache-seal": launch_plan, "guard": guard_facts,
+         "dry-fire-launch": dry_fire_launch_plan, "dry-fire": launch_plan}
 COVERS = {"preflight-cluster": "preflight", "rank": "wait", "memory": "verify"}
 # The steps whose plan differs by engine: each has a fixture on a vLLM inventory too.
 BY_ENGINE = {"preflight", "ray-cluster", "launch", "wait", "verify", "compile-cache-seal"}

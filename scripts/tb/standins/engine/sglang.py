@@ -15,6 +15,7 @@ import nccl_init
 import openai_api
 import rankwork
 import rendezvous
+import startfaults
 import vision
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, now_stamp, say
@@ -104,6 +105,7 @@ class Rank:
         first = args.node_rank * ctx.gpus
         self.tag = f"TP{first}" + (f" EP{first}" if args.ep_size > 1 else "")
         self.frac = args.mem_fraction_static or DEFAULT_MEM_FRACTION
+        self.dummy = args.load_format == "dummy"
 
     def log(self, text):
         say(f"[{now_stamp()} {self.tag}] {text}")
@@ -116,7 +118,7 @@ class Rank:
             f"dist_init_addr={args.dist_init_addr!r}, mem_fraction_static={self.frac}, "
             f"reasoning_parser={args.reasoning_parser!r}, "
             f"tool_call_parser={args.tool_call_parser!r}, host={args.host!r}, port={args.port})")
-        snap = weights.resolve(ctx, args.model_path, args.revision)
+        snap = weights.resolve(ctx, args.model_path, args.revision, dummy=self.dummy)
         max_len = self.context_length(snap)
         arm_crash_fault(ctx, self.crash_text)
         self.serving = None
@@ -179,6 +181,7 @@ class Rank:
         for line in nccl_init.lines(self.ctx.container, env, env.get("NCCL_SOCKET_IFNAME", "eth0"),
                                     env.get("SGLANG_HOST_IP", "127.0.0.1")):
             say(line)
+        startfaults.nccl_init(self.ctx, self.tag, (args.dist_init_addr or "").rsplit(":", 1)[0])
         self.log("Init torch distributed ends. mem usage=0.55 GB")
         return group or _SingleNode()
 
@@ -189,7 +192,11 @@ class Rank:
         self.log(f"Load weight begin. avail mem={phys_gb * 0.96:.2f} GB")
         self._snap = snap
         try:
-            weights.load(snap, ctx.load_seconds, self.progress, oom_at)
+            if self.dummy:
+                weights.load_dummy(oom_at)
+                self.report_loaded_bytes(1, 1)
+            else:
+                weights.load(snap, ctx.load_seconds, self.progress, oom_at)
         except weights.LoadError as e:
             detail = weights.oom_text(ctx.gpu_mem_mib, need_gb, phys_gb) if str(e) == "oom" \
                 else f"Traceback (most recent call last):\n{e}"
@@ -244,6 +251,7 @@ class Rank:
         return used
 
     def allocate_memory(self):
+        startfaults.kv_pool(self.ctx, self.tag, self.frac)
         used = self.memory_per_gpu()
         self.ctx.report_gpu_memory([used] * self.ctx.gpus)
         avail = (self.ctx.gpu_mem_mib - used) / 1024
@@ -313,6 +321,7 @@ def check_server_args(args):
 def main(ctx, argv, prog):
     # SGLang's config merger writes each key as `--KEY` verbatim (no `_` -> `-`).
     parser = build_parser(prog)
+    startfaults.drop_model_parsers(ctx, parser)
     argv, _ = clitable.strip_wrapper(parser.table, argv)
     args = parser.parse_args(configfile.expand_config(ctx, argv, verbatim=True))
     check_server_args(args)

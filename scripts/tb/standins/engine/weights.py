@@ -84,8 +84,9 @@ def _snapshot_sha(repo_host_dir, revision):
         return None
 
 
-def resolve(ctx, model, revision=None):
-    """The snapshot an engine would load for `model` (a repo id or a path in the container)."""
+def resolve(ctx, model, revision=None, dummy=False):
+    """The snapshot an engine would load for `model` (a repo id or a path in the container).
+    dummy (`--load-format dummy`): config, tokenizer and code are needed, no weight file."""
     if model.startswith("/") or model.startswith("."):
         host = ctx.container.host_path(os.path.normpath(model))
         if host is None or not os.path.isfile(os.path.join(host, "config.json")):
@@ -100,7 +101,7 @@ def resolve(ctx, model, revision=None):
         if not host or not os.path.isfile(os.path.join(host, "config.json")):
             raise EngineExit(not_cached_error(ctx.env))
         snap = Snapshot(model, os.path.join(inside_repo, "snapshots", sha), host)
-    if not snap.shards:
+    if not snap.shards and not dummy:
         raise EngineExit(f"RuntimeError: Cannot find any model weights with `{snap.inside_dir}`"
                          " (model.safetensors.index.json missing or empty)")
     return snap
@@ -157,6 +158,22 @@ def load(snapshot, seconds, progress, oom_at=None):
         if done * 10 // total >= next_mark or done == total:
             progress(done, total, time.monotonic() - start)
             next_mark = done * 10 // total + 1
+
+
+# `--load-format dummy` (SGLang python/sglang/srt/model_loader/loader.py DummyModelLoader;
+# vLLM model_executor/model_loader/dummy_loader.py): the model is built on the device at its
+# real size, then initialize_dummy_weights fills every parameter with uniform random values
+# (-1e-3..1e-3) in place; download_model does nothing and no checkpoint file is opened, so the
+# load takes the time of a device fill, and the memory reached is the real load's.
+DUMMY_LOAD_SECONDS = 0.3
+
+
+def load_dummy(oom_at=None):
+    """The dummy loader: no shard read, no bar; out of memory as the real load when the
+    weights do not fit (the allocation, not the fill, is what fails)."""
+    if oom_at is not None:
+        raise LoadError("oom")
+    time.sleep(DUMMY_LOAD_SECONDS)
 
 
 # The loaders' tqdm descriptions. SGLang < 0.5.10 and vLLM: safetensors_weights_iterator;

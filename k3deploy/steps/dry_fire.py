@@ -1,0 +1,107 @@
+"""dry-fire-launch, dry-fire-wait: the real multi-node group with dummy weights, started while
+the weights still download (the verdict: steps/dry_fire_verdict.py).
+
+Everything that fails only on real GPUs fails here in minutes instead of after the download:
+a flag the engine rejects, an image without the model's architecture or parsers, NCCL that
+cannot initialise, a rank out of memory at the real memory figures (`--load-format dummy`
+allocates the real weights and KV pool, engines/dry_fire.py). The launch is the launch step's
+own (same spec, same container command, plus `--load-format dummy` and a label), the wait the
+wait step's; they only decide whether a dry-fire is due, and name it in their errors. A
+failure stops `up` (exit 1) naming the rank and the engine's own line; the detached download
+keeps running, so the fix costs no byte of it.
+
+Planned nothing: with --no-dry-fire, on one node (the real launch is as quick to tell), for
+multi-node vLLM (its group is Ray's: not covered), when the real group already runs with this
+configuration, or when a dry-fire of this configuration passed on this node (its report file).
+"""
+
+from __future__ import annotations
+
+from k3deploy import engines
+from k3deploy.core.errors import StepFailed
+from k3deploy.engines import dry_fire
+from k3deploy.steps.base import wait
+from k3deploy.steps.dry_fire_rules import (HINT, SMALL_FILES, missing_small_files, passed_fact,
+                                           skipped)
+from k3deploy.steps.launch import LaunchEngine
+from k3deploy.steps.wait import WaitHealthy
+
+class DryFireLaunch(LaunchEngine):
+    name = "dry-fire-launch"
+
+    def prepare(self, run) -> None:
+        super().prepare(run)
+        self._launched: set[str] = set()
+
+    def adjust_spec(self, spec):
+        return dry_fire.dry_fire_spec(spec)
+
+    def settle(self, all_facts, run) -> None:
+        """Nothing: whether the real group is relaunched whole is the real launch's decision;
+        a dry-fire's containers are replaced anyway."""
+
+    def probes(self, node):
+        found = super().probes(node)
+        if skipped(node.run):
+            return found
+        return [*found, missing_small_files(node.inv, node.run.inputs.manifest),
+                passed_fact(node.inv)]
+
+    def facts_from(self, found, node):
+        facts = super().facts_from(found, node)
+        real = LaunchEngine().spec(found, node)
+        config = facts["spec"].labels[engines.CONFIG_LABEL]
+        return {**facts, "real_config": real.labels[engines.CONFIG_LABEL],
+                "dry_fire_passed": config in (found.get("dry_fire_passed") or ())}
+
+    def due(self, facts, node) -> bool:
+        current = facts["container"]
+        if skipped(node.run) or facts.get("dry_fire_passed"):
+            return False
+        serving = current and current["running"] and not dry_fire.is_dry_fire(current) and \
+            current["labels"].get(engines.CONFIG_LABEL) == facts["real_config"]
+        return not serving
+
+    def plan(self, facts, node):
+        if not self.due(facts, node):
+            return []
+        missing = facts.get("small_missing")
+        if missing:
+            return [wait(f"wait until {SMALL_FILES} ({len(missing)} to come)", SMALL_FILES,
+                         poll=2.0, hint="the download of the small files is stuck: "
+                         "`k3deploy status` shows the downloader's state")]
+        current = facts["container"]
+        if dry_fire.is_dry_fire(current) and node.name not in self._launched:
+            # A dry-fire is a fresh group: one left by an earlier run (a rank failed, the rest
+            # wait for it in vain) is replaced on every node.
+            facts = {**facts, "container": {**current, "running": False}}
+        return super().plan(facts, node)
+
+    def apply(self, node, actions):
+        if actions and actions[0].wait and actions[0].wait.until == SMALL_FILES:
+            facts = self.run_action(node, actions[0])
+            actions = self.plan(facts, node)
+        try:
+            super().apply(node, actions)
+        except StepFailed as err:
+            raise _named(err, self.name) from None
+        self._launched.add(node.name)
+
+
+class DryFireWait(WaitHealthy):
+    name = "dry-fire-wait"
+
+    def plan(self, facts, node):
+        if not dry_fire.is_dry_fire(facts["container"]):
+            return []   # no dry-fire was due (dry-fire-launch decided), or it was stopped
+        return super().plan(facts, node)
+
+    def apply(self, node, actions):
+        try:
+            super().apply(node, actions)
+        except StepFailed as err:
+            raise _named(err, self.name) from None
+
+
+def _named(err: StepFailed, step: str) -> StepFailed:
+    return StepFailed(err.node, f"dry-fire (dummy weights): {err}", step=step, hint=HINT)

@@ -1,0 +1,50 @@
+"""What the dry-fire steps share (steps/dry_fire.py, steps/dry_fire_verdict.py): whether a
+run has one, where a node keeps a passed dry-fire's report, the small files it waits for."""
+
+from __future__ import annotations
+
+import shlex
+
+from k3deploy.cluster.hubmeta import small_files
+from k3deploy.node import facts as F
+from k3deploy.remote import protocol
+from k3deploy.remote.protocol import WorkPaths
+from k3deploy.steps import raylayout
+
+SMALL_FILES = "config, tokenizer and the model's code are on the node"
+HINT = ("the weights keep downloading (`k3deploy status` shows how far); fix what the engine "
+        "names, then re-run `k3deploy up` (its dry-fire runs again; `--no-dry-fire` skips it)")
+
+
+def skipped(run) -> str | None:
+    """Why this run has no dry-fire, or None."""
+    if run.option("no_dry_fire"):
+        return "--no-dry-fire"
+    if len(run.inv.nodes) < 2:
+        return "one node: the real launch tells as quickly"
+    if raylayout.in_use(run.inv):
+        return "multi-node vLLM runs its group over Ray: no dry-fire"
+    return None
+
+
+def report_path(inv, config: str) -> str:
+    """The node's record of a passed dry-fire of one configuration (its config label)."""
+    return f"{WorkPaths(inv.paths.work).work}/dry-fire/{config}.json"
+
+
+def passed_fact(inv) -> F.Fact:
+    """The configurations (config labels) a dry-fire passed with on this node."""
+    folder = shlex.quote(report_path(inv, "x").rsplit("/", 1)[0])
+    script = f"ls {folder} 2>/dev/null | sed -n 's/\\.json$//p'; true"
+    return F.Fact("dry_fire_passed", script, lambda out, _c: out.split(), sudo=True)
+
+
+def missing_small_files(inv, manifest) -> F.Fact:
+    """The small files (hubmeta.small_files) not yet linked in the snapshot: the downloader
+    links a file only once verified, so a present link is a complete file."""
+    snap = protocol.snapshot_path(protocol.cache_storage(inv.paths.hf, inv.model.repo),
+                                  manifest.sha, "")
+    names = " ".join(shlex.quote(f.path) for f in small_files(manifest.files))
+    script = (f"cd {shlex.quote(snap)} 2>/dev/null || {{ echo '*'; exit 0; }}; "
+              f'for f in {names}; do [ -e "$f" ] || echo "$f"; done; true')
+    return F.Fact("small_missing", script, lambda out, _c: out.split(), sudo=True)

@@ -1,0 +1,117 @@
+"""dry-fire: the verdict on a dry-fire group that serves (steps/dry_fire.py started it).
+
+Head first, while every rank still runs: one chat completion through the endpoint; then on
+every node: what the engine reached (each GPU's memory in use: SGLang allocates its weights
+and whole KV pool before it serves, so it is the start-up's peak; the start-up phases' times
+from its log, engines/startup_phases.py), the compile cache sealed (the dry-fire's key is the
+real launch's, engines/dry_fire.py: the real launch then compiles nothing), the report kept on
+the node (it makes a re-run's dry-fire plan nothing), and the dry-fire's container removed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from k3deploy import engines
+from k3deploy.core.errors import StepFailed
+from k3deploy.engines import dry_fire, startup_phases
+from k3deploy.node import apikey, http_probe
+from k3deploy.node import facts as F
+from k3deploy.steps import probes
+from k3deploy.steps.base import Action, cmd, upload
+from k3deploy.steps.compile_cache_seal import SealCompileCache
+from k3deploy.steps.dry_fire_rules import HINT, report_path
+
+LOG_LINES = 400
+REQUEST = "request"
+
+
+def nccl_transport(log: str) -> str | None:
+    """The transport NCCL chose, from its init lines in the engine's log: the fabric's reader
+    (issue 32 item 2) answers this; None until the log is read for it."""
+    del log
+    return None
+
+
+def node_report(facts: dict, config: str) -> dict:
+    gpus = facts.get("gpus") or []
+    return {"config": config, "gpu_used_mib": [g["used_mib"] for g in gpus],
+            "phases_s": startup_phases.phases(facts.get("log") or ""),
+            "nccl_transport": nccl_transport(facts.get("log") or ""), "at": time.time()}
+
+
+class DryFireVerdict(SealCompileCache):
+    name = "dry-fire"
+    head_first = True
+    needs_all_nodes = True
+
+    def prepare(self, run) -> None:
+        apikey.settle_for_run(run)
+        self._started, self._reports, self._answers = time.time(), {}, {}
+
+    def probes(self, node):
+        return [*super().probes(node), probes.gpus(),
+                probes.engine_log(node.inv, node.is_head, tail=LOG_LINES)]
+
+    def facts_from(self, found, node):
+        facts = super().facts_from(found, node)
+        return {**facts, "gpus": found.get("gpus"), "log": found.get("log") or ""}
+
+    def plan(self, facts, node):
+        current = facts["container"]
+        if not (dry_fire.is_dry_fire(current) and current["running"]):
+            return []
+        config = current["labels"].get(engines.CONFIG_LABEL, "unknown")
+        report = node_report(facts, config)
+        head = [Action("send one chat completion to the dry-fire's endpoint", tag=REQUEST)] \
+            if node.is_head else []
+        return [*head, *super().plan(facts, node),
+                cmd("create the dry-fire reports dir", "install", "-d", "-m", "755",
+                    report_path(node.inv, config).rsplit("/", 1)[0], sudo=True, retry=True),
+                upload("keep the dry-fire's report", report_path(node.inv, config),
+                       json.dumps(report, sort_keys=True), mode=0o644, sudo=True),
+                cmd("stop the dry-fire's engine", *engines.docker_rm_argv(current_name(node)),
+                    sudo=True, retry=True)]
+
+    def apply(self, node, actions):
+        if actions and actions[0].tag == REQUEST:
+            self._request(node)
+            actions = actions[1:]
+        for action in actions:
+            if action.upload_to and action.upload_to.endswith(".json"):
+                self._reports[node.name] = json.loads(action.content or "{}")
+        super().apply(node, actions)
+
+    def _request(self, node) -> None:
+        asked = time.monotonic()
+        fact = http_probe.fact("answer", node.inv, ["chat"], node.run.inputs.api_key)
+        found = (F.gather(node.conn, [fact], step=self.name).get("answer") or {}).get("chat") or {}
+        if found.get("status") != 200:
+            raise StepFailed(node.name, "dry-fire (dummy weights): the group serves, but a chat "
+                             f"completion answered {found.get('status')}: "
+                             f"{str(found.get('body') or found.get('error'))[:200]}",
+                             step=self.name, hint=HINT)
+        self._answers[node.name] = time.monotonic() - asked
+        self._verdict_at = time.time()
+
+    def detail(self, facts, node):
+        return self._reports.get(node.name) or super().detail(facts, node)
+
+    def closing_lines(self, run, all_facts):
+        if not self._reports:
+            return []
+        seconds = getattr(self, "_verdict_at", time.time()) - self._started
+        lines = [f"dry-fire: the group served with dummy weights and answered a chat "
+                 f"completion {seconds:.0f}s after up began; caches sealed, engines stopped"]
+        for name, report in self._reports.items():
+            used = report.get("gpu_used_mib") or []
+            peak = f"{max(used) / 1024:.1f} GiB" if used else "?"
+            phases = ", ".join(f"{k} {v:.0f}s" for k, v in report.get("phases_s", {}).items())
+            lines.append(f"{'':>10}{name}: GPU memory up to {peak} on {len(used)} GPUs"
+                         + (f"; {phases}" if phases else ""))
+        return lines
+
+
+def current_name(node) -> str:
+    return node.inv.engine.container
