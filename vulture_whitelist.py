@@ -36,6 +36,7 @@ min_nodes
 exc
 # steps are loaded by the registry strings in k3deploy/steps/__init__.py
 Preflight
+FabricMesh
 MoveToNvme
 DownloadWeights
 PullImage

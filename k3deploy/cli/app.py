@@ -91,13 +91,16 @@ def init(hosts: Annotated[list[str], typer.Argument(help="each node's SSH addres
 
 
 @app.command()
-def check(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
+def check(inventory: Inv,
+          fabric: Annotated[bool, typer.Option("--fabric", help="also measure the private "
+                                               "network pair by pair and name slow links")] = False,
+          accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Read-only preflight on every node; prints every problem found."""
     from k3deploy.run.run_steps import single
     from k3deploy.cli.launch_contract import report_warnings
     report_warnings(inventory, log_json=_OUTPUT["log_json"])
-    return _run(inventory, single("preflight"), accept_new_host_keys=accept_new_host_keys,
-                state_dir=state_dir)
+    steps = single("preflight") + (single("fabric-mesh") if fabric else [])
+    return _run(inventory, steps, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
 
 
 @app.command()

@@ -73,6 +73,13 @@ class Ports(_Model):
     ray: int = Field(default=6379, ge=1, le=65535)
     peer: int = Field(default=8951, ge=1, le=65535)   # node-to-node weight fan-out
     guard: int = Field(default=8952, ge=1, le=65535)
+    mesh: int = Field(default=8953, ge=1, le=65535)   # the fabric mesh's receivers (check --fabric)
+
+
+class FabricSpec(_Model):
+    """The pairwise throughput mesh (steps/fabric_mesh.py)."""
+    seconds: float = Field(default=3.0, ge=1, le=60)   # each round's measuring time
+    min_gbps: float | None = Field(default=None, gt=0)  # a link under this is slow, whatever the median
 
 
 class GuardSpec(_Model):
@@ -165,6 +172,7 @@ class Inventory(_Model):
     gpu: GpuSpec = GpuSpec()
     ports: Ports = Ports()
     guard: GuardSpec = GuardSpec()
+    fabric: FabricSpec = FabricSpec()
     paths: Paths = Paths()
     download: DownloadSpec = DownloadSpec()
     ssh: SshSpec = SshSpec()

@@ -12,6 +12,7 @@ BRINGUP, TEARDOWN, ANY = "bring-up", "teardown", "any"
 # an interrupted run's notes are derived from, so a new step cannot be left out of them.
 _STEPS = (
     ("preflight", "k3deploy.steps.preflight:Preflight", BRINGUP),
+    ("fabric-mesh", "k3deploy.steps.fabric_mesh:FabricMesh", BRINGUP),
     ("nvme", "k3deploy.steps.nvme:MoveToNvme", BRINGUP),
     ("download", "k3deploy.steps.download:DownloadWeights", BRINGUP),
     ("image", "k3deploy.steps.image:PullImage", BRINGUP),

@@ -132,6 +132,13 @@ def free_disk(state: TestbedState, name: str) -> str:
     return f"{name}: /mnt/nvme freed ({stat.f_bavail * stat.f_frsize} bytes free)"
 
 
+def slow_link(state: TestbedState, name: str, mbit: str) -> str:
+    record = _running_node(state, name)
+    rate = _number(mbit, "slow-link NODE MBIT")
+    net.slow_link(record["netns"], record["veth"], rate)
+    return f"{name}: link at {rate} Mbit/s each way" if rate else f"{name}: link at full speed"
+
+
 def peer_corrupt(state: TestbedState, name: str) -> str:
     record = _running_node(state, name)
     flag = Path(f"/proc/{record['init_pid']}/root{PEER_CORRUPT_FLAG}")
@@ -187,7 +194,7 @@ ENGINE_ACTIONS = {"wedge-engine": enginefaults.wedge, "unwedge-engine": enginefa
 HUB_ACTIONS = {"hub-drop-after": ("drop-after", 1), "hub-corrupt": ("corrupt", 1), "hub-heal": ("heal", 0),
                "hub-outage": ("outage", 1), "hub-rate-limit": ("rate-limit", 2),
                "cdn-forbid": ("cdn-forbid", 1)}
-ACTIONS = (*NODE_ACTIONS, *ENGINE_ACTIONS, *HUB_ACTIONS)
+ACTIONS = (*NODE_ACTIONS, *ENGINE_ACTIONS, *HUB_ACTIONS, "slow-link")
 
 
 def apply(tb_dir: Path, action: str, args: list[str], status: int | None = None) -> str:
@@ -207,6 +214,10 @@ def apply(tb_dir: Path, action: str, args: list[str], status: int | None = None)
             return ENGINE_ACTIONS[action](state, *args)
         except (RuntimeError, ValueError) as err:
             raise FaultError(str(err)) from None
+    if action == "slow-link":
+        if len(args) != 2:
+            raise FaultError("slow-link wants a node name and Mbit/s (0: full speed again)")
+        return slow_link(state, *args)
     if action in HUB_ACTIONS:
         hub_action, want = HUB_ACTIONS[action]
         if len(args) != want:

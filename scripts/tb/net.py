@@ -199,3 +199,15 @@ def heal(ns: str) -> None:
     ipt = ["ip", "netns", "exec", ns, "iptables", "-w"]
     run([*ipt, "-F", "INPUT"])
     run([*ipt, "-F", "OUTPUT"])
+
+
+def slow_link(ns: str, host_veth_name: str, mbit: int) -> None:
+    """The node's link at `mbit` both ways (0: full speed again): a token bucket on what its
+    eth0 sends and one on what the host end of its veth sends it. The veth pair, and the
+    buckets with it, go when the node's namespace does."""
+    for dev, tc in (("eth0", ["ip", "netns", "exec", ns, "tc"]), (host_veth_name, ["tc"])):
+        run([*tc, "qdisc", "del", "dev", dev, "root"], check=False)
+        if mbit:
+            burst = f"{max(mbit * 1000 // 8 // 100, 64)}kb"   # ~10 ms of traffic
+            run([*tc, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
+                 "burst", burst, "latency", "50ms"])

@@ -1,0 +1,106 @@
+"""fabric-mesh: the private network's throughput, pair by pair (`check --fabric`).
+
+Disjoint pairs in rounds (cluster/mesh_plan.py), every node's schedule in one command, all
+nodes at once (a ClusterProbe: the runner runs them; remote/fabric_mesh.py on the nodes). A
+link under half the median, or under `fabric.min_gbps`, is a problem; a node all of whose
+links are slow is named for its own link. No SSH, thread or clock in this module.
+"""
+
+from __future__ import annotations
+
+import json
+
+from k3deploy.cluster import mesh_plan
+from k3deploy.core.errors import K3Error
+from k3deploy.core.lastjson import last_json_line
+from k3deploy.node import facts as F
+from k3deploy.node.output_tail import failure_tail
+from k3deploy.remote import script_text
+from k3deploy.steps.base import ClusterProbe, Step
+
+SCRIPT = script_text("fabric_mesh.py")
+KEY = "fabric_mesh"
+GAP = 1.0          # between rounds: more than the nodes' start skew over SSH
+PERFTEST = "ib_write_bw"
+
+
+def schedule_seconds(inv, nodes: int) -> float:
+    return len(mesh_plan.rounds(list(range(nodes)))) * (GAP + inv.fabric.seconds) + GAP
+
+
+def _plan(run, name: str, partners: list[str | None]) -> str:
+    inv = run.inv
+    rounds = [None if p is None else [p, inv.node(p).self_ip] for p in partners]
+    return json.dumps({"me": name, "listen": inv.node(name).self_ip, "port": inv.ports.mesh,
+                       "rounds": rounds, "seconds": inv.fabric.seconds, "gap": GAP})
+
+
+def _answer(res) -> dict:
+    found = last_json_line(res.stdout)
+    if isinstance(found, dict) and ("received" in found or "error" in found):
+        return found
+    return {"error": f"the mesh program exited {res.exit_code}: "
+                     + (" | ".join(failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 4))
+                        or "no output")}
+
+
+class FabricMesh(Step):
+    name = "fabric-mesh"
+    read_only = True
+
+    def probes(self, node):
+        return [F.command("perftest", ["sh", "-c", f"command -v {PERFTEST} || true"])]
+
+    def cluster_probes(self, all_facts, run):
+        names = [n.name for n in run.inv.nodes if n.name in all_facts]
+        if len(names) < 2:
+            return {}
+        timeout = schedule_seconds(run.inv, len(names)) + 60
+        return {n: ClusterProbe(KEY, ("python3", "-", _plan(run, n, partners)), _answer,
+                                stdin=SCRIPT, timeout=timeout)
+                for n, partners in mesh_plan.partners(names).items()}
+
+    def cluster_problems(self, all_facts, run):
+        found = {n: f[KEY] for n, f in all_facts.items() if KEY in f}
+        broken = [(n, "fabric", str(v) if isinstance(v, K3Error) else v["error"])
+                  for n, v in found.items() if isinstance(v, K3Error) or "error" in v]
+        if broken or not found:
+            return broken
+        verdict = verdict_of(run, found)
+        return [(_owner(lk, verdict.nodes), "fabric", _slow_line(lk, verdict, run.inv))
+                for lk in verdict.slow]
+
+    def closing_lines(self, run, all_facts) -> list[str]:
+        found = {n: f[KEY] for n, f in all_facts.items()
+                 if isinstance(f.get(KEY), dict) and "received" in f[KEY]}
+        if not found:
+            return []
+        verdict = verdict_of(run, found)
+        measured = [lk.gbps for lk in mesh_plan.links(found, list(found)) if lk.gbps]
+        lines = [f"fabric: {len(measured)} links measured over the private network, median "
+                 f"{verdict.median_gbps:.2f} Gbit/s, slowest {min(measured):.2f} Gbit/s"]
+        with_perftest = [n for n, f in all_facts.items() if f.get("perftest")]
+        lines.append("fabric: InfiniBand links not measured ("
+                     + (f"{PERFTEST} on {', '.join(with_perftest)}, but k3deploy does not run it yet"
+                        if with_perftest else f"no {PERFTEST} (perftest) on the nodes") + ")")
+        return lines
+
+
+def verdict_of(run, found: dict) -> mesh_plan.Verdict:
+    names = [n.name for n in run.inv.nodes if n.name in found]
+    return mesh_plan.judge(mesh_plan.links(found, names), run.inv.fabric.min_gbps)
+
+
+def _owner(link: mesh_plan.Link, slow_nodes: list[str]) -> str:
+    return next((n for n in (link.src, link.dst) if n in slow_nodes), link.src)
+
+
+def _slow_line(link: mesh_plan.Link, verdict: mesh_plan.Verdict, inv) -> str:
+    if link.gbps is None:
+        return f"link {link.name}: nothing measured ({link.error})"
+    floor = f"half the median {verdict.median_gbps:.2f} Gbit/s"
+    if inv.fabric.min_gbps and link.gbps < inv.fabric.min_gbps:
+        floor = f"fabric.min_gbps {inv.fabric.min_gbps:g}"
+    whose = (f"; every link of {_owner(link, verdict.nodes)} is slow: look at its NIC, cable "
+             "and switch port" if set(verdict.nodes) & {link.src, link.dst} else "")
+    return f"link {link.name}: {link.gbps:.2f} Gbit/s, under {floor}{whose}"

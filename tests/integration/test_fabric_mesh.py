@@ -1,0 +1,45 @@
+"""`check --fabric` against a 4-node testbed: an even mesh passes; with one node's link
+throttled (`testbed fault slow-link`, a token bucket each way) exactly that node's links are
+named, with their figures."""
+
+import json
+import time
+
+import pytest
+from tbfixture import testbed
+
+from k3run import k3, out
+
+pytestmark = pytest.mark.integration
+
+
+def problems(proc) -> list[dict]:
+    events = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    return [e for e in events if e.get("event") == "run.problem"]
+
+
+def test_check_fabric_names_the_links_of_the_slow_node_and_nothing_else(tmp_path):
+    with testbed(tmp_path, nodes=4) as tb:
+        even = k3("--log-json", "check", "--fabric", "-i", tb.inventory)
+        assert even.returncode == 0, out(even)
+        assert "fabric: 12 links measured" in out(even)
+        assert "InfiniBand links not measured" in out(even)
+
+        tb.fault("slow-link", "node1", "200")
+        started = time.monotonic()
+        slow = k3("--log-json", "check", "--fabric", "-i", tb.inventory)
+        took = time.monotonic() - started
+        assert slow.returncode == 1, out(slow)
+        assert took < 90, took
+        found = [p for p in problems(slow) if p["check"] == "fabric"]
+        assert {p["node"] for p in found} == {"node1"}, found
+        named = sorted(p["problem"].split(":")[0] for p in found)
+        others = ("node0", "node2", "node3")
+        assert named == sorted([f"link node1->{n}" for n in others]
+                               + [f"link {n}->node1" for n in others])
+        assert all("Gbit/s" in p["problem"] for p in found)
+        assert [p for p in problems(slow) if p["check"] != "fabric"] == []
+
+        tb.fault("slow-link", "node1", "0")
+        again = k3("check", "--fabric", "-i", tb.inventory)
+        assert again.returncode == 0, out(again)

@@ -1,0 +1,105 @@
+"""The pairwise mesh's schedule and verdict (cluster/mesh_plan.py) and the step's findings
+(steps/fabric_mesh.py) from what the node programs print."""
+
+import json
+from itertools import combinations
+
+import pytest
+
+from k3deploy.cluster import inventory, mesh_plan
+from k3deploy.steps.fabric_mesh import KEY, FabricMesh, schedule_seconds
+from tests.unit.invdata import four_nodes
+
+GB = 1e9 / 8   # bytes per second in one Gbit/s
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9])
+def test_every_pair_meets_once_in_disjoint_rounds(n):
+    names = [f"node{i}" for i in range(n)]
+    rounds = mesh_plan.rounds(names)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    met = [frozenset(p) for r in rounds for p in r]
+    assert sorted(map(sorted, met)) == sorted(map(sorted, combinations(names, 2)))
+    for r in rounds:
+        busy = [x for p in r for x in p]
+        assert len(busy) == len(set(busy))
+
+
+def test_partners_agree_both_ways():
+    names = [f"node{i}" for i in range(6)]
+    partners = mesh_plan.partners(names)
+    for a, mine in partners.items():
+        for k, b in enumerate(mine):
+            assert b is None or partners[b][k] == a
+
+
+def answers(rates: dict[tuple[str, str], float], seconds: float = 3.0) -> dict:
+    """What every node's program prints, for links at the given Gbit/s (src, dst)."""
+    out: dict = {}
+    for (src, dst), gbps in rates.items():
+        got = out.setdefault(dst, {"received": {}, "sent": {}, "errors": {}})
+        got["received"][src] = {"bytes": int(gbps * GB * seconds), "seconds": seconds}
+    return out
+
+
+def four_node_rates(slow: str | None = None, slow_gbps: float = 0.2) -> dict:
+    names = [f"node{i}" for i in range(4)]
+    return {(a, b): (slow_gbps if slow in (a, b) else 9.0 + i * 0.1)
+            for i, (a, b) in enumerate((a, b) for a in names for b in names if a != b)}
+
+
+def test_a_slow_node_is_named_with_all_its_links_and_nothing_else():
+    names = [f"node{i}" for i in range(4)]
+    verdict = mesh_plan.judge(mesh_plan.links(answers(four_node_rates("node1")), names))
+    assert verdict.nodes == ["node1"]
+    assert sorted(lk.name for lk in verdict.slow) == sorted(
+        [f"node1->{n}" for n in ("node0", "node2", "node3")]
+        + [f"{n}->node1" for n in ("node0", "node2", "node3")])
+
+
+def test_an_even_mesh_has_no_slow_link_but_a_floor_finds_them_all():
+    names = [f"node{i}" for i in range(4)]
+    found = mesh_plan.links(answers(four_node_rates()), names)
+    assert mesh_plan.judge(found).slow == []
+    assert len(mesh_plan.judge(found, min_gbps=25).slow) == 12
+
+
+def test_a_link_that_carried_nothing_is_slow_and_says_why():
+    names = ["node0", "node1"]
+    found = {"node0": {"received": {}, "sent": {}, "errors": {"node1": "ConnectionRefusedError"}},
+             "node1": {"received": {"node0": {"bytes": 0, "seconds": 0}}, "sent": {}, "errors": {}}}
+    links = mesh_plan.links(found, names)
+    assert [(lk.name, lk.gbps) for lk in links] == [("node0->node1", None), ("node1->node0", None)]
+    assert "ConnectionRefusedError" in links[0].error
+
+
+class Run:
+    def __init__(self, inv):
+        self.inv, self.options = inv, {}
+
+
+def test_the_step_plans_one_command_per_node_and_names_node1():
+    inv = inventory.parse(four_nodes())
+    run, step = Run(inv), FabricMesh()
+    probes = step.cluster_probes({n.name: {} for n in inv.nodes}, run)
+    plan = json.loads(probes["node0"].argv[2])
+    assert set(probes) == {"node0", "node1", "node2", "node3"}
+    assert plan["port"] == inv.ports.mesh and len(plan["rounds"]) == 3
+    assert probes["node0"].timeout > schedule_seconds(inv, 4)
+    found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
+    problems = step.cluster_problems(found, run)
+    assert {node for node, _, _ in problems} == {"node1"} and len(problems) == 6
+    assert all("Gbit/s" in text and "every link of node1" in text for _, _, text in problems)
+
+
+def test_a_node_whose_program_failed_is_named_alone():
+    inv = inventory.parse(four_nodes())
+    found = {n: {KEY: v} for n, v in answers(four_node_rates()).items()}
+    found["node2"] = {KEY: {"error": "cannot listen on 10.0.0.3:8953: [Errno 98] Address in use"}}
+    assert FabricMesh().cluster_problems(found, Run(inv)) == [
+        ("node2", "fabric", "cannot listen on 10.0.0.3:8953: [Errno 98] Address in use")]
+
+
+def test_one_node_has_no_mesh():
+    inv = inventory.parse(four_nodes())
+    assert FabricMesh().cluster_probes({"node0": {}}, Run(inv)) == {}
