@@ -119,8 +119,7 @@ class LaunchEngine(Step):
         # A dry-fire's engine (engines/dry_fire.py) is always replaced: it serves nothing.
         if current and current["running"] and not relaunch and not node.run.option("replace") \
                 and not dry_fire.is_dry_fire(current):
-            changes = "
-".join(f"  {line}" for line in engines.config_changes(current["labels"], spec))
+            changes = "\n".join(f"  {line}" for line in engines.config_changes(current["labels"], spec))
             raise StepFailed(node.name, f"container {spec.container_name} runs another "
                              f"configuration; running -> wanted:\n{changes}", step=self.name,
                              hint="re-run with --replace to restart it (weights are reloaded), "
