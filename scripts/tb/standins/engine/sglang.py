@@ -194,7 +194,7 @@ class Rank:
         try:
             if self.dummy:
                 weights.load_dummy(oom_at)
-                self.report_loaded_bytes(1, 1)
+                self.fill_gpu_memory(1, 1)
             else:
                 weights.load(snap, ctx.load_seconds, self.progress, oom_at)
         except weights.LoadError as e:
