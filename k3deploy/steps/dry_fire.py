@@ -81,11 +81,13 @@ class DryFireLaunch(LaunchEngine):
         if actions and actions[0].wait and actions[0].wait.until == SMALL_FILES:
             facts = self.run_action(node, actions[0])
             actions = self.plan(facts, node)
+        # Before the start wait: from here on the dry-fire running is this run's own, which the
+        # wait's plan must wait for, not replace.
+        self._launched.add(node.name)
         try:
             super().apply(node, actions)
         except StepFailed as err:
             raise _named(err, self.name) from None
-        self._launched.add(node.name)
 
 
 class DryFireWait(WaitHealthy):
