@@ -1,8 +1,8 @@
 """The download at the real job's ratios (issue 31). A healthy Hub whose download lasts many
 times download.retry_minutes finishes in one downloader run: a file waiting in the queue spends
 no budget. A disk filled mid-download stops `up` within seconds, naming the node and the space
-missing; once the space is back, `up` resumes the partials and the Hub sends the node little
-more than its share."""
+missing; once the space is back, `up` resumes the partials: the Hub sends again only what the
+disk did not keep."""
 from __future__ import annotations
 
 import time
@@ -13,6 +13,8 @@ from polling import wait_until
 from tbfixture import testbed
 
 from k3run import k3, k3_bg, out
+
+BLOBS = "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs"
 
 pytestmark = pytest.mark.integration
 
@@ -54,10 +56,17 @@ def test_a_disk_filled_mid_download_stops_up_in_seconds_and_the_rerun_resumes(tm
         assert took < 60, (took, output[-3000:])
         assert f"[{node}/download]" in output and "disk refused a write" in output, output[-3000:]
         assert "still needed" in output and "free" in output and "fix: free" in output, output[-3000:]
-        partials = tb.ssh(node, "ls /mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs").stdout
+        partials = tb.ssh(node, f"ls {BLOBS}").stdout
         assert ".k3deploy-partial" in partials   # the partials stayed
+        kept = int(tb.ssh(node, f"du -sB1 {BLOBS}").stdout.split()[0])
+        before = tb.stats()["hub"]["by_node"][node]["bytes"]
         tb.fault("free-disk", node)
         again = k3("up", "-i", str(tb.inventory), timeout=400)
         assert again.returncode == 0, out(again)
         repo = tb.stats()["hub"]["repo_bytes"]
-        assert tb.stats()["hub"]["by_node"][node]["bytes"] <= 1.1 * repo
+        # The bytes in flight when the disk filled were never written: they come again, so the
+        # whole is more than the repo. The re-run resumes: it fetches what the disk did not keep
+        # (and the records' lag, under 10%), never the kept bytes again.
+        assert kept > 0.2 * repo, kept
+        rerun = tb.stats()["hub"]["by_node"][node]["bytes"] - before
+        assert rerun <= repo - kept + 0.1 * repo, (rerun, repo, kept)
