@@ -94,8 +94,10 @@ class DryFireWait(WaitHealthy):
     name = "dry-fire-wait"
 
     def plan(self, facts, node):
-        if not dry_fire.is_dry_fire(facts["container"]):
-            return []   # no dry-fire was due (dry-fire-launch decided), or it was stopped
+        # Nothing to wait for when this run has no dry-fire (a failed one's container left by
+        # an earlier run is the real launch's to replace), none was due, or it was stopped.
+        if skipped(node.run) or not dry_fire.is_dry_fire(facts["container"]):
+            return []
         return super().plan(facts, node)
 
     def apply(self, node, actions):

@@ -18,6 +18,8 @@ from tbfixture import testbed
 
 from k3run import changing_calls
 
+from k3deploy.engines.dry_fire import DRY_FIRE_LABEL
+
 pytestmark = pytest.mark.integration
 
 
@@ -121,7 +123,9 @@ def test_short_load_names_the_rank_and_its_memory(shared):
 def test_duplicate_rank_is_detected_instead_of_waiting(shared):
     tb = shared
     # The first launch is the shared fixture's, with the inventory as it is now.
-    runs = [a for a in node_calls(tb)["node3"] if a[:2] == ["docker", "run"]]
+    # The real launch's, not the dry-fire's (dummy weights, its own label).
+    runs = [a for a in node_calls(tb)["node3"]
+            if a[:2] == ["docker", "run"] and f"{DRY_FIRE_LABEL}=1" not in a]
     argv = list(runs[0])
     argv[argv.index("--node-rank") + 1] = "1"
     assert tb.ssh("node3", shlex.join(argv)).returncode == 0
