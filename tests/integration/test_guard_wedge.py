@@ -32,7 +32,9 @@ def cluster(tmp_path_factory):
     with testbed(tmp_path_factory.mktemp("wedge"), nodes=4, compile_seconds=COMPILE_SECONDS) as tb:
         tb.inventory.write_text(tb.inventory.read_text() +
                                 f"guard: {{enabled: true, wedge_seconds: {WEDGE_SECONDS}}}\n")
-        first = k3("up", "-i", str(tb.inventory))
+        # Without the dry-fire, which would compile and seal the caches before the real launch:
+        # the relaunch tests below need a cold first launch to tell warm from cold.
+        first = k3("up", "-i", str(tb.inventory), "--no-dry-fire")
         assert first.returncode == 0, out(first)
         for node in tb.nodes:  # cold: nothing cached yet
             assert "[stand-in] kernel caches miss" in engine_log(tb, node), node
