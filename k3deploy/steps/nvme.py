@@ -4,7 +4,8 @@ containerd's root on the NVMe mount.
 daemon.json and config.toml are merged, not overwritten (other keys such as runtimes or log
 options stay). docker is restarted only when the daemon does not already run with the NVMe
 data-root as dockerd reports it (canonicalised: a symlinked mount or a trailing slash still
-compares equal), containerd only when its config names another root.
+compares equal), containerd only when its config names another root. A docker start that
+fails is rolled back to the previous daemon.json (docker_rollback): docker is never left down.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import json
 
 from k3deploy.node import facts as F
-from k3deploy.core.errors import StepFailed
+from k3deploy.core.errors import CommandError, StepFailed
 from k3deploy.remote import protocol
-from k3deploy.steps import containerd_config, docker_host, docker_unit, probes, shared_hf
-from k3deploy.steps.base import Step, cmd, upload
+from k3deploy.steps import (containerd_config, docker_host, docker_rollback, docker_unit, probes,
+                            shared_hf)
+from k3deploy.steps.base import Step, cmd, take_uploads, upload
 
-DAEMON_JSON = "/etc/docker/daemon.json"
+DAEMON_JSON = docker_rollback.DAEMON_JSON
 
 
 def _daemon_json(out: str, code: int):
@@ -41,6 +43,7 @@ class MoveToNvme(Step):
             F.native("login_user", "login_user", [], F.text),
             F.native("docker_dir", "is_dir", [p.docker], F.exit_ok, sudo=True),
             F.read("daemon_json", DAEMON_JSON, _daemon_json, sudo=True),
+            F.native("daemon_json_present", "exists", [DAEMON_JSON], F.exit_ok, sudo=True),
             docker_host.resolved("docker_root_wanted", p.docker), probes.docker_root(),
             *docker_host.image_store_facts(), *shared_hf.marker_fact(node.inv),
             docker_unit.unit_fact(),
@@ -52,8 +55,22 @@ class MoveToNvme(Step):
         moved = self._containerd(facts, node)
         actions += moved
         if moved or facts.get("docker_root") != facts.get("docker_root_wanted"):
-            actions += docker_unit.restart_actions(cmd)
+            actions += docker_rollback.tag_start(docker_unit.restart_actions(cmd))
         return actions
+
+    def apply(self, node, actions):
+        """As the base runs them; a failed docker start is rolled back (docker_rollback)."""
+        queue = list(actions)
+        while queue:
+            taken = take_uploads(queue)
+            try:
+                self.run_action(node, *taken)
+            except CommandError:
+                if taken[0].tag != docker_rollback.START:
+                    raise
+                wrote = any(a.upload_to == DAEMON_JSON for a in actions)
+                backed_up = any(a.tag == docker_rollback.BACKUP for a in actions)
+                docker_rollback.roll_back(self, node, wrote, backed_up, node.inv.paths.docker)
 
     def _daemon_json(self, facts, node):
         p, current = node.inv.paths, facts.get("daemon_json")
@@ -67,8 +84,9 @@ class MoveToNvme(Step):
                 return []   # the unit's flag already puts it there: daemon.json must not
             docker_unit.refuse_flag_with_file(facts, node, p.docker, self.name)
         merged = json.dumps({**current, "data-root": p.docker}, indent=2, sort_keys=True)
-        return [upload(f"set data-root {p.docker} in {DAEMON_JSON}", DAEMON_JSON,
-                       merged + "\n", mode=0o644, sudo=True)]
+        write = upload(f"set data-root {p.docker} in {DAEMON_JSON}", DAEMON_JSON, merged + "\n",
+                       mode=0o644, sudo=True)
+        return docker_rollback.backup(bool(facts.get("daemon_json_present"))) + [write]
 
     def _containerd(self, facts, node):
         """With the containerd image store, images go to containerd's root: set it on the

@@ -1,7 +1,7 @@
 """Testbed profiles: node behaviour as a given upstream version prints and does it.
 
-A profile belongs to one group (docker, toolkit, nvme, sglang, vllm, ray, ray-gpus, gpu,
-engine-start, fabric);
+A profile belongs to one group (docker, docker-unit, toolkit, nvme, nvme-fs, sglang, vllm, ray,
+ray-gpus, gpu, engine-start, fabric);
 a node has at most one profile per group, and the group's default when none is named. A
 profile's `settings` are written into the node's `node.json` (top-level keys) where the
 stand-ins read them; `source` says where upstream the behaviour comes from, so that a
@@ -76,6 +76,18 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "moby/moby daemon/daemon.go@docker-v29.1.2 CreateDaemonRoot/resolveSymlinkedDirectory "
        "(filepath.Abs + filepath.EvalSymlinks; DockerRootDir reports the result)",
        {"nvme_symlinked": True}),
+    _p("nvme-fs-dtype", "nvme-fs", "the NVMe's filesystem has d_type (ext4, xfs with ftype=1)",
+       "mkfs.xfs(8) -n ftype (1 by default since xfsprogs 3.2.3)", {"no_dtype_under": None},
+       default=True),
+    _p("nvme-xfs-ftype0", "nvme-fs",
+       "the NVMe is xfs made with ftype=0 (no d_type): dockerd with storage-driver overlay2 in "
+       "daemon.json refuses a data-root there and exits 1",
+       "moby/moby v28.5.1: daemon/graphdriver/overlay2/overlay.go Init, "
+       "daemon/graphdriver/overlayutils/overlayutils.go ErrDTypeNotSupported, "
+       "layer/layer_store.go NewStoreFromOptions, cmd/dockerd/daemon.go (failed to start "
+       "daemon), cmd/dockerd/docker.go onError (the bare stderr line); transcript "
+       "jmutai/k8s-pre-bootstrap#3",
+       {"no_dtype_under": "/mnt/nvme"}),
     _p("sglang-0.5.4", "sglang",
        "SGLang 0.5.4: 'Loading safetensors checkpoint shards' on global rank 0; /get_server_info",
        "python/sglang/srt/model_loader/weight_utils.py safetensors_weights_iterator (before "

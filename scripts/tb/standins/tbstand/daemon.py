@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-from . import dockerunit, runtime
+from . import dockerunit, graphdriver, journal, runtime
 
 DEFAULT_ROOT = "/var/lib/docker"
 CONTAINERD_ROOT = "/var/lib/containerd"
@@ -146,6 +146,8 @@ def _try_start(state):
             f"file: data-root: (from flag: {flag_root}, from file: {config['data-root']})")
     root = flag_root or (config or {}).get("data-root") or DEFAULT_ROOT
     if config is not None:
+        config, error = graphdriver.check(config, root, image_store(config))
+    if config is not None:
         reported = canonical_root(root)
         try:
             os.makedirs(runtime.host_path(root), exist_ok=True)
@@ -193,9 +195,12 @@ def start(units):
         if "docker.service" in units and state["service"] != "active":
             if dockerunit.limit_hit(state):
                 state.update(service="failed", result="start-limit-hit")
+                journal.record_limit_hit(state)
             else:
+                before = len(state.get("starts", []))
                 restart_containers = _try_start(state)
                 dockerunit.count_start(state, failed=not restart_containers)
+                journal.record_start(state, before)
         _save(state)
     if restart_containers:
         _containers().start_after_daemon_start()
