@@ -2,8 +2,9 @@
 
 Disjoint pairs in rounds (cluster/mesh_plan.py), every node's schedule in one command, all
 nodes at once (a ClusterProbe: the runner runs them; remote/fabric_mesh.py on the nodes). A
-link under half the median, or under `fabric.min_gbps`, is a problem; a node all of whose
-links are slow is named for its own link. No SSH, thread or clock in this module.
+link under half the median of the nodes' best links (mesh_plan.judge), or under
+`fabric.min_gbps`, is a problem; a node all of whose links are slow is named for its own link.
+No SSH, thread or clock in this module.
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ class FabricMesh(Step):
             return []
         verdict = verdict_of(run, found)
         measured = [lk.gbps for lk in mesh_plan.links(found, list(found)) if lk.gbps]
-        lines = [f"fabric: {len(measured)} links measured over the private network, median "
-                 f"{verdict.median_gbps:.2f} Gbit/s, slowest {min(measured):.2f} Gbit/s"]
+        lines = [f"fabric: {len(measured)} links measured over the private network"
+                 + (f", the nodes' best links' median {verdict.median_gbps:.2f} Gbit/s, slowest "
+                    f"{min(measured):.2f} Gbit/s" if measured else "")]
         with_perftest = [n for n, f in all_facts.items() if f.get("perftest")]
         lines.append("fabric: InfiniBand links not measured ("
                      + (f"{PERFTEST} on {', '.join(with_perftest)}, but k3deploy does not run it yet"
@@ -98,7 +100,7 @@ def _owner(link: mesh_plan.Link, slow_nodes: list[str]) -> str:
 def _slow_line(link: mesh_plan.Link, verdict: mesh_plan.Verdict, inv) -> str:
     if link.gbps is None:
         return f"link {link.name}: nothing measured ({link.error})"
-    floor = f"half the median {verdict.median_gbps:.2f} Gbit/s"
+    floor = f"half the median of the nodes' best links {verdict.median_gbps:.2f} Gbit/s"
     if inv.fabric.min_gbps and link.gbps < inv.fabric.min_gbps:
         floor = f"fabric.min_gbps {inv.fabric.min_gbps:g}"
     whose = (f"; every link of {_owner(link, verdict.nodes)} is slow: look at its NIC, cable "

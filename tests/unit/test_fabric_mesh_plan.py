@@ -64,6 +64,55 @@ def test_an_even_mesh_has_no_slow_link_but_a_floor_finds_them_all():
     assert len(mesh_plan.judge(found, min_gbps=25).slow) == 12
 
 
+def judged(rates: dict, n: int = 4, min_gbps: float | None = None) -> mesh_plan.Verdict:
+    names = [f"node{i}" for i in range(n)]
+    return mesh_plan.judge(mesh_plan.links(answers(rates), names), min_gbps)
+
+
+def test_the_reference_is_the_median_of_each_nodes_best_link():
+    # one slow node of 4: six links of twelve are slow, so all links' median is ~4.7 Gbit/s;
+    # the best links are node0 9.9, node1 0.2, node2 10.1, node3 10.1 -> median 10.0
+    verdict = judged(four_node_rates("node1"))
+    assert verdict.median_gbps == pytest.approx((9.9 + 10.1) / 2)
+    assert verdict.nodes == ["node1"]
+
+
+def test_two_slow_nodes_of_four_are_both_named():
+    """Ten links of twelve touch node1 or node2: their median is slow, so under half the median
+    of all links nothing is slow; the best link of node0 and node3 (node0<->node3) still says
+    what the fabric carries."""
+    names = [f"node{i}" for i in range(4)]
+    rates = {(a, b): 9.0 if {a, b} == {"node0", "node3"} else 0.2
+             for a in names for b in names if a != b}
+    verdict = judged(rates)
+    assert verdict.nodes == ["node1", "node2"]
+    assert sorted(lk.name for lk in verdict.slow) == sorted(
+        f"{a}->{b}" for a, b in rates if {a, b} != {"node0", "node3"})
+
+
+def test_one_slow_link_only_is_named_and_no_node():
+    rates = four_node_rates()
+    rates[("node0", "node2")] = 1.0
+    verdict = judged(rates)
+    assert [lk.name for lk in verdict.slow] == ["node0->node2"]
+    assert verdict.nodes == []
+
+
+def test_all_links_equal_none_is_slow():
+    names = [f"node{i}" for i in range(4)]
+    verdict = judged({(a, b): 5.0 for a in names for b in names if a != b})
+    assert verdict.slow == [] and verdict.nodes == []
+    assert verdict.median_gbps == pytest.approx(5.0)
+
+
+def test_min_gbps_names_links_the_median_passes():
+    rates = four_node_rates()
+    rates[("node3", "node1")] = 7.0       # over half the median, under the floor
+    verdict = judged(rates, min_gbps=8.0)
+    assert [lk.name for lk in verdict.slow] == ["node3->node1"]
+    assert judged(rates).slow == []
+
+
 def test_a_link_that_carried_nothing_is_slow_and_says_why():
     names = ["node0", "node1"]
     found = {"node0": {"received": {}, "sent": {}, "errors": {"node1": "ConnectionRefusedError"}},
