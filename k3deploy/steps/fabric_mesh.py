@@ -21,19 +21,29 @@ from k3deploy.steps.base import ClusterProbe, Step
 
 SCRIPT = script_text("fabric_mesh.py")
 KEY = "fabric_mesh"
-GAP = 1.0          # between rounds: more than the nodes' start skew over SSH
+# A round's handshake: a partner not in the round this long after this node is given up (its
+# SSH session started that much later, or it hangs); more than the nodes' start skew over SSH.
+HANDSHAKE = 10.0
+FLUSH = 5.0        # after the partner's push: what its socket buffers still hold arrives
 PERFTEST = "ib_write_bw"
 
 
+def round_limit(inv) -> float:
+    """The longest a round lasts on a node: the partner may start its push up to HANDSHAKE late."""
+    return HANDSHAKE + inv.fabric.seconds + FLUSH
+
+
 def schedule_seconds(inv, nodes: int) -> float:
-    return len(mesh_plan.rounds(list(range(nodes)))) * (GAP + inv.fabric.seconds) + GAP
+    """The longest the node program runs (every round at its limit)."""
+    return len(mesh_plan.rounds(list(range(nodes)))) * round_limit(inv)
 
 
 def _plan(run, name: str, partners: list[str | None]) -> str:
     inv = run.inv
     rounds = [None if p is None else [p, inv.node(p).self_ip] for p in partners]
     return json.dumps({"me": name, "listen": inv.node(name).self_ip, "port": inv.ports.mesh,
-                       "rounds": rounds, "seconds": inv.fabric.seconds, "gap": GAP})
+                       "rounds": rounds, "seconds": inv.fabric.seconds,
+                       "deadline": HANDSHAKE, "round_limit": round_limit(inv)})
 
 
 def _answer(res) -> dict:
