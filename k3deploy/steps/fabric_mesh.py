@@ -1,4 +1,5 @@
-"""fabric-mesh: the private network's throughput, pair by pair (`check --fabric`).
+"""fabric-mesh: the private network's throughput, pair by pair (`check --fabric`, and `up`
+after preflight unless `--no-fabric` or the group already runs this configuration).
 
 Disjoint pairs in rounds (cluster/mesh_plan.py), every node's schedule in one command, all
 nodes at once (a ClusterProbe: the runner runs them; remote/fabric_mesh.py on the nodes). A
@@ -11,13 +12,18 @@ from __future__ import annotations
 
 import json
 
+from pydantic import BaseModel, ConfigDict
+
+from k3deploy import engines
 from k3deploy.cluster import mesh_plan
 from k3deploy.core.errors import K3Error
 from k3deploy.core.lastjson import last_json_line
 from k3deploy.node import facts as F
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.remote import script_text
+from k3deploy.steps import probes, serves
 from k3deploy.steps.base import ClusterProbe, Step
+from k3deploy.steps.launch import LaunchEngine
 
 SCRIPT = script_text("fabric_mesh.py")
 KEY = "fabric_mesh"
@@ -55,16 +61,43 @@ def _answer(res) -> dict:
                         or "no output")}
 
 
+class FabricMeshParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # up's: not on a group that already runs this configuration (the launch leaves it as it
+    # is, and the mesh would push its traffic through the fabric the group serves over)
+    unless_serving: bool = False
+
+
 class FabricMesh(Step):
     name = "fabric-mesh"
     read_only = True
+    Params = FabricMeshParams
 
     def probes(self, node):
-        return [F.command("perftest", ["sh", "-c", f"command -v {PERFTEST} || true"])]
+        found = [F.command("perftest", ["sh", "-c", f"command -v {PERFTEST} || true"])]
+        if self.p.unless_serving and not node.run.option("no_fabric"):
+            found += LaunchEngine().probes(node)   # the launch's own look: what it would run
+        return found
+
+    def facts_from(self, found, node):
+        if "container" not in found:
+            return {"perftest": found.get("perftest")}
+        config = LaunchEngine().spec(found, node).labels[engines.CONFIG_LABEL]
+        return {"perftest": found.get("perftest"), "runs_configuration":
+                serves.runs_configuration(probes.container_summary(found["container"]), config)}
+
+    def skipped(self, all_facts, run) -> str | None:
+        """Why this run measures nothing (None: it measures)."""
+        if run.option("no_fabric"):
+            return "--no-fabric"
+        if self.p.unless_serving and all(f.get("runs_configuration") for f in all_facts.values()):
+            return ("the group already runs this configuration: no traffic is pushed through "
+                    "the fabric it serves over")
+        return None
 
     def cluster_probes(self, all_facts, run):
         names = [n.name for n in run.inv.nodes if n.name in all_facts]
-        if len(names) < 2:
+        if len(names) < 2 or self.skipped(all_facts, run):
             return {}
         timeout = schedule_seconds(run.inv, len(names)) + 60
         return {n: ClusterProbe(KEY, ("python3", "-", _plan(run, n, partners)), _answer,
@@ -85,7 +118,8 @@ class FabricMesh(Step):
         found = {n: f[KEY] for n, f in all_facts.items()
                  if isinstance(f.get(KEY), dict) and "received" in f[KEY]}
         if not found:
-            return []
+            why = len(all_facts) > 1 and self.skipped(all_facts, run)
+            return [f"fabric: not measured ({why})"] if why else []
         verdict = verdict_of(run, found)
         measured = [lk.gbps for lk in mesh_plan.links(found, list(found)) if lk.gbps]
         lines = [f"fabric: {len(measured)} links measured over the private network"

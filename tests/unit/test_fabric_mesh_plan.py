@@ -123,8 +123,11 @@ def test_a_link_that_carried_nothing_is_slow_and_says_why():
 
 
 class Run:
-    def __init__(self, inv):
-        self.inv, self.options = inv, {}
+    def __init__(self, inv, **options):
+        self.inv, self.options = inv, options
+
+    def option(self, key, default=None):
+        return self.options.get(key, default)
 
 
 def test_the_step_plans_one_command_per_node_and_names_node1():
