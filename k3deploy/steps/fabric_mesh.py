@@ -114,9 +114,12 @@ class FabricMesh(Step):
         return [(_owner(lk, verdict.nodes), "fabric", _slow_line(lk, verdict, run.inv))
                 for lk in verdict.slow]
 
+    def cluster_detail(self, all_facts, run):
+        found = _measured(all_facts)
+        return {"fabric": record(run, found)} if found else None
+
     def closing_lines(self, run, all_facts) -> list[str]:
-        found = {n: f[KEY] for n, f in all_facts.items()
-                 if isinstance(f.get(KEY), dict) and "received" in f[KEY]}
+        found = _measured(all_facts)
         if not found:
             why = len(all_facts) > 1 and self.skipped(all_facts, run)
             return [f"fabric: not measured ({why})"] if why else []
@@ -130,6 +133,34 @@ class FabricMesh(Step):
                      + (f"{PERFTEST} on {', '.join(with_perftest)}, but k3deploy does not run it yet"
                         if with_perftest else f"no {PERFTEST} (perftest) on the nodes") + ")")
         return lines
+
+
+def _measured(all_facts: dict) -> dict:
+    """node -> what its mesh program counted (nodes whose program ran)."""
+    return {n: f[KEY] for n, f in all_facts.items()
+            if isinstance(f.get(KEY), dict) and "received" in f[KEY]}
+
+
+def record(run, found: dict) -> dict:
+    """The figures for the state file, status --json and the certificate. The InfiniBand
+    links are never measured here (perftest is not run): ib_measured says so."""
+    verdict = verdict_of(run, found)
+    names = [n.name for n in run.inv.nodes if n.name in found]
+
+    def one(lk: mesh_plan.Link) -> dict:
+        return {"a": lk.src, "b": lk.dst,
+                "gbps": None if lk.gbps is None else round(lk.gbps, 3),
+                **({"error": lk.error} if lk.gbps is None else {})}
+    return {"links": [one(lk) for lk in mesh_plan.links(found, names)],
+            "slow": [one(lk) for lk in verdict.slow], "slow_nodes": verdict.nodes,
+            "median_best_gbps": None if verdict.median_gbps is None
+            else round(verdict.median_gbps, 3), "ib_measured": False}
+
+
+def kept(head_state: dict) -> dict | None:
+    """The last figures a mesh recorded, from the head's state file (its data)."""
+    rec = (head_state.get("steps") or {}).get(FabricMesh.name) or {}
+    return (rec.get("detail") or {}).get("fabric")
 
 
 def verdict_of(run, found: dict) -> mesh_plan.Verdict:

@@ -7,7 +7,8 @@ from itertools import combinations
 import pytest
 
 from k3deploy.cluster import inventory, mesh_plan
-from k3deploy.steps.fabric_mesh import KEY, FabricMesh, schedule_seconds
+from k3deploy.serving import certificate
+from k3deploy.steps.fabric_mesh import KEY, FabricMesh, kept, schedule_seconds
 from tests.unit.invdata import four_nodes
 
 GB = 1e9 / 8   # bytes per second in one Gbit/s
@@ -157,3 +158,24 @@ def test_a_node_whose_program_failed_is_named_alone():
 def test_one_node_has_no_mesh():
     inv = inventory.parse(four_nodes())
     assert FabricMesh().cluster_probes({"node0": {}}, Run(inv)) == {}
+
+
+def test_the_figures_kept_name_every_link_the_slow_ones_and_no_ib():
+    inv = inventory.parse(four_nodes())
+    found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
+    detail = FabricMesh().cluster_detail(found, Run(inv))["fabric"]
+    assert len(detail["links"]) == 12 and detail["ib_measured"] is False
+    assert {"a": "node0", "b": "node1", "gbps": 0.2} in detail["links"]
+    assert sorted((lk["a"], lk["b"]) for lk in detail["slow"]) == sorted(
+        [("node1", n) for n in ("node0", "node2", "node3")]
+        + [(n, "node1") for n in ("node0", "node2", "node3")])
+    assert detail["slow_nodes"] == ["node1"]
+    head_state = {"steps": {"fabric-mesh": {"status": "ok", "detail": {"fabric": detail}}}}
+    assert kept(head_state) == detail and kept({"steps": {}}) is None
+    doc = certificate.build("up", "c", {"head": {}, "fabric": detail}, verify={}, now=0)
+    assert doc["fabric"] == detail
+
+
+def test_a_mesh_that_did_not_run_keeps_nothing():
+    inv = inventory.parse(four_nodes())
+    assert FabricMesh().cluster_detail({n.name: {} for n in inv.nodes}, Run(inv)) is None

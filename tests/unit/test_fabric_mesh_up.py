@@ -2,6 +2,7 @@
 playbook, `up --no-fabric`): facts in, the mesh's commands or its closing line out. No I/O."""
 
 import pytest
+import structlog
 
 from k3deploy import engines
 from k3deploy.cli import app
@@ -90,8 +91,15 @@ def test_bringup_measures_the_fabric_right_after_preflight():
     assert steps[1].p.unless_serving is True
 
 
+@pytest.fixture
+def _logging_reset():
+    # main() points structlog at this test's captured stderr, which is closed afterwards.
+    yield
+    structlog.reset_defaults()
+
+
 @pytest.mark.parametrize("flags, off", [([], False), (["--no-fabric"], True)])
-def test_up_passes_no_fabric(monkeypatch, flags, off):
+def test_up_passes_no_fabric(monkeypatch, flags, off, _logging_reset):
     seen = {}
     monkeypatch.setattr(app, "_run", lambda inv, steps, **kw: seen.update(kw) or 0)
     with pytest.raises(SystemExit):
