@@ -110,12 +110,15 @@ def up(inventory: Inv, check: Check = False,
        no_dry_fire: Annotated[bool, typer.Option("--no-dry-fire", help="skip the dry-fire (the "
                                                  "real group with dummy weights while the "
                                                  "weights download)")] = False,
+       no_fabric: Annotated[bool, typer.Option("--no-fabric", help="skip the fabric mesh (the "
+                                               "private network measured pair by pair in "
+                                               "preflight)")] = False,
        accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Run playbooks/bringup.yaml to a verified endpoint."""
     from k3deploy.run.run_steps import playbook_steps
     from k3deploy.cli.up_close import closing_for
     return _run(inventory, playbook_steps("bringup"), check=check,
-                options={"replace": replace, "no_dry_fire": no_dry_fire},
+                options={"replace": replace, "no_dry_fire": no_dry_fire, "no_fabric": no_fabric},
                 accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                 after=closing_for())
 

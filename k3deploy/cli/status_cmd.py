@@ -19,6 +19,7 @@ from k3deploy.node.session import Session
 from k3deploy.core.state import ClusterLock
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.run.playbook import load as load_playbook
+from k3deploy.steps import fabric_mesh
 from k3deploy.steps import guard as guard_step
 from k3deploy.steps import BRINGUP, TEARDOWN, probes, raylayout, steps_in
 
@@ -83,9 +84,10 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
         idle = _no_run_active(session)
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
+        fabric = fabric_mesh.kept(session.states[inv.head.name].data)
     cluster = {"name": inv.cluster, **cluster_state.summarize(live),
                **status_fabric.cluster_view(live)}
-    return redact_obj({"cluster": cluster, "nodes": nodes, "run_active": not idle,
+    return redact_obj({"cluster": cluster, "nodes": nodes, "fabric": fabric, "run_active": not idle,
                        "cost": status_cost.view(inv, nodes, time.time())})
 
 

@@ -126,8 +126,12 @@ def port_rules(inv) -> list[str]:
         ports["peer"] = inv.ports.peer
     if inv.guard.enabled:
         ports["guard"] = inv.ports.guard
+    if len(inv.nodes) > 1:   # the fabric mesh (check --fabric, up's preflight) pairs nodes
+        ports["mesh"] = inv.ports.mesh
     dups = _duplicates([str(p) for p in ports.values()])
-    return [f"ports: {d} is used for more than one purpose" for d in dups]
+    return [f"ports: {d} is used for more than one purpose ("
+            + ", ".join(f"ports.{k}" for k, p in ports.items() if str(p) == d) + ")"
+            for d in dups]
 
 
 def engine_rules(inv) -> list[str]:

@@ -66,14 +66,30 @@ def _link(found: dict[str, dict], src: str, dst: str) -> Link:
 
 @dataclass(frozen=True)
 class Verdict:
-    median_gbps: float | None
+    median_gbps: float | None   # the median of the nodes' best links: the fabric's own speed
     slow: list[Link]
     nodes: list[str]      # nodes every one of whose links is slow: their own link is
 
 
+def best_links(found_links: list[Link]) -> dict[str, float]:
+    """node -> its fastest measured link, either direction (a node nothing reached: absent)."""
+    best: dict[str, float] = {}
+    for lk in found_links:
+        if lk.gbps is not None:
+            for n in (lk.src, lk.dst):
+                best[n] = max(best.get(n, 0.0), lk.gbps)
+    return best
+
+
 def judge(found_links: list[Link], min_gbps: float | None = None) -> Verdict:
-    measured = [lk.gbps for lk in found_links if lk.gbps is not None]
-    median = statistics.median(measured) if measured else None
+    """A link is slow under half the median of the nodes' best links, or under min_gbps.
+
+    Each node's best link says what its NIC and switch port can carry; their median is what
+    the fabric carries, and stays so while fewer than half the nodes are slow, however many
+    links those nodes' ports slow down (the median of all links does not: two slow nodes of
+    four slow ten links of twelve)."""
+    best = list(best_links(found_links).values())
+    median = statistics.median(best) if best else None
     floor = max(median / 2 if median else 0.0, min_gbps or 0.0)
     slow = [lk for lk in found_links if lk.gbps is None or lk.gbps < floor]
     ends = {n for lk in found_links for n in (lk.src, lk.dst)}

@@ -108,6 +108,13 @@ class NodeState:
         if status != Status.OK:
             self.save()
 
+    def add_detail(self, name: str, detail: dict) -> None:
+        """More of a finished step's detail (what it found across nodes); written with the
+        run's next write."""
+        rec = self.step(name)
+        rec["detail"] = {**(rec.get("detail") or {}), **detail}
+        self.unsaved = True
+
     def record_teardown(self, logs: str | None) -> None:
         """When a teardown removed the engine here, and where its logs went. Only a teardown
         that removes something writes it, so a second `down` keeps the first one's record."""

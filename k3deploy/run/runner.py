@@ -153,6 +153,7 @@ class Runner:
         usable = {n: f for n, f in all_facts.items() if f is not None}
         if usable:
             usable = look_across(step, usable, {c.name: c for c in self.contexts}, self.run)
+            self._keep_cluster_detail(step, usable)
         problems = step.cluster_problems(usable, self.run) if usable else []
         for node, check, message in problems:
             self.report.problems.append((node, check, message))
@@ -163,6 +164,12 @@ class Runner:
                 klog.get(step=step.label).log(self.event_level, "step.message", text=line)
                 self.run.ui.say(line)
         return not (step.needs_all_nodes and self.report.failed_nodes())
+
+    def _keep_cluster_detail(self, step: Step, usable: dict[str, dict]) -> None:
+        detail = step.cluster_detail(usable, self.run)
+        head = next((c for c in self.contexts if c.is_head), None)
+        if detail is not None and head is not None and not self.run.check:
+            head.state.add_detail(step.label, detail)
 
     # -- one node ------------------------------------------------------------------------
     def _on_node(self, step: Step, ctx: NodeContext) -> dict | None:

@@ -55,6 +55,8 @@ def build(kind: str, cluster: str, facts: dict, *, verify: dict, bench: dict | N
             "gpu_memory_mib": facts.get("gpu_memory_mib", {}),
             # verify's image probe on the head (None after `bench`, which does not send it)
             "vision": head.get("vision"),
+            # the pairwise mesh's last figures (steps/fabric_mesh.record), None if never run
+            "fabric": facts.get("fabric"),
             "verify": verify, "bench": bench, "bringup": bringup}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from k3deploy.core import group
 from k3deploy.node import apikey
 from k3deploy.node import facts as F
-from k3deploy.steps import certify
+from k3deploy.steps import certify, fabric_mesh
 
 
 def collect(session, inv) -> dict:
@@ -18,13 +18,16 @@ def collect(session, inv) -> dict:
     def look(name: str) -> dict:
         probes = certify.node_probes(inv, inv.is_head(name), key)
         return certify.node_record(F.gather(session.conn(name), probes))
-    return summary(group.run_each(look, names).unwrapped(), inv)
+    return {**summary(group.run_each(look, names).unwrapped(), inv),
+            "fabric": fabric_mesh.kept(session.states[inv.head.name].data)}
 
 
 def from_verify(session, inv) -> dict:
     """What verify recorded on each node in this run (nothing is asked of the nodes)."""
-    return summary({n.name: (session.states[n.name].step("verify").get("detail") or {})
-                    .get("certificate") or {} for _, n in inv.ranked()}, inv)
+    per_node = {n.name: (session.states[n.name].step("verify").get("detail") or {})
+                .get("certificate") or {} for _, n in inv.ranked()}
+    return {**summary(per_node, inv),
+            "fabric": fabric_mesh.kept(session.states[inv.head.name].data)}
 
 
 def summary(per_node: dict[str, dict], inv) -> dict:

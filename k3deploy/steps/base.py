@@ -177,6 +177,11 @@ class Step:
         """(node, check, message) found only by comparing nodes (pure)."""
         return []
 
+    def cluster_detail(self, all_facts: dict[str, dict], run) -> dict | None:
+        """What the step found across nodes, kept in the head's record of the step (pure);
+        recorded whether or not it found problems (the fabric mesh's figures)."""
+        return None
+
     def settle(self, all_facts: dict[str, dict], run) -> None:
         """(With `settles`.) Once, before any node's plan: a decision only every node's facts
         together make, kept in run.inputs for the plans (pure: no SSH)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import dry_fire
+from k3deploy.steps import serves
 from k3deploy.steps.base import wait
 from k3deploy.steps.dry_fire_rules import (HINT, SMALL_FILES, missing_small_files, passed_fact,
                                            skipped)
@@ -55,12 +56,9 @@ class DryFireLaunch(LaunchEngine):
                 "dry_fire_passed": config in (found.get("dry_fire_passed") or ())}
 
     def due(self, facts, node) -> bool:
-        current = facts["container"]
         if skipped(node.run) or facts.get("dry_fire_passed"):
             return False
-        serving = current and current["running"] and not dry_fire.is_dry_fire(current) and \
-            current["labels"].get(engines.CONFIG_LABEL) == facts["real_config"]
-        return not serving
+        return not serves.runs_configuration(facts["container"], facts["real_config"])
 
     def plan(self, facts, node):
         if not self.due(facts, node):

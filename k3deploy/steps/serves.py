@@ -2,13 +2,17 @@
 answers /health, asked from the head itself.
 
 preflight skips the port mesh when it holds (the ranks reached each other over this network);
-status and watch (cli/cluster_state.py) report "serving" only when it holds.
+status and watch (cli/cluster_state.py) report "serving" only when it holds. Whether a node's
+real engine runs the configuration this run would launch (the dry-fire and up's fabric mesh
+then leave the node alone) is decided here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from k3deploy import engines
+from k3deploy.engines import dry_fire
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
@@ -34,3 +38,10 @@ def serves(nnodes: int, running: Iterable[bool], head_health: dict | None) -> bo
 def engine_running(summary: dict | None) -> bool:
     """A node's engine runs, from probes.container_summary."""
     return bool((summary or {}).get("running"))
+
+
+def runs_configuration(summary: dict | None, config: str) -> bool:
+    """The node's real engine (not a dry-fire's) runs with this configuration label: the
+    launch leaves it as it is."""
+    return engine_running(summary) and not dry_fire.is_dry_fire(summary) and \
+        summary["labels"].get(engines.CONFIG_LABEL) == config

@@ -63,13 +63,23 @@ def _up_parser(sub) -> None:
                     help="no mock Hub (the inventory endpoint then has no server behind it)")
 
 
+FAULT_FORMS = """arguments:
+  kill-node|revive-node|partition|firewall|heal|fill-disk|free-disk NODE
+  peer-corrupt|peer-heal NODE             that node's peer server flips bytes / serves true ones
+  wedge-engine|unwedge-engine NODE, slow-prefill NODE [SECONDS], engine-fault NODE oom|nccl|parser|none
+  slow-link NODE MBIT                     that node's link throttled both ways (0: full speed)
+  hub-drop-after BYTES, hub-corrupt FILE, hub-heal, hub-outage SECONDS [--status S],
+  hub-rate-limit QUOTA WINDOW, cdn-forbid N"""
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="testbed", description="a simulated GPU cluster on this machine")
     sub = top.add_subparsers(dest="command", required=True)
     _up_parser(sub)
     down = sub.add_parser("down", help="stop everything the testbed started (safe to repeat)")
     down.add_argument("--dir", required=True, type=Path)
-    fault = sub.add_parser("fault", help=f"inject a fault: {', '.join(faults.ACTIONS)}")
+    fault = sub.add_parser("fault", help=f"inject a fault: {', '.join(faults.ACTIONS)}",
+                           epilog=FAULT_FORMS, formatter_class=argparse.RawDescriptionHelpFormatter)
     fault.add_argument("--dir", required=True, type=Path)
     fault.add_argument("action", choices=faults.ACTIONS)
     fault.add_argument("args", nargs="*")

@@ -39,6 +39,10 @@ def test_check_fabric_names_the_links_of_the_slow_node_and_nothing_else(tmp_path
                                + [f"link {n}->node1" for n in others])
         assert all("Gbit/s" in p["problem"] for p in found)
         assert [p for p in problems(slow) if p["check"] != "fabric"] == []
+        # the figures stay, slow or not: status --json's fabric (the certificate's too)
+        kept = json.loads(k3("status", "-i", tb.inventory, "--json").stdout)["fabric"]
+        assert len(kept["links"]) == 12 and kept["ib_measured"] is False
+        assert kept["slow_nodes"] == ["node1"] and len(kept["slow"]) == 6, kept
 
         tb.fault("slow-link", "node1", "0")
         again = k3("check", "--fabric", "-i", tb.inventory)

@@ -7,7 +7,8 @@ from itertools import combinations
 import pytest
 
 from k3deploy.cluster import inventory, mesh_plan
-from k3deploy.steps.fabric_mesh import KEY, FabricMesh, schedule_seconds
+from k3deploy.serving import certificate
+from k3deploy.steps.fabric_mesh import KEY, FabricMesh, kept, schedule_seconds
 from tests.unit.invdata import four_nodes
 
 GB = 1e9 / 8   # bytes per second in one Gbit/s
@@ -64,6 +65,55 @@ def test_an_even_mesh_has_no_slow_link_but_a_floor_finds_them_all():
     assert len(mesh_plan.judge(found, min_gbps=25).slow) == 12
 
 
+def judged(rates: dict, n: int = 4, min_gbps: float | None = None) -> mesh_plan.Verdict:
+    names = [f"node{i}" for i in range(n)]
+    return mesh_plan.judge(mesh_plan.links(answers(rates), names), min_gbps)
+
+
+def test_the_reference_is_the_median_of_each_nodes_best_link():
+    # one slow node of 4: six links of twelve are slow, so all links' median is ~4.7 Gbit/s;
+    # the best links are node0 9.9, node1 0.2, node2 10.1, node3 10.1 -> median 10.0
+    verdict = judged(four_node_rates("node1"))
+    assert verdict.median_gbps == pytest.approx((9.9 + 10.1) / 2)
+    assert verdict.nodes == ["node1"]
+
+
+def test_two_slow_nodes_of_four_are_both_named():
+    """Ten links of twelve touch node1 or node2: their median is slow, so under half the median
+    of all links nothing is slow; the best link of node0 and node3 (node0<->node3) still says
+    what the fabric carries."""
+    names = [f"node{i}" for i in range(4)]
+    rates = {(a, b): 9.0 if {a, b} == {"node0", "node3"} else 0.2
+             for a in names for b in names if a != b}
+    verdict = judged(rates)
+    assert verdict.nodes == ["node1", "node2"]
+    assert sorted(lk.name for lk in verdict.slow) == sorted(
+        f"{a}->{b}" for a, b in rates if {a, b} != {"node0", "node3"})
+
+
+def test_one_slow_link_only_is_named_and_no_node():
+    rates = four_node_rates()
+    rates[("node0", "node2")] = 1.0
+    verdict = judged(rates)
+    assert [lk.name for lk in verdict.slow] == ["node0->node2"]
+    assert verdict.nodes == []
+
+
+def test_all_links_equal_none_is_slow():
+    names = [f"node{i}" for i in range(4)]
+    verdict = judged({(a, b): 5.0 for a in names for b in names if a != b})
+    assert verdict.slow == [] and verdict.nodes == []
+    assert verdict.median_gbps == pytest.approx(5.0)
+
+
+def test_min_gbps_names_links_the_median_passes():
+    rates = four_node_rates()
+    rates[("node3", "node1")] = 7.0       # over half the median, under the floor
+    verdict = judged(rates, min_gbps=8.0)
+    assert [lk.name for lk in verdict.slow] == ["node3->node1"]
+    assert judged(rates).slow == []
+
+
 def test_a_link_that_carried_nothing_is_slow_and_says_why():
     names = ["node0", "node1"]
     found = {"node0": {"received": {}, "sent": {}, "errors": {"node1": "ConnectionRefusedError"}},
@@ -74,8 +124,11 @@ def test_a_link_that_carried_nothing_is_slow_and_says_why():
 
 
 class Run:
-    def __init__(self, inv):
-        self.inv, self.options = inv, {}
+    def __init__(self, inv, **options):
+        self.inv, self.options = inv, options
+
+    def option(self, key, default=None):
+        return self.options.get(key, default)
 
 
 def test_the_step_plans_one_command_per_node_and_names_node1():
@@ -85,7 +138,9 @@ def test_the_step_plans_one_command_per_node_and_names_node1():
     plan = json.loads(probes["node0"].argv[2])
     assert set(probes) == {"node0", "node1", "node2", "node3"}
     assert plan["port"] == inv.ports.mesh and len(plan["rounds"]) == 3
-    assert probes["node0"].timeout > schedule_seconds(inv, 4)
+    # a partner may start its push a whole handshake late: the round outlasts that and the push
+    assert plan["round_limit"] > plan["deadline"] + plan["seconds"]
+    assert probes["node0"].timeout > schedule_seconds(inv, 4) == 3 * plan["round_limit"]
     found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
     problems = step.cluster_problems(found, run)
     assert {node for node, _, _ in problems} == {"node1"} and len(problems) == 6
@@ -103,3 +158,24 @@ def test_a_node_whose_program_failed_is_named_alone():
 def test_one_node_has_no_mesh():
     inv = inventory.parse(four_nodes())
     assert FabricMesh().cluster_probes({"node0": {}}, Run(inv)) == {}
+
+
+def test_the_figures_kept_name_every_link_the_slow_ones_and_no_ib():
+    inv = inventory.parse(four_nodes())
+    found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
+    detail = FabricMesh().cluster_detail(found, Run(inv))["fabric"]
+    assert len(detail["links"]) == 12 and detail["ib_measured"] is False
+    assert {"a": "node0", "b": "node1", "gbps": 0.2} in detail["links"]
+    assert sorted((lk["a"], lk["b"]) for lk in detail["slow"]) == sorted(
+        [("node1", n) for n in ("node0", "node2", "node3")]
+        + [(n, "node1") for n in ("node0", "node2", "node3")])
+    assert detail["slow_nodes"] == ["node1"]
+    head_state = {"steps": {"fabric-mesh": {"status": "ok", "detail": {"fabric": detail}}}}
+    assert kept(head_state) == detail and kept({"steps": {}}) is None
+    doc = certificate.build("up", "c", {"head": {}, "fabric": detail}, verify={}, now=0)
+    assert doc["fabric"] == detail
+
+
+def test_a_mesh_that_did_not_run_keeps_nothing():
+    inv = inventory.parse(four_nodes())
+    assert FabricMesh().cluster_detail({n.name: {} for n in inv.nodes}, Run(inv)) is None

@@ -36,7 +36,8 @@ def test_inventory_refuses_unknown_download_keys_and_a_peer_port_clash():
     assert err.value.problems[0].startswith("download.peer: unknown field")
     with pytest.raises(InventoryError) as err:
         inventory.parse(four_nodes(ports={"peer": 8000}))
-    assert err.value.problems == ["ports: 8000 is used for more than one purpose"]
+    assert err.value.problems == [
+        "ports: 8000 is used for more than one purpose (ports.serve, ports.peer)"]
     # without peers the port is not used, so it may equal another
     inventory.parse(four_nodes(ports={"peer": 8000}, download={"peers": False}))
 

@@ -55,7 +55,8 @@ def test_guard_port_may_not_collide():
     doc["ports"] = {"guard": 8000}
     with pytest.raises(InventoryError) as err:
         inventory.parse(doc)
-    assert err.value.problems == ["ports: 8000 is used for more than one purpose"]
+    assert err.value.problems == [
+        "ports: 8000 is used for more than one purpose (ports.serve, ports.guard)"]
 
 
 # -- the guard step ------------------------------------------------------------------------

@@ -145,6 +145,18 @@ def test_port_collision():
     assert any("8000 is used for more than one purpose" in p for p in problems(doc))
 
 
+def test_the_mesh_port_clash_names_both_keys():
+    assert problems(four_nodes(ports={"mesh": 8952})) == [
+        "ports: 8952 is used for more than one purpose (ports.guard, ports.mesh)"]
+    assert problems(four_nodes(ports={"peer": 9000, "mesh": 9000})) == [
+        "ports: 9000 is used for more than one purpose (ports.peer, ports.mesh)"]
+
+
+def test_one_node_runs_no_mesh_so_its_port_may_equal_another():
+    one = four_nodes(nodes=[{"name": "solo", "address": "10.0.0.9"}], ports={"mesh": 8000})
+    assert inventory.parse(one).ports.mesh == 8000
+
+
 def test_load_reports_missing_file_and_bad_yaml(tmp_path):
     with pytest.raises(InventoryError) as err:
         inventory.load(tmp_path / "nope.yaml")
