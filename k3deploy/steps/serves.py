@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from k3deploy.facts.docker import Container
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
@@ -31,6 +32,6 @@ def serves(nnodes: int, running: Iterable[bool], head_health: dict | None) -> bo
     return len(running) == nnodes and all(running) and http_probe.healthy(head_health)
 
 
-def engine_running(summary: dict | None) -> bool:
-    """A node's engine runs, from probes.container_summary."""
-    return bool((summary or {}).get("running"))
+def engine_running(container: Container | None) -> bool:
+    """A node's engine runs, from its engine container (facts/docker.py)."""
+    return bool(container and container.running)
