@@ -1,6 +1,7 @@
 """The one reading of `docker inspect` (remote/docker_inspect.py, facts/docker.py), from real
 outputs: raw text in, the typed Container out (tests/fixtures/real/docker/28.5.1/, each with
-its .source). Untyped, `docker inspect A B` renders every object it found in one JSON array
+its .source); then the guard's judgement of its engine (remote/guard.py) from the same
+records. Untyped, `docker inspect A B` renders every object it found in one JSON array
 (docker/cli man/docker-inspect.1.md: "By default, this will render all results in a JSON
 array") and exits 1 when any name is missing."""
 
@@ -12,6 +13,7 @@ import pytest
 
 from k3deploy.facts import docker
 from k3deploy.facts.docker import GO_ZERO_TIME, Container, parse_inspect
+from k3deploy.remote import guard
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "docker"
 ID = "e575172ed11dc01bfce087fb27bee502db149e1a0fad7c296ad300bbff178148"
@@ -80,3 +82,32 @@ def test_the_status_document_keeps_the_containers_fields():
         "image": "lmsysorg/sglang:kimi-k3", "labels": LABELS, "cmd": list(CMD),
         "started": "2020-01-06T09:06:59.46187639Z", "finished": "2020-01-06T09:07:59.4618Z"}
     assert docker.summary(None) is None
+
+
+# -- the guard's half: the same records ---------------------------------------------------
+def test_a_running_engine_is_running():
+    info = guard.parse_inspect(raw("28.5.1/container-inspect-running.json"))
+    assert guard.engine_state(info, info.id) == (True, None, None)
+
+
+def test_an_exited_engine_gives_its_code_and_gos_trimmed_finish_time():
+    info = guard.parse_inspect(raw("28.5.1/container-inspect-exited-trimmed.json"))
+    assert guard.engine_state(info, info.id) == (False, 137, "2020-01-06T09:07:59.4618Z")
+
+
+def test_a_container_that_never_started_exited_with_its_code_and_gos_zero_time():
+    info = guard.parse_inspect(raw("28.5.1/container-inspect-never-started.json"))
+    assert guard.engine_state(info, info.id) == (False, 128, GO_ZERO_TIME)
+
+
+def test_another_container_under_the_name_or_none_is_not_the_watched_engine():
+    info = guard.parse_inspect(raw("28.5.1/container-inspect-running.json"))
+    assert guard.engine_state(info, "0" * 64) == (False, None, None)
+    assert guard.parse_inspect("[]\n") is None
+    assert guard.engine_state(None, info.id) == (False, None, None)
+
+
+def test_the_guard_ships_the_parser_it_imports():
+    from k3deploy.node.guard_config import SCRIPTS
+    assert "docker_inspect.py" in SCRIPTS
+    assert guard.parse_inspect.__module__ == "docker_inspect"   # the sibling file, as on a node
