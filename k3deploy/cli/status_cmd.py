@@ -11,6 +11,7 @@ from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cli import status_cost, status_fabric, status_teardown
 from k3deploy.core import group
+from k3deploy.facts import docker
 from k3deploy.core.status import Status
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
 from k3deploy.node.identity import IDENTITY
@@ -63,7 +64,7 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
-    live = {"reachable": True, "container": probes.container_summary(found["container"]),
+    live = {"reachable": True, "container": found["container"],
             "health": found.get(cluster_state.HEALTH),
             "download": found["download"], "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
@@ -99,6 +100,9 @@ def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
     if replaced:
         steps = {name: {**rec, "status": Status.STALE} for name, rec in steps.items()}
     down = None if replaced else status_teardown.view(state)
+    # The document keeps the container's fields (facts/docker.py summary), for --json.
+    if "container" in live:
+        live = {**live, "container": docker.summary(live["container"])}
     return {"rank": rank, "live": live, "state": status_teardown.mark(steps, down),
             "replaced": replaced, "torn_down": down}
 

@@ -8,11 +8,12 @@ import calendar
 import time
 
 from k3deploy.cluster import cost
+from k3deploy.facts.docker import GO_ZERO_TIME
 
 
 def parse_started(text: str | None) -> float | None:
     """Docker's RFC 3339 StartedAt (nanoseconds, UTC) as epoch seconds."""
-    if not text or text.startswith("0001-"):
+    if not text or text == GO_ZERO_TIME:
         return None
     try:
         return calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S"))

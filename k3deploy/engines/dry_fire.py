@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from k3deploy.facts.docker import Container
+
 DRY_FIRE_LABEL = "k3deploy.dry-fire"
 DUMMY_ARGS = {"load-format": "dummy"}
 
@@ -27,6 +29,6 @@ def dry_fire_spec(spec):
                                labels={**spec.labels, DRY_FIRE_LABEL: "1"})
 
 
-def is_dry_fire(container: dict | None) -> bool:
-    """A container summary (steps/probes.container_summary) of a dry-fire's engine."""
-    return bool(container) and (container.get("labels") or {}).get(DRY_FIRE_LABEL) == "1"
+def is_dry_fire(container: Container | None) -> bool:
+    """The engine container (facts/docker.py) is a dry-fire's."""
+    return bool(container) and container.labels.get(DRY_FIRE_LABEL) == "1"

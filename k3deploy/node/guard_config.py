@@ -16,7 +16,8 @@ from k3deploy.remote import script_text
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.node.secretfile import cluster_secret
 
-SCRIPTS = ("guard.py", "guard_http.py", "guard_record.py", "guard_progress.py", "guard_wedge.py")
+SCRIPTS = ("guard.py", "guard_http.py", "guard_record.py", "guard_progress.py", "guard_wedge.py",
+           "docker_inspect.py")
 
 
 def guard_dir(inv) -> str:

@@ -1,8 +1,9 @@
 """Scripts uploaded to and run on the nodes (standard library + huggingface_hub only).
 
 They are run as files or with `python3 -c`, never imported by the laptop side, except
-protocol.py (the laptop<->node protocol) and thread_pool.py (the one pool of threads), which
-both sides import. The bottom layer: these files import nothing of k3deploy (they ship without
+protocol.py (the laptop<->node protocol), thread_pool.py (the one pool of threads) and
+docker_inspect.py (the one reading of `docker inspect`, facts/docker.py), which both sides
+import. The bottom layer: these files import nothing of k3deploy (they ship without
 the package), and core may import them (.importlinter).
 """
 import ast

@@ -21,6 +21,7 @@ import time
 
 sys.dont_write_bytecode = True  # nothing but its own files in the guard dir
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from docker_inspect import Container, parse_inspect
 import guard_http as net
 import guard_progress as progress
 import guard_record as rec
@@ -30,25 +31,14 @@ WEDGE_STOP_GRACE = 5  # seconds: a wedged engine cannot drain its requests anywa
 
 
 
-def parse_inspect(out: str, code: int) -> dict | None:
-    """`docker inspect --type container NAME` printed a JSON list of one; None when the
-    container is gone (exit 1, `[]` and "Error: No such container" on stderr) or it printed
-    no JSON."""
-    try:
-        return json.loads(out)[0] if code == 0 else None
-    except (ValueError, IndexError):
-        return None
-
-
-def engine_state(info: dict | None, engine_id: str) -> tuple[bool, int | None, str | None]:
+def engine_state(info: Container | None, engine_id: str) -> tuple[bool, int | None, str | None]:
     """(running, exit code, FinishedAt) of the container this guard watches, from its inspect.
     Another container under the name (a relaunch) or none at all: not running, code unknown."""
-    if not info or info.get("Id") != engine_id:
+    if info is None or info.id != engine_id:
         return False, None, None
-    state = info.get("State") or {}
-    if state.get("Running"):
+    if info.running:
         return True, None, None
-    return False, state.get("ExitCode"), state.get("FinishedAt")
+    return False, info.exit_code, info.finished
 
 class Guard:
     def __init__(self, cfg: dict, secret: str):
@@ -89,10 +79,11 @@ class Guard:
                     "progress": self.local.public() if self.local else None}
 
     # -- the engine container ----------------------------------------------------------
-    def inspect(self) -> dict | None:
+    def inspect(self) -> Container | None:
+        """None when the container is gone (`[]` on stdout, "Error: No such container")."""
         res = subprocess.run(["docker", "inspect", "--type", "container", self.cfg["container"]],
                              capture_output=True, text=True, timeout=60, check=False)
-        return parse_inspect(res.stdout, res.returncode)
+        return parse_inspect(res.stdout)
 
     def watch_engine(self) -> None:
         """Blocks in `docker wait` until the container stops; re-checks with inspect."""
@@ -236,10 +227,10 @@ class Guard:
     # -- main --------------------------------------------------------------------------
     def start(self) -> None:
         info = self.inspect()
-        if not info or not info["State"].get("Running"):
+        if info is None or not info.running:
             self.log("no running engine container to guard; exiting")
             sys.exit(1)
-        self.engine["id"] = info["Id"]
+        self.engine["id"] = info.id
         self.write_state()
         cfg = self.cfg
         net.serve(cfg["bind"], cfg["port"], self.secret, self.published, self.hold)

@@ -7,6 +7,7 @@ head also the engine's version as the server reports it (vLLM /version, SGLang
 from __future__ import annotations
 
 from k3deploy.engines import CONFIG_LABEL
+from k3deploy.facts.docker import Container
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
@@ -40,19 +41,24 @@ def node_probes(inv, is_head: bool, key: str | None,
 
 
 def node_record(found: dict) -> dict:
-    info = found.get("container") or {}
-    config = info.get("Config") or {}
-    image = (found.get("images") or {}).get(config.get("Image")) or {"id": info.get("Image")}
-    out = {"image": config.get("Image"), "argv": list(config.get("Cmd") or []),
-           "config_digest": (config.get("Labels") or {}).get(CONFIG_LABEL),
-           "started_at": (info.get("State") or {}).get("StartedAt"),
-           "image_digest": (image.get("digests") or [image.get("id")])[0],
+    out = {**_container_record(found.get("container"), found.get("images") or {}),
            "gpus": found.get("gpus") or [], "nccl": _nccl(found.get("nccl"))}
     if "endpoint" in found:
         version = (found["endpoint"] or {}).get(ENDPOINT_CHECK) or {}
         out["engine_version"] = version.get("body") if version.get("status") == 200 else None
         out["vision"] = vision_record((found["endpoint"] or {}).get(VISION_CHECK))
     return out
+
+
+def _container_record(info: Container | None, images: dict) -> dict:
+    """The engine container's image (and its registry digest), argv, config and start."""
+    if info is None:
+        return {"image": None, "argv": [], "config_digest": None, "started_at": None,
+                "image_digest": None}
+    image = images.get(info.image) or {"id": info.image_id}
+    return {"image": info.image, "argv": list(info.cmd),
+            "config_digest": info.labels.get(CONFIG_LABEL), "started_at": info.started,
+            "image_digest": (image.get("digests") or [image.get("id")])[0]}
 
 
 def _nccl(transport) -> dict | None:

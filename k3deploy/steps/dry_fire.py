@@ -17,6 +17,8 @@ configuration, or when a dry-fire of this configuration passed on this node (its
 
 from __future__ import annotations
 
+import dataclasses
+
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import dry_fire
@@ -72,7 +74,7 @@ class DryFireLaunch(LaunchEngine):
         if dry_fire.is_dry_fire(current) and node.name not in self._launched:
             # A dry-fire is a fresh group: one left by an earlier run (a rank failed, the rest
             # wait for it in vain) is replaced on every node.
-            facts = {**facts, "container": {**current, "running": False}}
+            facts = {**facts, "container": dataclasses.replace(current, running=False)}
         return super().plan(facts, node)
 
     def apply(self, node, actions):

@@ -60,9 +60,9 @@ class DryFireVerdict(SealCompileCache):
 
     def plan(self, facts, node):
         current = facts["container"]
-        if not (dry_fire.is_dry_fire(current) and current["running"]):
+        if not (dry_fire.is_dry_fire(current) and current.running):
             return []
-        config = current["labels"].get(engines.CONFIG_LABEL, "unknown")
+        config = current.labels.get(engines.CONFIG_LABEL, "unknown")
         report = node_report(facts, config)
         head = [Action("send one chat completion to the dry-fire's endpoint", tag=REQUEST)] \
             if node.is_head else []

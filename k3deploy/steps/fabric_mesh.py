@@ -21,7 +21,7 @@ from k3deploy.core.lastjson import last_json_line
 from k3deploy.node import facts as F
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.remote import script_text
-from k3deploy.steps import probes, serves
+from k3deploy.steps import serves
 from k3deploy.steps.base import ClusterProbe, Step
 from k3deploy.steps.launch import LaunchEngine
 
@@ -84,7 +84,7 @@ class FabricMesh(Step):
             return {"perftest": found.get("perftest")}
         config = LaunchEngine().spec(found, node).labels[engines.CONFIG_LABEL]
         return {"perftest": found.get("perftest"), "runs_configuration":
-                serves.runs_configuration(probes.container_summary(found["container"]), config)}
+                serves.runs_configuration(found["container"], config)}
 
     def skipped(self, all_facts, run) -> str | None:
         """Why this run measures nothing (None: it measures)."""

@@ -160,7 +160,7 @@ class StopGuard(Step):
                                         else [])
 
     def settle(self, all_facts, run) -> None:
-        states = {n: probes.container_summary(f.get(regroup.FACT)) for n, f in all_facts.items()}
+        states = {n: f.get(regroup.FACT) for n, f in all_facts.items()}
         run.inputs.regroup = regroup.decide(states, run.inv)
         if run.inputs.regroup.whole and run.ui:
             run.ui.say(f"{'':>14}{run.inputs.regroup.reason()}")

@@ -25,6 +25,7 @@ from k3deploy.steps import compile_cache, probes, raylayout, regroup
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.steps.base import Step, cmd, upload, wait
+from k3deploy.facts.docker import Container
 from k3deploy.facts.fabric import node_fabric
 from k3deploy.steps.probes import chosen_image
 
@@ -101,8 +102,7 @@ class LaunchEngine(Step):
         ray = raylayout.head_facts(found) if (
             self.serves_over_ray and engines.uses_ray(spec) and node.is_head) else {}
         key_file = found.pop("key") if spec.secrets_host_dir else None
-        return {**found, "spec": spec, "container": probes.container_summary(found["container"]),
-                "key_file_sha": key_file, "key_inputs": key_inputs, **ray}
+        return {**found, "spec": spec, "key_file_sha": key_file, "key_inputs": key_inputs, **ray}
 
     def plan(self, facts, node):
         spec, current = facts["spec"], facts["container"]
@@ -110,16 +110,16 @@ class LaunchEngine(Step):
             return raylayout.launch_plan(facts, node)
         want = spec.labels[engines.CONFIG_LABEL]
         relaunch = regroup.stops(node.run.inputs.regroup, node.name, current)
-        if current and current["running"] and not relaunch and \
-                current["labels"].get(engines.CONFIG_LABEL) == want:
+        if current and current.running and not relaunch and \
+                current.labels.get(engines.CONFIG_LABEL) == want:
             return self._start_wait(facts, node)
         if regroup.stopped_since(node.run.inputs.regroup, node.name, current):
             raise _stopped_since(node)
         actions = self._secret_actions(facts, node)
         # A dry-fire's engine (engines/dry_fire.py) is always replaced: it serves nothing.
-        if current and current["running"] and not relaunch and not node.run.option("replace") \
+        if current and current.running and not relaunch and not node.run.option("replace") \
                 and not dry_fire.is_dry_fire(current):
-            changes = "\n".join(f"  {line}" for line in engines.config_changes(current["labels"], spec))
+            changes = "\n".join(f"  {line}" for line in engines.config_changes(current.labels, spec))
             raise StepFailed(node.name, f"container {spec.container_name} runs another "
                              f"configuration; running -> wanted:\n{changes}", step=self.name,
                              hint="re-run with --replace to restart it (weights are reloaded), "
@@ -171,7 +171,7 @@ class LaunchEngine(Step):
             return   # the plan's own wait saw the serve take the GPUs
         facts = self.run_action(node, self._start_action(node))
         state = facts["container"]
-        if not state or not state["running"]:
+        if not state or not state.running:
             raise _died(node, state, facts.get("log") or "")
 
     def show_progress(self, facts, node):
@@ -204,12 +204,12 @@ def _stopped_since(node) -> StepFailed:
                       "keeping its rank")
 
 
-def _died(node, state: dict | None, log: str) -> StepFailed:
+def _died(node, state: Container | None, log: str) -> StepFailed:
     """The engine exited during its start-up: the rank, its exit code and its own error line."""
     said = startup_log.error_line(log)
     tail = "\n".join(log.splitlines()[-15:])
     return StepFailed(node.name, f"rank {node.rank} engine exited "
-                      f"({(state or {}).get('exit_code')}) during start-up"
+                      f"({state.exit_code if state else None}) during start-up"
                       + (f": {said}" if said else "") + f"\nthe end of its log:\n{tail}",
                       step="launch", hint="fix what the engine names (engine.args in the "
                       "inventory), then re-run `k3deploy up` (exited containers are replaced)")

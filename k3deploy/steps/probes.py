@@ -10,7 +10,7 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inventory_image,
                               serve_log_host_path, spec_from_inventory)
 from k3deploy.engines.layout import inventory_runs_over_ray
-from k3deploy.facts import fabric, nccl
+from k3deploy.facts import docker, fabric, nccl
 from k3deploy.node import facts as F
 
 # One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
@@ -103,17 +103,6 @@ def docker_root() -> F.Fact:
     return docker_info("docker_root", "DockerRootDir")
 
 
-def _engine_objects(name: str, tags: list[str]) -> str:
-    """One `docker inspect` for the engine container and every candidate image tag: untyped,
-    it prints each object it finds (containers first) and exits 1 when any is missing."""
-    return f"docker inspect {shlex.join([name, *tags])} 2>/dev/null"
-
-
-def _objects(out: str) -> list[dict]:
-    data = parse_json(out, 0)
-    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
-
-
 # Driver CUDA versions that select different tags (engines.images): 13.x and 12.x.
 CUDA_CHOICES = ("13.0", "12.0")
 
@@ -124,7 +113,9 @@ def candidate_images(inv) -> list[str]:
 
 
 def engine_container(inv) -> F.Fact:
-    return _container(inv.engine.container, candidate_images(inv))
+    """The engine container as a facts.docker.Container, or None when there is none. The
+    image tags ride along: the image step asks the same command, and a batch runs it once."""
+    return F.from_probe(docker.container_probe(inv.engine.container, candidate_images(inv)))
 
 
 def serve_log(inv, is_head: bool, tail: int | None = None, name: str = "serve") -> F.Fact | None:
@@ -149,7 +140,7 @@ def engine_images(inv) -> F.Fact:
 
 def parse_images(out: str, refs: list[str]) -> dict:
     """Each present reference (tag or digest, image_ref.present) -> its id and digests."""
-    docs = [d for d in _objects(out) if "State" not in d]   # containers have a State
+    docs = [d for d in docker.documents(out) if "State" not in d]   # containers have a State
     found = {ref: image_ref.present(ref, docs) for ref in refs}
     return {ref: {"id": doc.get("Id"), "digests": doc.get("RepoDigests") or []}
             for ref, doc in found.items() if doc is not None}
@@ -157,35 +148,11 @@ def parse_images(out: str, refs: list[str]) -> dict:
 
 def _images(name: str, tags: list[str]) -> F.Fact:
     """Each present candidate reference -> its image id and registry digests."""
-    return F.Fact("images", _engine_objects(name, tags),
+    return F.Fact("images", docker.inspect_script(name, tags),
                   lambda out, _code: parse_images(out, tags), sudo=True)
 
 
-def parse_container(out: str) -> dict | None:
-    """The container document in an untyped `docker inspect` answer (images have no State)."""
-    return next((d for d in _objects(out) if "State" in d), None)
-
-
-def _container(name: str, tags: list[str]) -> F.Fact:
-    """The engine container as `docker inspect` reports it, or None when there is none. The
-    image tags ride along: the image step asks the same command, and a batch runs it once."""
-    return F.Fact("container", _engine_objects(name, tags),
-                  lambda out, _code: parse_container(out), sudo=True)
-
-
-def container_summary(info: dict | None) -> dict | None:
-    if not info:
-        return None
-    state = info.get("State", {})
-    config = info.get("Config", {})
-    return {"status": state.get("Status"), "running": bool(state.get("Running")),
-            "exit_code": state.get("ExitCode"), "image": config.get("Image"),
-            "labels": config.get("Labels") or {}, "cmd": config.get("Cmd") or [],
-            "finished": state.get("FinishedAt"), "started": state.get("StartedAt"),
-            "id": info.get("Id")}
-
-
-def node_rank_arg(cmd: list) -> str | None:
+def node_rank_arg(cmd: tuple[str, ...] | list[str]) -> str | None:
     """The --node-rank a running engine container was started with (None: no such flag)."""
     cmd = [str(c) for c in cmd]
     return cmd[cmd.index("--node-rank") + 1] if "--node-rank" in cmd[:-1] else None

@@ -78,8 +78,8 @@ class RayCluster(LaunchEngine):
 
     def progress(self, facts, node):
         state = facts.get("container")
-        if facts["ray_layout"] and state and not state["running"]:
-            raise StepFailed(node.name, f"the Ray container exited ({state.get('exit_code')}) "
+        if facts["ray_layout"] and state and not state.running:
+            raise StepFailed(node.name, f"the Ray container exited ({state.exit_code}) "
                              f"before its node registered:\n{_tail(facts['log'])}", step=self.name)
         return None
 

@@ -112,8 +112,8 @@ def head_facts(found: dict) -> dict:
 
 def _runs_this_config(facts) -> bool:
     current, want = facts["container"], facts["spec"].labels[engines.CONFIG_LABEL]
-    return bool(current and current["running"]
-                and current["labels"].get(engines.CONFIG_LABEL) == want)
+    return bool(current and current.running
+                and current.labels.get(engines.CONFIG_LABEL) == want)
 
 
 def launch_plan(facts, node) -> list[Action]:

@@ -19,7 +19,7 @@ from k3deploy.core.errors import K3Error
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.node import facts as F
 from k3deploy.remote import script_text
-from k3deploy.steps import probes, raylayout, serves
+from k3deploy.steps import raylayout, serves
 from k3deploy.steps.base import ClusterProbe
 
 SCRIPT = script_text("portcheck.py")  # on stdin, not in argv (every `ps` on the node shows argv)
@@ -83,7 +83,7 @@ NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each oth
 def serving(run, all_facts: dict) -> bool:
     head = all_facts.get(run.inv.head.name) or {}
     return serves.serves(len(run.inv.nodes), [
-        serves.engine_running(probes.container_summary(f.get("container")))
+        serves.engine_running(f.get("container"))
         for f in all_facts.values()], head.get(serves.HEALTH))
 
 

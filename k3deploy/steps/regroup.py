@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k3deploy.facts.docker import Container
 from k3deploy.steps import probes, raylayout
 
 FACT = "container"  # probes.engine_container's name
@@ -48,37 +49,37 @@ def probes_for(inv) -> list:
     return [] if raylayout.in_use(inv) else [probes.engine_container(inv)]
 
 
-def decide(states: dict[str, dict | None], inv) -> Regroup:
-    """From each node's engine container (probes.container_summary), in rank order."""
+def decide(states: dict[str, Container | None], inv) -> Regroup:
+    """From each node's engine container, in rank order."""
     if raylayout.in_use(inv):
         return Regroup()
     running, to_start = {}, []
     for rank, node in inv.ranked():
         state = states.get(node.name)
-        if state and state["running"] and _own_rank(state, rank):
-            running[node.name] = state["id"]
-        elif not (state and state["running"]):
+        if state and state.running and _own_rank(state, rank):
+            running[node.name] = state.id
+        elif not (state and state.running):
             to_start.append(node.name)
     return Regroup(running, tuple(to_start))
 
 
-def _own_rank(state: dict, rank: int) -> bool:
+def _own_rank(state: Container, rank: int) -> bool:
     """A container started by hand with another rank is not this group's to relaunch: the
     wait step names it as a stray (steps/wait.py rank_problem)."""
-    found = probes.node_rank_arg(state.get("cmd") or [])
+    found = probes.node_rank_arg(state.cmd)
     return found is None or found == str(rank)
 
 
-def stops(decision: Regroup | None, node_name: str, state: dict | None) -> bool:
-    """Launch: this node's running engine (its container summary) is one of the old group's,
+def stops(decision: Regroup | None, node_name: str, state: Container | None) -> bool:
+    """Launch: this node's running engine is one of the old group's,
     to be relaunched; the one launch started in its place is not."""
-    if decision is None or not decision.whole or not state or not state["running"]:
+    if decision is None or not decision.whole or not state or not state.running:
         return False
-    return decision.running.get(node_name) == state["id"]
+    return decision.running.get(node_name) == state.id
 
 
-def stopped_since(decision: Regroup | None, node_name: str, state: dict | None) -> bool:
+def stopped_since(decision: Regroup | None, node_name: str, state: Container | None) -> bool:
     """Launch: this rank ran when the group was looked at, kept with the others, and has no
     running engine now: started alone it could not join them."""
     return (decision is not None and not decision.whole and node_name in decision.running
-            and not (state and state["running"]))
+            and not (state and state.running))

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from k3deploy import engines
 from k3deploy.engines import dry_fire
+from k3deploy.facts.docker import Container
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
@@ -35,13 +36,13 @@ def serves(nnodes: int, running: Iterable[bool], head_health: dict | None) -> bo
     return len(running) == nnodes and all(running) and http_probe.healthy(head_health)
 
 
-def engine_running(summary: dict | None) -> bool:
-    """A node's engine runs, from probes.container_summary."""
-    return bool((summary or {}).get("running"))
+def engine_running(container: Container | None) -> bool:
+    """A node's engine runs, from its engine container (facts/docker.py)."""
+    return bool(container and container.running)
 
 
-def runs_configuration(summary: dict | None, config: str) -> bool:
+def runs_configuration(container: Container | None, config: str) -> bool:
     """The node's real engine (not a dry-fire's) runs with this configuration label: the
     launch leaves it as it is."""
-    return engine_running(summary) and not dry_fire.is_dry_fire(summary) and \
-        summary["labels"].get(engines.CONFIG_LABEL) == config
+    return engine_running(container) and not dry_fire.is_dry_fire(container) and \
+        container.labels.get(engines.CONFIG_LABEL) == config

@@ -97,7 +97,7 @@ class RemoveContainers(Step):
         return [probes.engine_container(node.inv)]
 
     def facts_from(self, found, node):
-        return {"container": probes.container_summary(found["container"])}
+        return {"container": found["container"]}
 
     def plan(self, facts, node):
         if not facts["container"]:

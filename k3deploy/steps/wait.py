@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from k3deploy.node import apikey, http_probe
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import startup_log
+from k3deploy.facts.docker import Container
 from k3deploy.steps import probes, raylayout
 from k3deploy.steps.base import Step, wait
 
@@ -55,12 +56,12 @@ def rank_problem(cmds: dict[str, list[str]],
     return "the process group can never form: " + "; ".join(parts), stray
 
 
-def _finished_key(state: dict | None) -> str:
+def _finished_key(state: Container | None) -> str:
     """Docker's FinishedAt (RFC 3339, trailing zeros of the nanoseconds trimmed) as a string
     that sorts by time; a missing container sorts first."""
     if not state:
         return ""
-    base, _, frac = (state.get("finished") or "").rstrip("Z").partition(".")
+    base, _, frac = state.finished.rstrip("Z").partition(".")
     return f"{base}.{frac.ljust(9, '0')}"
 
 
@@ -93,7 +94,7 @@ class WaitHealthy(Step):
     def facts_from(self, found, node):
         health = found.get("health")
         gpus = found.get("gpus")
-        return {"container": probes.container_summary(found["container"]),
+        return {"container": found["container"],
                 "healthy": http_probe.healthy(health), "log": found.get("log") or "",
                 "answers": http_probe.answered(health), "ray": found.get("ray"),
                 "gpu_used_mib": sum(g["used_mib"] for g in gpus) if gpus else None,
@@ -109,8 +110,8 @@ class WaitHealthy(Step):
             return [wait("wait until rank 0 answers /health", "rank 0 answers /health",
                          poll=self.p.poll_seconds, cluster=True, timeout=self.p.timeout,
                          stall=self.p.stall_seconds, hint=_stall_hint(node))]
-        if not state["running"]:
-            raise StepFailed(node.name, f"rank {node.rank} container exited ({state['exit_code']})",
+        if not state.running:
+            raise StepFailed(node.name, f"rank {node.rank} container exited ({state.exit_code})",
                              step=self.name, hint=f"`k3deploy logs -i {node.inv.source}` shows "
                              "why; fix it, then re-run `k3deploy up` (exited containers are "
                              "replaced)")
@@ -120,7 +121,7 @@ class WaitHealthy(Step):
         """Fails fast: a rank's container exited, the ranks cannot form one group, or rank 0
         did not get past torch distributed init in time; instead of sitting out the timeout."""
         states = {n: f["container"] for n, f in all_facts.items()}
-        gone = [n for n, state in states.items() if not state or not state["running"]]
+        gone = [n for n, state in states.items() if not state or not state.running]
         if gone:
             raise _exited(run, gone, all_facts)
         _check_ranks(run, states)
@@ -211,7 +212,7 @@ def _stall_hint(node) -> str:
 
 def _check_ranks(run, states: dict) -> None:
     name = run.inv.engine.container
-    cmds = {n: [str(c) for c in state["cmd"]] for n, state in states.items()}
+    cmds = {n: list(state.cmd) for n, state in states.items()}
     found = rank_problem(cmds, {n.name: run.inv.rank_of(n.name) for n in run.inv.nodes})
     if found:
         problem, stray = found
@@ -228,7 +229,7 @@ def _exited(run, gone: list[str], all_facts: dict) -> StepFailed:
     first = min(gone, key=lambda n: _finished_key(states[n]))
     log = all_facts[first]["log"]
     tail = "\n".join(log.splitlines()[-15:])
-    what = (f"container exited ({states[first]['exit_code']})" if states[first]
+    what = (f"container exited ({states[first].exit_code})" if states[first]
             else "container is gone")
     said = startup_log.error_line(log)
     after = [n for n in gone if n != first]

@@ -15,6 +15,7 @@ from k3deploy.core.errors import UnreachableError
 from k3deploy.run import runner as runner_mod
 from k3deploy.run.report import StepResult
 from tests.unit import test_cli
+from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
 from tests.unit.test_cli import _logging_reset  # noqa: F401  (autouse: structlog reset)
 
@@ -89,8 +90,7 @@ def _live(running: bool, reachable: bool = True) -> dict:
         return {"reachable": False, "error": "cannot reach"}
     return {"reachable": True, "incident": None, "download": None, "identity": {}, "gpus": [],
             "guard": "watching", "health": {"health": {"status": 200 if running else None}},
-            "container": {"status": "running" if running else "exited",
-                                               "running": running}}
+            "container": container(running)}
 
 
 @pytest.mark.parametrize("lives,code", [((True, True), 0), ((True, False), 1),

@@ -3,11 +3,13 @@ tests/fixtures/real/docker/<version>/*, each with its .source. Raw text in, valu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from k3deploy.cli.status_cost import parse_started
+from k3deploy.facts.docker import parse_inspect
 from k3deploy.steps import docker_host, probes
 from k3deploy.steps.wait import _finished_key
 
@@ -61,19 +63,20 @@ def test_image_found_by_tag_or_digest_on_both_stores(name, present):
 
 
 def test_container_documents_and_go_times():
-    never = probes.container_summary(probes.parse_container(raw("28.5.1/container-inspect-never-started.json")))
-    assert never["status"] == "created" and never["exit_code"] == 128 and not never["running"]
-    assert never["finished"] == never["started"] == "0001-01-01T00:00:00Z"
-    assert parse_started(never["started"]) is None
-    running = probes.container_summary(probes.parse_container(raw("28.5.1/container-inspect-running.json")))
-    assert running["running"] and running["image"] == "lmsysorg/sglang:kimi-k3"
-    assert parse_started(running["started"]) == 1578301619
-    exited = probes.container_summary(probes.parse_container(raw("28.5.1/container-inspect-exited-trimmed.json")))
-    assert exited["exit_code"] == 137
+    never = parse_inspect(raw("28.5.1/container-inspect-never-started.json"))
+    assert never.status == "created" and never.exit_code == 128 and not never.running
+    assert never.finished == never.started == "0001-01-01T00:00:00Z"
+    assert parse_started(never.started) is None
+    running = parse_inspect(raw("28.5.1/container-inspect-running.json"))
+    assert running.running and running.image == "lmsysorg/sglang:kimi-k3"
+    assert parse_started(running.started) == 1578301619
+    exited = parse_inspect(raw("28.5.1/container-inspect-exited-trimmed.json"))
+    assert exited.exit_code == 137
     # Go trims trailing zeros: 59.4618Z is later than 59.46187639Z's minute-earlier start, and
     # later than a FinishedAt of 59.46Z within the same second
     assert _finished_key(exited) == "2020-01-06T09:07:59.461800000"
-    assert _finished_key({"finished": "2020-01-06T09:07:59.46Z"}) < _finished_key(exited)
+    assert _finished_key(dataclasses.replace(exited, finished="2020-01-06T09:07:59.46Z")) < \
+        _finished_key(exited)
     assert _finished_key(never) < _finished_key(exited)
 
 

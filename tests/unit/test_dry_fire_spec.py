@@ -9,6 +9,7 @@ from k3deploy import engines
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.engines import compile_cache as cc
 from k3deploy.engines import dry_fire, startup_phases
+from tests.unit.docker_facts import container
 from tests.unit.test_step_fixtures import node_ctx
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang" / "0.5.16"
@@ -27,8 +28,8 @@ def test_the_dry_fire_runs_the_real_argv_plus_dummy_weights_with_the_same_cache_
     assert cc.cache_key(dry_key) == cc.cache_key(real_key)
     assert dry.compile_cache_host_dir == real.compile_cache_host_dir
     assert dry.labels[engines.CONFIG_LABEL] != real.labels[engines.CONFIG_LABEL]
-    assert dry_fire.is_dry_fire({"labels": dict(dry.labels)})
-    assert not dry_fire.is_dry_fire({"labels": dict(real.labels)})
+    assert dry_fire.is_dry_fire(container(labels=dict(dry.labels)))
+    assert not dry_fire.is_dry_fire(container(labels=dict(real.labels)))
 
 
 def test_phases_from_sglangs_own_stamped_lines():

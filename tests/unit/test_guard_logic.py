@@ -17,6 +17,7 @@ from k3deploy.remote import guard_record
 from k3deploy.steps import guard as guard_step
 from k3deploy.steps.guard import StartGuard, StopGuard, healthy
 from tests.unit.fakes import FakeSession
+from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
 
 SECRET = "guard-secret-value-0123456789"
@@ -195,7 +196,7 @@ def test_log_lines_are_redacted_before_the_record():
 
 # -- cluster state -------------------------------------------------------------------------
 def live(running=True, incident=None, reachable=True):
-    return {"reachable": reachable, "container": {"running": running} if running is not None
+    return {"reachable": reachable, "container": container(running) if running is not None
             else None, "incident": incident}
 
 

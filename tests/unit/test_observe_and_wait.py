@@ -19,6 +19,7 @@ from k3deploy.run import waiter as waiter_module
 from k3deploy.run.runner import Runner
 from k3deploy.steps.base import Step, cmd, wait
 from tests.unit.fakes import FakeConn, FakeSession, section
+from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
 
 
@@ -295,10 +296,9 @@ def test_looks_are_paced_by_their_start_so_a_held_look_adds_no_sleep(tmp_path, m
     assert slept == [0.0, 0.49, 0.0]
 
 
-def engine(running=True, rank=0, finished="", code=0):
-    return {"running": running, "exit_code": code, "finished": finished,
-            "cmd": ["python3", "-m", "sglang.launch_server", "--node-rank", str(rank)],
-            "labels": {}}
+def engine(running=True, rank=0, finished=None, code=0):
+    return container(running, exit_code=code, **({"finished": finished} if finished else {}),
+                     cmd=("python3", "-m", "sglang.launch_server", "--node-rank", str(rank)))
 
 
 def test_the_endpoint_wait_blames_the_rank_that_exited_first_with_its_log(tmp_path):

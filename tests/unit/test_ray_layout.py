@@ -19,6 +19,7 @@ from k3deploy.steps.launch import LaunchEngine
 from k3deploy.steps.ray_cluster import RayCluster
 from k3deploy.steps.verify import endpoint_problems, reasoning_field
 from tests.realfix import real
+from tests.unit.docker_facts import container
 from tests.unit.fakes import FakeSession
 
 SHA = "a" * 40
@@ -51,9 +52,9 @@ def ctx_for(tmp_path, rank=0, doc=None, check=False, conns=None):
 def facts_for(ctx, running=True, ray=None, healthy=False, label=None, joined=True):
     spec = LaunchEngine().spec({"cuda": "13.0"}, ctx)
     want = label or spec.labels[engines.CONFIG_LABEL]
-    container = {"running": running, "labels": {engines.CONFIG_LABEL: want}} if running \
+    found = container(running, labels={engines.CONFIG_LABEL: want}) if running \
         is not None else None
-    return {"spec": spec, "container": container, "key_file_sha": None, "ray": ray,
+    return {"spec": spec, "container": found, "key_file_sha": None, "ray": ray,
             "healthy": healthy, "ray_layout": True, "joined": joined, "log": ""}
 
 

@@ -17,12 +17,13 @@ from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.cluster_look import look_across
 from k3deploy.steps.preflight import Preflight
 from k3deploy.steps.reachability import MESH, NOT_PROBED, mesh_probes
+from tests.unit.docker_facts import container
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes
 from tests.unit.test_step_fixtures import manifest
 
-RUNNING = {"State": {"Running": True, "Status": "running"}, "Config": {"Labels": {}}}
-EXITED = {"State": {"Running": False, "Status": "exited", "ExitCode": 1}, "Config": {}}
+RUNNING = container()
+EXITED = container(False, exit_code=1)
 
 
 class MeshConn(FakeConn):
@@ -42,9 +43,9 @@ def run_ctx(tmp_path):
     return run, conns
 
 
-def facts(run, container=RUNNING, health=200):
+def facts(run, engine=RUNNING, health=200):
     head = run.inv.head.name
-    out = {n.name: {"hub_client": "1.0", "ports_in_use": set(), "container": container}
+    out = {n.name: {"hub_client": "1.0", "ports_in_use": set(), "container": engine}
            for n in run.inv.nodes}
     out[head]["serving"] = {"health": {"status": health}} if health else None
     return out

@@ -15,6 +15,7 @@ from k3deploy.steps import regroup
 from k3deploy.steps.base import Step
 from k3deploy.steps.guard import StopGuard
 from tests.unit.fakes import FakeSession
+from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
 from tests.unit.test_guard_logic import facts as guard_facts
 from tests.unit.test_observe_and_wait import Asks, World
@@ -25,9 +26,8 @@ NAMES = [n.name for _, n in INV.ranked()]
 
 
 def engine(running=True, cid="c-old", label="x", rank=None):
-    return {"running": running, "id": cid, "labels": {engines.CONFIG_LABEL: label},
-            "status": "running" if running else "exited", "exit_code": 0 if running else 137,
-            "cmd": [] if rank is None else ["sglang", "serve", "--node-rank", str(rank)]}
+    return container(running, id=cid, labels={engines.CONFIG_LABEL: label},
+                     cmd=() if rank is None else ("sglang", "serve", "--node-rank", str(rank)))
 
 
 def test_the_group_is_relaunched_only_when_some_ranks_run_and_others_must_start():

@@ -9,15 +9,17 @@ from types import SimpleNamespace
 import pytest
 
 from k3deploy.cli import cluster_state
+from k3deploy.facts.docker import Container
 from k3deploy.steps import reachability, serves
+from tests.unit.docker_facts import container
 
 NAMES = ("n0", "n1", "n2")
 RUN = SimpleNamespace(inv=SimpleNamespace(head=SimpleNamespace(name="n0"),
                                           nodes=[SimpleNamespace(name=n) for n in NAMES]))
 
 
-def _inspect(running: bool | None) -> dict | None:
-    return None if running is None else {"State": {"Running": running, "Status": "x"}}
+def _inspect(running: bool | None) -> Container | None:
+    return None if running is None else container(running)
 
 
 CASES = list(itertools.product([True, False, None], [True, False, None], [200, 503, None]))
@@ -29,7 +31,7 @@ def test_preflight_and_status_agree(head, other, health):
     facts = {"n0": {"container": _inspect(head), serves.HEALTH: answer},
              "n1": {"container": _inspect(other)}, "n2": {"container": _inspect(True)}}
     lives = {n: {"reachable": True, "incident": None,
-                 "container": reachability.probes.container_summary(f["container"]),
+                 "container": f["container"],
                  "health": f.get(serves.HEALTH)} for n, f in facts.items()}
     pre = reachability.serving(RUN, facts)
     status = cluster_state.summarize(lives)["state"] == cluster_state.SERVING

@@ -9,6 +9,7 @@ from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.runner import Runner
 from k3deploy.steps.teardown import RemoveContainers
 from tests.unit.fakes import FakeConn, FakeSession, section
+from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
 
 CONTAINER = [{"State": {"Status": "running", "Running": True}, "Config": {"Image": "x"}}]
@@ -86,5 +87,5 @@ def test_down_is_decided_in_cluster_state_for_both_views():
     assert cluster_state.engine_step("launch") and not cluster_state.engine_step("download")
     # live: no rank's engine runs
     lives = {"a": {"reachable": True, "container": None},
-             "b": {"reachable": True, "container": {"running": False}}}
+             "b": {"reachable": True, "container": container(False)}}
     assert cluster_state.summarize(lives)["state"] == cluster_state.DOWN

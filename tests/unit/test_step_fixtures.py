@@ -3,7 +3,8 @@ tests/fixtures/steps/*.json, each {"step", "inventory_file" (a reference invento
 inventories/, optional), "inventory" (overrides, optional), "rank", "params" (the playbook's
 `with:`), "options", "facts", "expect", "source" (where a value in the facts comes from)}.
 
-Facts in (as the step's facts_from gives them), actions or problems out; no SSH. `expect` is
+Facts in (as the step's facts_from gives them, typed where the fact is: TYPED), actions or
+problems out; no SSH. `expect` is
 exact: {"actions": [shown lines]}, {"action_descriptions": [...]} (for argvs too long to spell
 out), {"problems": [[kind, a fragment of the message], ...]} in order, or {"error": a fragment
 of the StepFailed the plan raises}; an empty list means "nothing to do". "step" is a registry
@@ -12,6 +13,7 @@ below (COVERS names the step each belongs to)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -23,6 +25,7 @@ from k3deploy.cluster import inventory
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import CONFIG_LABEL
+from k3deploy.facts.docker import Container
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import REGISTRY, step_class
@@ -94,8 +97,8 @@ def launch_facts(facts, ctx) -> dict:
     done node is one whose container, file or cache match them."""
     spec, key_inputs = LaunchEngine().spec_and_cache_key(facts, ctx)
     container = facts.get("container")
-    if container and container.get("labels", {}).get(CONFIG_LABEL) == "<config>":
-        container = {**container, "labels": {CONFIG_LABEL: spec.labels[CONFIG_LABEL]}}
+    if container and container.labels.get(CONFIG_LABEL) == "<config>":
+        container = dataclasses.replace(container, labels={CONFIG_LABEL: spec.labels[CONFIG_LABEL]})
     key_sha = facts.get("key_file_sha")
     if key_sha == "<key-file>":
         key_sha = hashlib.sha256(secret_file(spec)[1](KEY).encode()).hexdigest()
@@ -121,9 +124,9 @@ def dry_fire_launch_plan(facts, ctx, case):
     real = LaunchEngine().spec(facts, ctx).labels[CONFIG_LABEL]
     facts = launch_facts(facts, ctx)   # the real spec's values for "<config>", "<key-file>"
     container = facts.get("container")
-    if container and container["labels"].get(CONFIG_LABEL) == "<dry-config>":
-        container = {**container, "labels": {**container["labels"],
-                                             CONFIG_LABEL: spec.labels[CONFIG_LABEL]}}
+    if container and container.labels.get(CONFIG_LABEL) == "<dry-config>":
+        container = dataclasses.replace(container, labels={**container.labels,
+                                                           CONFIG_LABEL: spec.labels[CONFIG_LABEL]})
     return step.plan({**facts, "spec": spec, "key_inputs": key_inputs, "container": container,
                       "real_config": real,
                       "dry_fire_passed": facts.get("dry_fire_passed", False)}, ctx)
@@ -156,6 +159,19 @@ COVERS = {"preflight-cluster": "preflight", "rank": "wait", "memory": "verify"}
 BY_ENGINE = {"preflight", "ray-cluster", "launch", "wait", "verify", "compile-cache-seal"}
 
 
+def typed_container(doc: dict | None) -> Container | None:
+    """Every field of facts.docker.Container, by name: a misspelt or missing one fails."""
+    return None if doc is None else Container(**{**doc, "cmd": tuple(doc["cmd"])})
+
+
+# fact name -> its typed value from the fixture's JSON
+TYPED = {"container": typed_container}
+
+
+def typed(facts: dict) -> dict:
+    return {k: TYPED[k](v) if k in TYPED else v for k, v in facts.items()}
+
+
 def _cases() -> list[dict]:
     return [json.loads(p.read_text()) for p in CASES]
 
@@ -173,9 +189,21 @@ def test_the_steps_that_differ_by_engine_have_vllm_fixtures():
     assert BY_ENGINE <= with_vllm, BY_ENGINE - with_vllm
 
 
+def test_a_misspelt_or_missing_container_field_in_a_fixture_fails():
+    case = json.loads((FIXTURES / "launch-done.json").read_text())
+    doc = case["facts"]["container"]
+    assert typed(case["facts"])["container"].running is True
+    misspelt = {("runing" if k == "running" else k): v for k, v in doc.items()}
+    with pytest.raises(TypeError, match="runing"):
+        typed({"container": misspelt})
+    with pytest.raises(TypeError, match="image_id"):
+        typed({"container": {k: v for k, v in doc.items() if k != "image_id"}})
+
+
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_fixture(path, tmp_path):
     case = json.loads(path.read_text())
+    case["facts"] = typed(case["facts"])
     ctx = node_ctx(case, tmp_path)
     expect = case["expect"]
     if "error" in expect:

@@ -21,6 +21,7 @@ from k3deploy.steps.nvme import MoveToNvme
 from k3deploy.steps.teardown import RemoveContainers, WipeWeights
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
+from tests.unit.docker_facts import container
 
 SHA = "a" * 40
 
@@ -221,7 +222,7 @@ def test_launch_fresh_node_writes_key_file_then_runs_its_rank(tmp_path):
 def test_launch_same_config_running_is_left_alone(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
     label = facts["spec"].labels[engines.CONFIG_LABEL]
-    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: label}}
+    facts["container"] = container(labels={engines.CONFIG_LABEL: label})
     assert step.plan(facts, ctx) == []
 
 
@@ -230,13 +231,13 @@ def test_launch_other_config_needs_replace(tmp_path):
     bare = dataclasses.replace(facts["spec"], labels={})
     running = engines.with_config_label(dataclasses.replace(
         bare, extra_args={**bare.extra_args, "max-running-requests": 48}), ctx.run.inputs.api_key)
-    facts["container"] = {"running": True, "labels": dict(running.labels)}
+    facts["container"] = container(labels=dict(running.labels))
     with pytest.raises(StepFailed, match="runs another configuration") as err:
         step.plan(facts, ctx)
     assert "--replace" in err.value.hint
     assert "engine.args.max-running-requests: 48 -> unset" in str(err.value)
     step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
-    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
+    facts["container"] = container(labels={engines.CONFIG_LABEL: "old"})
     assert [a.description for a in step.plan(facts, ctx)][-4:] == [
         "remove old container k3", "upload compile_cache.py",
         "check the compile cache (a peer's when there is none)", "start rank 0"]
@@ -252,7 +253,7 @@ def test_launch_picks_cu12_image_from_driver(tmp_path):
 def test_teardown_removes_only_existing_container(tmp_path):
     ctx = node_ctx(tmp_path)
     assert RemoveContainers().plan({"container": None}, ctx) == []
-    assert shown(RemoveContainers().plan({"container": {"status": "exited"}}, ctx)) == \
+    assert shown(RemoveContainers().plan({"container": container(False)}, ctx)) == \
         ["remove container k3: sudo docker rm -f k3"]
 
 
@@ -374,7 +375,7 @@ def test_download_uploads_only_the_programs_the_node_does_not_have(tmp_path):
 def test_launch_waits_for_the_engine_past_its_own_checks_only_while_waiting(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
     label = facts["spec"].labels[engines.CONFIG_LABEL]
-    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: label}}
+    facts["container"] = container(labels={engines.CONFIG_LABEL: label})
     # Importing torch and SGLang: nothing from its schedulers yet.
     facts["log"] = "[2026-02-25 15:39:20] server_args=ServerArgs(model_path='m', tp_size=16)\n"
     [action] = step.plan(facts, ctx)
@@ -387,7 +388,7 @@ def test_launch_does_not_wait_for_lines_a_quiet_log_level_hides(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
     facts["spec"] = dataclasses.replace(facts["spec"], extra_args={"log-level": "warning"})
     label = facts["spec"].labels[engines.CONFIG_LABEL]
-    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: label}}
+    facts["container"] = container(labels={engines.CONFIG_LABEL: label})
     facts["log"] = ""
     assert step.plan(facts, ctx) == []
 
@@ -397,7 +398,7 @@ def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
     _step, ctx, _facts = launch_facts(tmp_path, rank=1)
     log = (Path(__file__).parents[1] / "fixtures" / "real" / "sglang" / "0.5.16" /
            "check-server-args-error.txt").read_text()
-    err = _died(ctx, {"exit_code": 1, "running": False}, log)
+    err = _died(ctx, container(False, exit_code=1), log)
     assert str(err).startswith("rank 1 engine exited (1) during start-up: AssertionError: "
                                "multi-node data parallel is not supported unless dp attention!")
     assert err.node == ctx.name and "engine.args" in err.hint
