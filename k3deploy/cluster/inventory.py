@@ -86,8 +86,11 @@ class Paths(_Model):
     nvme: AbsPath = "/mnt/nvme"
     hf_home: AbsPath | None = None
     docker_root: AbsPath | None = None
-    # Room kept free beyond the checkpoint: the engine image (~13 GB) plus logs.
-    reserve_gb: float = Field(default=20.0, ge=0)
+    # Room kept free beyond the checkpoint and the engine image: logs, the compile caches.
+    reserve_gb: float = Field(default=7.0, ge=0)
+    # What a pull of the engine image moves (compressed; the guide: "about 13GB"); the disk it
+    # takes depends on the node's image store (steps/docker_host.image_disk_bytes).
+    image_gb: float = Field(default=13.0, ge=0)
 
     # The defaults under the NVMe mount are node path rules: remote/protocol.py holds them all.
     @property

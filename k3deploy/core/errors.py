@@ -103,6 +103,11 @@ class StepFailed(NodeError):
     """A step ran but the node is not in the state the step promises."""
 
 
+class DiskError(StepFailed):
+    """A node's disk refused a write (full, over quota, read-only, failing): no retry or restart
+    changes that; the fix is room on that node."""
+
+
 class EndpointError(K3Error):
     """The serving endpoint could not be reached or refused a request (chat, bench)."""
 

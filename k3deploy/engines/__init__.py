@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 
+from k3deploy.engines.config_fields import FIELDS_LABEL, differences, fields_label
 from k3deploy.engines.docker import (docker_exec_argv, docker_logs_argv, docker_rm_argv,
                                      docker_run_argv, engine_env, vllm_env_host_path)
 from k3deploy.engines.images import (SGLANG_CU12, SGLANG_CU13, VLLM_DEFAULT, ImageChoiceError,
@@ -25,9 +26,9 @@ from k3deploy.engines.vllm import (serve_log_host_path, vllm_exec_serve_argv, vl
                                    vllm_secret_env, vllm_serve_args, without_serve_log)
 
 __all__ = [
-    "CONFIG_LABEL", "HF_CACHE_MOUNT", "LAYOUTS", "SECRETS_MOUNT", "SGLANG_CU12", "SGLANG_CU13",
+    "CONFIG_LABEL", "FIELDS_LABEL", "HF_CACHE_MOUNT", "LAYOUTS", "SECRETS_MOUNT", "SGLANG_CU12", "SGLANG_CU13",
     "VLLM_DEFAULT", "ImageChoiceError", "LaunchSpec", "SpecError", "check_api_key",
-    "choose_image", "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv",
+    "choose_image", "config_changes", "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv",
     "docker_run_argv", "engine_env", "inventory_image", "node_launch_argvs", "parse_cuda_version",
     "ray_head_container_argv",
     "ray_worker_container_argv", "serve_log_host_path", "sglang_launch_argv", "sglang_secret_config",
@@ -70,6 +71,14 @@ def config_digest(spec: LaunchSpec, api_key: str | None = None) -> str:
 
 def with_config_label(spec: LaunchSpec, api_key: str | None = None) -> LaunchSpec:
     """The spec with `k3deploy.config=<digest>` among its labels, ready to launch; compare
-    a running container's label with config_digest() to decide leave-alone vs --replace."""
-    labels = {**spec.labels, CONFIG_LABEL: config_digest(spec, api_key)}
+    a running container's label with config_digest() to decide leave-alone vs --replace.
+    FIELDS_LABEL beside it lists the settings, for config_changes()."""
+    bare = dataclasses.replace(spec, labels={})
+    labels = {**spec.labels, CONFIG_LABEL: config_digest(spec, api_key),
+              FIELDS_LABEL: fields_label(bare, node_launch_argvs(bare))}
     return dataclasses.replace(spec, labels=labels)
+
+
+def config_changes(running_labels: dict, spec: LaunchSpec) -> list[str]:
+    """What a running container's configuration differs in from this labelled spec's."""
+    return differences(running_labels.get(FIELDS_LABEL), spec.labels[FIELDS_LABEL])

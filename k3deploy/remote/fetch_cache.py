@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import protocol
-from fetch_base import DownloadError, Stopped, log, write_json_atomic, write_text_atomic
+from fetch_base import DiskFault, Stopped, log, write_json_atomic, write_text_atomic
 from fetch_manifest import HEX40, FileSpec
 
 
@@ -148,12 +148,23 @@ def hash_file(path: Path, spec: FileSpec) -> str:
     return hasher.hexdigest()
 
 
-def check_free_space(cache: RepoCache, files: list[FileSpec]) -> None:
+def bytes_needed(cache: RepoCache, files: list[FileSpec]) -> int:
+    """Bytes still to be written: every file without its blob, less its partial's bytes."""
     needed = 0
     for spec in files:
         if not cache.blob(spec.etag).exists():
             partial = cache.partial(spec.etag)
             needed += spec.size - (protocol.partial_bytes(str(partial)) if partial.exists() else 0)
-    free = shutil.disk_usage(cache.blobs).free
-    if needed > free:
-        raise DownloadError(f"not enough free space in {cache.blobs}: need {needed} more bytes, {free} free")
+    return needed
+
+
+def disk_fault(cache: RepoCache, files: list[FileSpec], fault: DiskFault) -> DiskFault:
+    """`fault` with the bytes still needed and the bytes free on the cache's filesystem."""
+    return DiskFault(fault.path, fault.reason, bytes_needed(cache, files),
+                     shutil.disk_usage(cache.blobs).free)
+
+
+def check_free_space(cache: RepoCache, files: list[FileSpec]) -> None:
+    fault = disk_fault(cache, files, DiskFault(cache.blobs, "not enough free space"))
+    if fault.needed > fault.free:
+        raise fault

@@ -12,7 +12,11 @@ node (each costs a new CDN connection, at times a `/resolve`).
 
 A file fails only when none of its bytes arrived for `retry_seconds` (the inventory's
 download.retry_minutes) or on an answer no retry changes (401/403/404 from the Hub, a size that
-differs from the manifest): the Hub's bad minutes are waited out.
+differs from the manifest): the Hub's bad minutes are waited out. The budget counts the Hub's
+silence, never the queue: while every connection is busy with other files, a file waiting for
+one is only as silent as the host (no byte for any file), so 16 files of 16 GB behind one
+another never fail for waiting, and a Hub that stops answering still fails them all in one
+budget.
 """
 from __future__ import annotations
 
@@ -118,6 +122,7 @@ class Connections:
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
         self.replaced, self.worker_error, self.reference = 0, None, None
+        self.host_byte = time.monotonic()   # when a byte of any file last arrived
 
     def fetch(self, spec, part) -> None:
         """Fill `part` to spec.size from the Hub (blocks; many workers write into it)."""
@@ -132,7 +137,7 @@ class Connections:
                     raise Stopped()
                 if not any(t.is_alive() for t in self.threads):
                     raise DownloadError(f"{spec.path}: every Hub connection worker died ({self.worker_error})")
-                if time.monotonic() - job.last_byte > self.budget:
+                if self._silence(job) > self.budget:
                     raise HubUnavailable(f"{spec.path}: no new byte for {self.budget:.0f}s "
                                         f"(retry budget; last: {job.reason})")
             if job.fatal:
@@ -145,6 +150,16 @@ class Connections:
                 self.jobs.remove(job)
             job.f.close()
             part.save()
+
+    def _silence(self, job: Job) -> float:
+        """Seconds the Hub has been silent for `job`: since its last byte, or, while it waits
+        for a connection every one of which is busy with another file, since the host's."""
+        with self.cond:
+            queued = not job.running and len(self.conns) >= self.count and all(
+                c.busy for c in self.conns.values())
+            if queued:
+                job.last_byte = max(job.last_byte, self.host_byte)
+        return time.monotonic() - job.last_byte
 
     def _start_workers(self) -> None:
         with self.cond:
@@ -259,7 +274,8 @@ class Connections:
             take = min(len(chunk), seg.end - seg.pos)
             if take > 0:
                 job.part.write_at(job.f, seg.pos, chunk[:take])
-                seg.pos, conn.bytes, job.last_byte = seg.pos + take, conn.bytes + take, time.monotonic()
+                seg.pos, conn.bytes = seg.pos + take, conn.bytes + take
+                job.last_byte = self.host_byte = time.monotonic()
             if seg.pos >= seg.end:
                 if seg.end == asked and not skip and response.status_code == 206:
                     for _ in chunks:  # the body's end: the connection stays open for the next range
@@ -297,11 +313,13 @@ class Connections:
         job = seg.job
         # Record and hash before the job can be done: once it is, fetch() returns, the file is
         # renamed and its record removed, and a save or a hash after that would write the
-        # record again (a leftover, seen once in a clean-clone run of .ci/run) or open a file no
-        # longer there.
-        if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
-            job.part.save()
-        job.part.advance_hash()
+        # record again (a leftover) or open a file no longer there.
+        try:
+            if seg.pos >= seg.end:  # a finished range goes into the record now, not at the next tick
+                job.part.save()
+            job.part.advance_hash()
+        except DownloadError as e:   # a DiskFault: the file fails now, the worker lives on
+            job.fatal = job.fatal or e
         with self.cond:
             job.running.discard(seg)
             if seg.pos < seg.end and not job.fatal:

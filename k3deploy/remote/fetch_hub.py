@@ -63,6 +63,8 @@ class HubSource:
         self.signed: dict[str, tuple[str, float]] = {}  # path -> (CDN URL, when resolved)
         self.lock, self.tls = threading.Lock(), None
         self.http = sys.modules[type(self.session).__module__.split(".")[0]]
+        # OSError: a socket's own error, raw; a local write's never reaches here as one (the
+        # partial blob raises fetch_base.DiskFault, which fails the file at once)
         self.transport_errors = (getattr(self.http, "TransportError", OSError), OSError)
 
     def link(self) -> Link:

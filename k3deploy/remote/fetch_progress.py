@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import protocol
-from fetch_base import write_json_atomic
+from fetch_base import local_fault, overwrite_json, write_json_atomic
 from fetch_manifest import FileSpec
 
 
@@ -25,6 +25,7 @@ class Progress:
         self.bad_peers: set[str] = set()      # peers that served bytes failing a checksum
         self.hub_unavailable: set[str] = set()  # files failed by the retry budget alone
         self.transient = False                # the run failed only of those: worth a restart
+        self.disk = None                      # fetch_base.DiskFault.document() of a disk fault
         self.started, self.state, self.error = time.time(), "running", None
         self.stop_event = threading.Event()
 
@@ -60,10 +61,17 @@ class Progress:
                     "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
                     "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
                     "bad_peers": sorted(self.bad_peers), "transient": self.transient,
+                    "disk": self.disk,
                     "started": self.started, "updated": now})
 
     def write(self) -> None:
-        write_json_atomic(self.path, self.document())
+        doc = self.document()
+        try:
+            write_json_atomic(self.path, doc)
+        except OSError as e:
+            if not local_fault(e):
+                raise
+            overwrite_json(self.path, doc)
 
     def run_reporter(self) -> threading.Thread:
         def loop():

@@ -14,8 +14,8 @@ appended at the hashed end (the peer source writes front to back) are hashed fro
 they were just written from: no open and read back per chunk.
 
 A partial that is exactly its prefix (written front to back, nothing past it, no record yet)
-gets no record: its length says the same (`_load`'s fallback), and rewriting the record after
-every chunk was 7 atomic writes per 2 MB peer file (strace, one downloader, 84 files).
+gets no record: its length says the same (`_load`'s fallback), and a record rewritten after
+every chunk would cost several atomic writes per peer file for nothing.
 """
 from __future__ import annotations
 
@@ -25,19 +25,18 @@ import threading
 import time
 from pathlib import Path
 
-from fetch_base import log, write_json_atomic
+from fetch_base import log, on_local_disk, write_json_atomic
 from fetch_manifest import FileSpec
 from fetch_progress import Progress
 
 # The record is rewritten once the bytes it does not name yet pass RECORD_SHARE of what it names,
 # or RECORD_EVERY seconds: a SIGKILL costs at most ~2% of the bytes on disk (plus half a second).
 # Not more often than every RECORD_GAP seconds: while a file's record names little, 2% of it is
-# less than one read of a socket, and the record was rewritten after every chunk (145 times per
-# 2 MB file in 4 kB chunks; ~20% of a downloader's GIL time on the lottery's slow edges, py-spy).
+# less than one read of a socket, and a rewrite per chunk (145 per 2 MB file in 4 kB chunks)
+# would take a large share of a downloader's GIL time on slow CDN edges.
 # But never more than LAG_SHARE of what it names (at least LAG_FLOOR) behind, gap or no gap: a
-# file arriving faster than that share per gap (early in any file, when the record is small) left
-# a whole gap's bytes unnamed, 6% of what was on disk at a SIGKILL in a clean-clone .ci/run
-# (three 1.5 MB files at 1.8 MB/s, killed at 2 MB; test_fetch_weights_cdn).
+# file arriving faster than that share per gap (early in any file, when the record is small)
+# would otherwise leave a whole gap's bytes unnamed, lost at a SIGKILL.
 RECORD_EVERY, RECORD_SHARE, RECORD_GAP = 0.5, 0.02, 0.1
 LAG_SHARE, LAG_FLOOR = 0.03, 16 << 10
 HASH_READ = 8 << 20
@@ -88,7 +87,8 @@ class PartialBlob:
             self.path.unlink()
             self.record.unlink(missing_ok=True)
             size = 0
-        self.path.touch()
+        with on_local_disk(self.path):
+            self.path.touch()
         try:
             doc = json.loads(self.record.read_text())
             if doc.get("size") == self.spec.size:
@@ -113,10 +113,15 @@ class PartialBlob:
 
     def open(self):
         """A handle for writes at any offset (not O_APPEND: Linux pwrite ignores the offset there)."""
-        return open(self.path, "r+b")
+        with on_local_disk(self.path):
+            return open(self.path, "r+b")
 
     def write_at(self, f, offset: int, data, source: str = "hub") -> None:
-        os.pwrite(f.fileno(), data, offset)
+        with on_local_disk(self.path):
+            view, at = memoryview(data), offset
+            while view:   # a disk filling up takes part of a write before it refuses the rest
+                n = os.pwrite(f.fileno(), view, at)
+                view, at = view[n:], at + n
         with self.lock:
             self.done = merge([*self.done, [offset, offset + len(data)]])
             self.length = max(self.length, offset + len(data))
@@ -158,7 +163,8 @@ class PartialBlob:
                 doc = {"size": self.spec.size, "done": [list(r) for r in self.done]}
                 self.written_at, self.recorded = time.monotonic(), sum(e - s for s, e in self.done)
                 self.recorded_once = True
-            write_json_atomic(self.record, doc)
+            with on_local_disk(self.record):
+                write_json_atomic(self.record, doc)
         finally:
             self.save_lock.release()
 
@@ -182,6 +188,10 @@ class PartialBlob:
         the prefix, into bytes other connections have not written yet, and a later seek inside
         its buffer hands those stale bytes back (a wrong digest and a whole file fetched again).
         Called with hash_lock held."""
+        with on_local_disk(self.path):
+            self._read_prefix()
+
+    def _read_prefix(self) -> None:
         fd = os.open(self.path, os.O_RDONLY)
         try:
             while self.hashed < self.prefix:
@@ -199,8 +209,9 @@ class PartialBlob:
         return self.hasher.hexdigest() if self.hashed == self.spec.size else None
 
     def finish(self, f) -> None:
-        f.flush()
-        os.fsync(f.fileno())
+        with on_local_disk(self.path):
+            f.flush()
+            os.fsync(f.fileno())
         self.save()
 
     def restart(self, f=None) -> None:

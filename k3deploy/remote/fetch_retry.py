@@ -69,7 +69,7 @@ class Gate:
     A request that got no answer at all (refused, reset, timed out before the status line) may
     be its connection's own bad luck: one edge of many, a stale pooled socket. The first such
     loss only makes the host suspect (the connection backs off by itself); a second one before
-    any later request was answered is the host's failure. Before, one reset paused every
+    any later request was answered is the host's failure: one reset must not pause every
     connection to the CDN for a backoff and then let them through one probe at a time."""
 
     def __init__(self, stop_event: threading.Event, clock=time.monotonic):

@@ -59,9 +59,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its modules ship next to it
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
-from fetch_base import BadInput, DownloadError, HubUnavailable, Stopped, log  # noqa: E402
-from fetch_cache import (Ledger, RepoCache, check_free_space, etag_lock, hash_file,  # noqa: E402
-                         hold_run_lock)
+from fetch_base import BadInput, DiskFault, DownloadError, HubUnavailable, Stopped, log  # noqa: E402
+from fetch_cache import (Ledger, RepoCache, check_free_space, disk_fault, etag_lock,  # noqa: E402
+                         hash_file, hold_run_lock)
 from fetch_conns import Connections  # noqa: E402
 from fetch_hub import HubSource  # noqa: E402
 from fetch_manifest import FileSpec, Manifest, read_token  # noqa: E402
@@ -80,11 +80,21 @@ class Downloader:
         self.manifest, self.cache, self.fetcher, self.progress = manifest, cache, fetcher, progress
         self.peers = peers  # peer_fetch.Peers, or None: every file from the Hub
         self.ledger = Ledger(cache.ledger)
+        self.disk_fault: DiskFault | None = None   # the first one: every later file fails with it
 
     def ensure(self, spec: FileSpec, via_peers: bool = False) -> None:
         """Make one file present, verified and linked (the unit of work of a worker thread)."""
         if self.progress.stop_event.is_set():
             raise Stopped()
+        if self.disk_fault is not None:
+            raise self.disk_fault
+        try:
+            self._ensure(spec, via_peers)
+        except DiskFault as e:
+            self.disk_fault = self.disk_fault or e
+            raise
+
+    def _ensure(self, spec: FileSpec, via_peers: bool) -> None:
         with etag_lock(self.cache.locks / f"{spec.etag}.lock", self.progress.stop_event):
             try:
                 if not self._blob_is_verified(spec):
@@ -178,6 +188,8 @@ def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None)
                     errors.append(error)
     if progress.stop_event.is_set():
         raise DownloadError("stopped by a signal")
+    if downloader.disk_fault is not None:   # partials stay: a re-run with room resumes them
+        raise disk_fault(cache, manifest.files, downloader.disk_fault)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         kind = HubUnavailable if len(progress.hub_unavailable) == len(errors) else DownloadError
@@ -233,7 +245,10 @@ def finish(progress: Progress, state: str, error: str | None, code: int) -> int:
     progress.stop_event.set()
     progress.write()
     if error:
-        print(f"fetch_weights: error: {error}", file=sys.stderr, flush=True)
+        try:
+            print(f"fetch_weights: error: {error}", file=sys.stderr, flush=True)
+        except OSError:   # stderr is the log on the node's disk, which may be full
+            pass
     return code
 
 
@@ -270,6 +285,7 @@ def main(argv=None) -> int:
         run(manifest, args.hf_home, progress, token)
     except DownloadError as e:
         progress.transient = isinstance(e, HubUnavailable)
+        progress.disk = e.document() if isinstance(e, DiskFault) else None
         return finish(progress, "failed", str(e), EXIT_FAILED)
     except BadInput as e:
         return finish(progress, "failed", str(e), EXIT_BAD_INPUT)

@@ -5,6 +5,10 @@ node is); it is repeated only after a step changed something.
 A change on one node can change what another node's later steps see (a relaunched worker makes
 the head's endpoint unhealthy), so any change anywhere drops every node's batch.
 
+A step with a fact that must not be asked ahead (`Fact.ahead` False: verify's chat) has its
+other facts batched all the same, and only that fact asked in its own look: no tool runs twice
+per node in a run that changes nothing.
+
 A look ahead of time can only prove that there is nothing to do: what the world does by itself
 meanwhile (an engine finishing its load between two nodes' looks) is no change of ours, so the
 runner decides to act or to fail only on a look made for the step itself (`fresh`).
@@ -27,18 +31,19 @@ class Observer:
         self.identified = identified
         self.looking = looking
         self._batches: dict[str, dict[str, dict]] = {}   # node -> step label -> parsed values
+        self._own: dict[str, dict[str, list]] = {}   # node -> step label -> facts left for its look
         self._known: set[str] = set()   # nodes whose identity was read in this run
         self._lock = threading.Lock()
 
     def facts(self, step: Step, ctx, fresh: bool = False) -> tuple[dict, bool]:
         """The step's facts, and whether they were looked at for this step (`fresh`: look
         now) rather than ahead of it, in an earlier step's batch."""
-        found = None if fresh else self._pop(ctx, step)
+        found, own = (None, []) if fresh else self._pop(ctx, step)
         looked_now = found is None
         if looked_now:
             self._fill(ctx, self.steps.index(step))
-            found = self._pop(ctx, step)
-        return step.facts_from(found, ctx), looked_now
+            found, own = self._pop(ctx, step)
+        return step.facts_from(self._complete(ctx, step, found, own), ctx), looked_now
 
     def peek(self, step: Step, ctx) -> dict:
         """The step's facts, left in the batch for the step's own decision on the node (a
@@ -48,24 +53,38 @@ class Observer:
             found = self._batches.get(ctx.name, {}).get(step.label)
         if found is None:
             self._fill(ctx, self.steps.index(step))
-            with self._lock:
-                found = self._batches[ctx.name][step.label]
+        found, own = self._pop(ctx, step)
+        found = self._complete(ctx, step, found, own)
+        with self._lock:
+            self._batches.setdefault(ctx.name, {})[step.label] = found
         return step.facts_from(found, ctx)
 
     def changed(self) -> None:
         with self._lock:
             self._batches.clear()
+            self._own.clear()
 
-    def _pop(self, ctx, step: Step) -> dict | None:
+    def _pop(self, ctx, step: Step) -> tuple[dict | None, list]:
         with self._lock:
-            return self._batches.get(ctx.name, {}).pop(step.label, None)
+            own = self._own.get(ctx.name, {}).pop(step.label, [])
+            return self._batches.get(ctx.name, {}).pop(step.label, None), own
+
+    def _complete(self, ctx, step: Step, found: dict, own: list) -> dict:
+        """The batched part of a step's facts, with those it asks only in its own look."""
+        if not own:
+            return found
+        if self.looking:
+            self.looking(ctx)
+        return {**found, **F.gather(ctx.conn, own, step=step.name)}
 
     def _fill(self, ctx, start: int) -> None:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
-        # A step with a fact not to be asked ahead (Fact.ahead) looks on its own, later.
-        probes = {label: mine for i, (label, mine) in enumerate(probes.items())
-                  if i == 0 or all(f.ahead for f in mine)}
+        # A later step's facts not to be asked ahead (Fact.ahead) wait for its own look.
+        own = {label: [f for f in mine if not f.ahead]
+               for i, (label, mine) in enumerate(probes.items()) if i}
+        probes = {label: [f for f in mine if f.ahead or label not in own]
+                  for label, mine in probes.items()}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
         if self.looking:
@@ -79,6 +98,7 @@ class Observer:
                 self.identified(ctx, values, self.steps[start])
         with self._lock:
             self._batches[ctx.name] = {label: _part(values, f"{label}.") for label in probes}
+            self._own[ctx.name] = {label: mine for label, mine in own.items() if mine}
 
 
 def _part(values: dict, prefix: str) -> dict:

@@ -32,6 +32,7 @@ CDI_HOOK_SINCE = (29, 2)
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")     # the toolkit's default spec-dirs
 CONTAINERD_SNAPSHOTTER = ["driver-type", "io.containerd.snapshotter.v1"]
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+UNPACKED_PER_PULLED = 0.65 / 0.35   # compressed blobs ~35% of a containerd store's total
 
 
 def _hook_script() -> str:
@@ -81,6 +82,21 @@ def uses_containerd_store(driver_status: str | None) -> bool:
     except json.JSONDecodeError:
         return False
     return isinstance(pairs, list) and CONTAINERD_SNAPSHOTTER in pairs
+
+
+def image_disk_bytes(pulled: float, driver_status: str | None) -> float:
+    """Disk the engine image takes once pulled, from what a pull moves (`pulled`, the
+    compressed size a registry lists) and the node's image store (`docker info` DriverStatus).
+    The legacy store (overlay2) unpacks the layers and drops the compressed blobs: one unpacked
+    copy. The containerd store keeps both, the compressed blobs in containerd's content store
+    and the unpacked snapshots (moby/moby#50103: "Docker now stores both distributable
+    (compressed) and the uncompressed image content ... higher disk usage compared to the
+    legacy graphdrivers which only kept the unpacked content"; docs.docker.com
+    engine/storage/containerd, "Disk space usage", docker/docs#23766, #24496). The compressed
+    blobs are about 35% of that total (deckhouse/deckhouse#4843, discard_unpacked_layers):
+    UNPACKED_PER_PULLED unpacked bytes per pulled byte."""
+    unpacked = pulled * UNPACKED_PER_PULLED
+    return unpacked + pulled if uses_containerd_store(driver_status) else unpacked
 
 
 def system_containerd() -> F.Fact:

@@ -264,6 +264,9 @@ class DownloadWeights(Step):
     def _failed(self, node, facts) -> None:
         # The log is mostly "verified" lines; the reason is in its error lines or a traceback.
         tail = failure_tail(facts["log"])
+        if (facts.get("progress") or {}).get("disk"):
+            raise download_report.disk_error(node.name, self.name, facts["progress"]["disk"],
+                                             node.inv.source)
         error = (facts.get("progress") or {}).get("error") or "the downloader exited"
         raise StepFailed(node.name, f"download failed: {error} ({facts['missing_count']} of "
                          f"{facts['total']} files not verified)\n" + "\n".join(tail),

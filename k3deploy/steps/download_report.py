@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from k3deploy.steps import shared_hf
 from k3deploy.core import units
+from k3deploy.core.errors import DiskError
 
 
 def closing_lines(run, details: list[dict]) -> list[str]:
@@ -27,6 +28,17 @@ def hub_summary(details: list[dict], repo_bytes: int) -> str:
     return (f"weights: the Hub served {units.size(hub)} for a {units.size(repo_bytes)} repo "
             f"({hub / max(1, repo_bytes):.2f}x), peers {units.size(peer)} (each node's last "
             "downloader run)")
+
+
+def disk_error(node: str, step: str, disk: dict, inventory: str) -> DiskError:
+    """The downloader's DiskFault (its progress document's `disk`) as the error the CLI prints."""
+    needed, free = disk.get("needed"), disk.get("free")
+    space = f"; {units.size(needed)} still needed, {units.size(free)} free" if needed is not None else ""
+    short = f"at least {units.size(needed - free)} " if needed is not None and needed > free else ""
+    return DiskError(node, f"download stopped: the node's disk refused a write: {disk.get('path')}: "
+                     f"{disk.get('reason')}{space}", step=step,
+                     hint=f"free {short}on {node}'s filesystem of that path (or grow the disk), then re-run "
+                     f"`k3deploy up -i {inventory}`: verified files and partial bytes are kept")
 
 
 def failed_hint(error: str, inventory: str) -> str:

@@ -13,6 +13,7 @@ the runner's: `head_first` runs the head before the others look.
 from __future__ import annotations
 
 from k3deploy.cluster.fanout import peers_enabled
+from k3deploy.core.errors import CommandError, DiskError
 from k3deploy.engines import image_ref
 from k3deploy.node import facts as F
 from k3deploy.remote import script_text
@@ -22,6 +23,9 @@ from k3deploy.steps.base import Step, cmd, upload
 from k3deploy.steps.probes import chosen_image
 
 SCRIPT = script_text("image_peers.py")
+# Go's texts for ENOSPC, EDQUOT and EROFS (syscall's errors table): how docker ends an error of
+# its data-root's disk, whatever the store (tests/fixtures/real/docker/20.10.5/pull-no-space.txt)
+DISK_ERRORS = ("no space left on device", "disk quota exceeded", "read-only file system")
 
 
 def peer_images(node) -> F.Fact:
@@ -69,5 +73,24 @@ class PullImage(Step):
         return [cmd(f"pull {facts['image']}", "docker", "pull", facts["image"], sudo=True,
                     retry=True, timeout=3600)]
 
+    def run_action(self, node, action, *more_uploads):
+        """A pull or load that failed on the node's disk is a DiskError: no retry helps."""
+        try:
+            return super().run_action(node, action, *more_uploads)
+        except CommandError as err:
+            line = disk_error_line(err.output)
+            if line is None:
+                raise
+            raise DiskError(node.name, f"docker could not store the image: {line}", step=self.name,
+                            hint=f"free space on {node.name}'s filesystem of docker's data-root "
+                            f"({node.inv.paths.docker}) or grow the disk, then re-run `k3deploy up "
+                            f"-i {node.inv.source}`: the layers docker stored are kept") from None
+
     def detail(self, facts, node):
         return {"image": facts["image"], "id": facts.get("id")}
+
+
+def disk_error_line(output: str) -> str | None:
+    """docker's line saying its disk refused a write, or None."""
+    return next((line.strip() for line in reversed(output.splitlines())
+                 if any(e in line for e in DISK_ERRORS)), None)

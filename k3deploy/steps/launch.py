@@ -109,10 +109,11 @@ class LaunchEngine(Step):
             raise _stopped_since(node)
         actions = self._secret_actions(facts, node)
         if current and current["running"] and not relaunch and not node.run.option("replace"):
+            changes = "\n".join(f"  {line}" for line in engines.config_changes(current["labels"], spec))
             raise StepFailed(node.name, f"container {spec.container_name} runs another "
-                             f"configuration ({current['labels'].get(engines.CONFIG_LABEL)} != "
-                             f"{want})", step=self.name,
-                             hint="re-run with --replace to restart it (weights are reloaded)")
+                             f"configuration; running -> wanted:\n{changes}", step=self.name,
+                             hint="re-run with --replace to restart it (weights are reloaded), "
+                             "or set the inventory back to what runs")
         if current:
             actions.append(cmd(f"remove old container {spec.container_name}",
                                *engines.docker_rm_argv(spec.container_name), sudo=True, retry=True))

@@ -14,7 +14,7 @@ import json
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
 from k3deploy.remote import protocol
-from k3deploy.steps import containerd_config, docker_host, probes, shared_hf
+from k3deploy.steps import containerd_config, docker_host, docker_unit, probes, shared_hf
 from k3deploy.steps.base import Step, cmd, upload
 
 DAEMON_JSON = "/etc/docker/daemon.json"
@@ -43,6 +43,7 @@ class MoveToNvme(Step):
             F.read("daemon_json", DAEMON_JSON, _daemon_json, sudo=True),
             docker_host.resolved("docker_root_wanted", p.docker), probes.docker_root(),
             *docker_host.image_store_facts(), *shared_hf.marker_fact(node.inv),
+            docker_unit.unit_fact(),
         ]
 
     def plan(self, facts, node):
@@ -51,9 +52,7 @@ class MoveToNvme(Step):
         moved = self._containerd(facts, node)
         actions += moved
         if moved or facts.get("docker_root") != facts.get("docker_root_wanted"):
-            actions += [cmd("stop docker", "systemctl", "stop", "docker", "docker.socket",
-                            sudo=True, retry=True),
-                        cmd("start docker", "systemctl", "start", "docker", sudo=True, retry=True)]
+            actions += docker_unit.restart_actions(cmd)
         return actions
 
     def _daemon_json(self, facts, node):
@@ -63,6 +62,10 @@ class MoveToNvme(Step):
                              "overwrite it", step=self.name, hint="fix or remove the file by hand")
         if current.get("data-root") == p.docker:
             return []
+        if docker_unit.data_root_flag(facts.get("docker_unit")):
+            if facts.get("docker_root") == facts.get("docker_root_wanted"):
+                return []   # the unit's flag already puts it there: daemon.json must not
+            docker_unit.refuse_flag_with_file(facts, node, p.docker, self.name)
         merged = json.dumps({**current, "data-root": p.docker}, indent=2, sort_keys=True)
         return [upload(f"set data-root {p.docker} in {DAEMON_JSON}", DAEMON_JSON,
                        merged + "\n", mode=0o644, sudo=True)]

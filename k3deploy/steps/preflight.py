@@ -139,24 +139,33 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
                  "there or set paths.nvme")]
     manifest = node.run.inputs.manifest
     if shared_hf.shared(node.inv):   # the checkpoint goes to the shared volume, not the NVMe
-        return _reserve_problems(free, node) + (
+        return _reserve_problems(free, facts, node) + (
             _volume_problems(facts, node) if node.is_head else [])
-    need = manifest.total_bytes * 1.02 + node.inv.paths.reserve_gb * GB
+    image = _image_budget(facts, node)
+    need = manifest.total_bytes * 1.02 + image + node.inv.paths.reserve_gb * GB
     have = facts.get("have_bytes") or 0
     if free + have < need:
         return [("disk", f"{free / GB:,.2f} GB free on {node.inv.paths.nvme} + {have / GB:,.2f} GB "
                  f"already downloaded < {need / GB:,.2f} GB needed (checkpoint "
-                 f"{manifest.total_bytes / GB:,.2f} GB + 2% + {node.inv.paths.reserve_gb} GB "
-                 "for the image); free space there or mount a larger NVMe (paths.nvme)")]
+                 f"{manifest.total_bytes / GB:,.2f} GB + 2% + {image / GB:,.2f} GB for the image "
+                 f"in this node's image store + {node.inv.paths.reserve_gb} GB kept free); free "
+                 "space there or mount a larger NVMe (paths.nvme)")]
     return []
 
 
-def _reserve_problems(free: int, node) -> list[tuple[str, str]]:
-    need = node.inv.paths.reserve_gb * GB
+def _image_budget(facts, node) -> float:
+    """The image's disk on the NVMe (the nvme step puts data-root, or a system containerd's
+    root, there)."""
+    return docker_host.image_disk_bytes(node.inv.paths.image_gb * GB, facts.get("driver_status"))
+
+
+def _reserve_problems(free: int, facts, node) -> list[tuple[str, str]]:
+    need = node.inv.paths.reserve_gb * GB + _image_budget(facts, node)
     if free >= need:
         return []
     return [("disk", f"{free / GB:,.2f} GB free on {node.inv.paths.nvme} < {need / GB:,.2f} GB "
-             "kept for the image and logs (paths.reserve_gb); free space there")]
+             "kept for the image in this node's image store and logs (paths.image_gb, "
+             "paths.reserve_gb); free space there")]
 
 
 def _volume_problems(facts, node) -> list[tuple[str, str]]:

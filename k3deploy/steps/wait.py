@@ -96,7 +96,8 @@ class WaitHealthy(Step):
         return {"container": probes.container_summary(found["container"]),
                 "healthy": http_probe.healthy(health), "log": found.get("log") or "",
                 "answers": http_probe.answered(health), "ray": found.get("ray"),
-                "gpu_used_mib": sum(g["used_mib"] for g in gpus) if gpus else None}
+                "gpu_used_mib": sum(g["used_mib"] for g in gpus) if gpus else None,
+                "gpu_total_mib": sum(g["total_mib"] for g in gpus) if gpus else None}
 
     def plan(self, facts, node):
         state = facts["container"]
@@ -153,7 +154,8 @@ class WaitHealthy(Step):
         signals = (self._marker, lines, memory)
         if signals != self._signals:
             self._signals, self._moved_at = signals, looked_at
-        self._view = memory_view(run, memory)
+        totals = [all_facts[n.name].get("gpu_total_mib") for n in run.inv.nodes]
+        self._view = memory_view(run, memory, totals)
 
     def progress(self, facts, node):
         # None until the group formed: the form timeout judges that phase (as silence).
@@ -169,13 +171,23 @@ class WaitHealthy(Step):
             self._shown_view = self._view
 
 
-def memory_view(run, memory) -> str | None:
-    """GPU memory in use per rank, the load's progress while its bar is not in the log."""
+def memory_view(run, memory, totals=None) -> str | None:
+    """GPU memory in use per rank, of its GPUs' total, the load's progress while its bar is
+    not in the log (each rank's weights are copied to its GPUs as they are read)."""
     if not any(memory):
         return None
-    parts = [f"rank {run.inv.rank_of(n.name)} {m / 1024:.1f} GiB" if m is not None
-             else f"rank {run.inv.rank_of(n.name)} ?" for n, m in zip(run.inv.nodes, memory)]
+    totals = totals or [None] * len(memory)
+    parts = [f"rank {run.inv.rank_of(n.name)} {_used_of(m, t)}"
+             for n, m, t in zip(run.inv.nodes, memory, totals)]
     return "GPU memory in use: " + ", ".join(parts)
+
+
+def _used_of(used: int | None, total: int | None) -> str:
+    if used is None:
+        return "?"
+    if not total:
+        return f"{used / 1024:.1f} GiB"
+    return f"{used / 1024:.1f}/{total / 1024:.0f} GiB ({100 * used / total:.0f}%)"
 
 
 def _last_line(log: str) -> str:

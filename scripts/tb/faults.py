@@ -1,6 +1,7 @@
 """`testbed fault`: spot reclaims, partitions, full disks and a misbehaving Hub."""
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ from tb.testbed import start_nodes
 
 FILL_FILE = ".k3tb-fill"
 FILL_LEAVE_FREE = 512 * 1024
+FILL_PIECE, FILL_TRIES = 256 << 20, 200
 
 
 def _k3deploy_protocol():
@@ -102,17 +104,32 @@ def fill_disk(state: TestbedState, name: str) -> str:
     """Leave less than 1 MiB free on the node's /mnt/nvme (a real tmpfs: this uses memory)."""
     record = _running_node(state, name)
     nvme = Path(f"/proc/{record['init_pid']}/root/mnt/nvme")  # the node's view of its mounts
-    stat = os.statvfs(nvme)
-    free = stat.f_bavail * stat.f_frsize
-    if free > FILL_LEAVE_FREE:
-        with open(nvme / FILL_FILE, "ab") as filler:
-            offset = filler.seek(0, os.SEEK_END)
-            os.posix_fallocate(filler.fileno(), offset, free - FILL_LEAVE_FREE)
+    with open(nvme / FILL_FILE, "ab") as filler:
+        for _ in range(FILL_TRIES):   # in pieces: a download running meanwhile takes room too
+            stat = os.statvfs(nvme)
+            free = stat.f_bavail * stat.f_frsize
+            if free <= FILL_LEAVE_FREE:
+                break
+            try:
+                os.posix_fallocate(filler.fileno(), filler.seek(0, os.SEEK_END),
+                                   min(free - FILL_LEAVE_FREE, FILL_PIECE))
+            except OSError as err:
+                if err.errno != errno.ENOSPC:   # else the node's writes took it first: look again
+                    raise
     stat = os.statvfs(nvme)
     left = stat.f_bavail * stat.f_frsize
     if left >= 1024 * 1024:
         raise FaultError(f"{name}: /mnt/nvme still has {left} bytes free after filling")
     return f"{name}: /mnt/nvme filled ({left} bytes free)"
+
+
+def free_disk(state: TestbedState, name: str) -> str:
+    """Undo fill-disk: the filler goes, the node's /mnt/nvme has its room back."""
+    record = _running_node(state, name)
+    nvme = Path(f"/proc/{record['init_pid']}/root/mnt/nvme")
+    (nvme / FILL_FILE).unlink(missing_ok=True)
+    stat = os.statvfs(nvme)
+    return f"{name}: /mnt/nvme freed ({stat.f_bavail * stat.f_frsize} bytes free)"
 
 
 def peer_corrupt(state: TestbedState, name: str) -> str:
@@ -162,7 +179,7 @@ def hub_fault(state: TestbedState, action: str, args: list[str], status: int | N
 
 NODE_ACTIONS = {"kill-node": kill_node, "revive-node": revive_node, "partition": partition,
                 "firewall": firewall, "heal": heal, "fill-disk": fill_disk,
-                "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
+                "free-disk": free_disk, "peer-corrupt": peer_corrupt, "peer-heal": peer_heal}
 ENGINE_ACTIONS = {"wedge-engine": enginefaults.wedge, "unwedge-engine": enginefaults.unwedge,
                   "slow-prefill": enginefaults.slow_prefill}
 # testbed action -> (hubfaults action, how many arguments)

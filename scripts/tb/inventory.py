@@ -58,7 +58,7 @@ def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: st
         "ports: {dist_init: 20000, serve: 8000, ray: 6379}",
         # The stand-in image weighs nothing, so no room is kept for a 13 GB one.
         f"paths: {{nvme: /mnt/nvme, hf_home: {hf_home}, docker_root: /mnt/nvme/docker, "
-        "reserve_gb: 0.05}",
+        "reserve_gb: 0.05, image_gb: 0}",
         *(["download: {shared: true}"] if shared_hf else []),
         "ssh: " + _flow({"user": "root", "port": 22, "key": KEY_FILE, "known_hosts": KNOWN_HOSTS_FILE,
                          "connect_timeout": 5}),

@@ -45,6 +45,15 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "its socket exists); docs.docker.com/engine/storage/containerd (default on fresh 29.0 "
        "installs; compressed and unpacked copies)",
        {"docker_version": "29.1.2", "image_store": "containerd"}),
+    _p("dockerd-flag-data-root", "docker-unit",
+       "docker.service started with `--data-root /var/lib/docker-flag` (a drop-in's ExecStart): "
+       "dockerd refuses data-root in daemon.json too; restarts in a row hit the start limit",
+       "moby/moby docker-v29.1.2 (de45c2ae): daemon/config/config.go "
+       "findConfigurationConflicts (specified both as a flag and in the configuration file), "
+       "contrib/init/systemd/docker.service (StartLimitBurst=3, StartLimitIntervalSec=60, "
+       "Restart=always, RestartSec=2); systemd.unit(5) start rate limiting, systemctl(1) "
+       "reset-failed",
+       {"dockerd_flags": ["--data-root", "/var/lib/docker-flag"]}),
     _p("toolkit-runtime", "toolkit",
        "NVIDIA Container Toolkit configured with `nvidia-ctk runtime configure` (an `nvidia` runtime)",
        "NVIDIA/nvidia-container-toolkit d34b3046 pkg/config/engine/docker/docker.go AddRuntime "
@@ -73,10 +82,13 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "sgl-project/sglang#20289); entrypoints/engine.py, http_server.py",
        {"sglang_version": "0.5.4"}),
     _p("sglang-0.5.16", "sglang",
-       "SGLang 0.5.16 (the kimi-k3 tags): 'Multi-thread loading shards' on global rank 0 only; "
-       "/server_info",
+       "SGLang 0.5.16 release behaviour (the kimi-k3 image's base; the image itself runs SGLang "
+       "main, whose loader, bar and info paths are the same since 0.5.10): 'Multi-thread "
+       "loading shards' on global rank 0 only; /server_info",
        "weight_utils.py multi_thread_safetensors_weights_iterator, default since 0.5.10 "
-       "(sgl-project/sglang#20289); /server_info canonical (#21463)",
+       "(sgl-project/sglang#20289); /server_info canonical (#21463); the image: "
+       "docker/kimi_k3/kimi_k3_cu13.Dockerfile@0d64ba8b (FROM lmsysorg/sglang:v0.5.16, then "
+       "`git clone --branch main` and `pip install -e python`)",
        {"sglang_version": "0.5.16"}, default=True),
     _p("vllm-0.33", "vllm", "vLLM 0.33 log lines and start-up",
        "vllm 0.33.0 wheel: vllm/logger.py _FORMAT, entrypoints/launchers/launcher.py, "

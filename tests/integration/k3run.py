@@ -51,7 +51,7 @@ def state(inventory: Path, node: str) -> dict:
 
 WRITES = {("docker", "pull"), ("docker", "run"), ("docker", "rm"), ("docker", "stop"),
           ("docker", "exec"), ("systemctl", "start"), ("systemctl", "stop"),
-          ("systemctl", "restart")}
+          ("systemctl", "restart"), ("systemctl", "reset-failed")}
 
 
 def changing_calls(stats: dict) -> list[list[str]]:

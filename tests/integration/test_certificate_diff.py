@@ -25,6 +25,9 @@ def test_certificate_diff_names_the_changed_engine_flag(tmp_path):
         doc = yaml.safe_load(tb.inventory.read_text())
         doc["engine"]["args"] = {"log-level": "debug"}
         tb.inventory.write_text(yaml.safe_dump(doc))
+        refused = k3deploy("up", "-i", inv)   # a running engine is replaced only on request
+        assert refused.returncode == 1, refused.output
+        assert 'engine.args.log-level: unset -> "debug"' in refused.output, refused.output
         second = k3deploy("up", "-i", inv, "--replace")
         assert second.returncode == 0, second.output
         a, b = certificates(tb)

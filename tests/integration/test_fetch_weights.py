@@ -29,7 +29,8 @@ def test_full_run_writes_a_normal_hf_cache(hub, tmp_path):
         "pid": 0, "state": "done", "error": None, "bytes_total": total, "bytes_done": total, "rate_bps": 0,
         "files_total": len(hub.repo.files), "files_done": len(hub.repo.files), "shards_total": 4,
         "shards_done": 4, "started": 0, "updated": 0,
-        "hub_bytes": total, "peer_bytes": 0, "peer_bytes_by": {}, "bad_peers": [], "transient": False}
+        "hub_bytes": total, "peer_bytes": 0, "peer_bytes_by": {}, "bad_peers": [], "transient": False,
+        "disk": None}
     snapshot = node.storage / "snapshots" / hub.repo.sha
     for f in hub.repo.files:
         link = snapshot / f.path

@@ -75,9 +75,8 @@ def test_outage_and_cdn_refusals_mid_download_are_waited_out(tmp_path):
 
 def test_sigkill_keeps_every_finished_range_of_many_connections(tmp_path):
     # What the record has not named yet at the kill is what arrived during its last save, a fixed
-    # lag: a clean-clone .ci/run once saw 95 kB of it (the kill at 1.1 MB, 91% kept). Killed at
-    # 2 MB of 4.5 (past ~2.4 MB a shard is done and its partial gone), 5% is twice that lag; at
-    # a real node's scale (hundreds of GB on disk) it is nothing.
+    # lag (~100 kB here). Killed at 2 MB of 4.5 (past ~2.4 MB a shard is done and its partial
+    # gone), 5% is twice that lag; at a real node's scale (hundreds of GB on disk) it is nothing.
     with cdn_hub(tmp_path, shards=3, shard_bytes=1_500_000, rate=200_000) as hub:
         node = node_for(tmp_path, hub, connections=9)
         shards = [hub.repo.file(n) for n in hub.repo.shard_names()]

@@ -95,13 +95,8 @@ def test_a_copy_across_image_stores_is_proven_by_its_config(nodes, docker_pair, 
     holder, taker = docker_pair
     holder.node_json({"image_size_mib": 2, "image_store": stores[0]})
     taker.node_json({"image_size_mib": 2, "image_store": stores[1]})
-    (peer_a,) = nodes(["node0"])
-    holder.pull(IMAGE)
-    for key, value in standin_env(holder).items():
-        monkeypatch.setenv(key, value)
-    peer_a.start_server()
-    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
-                       "--secret-file", str(peer_a.secret_file), "--expect-content", content(holder))
+    peer_a = serve_image(nodes, holder, monkeypatch)
+    load = load_from(taker, peer_a, content(holder))
     assert load.returncode == 0, load.stderr
     assert image_id(taker) != image_id(holder) and content(taker) == content(holder)
     assert "verified" in load.stdout and not registry_pulls(taker)
@@ -110,22 +105,31 @@ def test_a_copy_across_image_stores_is_proven_by_its_config(nodes, docker_pair, 
 
 def test_a_copy_that_cannot_be_proven_is_removed_and_pulled(nodes, docker_pair, monkeypatch):  # noqa: F811
     holder, taker = docker_pair
-    (peer_a,) = nodes(["node0"])
-    holder.pull(IMAGE)
-    for key, value in standin_env(holder).items():
-        monkeypatch.setenv(key, value)
-    peer_a.start_server()
-    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
-                       "--secret-file", str(peer_a.secret_file), "--expect-content", "sha256:" + "0" * 64)
+    peer_a = serve_image(nodes, holder, monkeypatch)
+    load = load_from(taker, peer_a, "sha256:" + "0" * 64)
     assert load.returncode == 0, load.stderr
     assert "removed" in load.stderr and "pulling it from its registry" in load.stderr
     assert registry_pulls(taker) == 1 and content(taker) == content(holder)
     # a peer that is gone: straight to the registry
     peer_a.stop_server()
     taker.docker("rmi", IMAGE, check=0)
-    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
-                       "--secret-file", str(peer_a.secret_file), "--expect-content", content(holder))
+    load = load_from(taker, peer_a, content(holder))
     assert load.returncode == 0 and "no answer" in load.stderr and registry_pulls(taker) == 2
+
+
+def serve_image(nodes, holder: Node, monkeypatch):  # noqa: F811
+    """node0's peer server, answering from `holder`'s docker, which holds the image."""
+    (peer,) = nodes(["node0"])
+    holder.pull(IMAGE)
+    for key, value in standin_env(holder).items():
+        monkeypatch.setenv(key, value)   # the server's docker is the holder's
+    peer.start_server()
+    return peer
+
+
+def load_from(taker: Node, peer, expect_content: str) -> subprocess.CompletedProcess:
+    return image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer.ip}:{PORT}",
+                       "--secret-file", str(peer.secret_file), "--expect-content", expect_content)
 
 
 def registry_pulls(node: Node) -> int:

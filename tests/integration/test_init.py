@@ -28,8 +28,9 @@ def calls(tb) -> dict[str, int]:
 
 
 def test_init_then_check_up_verify_down_unedited(tmp_path):
-    # 24G of tmpfs costs nothing until written: the inventory keeps the default 20 GB reserve.
-    with testbed(tmp_path, nodes=4, disk="24G", overrides={"node2": {"second_nic": SECOND}}) as tb:
+    # 40G of tmpfs costs nothing until written: the inventory keeps the defaults, a 13 GB
+    # image (24 GB unpacked) and 7 GB kept free.
+    with testbed(tmp_path, nodes=4, disk="40G", overrides={"node2": {"second_nic": SECOND}}) as tb:
         addresses = [tb.address(n) for n in tb.nodes]
         before_calls, before_files = calls(tb), {n: tb.ssh(n, SNAPSHOT).stdout for n in tb.nodes}
         inv = tmp_path / "cluster.yaml"

@@ -14,6 +14,7 @@ The phases share the testbed: each engine start reads the node's node.json afres
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -82,8 +83,12 @@ def test_0516_long_load_passes_on_rank0_progress(tb, tmp_path):
     head, worker = engine_log(tb, "node0"), engine_log(tb, "node1")
     assert "Multi-thread loading shards: 100% Completed | 96/96" in head
     assert "loading shards" not in worker and "checkpoint shards" not in worker
-    # The bar reaches docker logs only at its close: the wait showed the load by GPU memory.
-    assert "GPU memory in use: rank 0 " in said(proc)
+    # The bar reaches docker logs only at its close: the wait showed the load by GPU memory,
+    # every rank's of its total, a new line as it grew.
+    views = [line.strip() for line in said(proc).splitlines() if "GPU memory in use: " in line]
+    assert len(set(views)) >= 3, said(proc)
+    assert all(re.search(r"rank 0 [\d.]+/\d+ GiB \(\d+%\), rank 1 [\d.]+/\d+ GiB", v)
+               for v in views), views
     up_again_verify_down(tb)
 
 

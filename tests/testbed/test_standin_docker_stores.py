@@ -112,8 +112,7 @@ def test_run_errors_read_as_published(node):
     node.node_json({"nvidia_toolkit": False})
     node.pull()
     r = node.docker("run", "-d", "--gpus", "all", IMAGE, "sleep", "1")
-    published = (REAL / "28.5.1/run-no-toolkit.txt").read_text().rstrip("\n").rstrip(".")
-    assert r.returncode == 125 and r.stderr.splitlines()[0].rstrip(".") == published
+    assert r.returncode == 125 and r.stderr == (REAL / "28.5.1/run-no-toolkit.txt").read_text()
     node.kill_everything()
     node.systemctl("stop", "docker", "docker.socket", check=0)
     node.node_json({"cuda": "12.4", "driver": "550.54.15"})

@@ -75,3 +75,49 @@ def test_container_documents_and_go_times():
     assert _finished_key(exited) == "2020-01-06T09:07:59.461800000"
     assert _finished_key({"finished": "2020-01-06T09:07:59.46Z"}) < _finished_key(exited)
     assert _finished_key(never) < _finished_key(exited)
+
+
+def test_the_image_budget_is_what_each_store_keeps_from_its_docker_info():
+    """13 GB pulled: the legacy store keeps the unpacked layers (~24 GB), Docker 29's
+    containerd store those and the compressed blobs (~37 GB)."""
+    gb = 10 ** 9
+    legacy = docker_host.image_disk_bytes(13 * gb, info_field(raw("28.5.1/info-overlay2.json"), "DriverStatus"))
+    both = docker_host.image_disk_bytes(13 * gb, info_field(raw("29.1.2/info-containerd.json"), "DriverStatus"))
+    assert round(legacy / gb, 1) == 24.1 and round(both / gb, 1) == 37.1
+    assert both - legacy == 13 * gb
+
+
+def test_preflight_keeps_room_for_the_image_as_the_nodes_store_holds_it(tmp_path):
+    from k3deploy.steps.preflight import _disk_problems
+    from tests.unit.invdata import four_nodes
+    from tests.unit.test_shared_hf_plans import ctx
+    gb = 10 ** 9
+    node = ctx(tmp_path, rank=1, doc=four_nodes())
+    checkpoint = node.run.inputs.manifest.total_bytes * 1.02
+    free = int(checkpoint + 40 * gb)    # the checkpoint, 7 GB kept free and 33 GB for the image
+    overlay2 = info_field(raw("28.5.1/info-overlay2.json"), "DriverStatus")
+    containerd = info_field(raw("29.1.2/info-containerd.json"), "DriverStatus")
+    assert _disk_problems({"free_bytes": free, "have_bytes": 0, "driver_status": overlay2}, node) == []
+    [(check, message)] = _disk_problems({"free_bytes": free, "have_bytes": 0,
+                                         "driver_status": containerd}, node)
+    assert check == "disk" and "37.14 GB for the image in this node's image store" in message
+
+
+def test_a_pull_on_a_full_disk_is_a_disk_error_naming_the_node_and_data_root(tmp_path, monkeypatch):
+    from k3deploy.core.errors import CommandError, DiskError
+    from k3deploy.steps import image
+    from k3deploy.steps.base import Step
+    from tests.unit.invdata import four_nodes
+    from tests.unit.test_shared_hf_plans import ctx
+    text = raw("20.10.5/pull-no-space.txt")
+    assert image.disk_error_line("Pulling fs layer\n" + text).endswith("no space left on device")
+    assert image.disk_error_line("Error response from daemon: manifest unknown") is None
+    node = ctx(tmp_path, rank=1, doc=four_nodes())
+
+    def failing(self, node, action, *more):
+        raise CommandError(node.name, "docker pull x", 1, text)
+    monkeypatch.setattr(Step, "run_action", failing)
+    with pytest.raises(DiskError) as caught:
+        image.PullImage().run_action(node, None)
+    assert caught.value.node == node.name and "libnvvm.so.3.3.0: no space left" in str(caught.value)
+    assert node.inv.paths.docker in caught.value.hint

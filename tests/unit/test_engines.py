@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from k3deploy import engines
-from k3deploy.engines import (CONFIG_LABEL, ImageChoiceError, LaunchSpec, SpecError,
+from k3deploy.engines import (CONFIG_LABEL, FIELDS_LABEL, ImageChoiceError, LaunchSpec, SpecError,
                               choose_image, config_digest, node_launch_argvs)
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -98,9 +98,10 @@ def test_h100_rank2_docker_argv_is_the_guide_command_with_documented_differences
     expected[i:i] = ["-v", f"{SECRETS}:/k3deploy/secrets:ro"]
     i = expected.index("NCCL_DEBUG=WARN") + 1
     expected[i:i] = ["--env", "HF_HUB_OFFLINE=1"]
-    # 3. the configuration digest label, before the image
+    # 3. the configuration digest label and the settings it covers, before the image
     i = expected.index("lmsysorg/sglang:kimi-k3")
-    expected[i:i] = ["--label", f"{CONFIG_LABEL}={digest}"]
+    expected[i:i] = ["--label", f"{CONFIG_LABEL}={digest}",
+                     "--label", f"{FIELDS_LABEL}={spec.labels[FIELDS_LABEL]}"]
     # 4. engine args: pinned revision, explicit served name, every rank's metrics for the
     # guard's progress check, key from the config file
     i = expected.index("moonshotai/Kimi-K3") + 1

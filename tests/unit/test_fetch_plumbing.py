@@ -140,7 +140,7 @@ def test_the_record_is_rewritten_at_most_every_record_gap_while_ranges_land(tmp_
 def test_bytes_arriving_faster_than_the_gap_never_leave_the_record_far_behind(tmp_path, monkeypatch):
     """Within one RECORD_GAP (the clock stands still) a fast file still gets its record rewritten
     once LAG_SHARE of it (at least LAG_FLOOR) is unnamed: a SIGKILL at any chunk loses at most
-    that. Before, a whole gap's bytes went unnamed: 6% of a clean-clone run's SIGKILL."""
+    that, never a whole gap's bytes."""
     import fetch_ranges
     body = os.urandom(2 << 20)
     spec, part = _part(tmp_path, body)

@@ -3,8 +3,8 @@
 
 A fake server that answers 503 for OUTAGE seconds, backoffs scaled down 10x (0.05 s first,
 0.2 s cap: the real wall clock, as a sped-up clock would desynchronise the waits and hide the
-herd), 16 connections retrying as the downloader's do. Before the probe every connection asked
-at the end of every backoff: 16 requests per round."""
+herd), 16 connections retrying as the downloader's do: one request per round, not one per
+connection at the end of every backoff."""
 
 from __future__ import annotations
 

@@ -167,7 +167,7 @@ def test_free_space_check(tmp_path, monkeypatch, free, partial, blob_present, en
         fw.check_free_space(cache, manifest.files)
     else:
         need = len(BODY) - len(partial)
-        with pytest.raises(fw.DownloadError, match=f"need {need} more bytes, {free} free"):
+        with pytest.raises(fw.DownloadError, match=f"not enough free space: {need} more bytes needed, {free} free"):
             fw.check_free_space(cache, manifest.files)
 
 

@@ -7,6 +7,7 @@ import shutil
 import shlex
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -67,6 +68,35 @@ def test_a_no_op_run_looks_once_per_node_for_every_step(tmp_path):
     assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
     # One round trip per node: which machine it is and every step's facts.
     assert {c.batches for c in conns.values()} == {1}
+
+
+class AsksTwoOneOnItsOwn(Asks):
+    """Like verify: one fact asked ahead (GPUs) and one only in its own look (the chat)."""
+
+    def probes(self, node):
+        return [F.command("value", ["cat", f"/{self.name}"]),
+                replace(F.command("own", ["cat", "/chat"]), ahead=False)]
+
+    def plan(self, facts, node):
+        return [] if facts["value"] == facts["own"] == "yes" else [cmd("set", "set", "chat")]
+
+
+class Recording(World):
+    def respond(self, command):
+        self.asked = [*getattr(self, "asked", []),
+                      re.findall(r'@@k3fact@@begin \S+; \( cat /(\w+) \)', command)]
+        return super().respond(command)
+
+
+def test_a_fact_asked_only_in_its_own_look_leaves_the_others_in_the_batch(tmp_path):
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: Recording(n.name, {"a": "yes", "v": "yes", "chat": "yes"})
+             for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns))
+    report = Runner(run, [Asks("a"), AsksTwoOneOnItsOwn("v")]).execute()
+    assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
+    # the batch reads a and v; v's own look reads only the chat: no command runs twice
+    assert {tuple(map(tuple, c.asked)) for c in conns.values()} == {(("a", "v"), ("chat",))}
 
 
 def test_the_first_look_also_tells_a_replaced_machine(tmp_path):
@@ -497,3 +527,25 @@ def test_a_look_ahead_that_raises_is_logged_and_looked_at_again(tmp_path):
     assert sorted(e["node"] for e in said) == [f"node{i}" for i in range(4)]
     assert all(e["step"] == "b" and "cannot judge these facts" in e["error"] for e in said)
     assert {c.batches for c in conns.values()} == {2}   # the first look, b's own look now
+
+
+def test_the_user_sees_each_rank_fill_its_gpus_during_the_load(tmp_path):
+    """The bar reaches `docker logs` only at its close: the wait's view is every rank's GPU
+    memory in use of its total (nvidia-smi -q FB Memory Usage), new at each change."""
+    from k3deploy.steps.wait import WaitHealthy
+    inv = inventory.parse(four_nodes())
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
+    step = WaitHealthy({"form_timeout": 5})
+    step.prepare(run)
+    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None,
+                         "gpu_used_mib": 8 * 1024, "gpu_total_mib": 8 * 81559} for i in range(4)}
+    views = []
+    for t in range(3):
+        seen["node2"]["gpu_used_mib"] = 8 * 1024 + 65536 * t
+        seen["node3"]["gpu_used_mib"] = None          # its nvidia-smi did not answer this poll
+        step.check_cluster(seen, run, waited=float(t), looked_at=100.0 + t)
+        views.append(step._view)
+    assert views[0] == ("GPU memory in use: rank 0 8.0/637 GiB (1%), rank 1 8.0/637 GiB (1%), "
+                        "rank 2 8.0/637 GiB (1%), rank 3 ?")
+    assert views[2].split(", ")[2] == "rank 2 136.0/637 GiB (21%)"
+    assert len(set(views)) == 3

@@ -159,7 +159,7 @@ def test_preflight_names_nodes_that_do_not_see_the_heads_marker(tmp_path):
 def test_preflight_disk_check_counts_the_checkpoint_against_the_shared_volume(tmp_path):
     from k3deploy.steps.preflight import _disk_problems
     gb = 10 ** 9
-    small_nvme = {"free_bytes": 30 * gb, "have_bytes": 0}   # > reserve (20 GB), < nothing else
+    small_nvme = {"free_bytes": 40 * gb, "have_bytes": 0}   # > reserve + image (31 GB), < the rest
     for rank in (1, 2):
         assert _disk_problems(small_nvme, ctx(tmp_path, rank=rank)) == []
     head = ctx(tmp_path, rank=0)

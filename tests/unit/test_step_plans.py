@@ -54,13 +54,15 @@ def test_nvme_merges_daemon_json_and_restarts(tmp_path):
     assert write.upload_to == "/etc/docker/daemon.json" and write.sudo
     assert json.loads(write.content) == {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"}
     assert shown(actions[1:]) == ["stop docker: sudo systemctl stop docker docker.socket",
+                                  "clear docker's failed starts: sudo systemctl reset-failed "
+                                  "docker.service docker.socket",
                                   "start docker: sudo systemctl start docker"]
 
 
 def test_nvme_file_right_but_daemon_not_restarted(tmp_path):
     facts = {**NVME_DONE, "docker_root": "/var/lib/docker"}
     assert [a.description for a in MoveToNvme().plan(facts, node_ctx(tmp_path))] == \
-        ["stop docker", "start docker"]
+        ["stop docker", "clear docker's failed starts", "start docker"]
 
 
 def test_nvme_refuses_unparseable_daemon_json(tmp_path):
@@ -225,10 +227,14 @@ def test_launch_same_config_running_is_left_alone(tmp_path):
 
 def test_launch_other_config_needs_replace(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
-    facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
+    bare = dataclasses.replace(facts["spec"], labels={})
+    running = engines.with_config_label(dataclasses.replace(
+        bare, extra_args={**bare.extra_args, "max-running-requests": 48}), ctx.run.inputs.api_key)
+    facts["container"] = {"running": True, "labels": dict(running.labels)}
     with pytest.raises(StepFailed, match="runs another configuration") as err:
         step.plan(facts, ctx)
     assert "--replace" in err.value.hint
+    assert "engine.args.max-running-requests: 48 -> unset" in str(err.value)
     step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
     facts["container"] = {"running": True, "labels": {engines.CONFIG_LABEL: "old"}}
     assert [a.description for a in step.plan(facts, ctx)][-4:] == [
@@ -415,3 +421,19 @@ def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp
     with pytest.raises(StepFailed, match="mismatch"):   # not the Hub's minutes: no restart
         ctx.run.inputs.download_restarts[ctx.name] = 0
         step.plan({**dead, "progress": {"transient": False, "error": "sha256 mismatch"}}, ctx)
+
+
+def test_a_downloader_stopped_by_its_disk_is_a_disk_error_with_the_space_and_no_restart(tmp_path):
+    from k3deploy.core.errors import EXIT_STEP_FAILED, DiskError
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
+    ctx.run.inputs.download_started[ctx.name] = 1.0
+    disk = {"path": "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs/abc.k3deploy-partial",
+            "reason": "No space left on device (ENOSPC)", "needed": 24_000_000, "free": 500_000}
+    dead = {"missing_count": 80, "running": False, "log": "", "total": 96,
+            "progress": {"transient": False, "error": "...: No space left on device", "disk": disk}}
+    with pytest.raises(DiskError) as caught:
+        DownloadWeights().plan(dead, ctx)
+    err = caught.value
+    assert err.node == ctx.name and err.exit_code == EXIT_STEP_FAILED
+    assert "ENOSPC" in str(err) and "24.0 MB still needed, 0.5 MB free" in str(err)
+    assert err.hint.startswith(f"free at least 23.5 MB on {ctx.name}'s filesystem") and "kept" in err.hint

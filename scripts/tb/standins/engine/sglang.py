@@ -201,7 +201,7 @@ class Rank:
         its description by version (weights.py). tqdm redraws with "\r" + bar
         (tqdm/std.py@v4.67.3 status_printer) and, at close(), redraws once more and writes its
         one "\n"; the bar's own "\n" (BAR_FORMAT before 0.5.10) ends every redraw."""
-        self.report_loaded_bytes(done, total)
+        self.fill_gpu_memory(done, total)
         if self.args.node_rank != 0:
             return
         version = self.ctx.sglang_version
@@ -212,7 +212,7 @@ class Rank:
         sys.stderr.write(text)
         sys.stderr.flush()
 
-    def report_loaded_bytes(self, done, total):
+    def fill_gpu_memory(self, done, total):
         """Every rank's GPUs fill as its shards land (the weights are copied to the device as
         each tensor is read, model_loader/loader.py load_weights_and_postprocess), so
         nvidia-smi's used memory grows through the load on every rank, bar or no bar."""

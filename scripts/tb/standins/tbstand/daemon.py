@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-from . import runtime
+from . import dockerunit, runtime
 
 DEFAULT_ROOT = "/var/lib/docker"
 CONTAINERD_ROOT = "/var/lib/containerd"
@@ -137,7 +137,14 @@ def start_containerd(state):
 def _try_start(state):
     """Start the service in `state` (under the lock). Returns True when it runs afterwards."""
     config, error = read_daemon_json()
-    root = (config or {}).get("data-root") or DEFAULT_ROOT
+    flag_root = dockerunit.flag_data_root()
+    if config is not None and flag_root and "data-root" in config:
+        # moby daemon/config/config.go@docker-v29.1.2 findConfigurationConflicts (printConflict)
+        config, error = None, (
+            f"unable to configure the Docker daemon with file {runtime.etc_docker()}/daemon.json: "
+            "the following directives are specified both as a flag and in the configuration "
+            f"file: data-root: (from flag: {flag_root}, from file: {config['data-root']})")
+    root = flag_root or (config or {}).get("data-root") or DEFAULT_ROOT
     if config is not None:
         reported = canonical_root(root)
         try:
@@ -182,12 +189,24 @@ def start(units):
         state = _load_locked()
         if "docker.socket" in units:
             state["socket"] = "active"
+        state["result"] = None
         if "docker.service" in units and state["service"] != "active":
-            restart_containers = _try_start(state)
+            if dockerunit.limit_hit(state):
+                state.update(service="failed", result="start-limit-hit")
+            else:
+                restart_containers = _try_start(state)
+                dockerunit.count_start(state, failed=not restart_containers)
         _save(state)
     if restart_containers:
         _containers().start_after_daemon_start()
     return state["service"] == "active" or "docker.service" not in units
+
+
+def reset_failed():
+    with runtime.locked(_lock_path()):
+        state = _load_locked()
+        dockerunit.reset_failed(state)
+        _save(state)
 
 
 def stop(units):

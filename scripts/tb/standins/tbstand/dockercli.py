@@ -48,16 +48,37 @@ def connect(run_style=False):
     state = daemon.running_daemon()
     if state is None:
         if run_style:
-            raise Exit(125, f"docker: {DAEMON_DOWN}.\nSee 'docker run --help'.")
+            raise Exit(125, f"docker: {DAEMON_DOWN}\n\nRun 'docker run --help' for more information")
         raise Exit(1, DAEMON_DOWN)
     return state
+
+
+# Each command's cobra `Use` (docker/cli cli/command/*/*.go@v28.5.1): its UseLine is
+# "docker <path> <Use args>" (DisableFlagsInUseLine, cmd/docker/docker.go).
+USE_ARGS = {
+    "run": "[OPTIONS] IMAGE [COMMAND] [ARG...]", "exec": "[OPTIONS] CONTAINER COMMAND [ARG...]",
+    "ps": "[OPTIONS]", "inspect": "[OPTIONS] NAME|ID [NAME|ID...]", "logs": "[OPTIONS] CONTAINER",
+    "rm": "[OPTIONS] CONTAINER [CONTAINER...]", "stop": "[OPTIONS] CONTAINER [CONTAINER...]",
+    "wait": "CONTAINER [CONTAINER...]", "kill": "[OPTIONS] CONTAINER [CONTAINER...]",
+    "start": "[OPTIONS] CONTAINER [CONTAINER...]", "pull": "[OPTIONS] NAME[:TAG|@DIGEST]",
+    "images": "[OPTIONS] [REPOSITORY[:TAG]]", "image inspect": "[OPTIONS] IMAGE [IMAGE...]",
+    "rmi": "[OPTIONS] IMAGE [IMAGE...]", "save": "[OPTIONS] IMAGE [IMAGE...]",
+    "load": "[OPTIONS]", "info": "[OPTIONS]", "version": "[OPTIONS]",
+}
+
+
+def flag_error(command, error):
+    """A flag error as docker 28 prints it: cobra's FlagErrorFunc (docker/cli cli/cobra.go
+    @v28.5.1: "%s\n\nUsage:  %s\n\nRun '%s --help' for more information", exit 125)."""
+    use = f"docker {command} {USE_ARGS[command]}"
+    return Exit(125, f"{error}\n\nUsage:  {use}\n\nRun 'docker {command} --help' for more information")
 
 
 def parse(argv, command, flags, short=None):
     try:
         return runflags.parse(argv, flags, short or {})
     except runflags.FlagError as e:
-        raise Exit(125, f"{e}\nSee 'docker {command} --help'.") from None
+        raise flag_error(command, e) from None
 
 
 def render_each(fmt, objects):

@@ -3,13 +3,16 @@ import os
 import re
 
 from . import containers, daemon, images, lifecycle, runflags, runtime
-from .dockercli import Exit, connect, parse
+from .dockercli import Exit, connect, flag_error, parse
 from .dockerctr import NO_SUCH, stream_log
 
 NAME_RE = re.compile(r"^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 NETWORKS = {"host", "bridge", "none", "default"}
 IPC_MODES = {"", "host", "private", "shareable", "none"}
-SEE_RUN = "\nSee 'docker run --help'."
+# What `docker run` adds to an error from parsing, create or start (docker/cli
+# cli/command/container/run.go@v28.5.1 withHelp/toStatusError, exit 125); flag errors are
+# framed by cobra's FlagErrorFunc instead (dockercli.flag_error).
+SEE_RUN = "\n\nRun 'docker run --help' for more information"
 
 
 def _daemon_fail(message):
@@ -33,10 +36,12 @@ def _validated(opts, client_env):
         if message.startswith(("invalid volume", "invalid mode")):
             raise _daemon_fail(message) from None
         if message.startswith("open "):
-            raise Exit(125, f"docker: {message}.{SEE_RUN}") from None
-        raise Exit(125, message + SEE_RUN) from None
+            raise Exit(125, f"docker: {message}{SEE_RUN}") from None
+        if message.startswith("invalid restart policy"):   # parse(), not a flag's Set
+            raise Exit(125, f"docker: {message}{SEE_RUN}") from None
+        raise flag_error("run", message) from None
     if opts["rm"] and derived["restart"]["Name"] != "no":
-        raise Exit(125, "docker: Conflicting options: --restart and --rm." + SEE_RUN)
+        raise Exit(125, "docker: conflicting options: cannot specify both --restart and --rm" + SEE_RUN)
     return derived
 
 
@@ -146,7 +151,7 @@ def cmd_run(argv):
     try:
         repo, tag = images.parse_ref(opts["image"])
     except images.RefError as e:
-        raise Exit(125, f"docker: {e}.{SEE_RUN}") from None
+        raise Exit(125, f"docker: {e}{SEE_RUN}") from None
     state = connect(run_style=True)
     _check_daemon_side(opts)
     image = images.lookup(state, opts["image"])
@@ -154,7 +159,7 @@ def cmd_run(argv):
         ref = images.ref_string(repo, tag)
         raise Exit(125, f"Unable to find image '{ref}' locally\ndocker: Error response from daemon: "
                         f"pull access denied for {repo}: the k3tb testbed has no registry behind "
-                        f"`docker run`; pull it first with `docker pull {ref}`.{SEE_RUN}")
+                        f"`docker run`; pull it first with `docker pull {ref}`{SEE_RUN}")
     config = _container_config(image, opts, derived, user_cmd)
     try:
         c = containers.create(state["data_root"], config)
@@ -185,7 +190,7 @@ def cmd_exec(argv):
     try:
         pairs = runflags.env_from_files(opts["env_files"], os.environ) + runflags.env_pairs(opts["env"], os.environ)
     except runflags.FlagError as e:
-        raise Exit(125, f"{e}\nSee 'docker exec --help'.") from None
+        raise flag_error("exec", e) from None
     state = connect()
     c = containers.find(state["data_root"], args[0])
     if c is None:

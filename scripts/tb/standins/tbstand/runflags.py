@@ -5,7 +5,7 @@ import re
 
 
 class FlagError(Exception):
-    """A CLI-side error: docker prints it plus "See 'docker run --help'." and exits 125."""
+    """A CLI-side flag error: docker frames it as cobra's FlagErrorFunc (dockercli.flag_error)."""
 
 
 # long name -> (kind, key); kind: bool | str | list

@@ -3,11 +3,11 @@ import os
 import sys
 import time
 
-from . import daemon, runtime
+from . import daemon, dockerunit, runtime
 
 UNITS = ("docker.service", "docker.socket", "containerd.service")
 PRIVILEGED = {"start", "stop", "restart", "reload", "try-restart", "enable", "disable",
-              "daemon-reload"}
+              "daemon-reload", "reset-failed"}
 QUIET_OPTS = {"-q", "--quiet"}
 IGNORED_OPTS = {"--no-pager", "--now", "--no-block", "--system", "-l", "--full", "--no-ask-password"}
 DESCRIPTIONS = {"docker.service": "Docker Application Container Engine",
@@ -36,7 +36,10 @@ def do_start(units):
         return 1
     units = [u for u in units if u != "containerd.service"]
     if units and not daemon.start(units):
-        job_failed("docker.service")
+        if daemon.status().get("result") == "start-limit-hit":
+            print(dockerunit.LIMIT_HIT, file=sys.stderr)
+        else:
+            job_failed("docker.service")
         return 1
     return 0
 
@@ -128,8 +131,23 @@ def main(argv):
     return run_verb(verb, units, quiet)
 
 
+def do_cat(units, quiet):
+    for unit in units:
+        if unit != "docker.service":
+            print(f"No files found for {unit}.", file=sys.stderr)
+            return 1
+    print(dockerunit.cat_text(), end="")
+    return 0
+
+
+def do_reset_failed(units):
+    if "docker.service" in units:
+        daemon.reset_failed()
+    return 0
+
+
 HANDLERS = {"start": do_start, "stop": do_stop, "restart": do_restart,
-            "try-restart": do_restart, "reload": do_reload}
+            "try-restart": do_restart, "reload": do_reload, "reset-failed": do_reset_failed}
 
 
 def do_is_enabled(units, quiet):
@@ -140,7 +158,8 @@ def do_is_enabled(units, quiet):
 
 
 def run_verb(verb, units, quiet):
-    readers = {"is-active": do_is_active, "status": do_status, "is-enabled": do_is_enabled}
+    readers = {"is-active": do_is_active, "status": do_status, "is-enabled": do_is_enabled,
+               "cat": do_cat}
     if verb not in readers and verb not in HANDLERS and verb not in ("daemon-reload", "enable"):
         print(f"Unknown command verb {verb}.", file=sys.stderr)
         return 1
