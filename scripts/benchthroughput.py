@@ -309,9 +309,28 @@ def floor(tmp: Path, repo) -> dict:
             "write_cpu_s_per_GB": round(write_cpu / gb, 2)}
 
 
+# The tools the bench runs beside the downloader, and the Debian package of each: installed by
+# the bench when missing (CI runs no bench, so scripts/setup does not install them).
+TOOLS = {"nginx": "nginx-light", "aria2c": "aria2", "curl": "curl", "openssl": "openssl"}
+
+
+def ensure_tools() -> None:
+    missing = sorted({pkg for tool, pkg in TOOLS.items() if not shutil.which(tool)})
+    if not missing:
+        return
+    print(json.dumps({"installing": missing}), file=sys.stderr, flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"bench --throughput: {' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-1500:]}")
+    still = [tool for tool in TOOLS if not shutil.which(tool)]
+    if still:
+        sys.exit(f"bench --throughput: {', '.join(still)} still missing after installing {', '.join(missing)}")
+
+
 def main(files: int, size_mb: int, workers: list[int], directory: str, proj_args: dict) -> int:
-    if not shutil.which("nginx") or not shutil.which("aria2c"):
-        sys.exit("bench --throughput needs nginx and aria2c (apt-get install nginx-light aria2)")
+    ensure_tools()
     with tempfile.TemporaryDirectory(prefix="k3bench-tp-", dir=directory) as tmpdir:
         tmp = Path(tmpdir)
         handle = tbhub.serve_in_thread(tmp / "hub", shards=files, shard_bytes=size_mb << 20,
