@@ -17,7 +17,7 @@ from pathlib import Path
 
 def bench_name(argv: list[str]) -> str:
     """The bench a command line selects, as scripts/bench's main() decides it."""
-    for flag in ("--hub-faults", "--hub-cdn", "--fanout", "--guard"):
+    for flag in ("--throughput", "--hub-faults", "--hub-cdn", "--fanout", "--guard"):
         if flag in argv:
             return flag[2:]
     return "resume" if "--resume" in argv else "bringup"

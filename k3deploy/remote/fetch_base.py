@@ -49,6 +49,14 @@ class DiskFault(DownloadError):
         return {"path": self.path, "reason": self.reason, "needed": self.needed, "free": self.free}
 
 
+def raise_first(errors: list[str], transient: bool) -> None:
+    """Raise the first of the files' `errors`, if any: HubUnavailable when they are all the
+    Hub's retry budget (`transient`: a later run may well succeed), else DownloadError."""
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise (HubUnavailable if transient else DownloadError)(sorted(errors)[0] + more)
+
+
 def local_fault(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in LOCAL_FAULTS
 

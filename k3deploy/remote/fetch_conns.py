@@ -24,6 +24,7 @@ import threading
 import time
 
 from fetch_base import DownloadError, HubUnavailable, Stopped, log
+from fetch_http import body
 from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
 
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
@@ -35,6 +36,10 @@ MIN_PIECES = 8
 # A file under this is one range, never split: a config or tokenizer gains nothing from more
 # connections, and each range in flight when a process dies is bytes the Hub sent for nothing.
 MIN_SPLIT_FILE = 1 << 20
+# Each connection reads into one buffer of its own, kept across ranges: memory grows with the
+# connections by this much each, and no more (32 connections: 32 MiB).
+BUFFER = 1 << 20
+RATE_EVERY = 0.25   # seconds the fastest connections' rates are reused by every judge
 
 
 class Replace(Exception):
@@ -95,6 +100,7 @@ class Conn:
 
     def __init__(self, link):
         self.link, self.opened, self.bytes, self.busy = link, time.monotonic(), 0, False
+        self.buffer = memoryview(bytearray(BUFFER))
 
     def rate(self) -> float | None:
         """Bytes/s since it opened, once it ran WARMUP seconds; None while idle."""
@@ -122,6 +128,7 @@ class Connections:
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
         self.replaced, self.worker_error, self.reference = 0, None, None
+        self.ranked, self.ranked_at = (None, None, None), -RATE_EVERY  # (fastest conn, its rate, second's)
         self.host_byte = time.monotonic()   # when a byte of any file last arrived
 
     def fetch(self, spec, part) -> None:
@@ -264,7 +271,7 @@ class Connections:
     def _copy(self, seg: Segment, conn: Conn, response, asked: int) -> None:
         job = seg.job
         skip = seg.pos if response.status_code == 200 else 0  # the range was ignored
-        chunks = response.iter_bytes()
+        chunks = body(response, conn.buffer)
         for chunk in chunks:
             if self.stop_event.is_set() or job.fatal:
                 break
@@ -286,12 +293,22 @@ class Connections:
             raise Transient(f"the response ended at byte {seg.pos}")
 
     def _fast_rate(self, but=None) -> float | None:
-        """The fastest busy connection's rate (the speed a new connection may land on), else
-        the last one seen. Under a full link every connection gets about its share, so none is
-        far below the fastest; on a slow edge one is (1:8 in xet-core#821)."""
-        others = [r for c in list(self.conns.values()) if c is not but and (r := c.rate())]
-        if others:
-            self.reference = max(others)
+        """The fastest busy connection's rate but `but`'s (the speed a new connection may land
+        on), else the last one seen. Under a full link every connection gets about its share, so
+        none is far below the fastest; on a slow edge one is (1:8 in xet-core#821). The two
+        fastest are looked up at most every RATE_EVERY seconds, not per chunk: a look over 256
+        connections costs tens of microseconds, per MiB read that is a share of a core."""
+        now = time.monotonic()
+        if now - self.ranked_at >= RATE_EVERY:
+            rates = sorted(((r, c) for c in list(self.conns.values()) if (r := c.rate())),
+                           key=lambda rc: rc[0], reverse=True)
+            self.ranked = (rates[0][1] if rates else None, rates[0][0] if rates else None,
+                           rates[1][0] if len(rates) > 1 else None)
+            self.ranked_at = now
+        first, rate, second = self.ranked
+        other = second if first is but and but is not None else rate
+        if other:
+            self.reference = other
         return self.reference
 
     def _judge(self, conn: Conn) -> None:
@@ -327,3 +344,4 @@ class Connections:
             if job.fatal or (not job.queue and not job.running):
                 job.done.set()
             self.cond.notify_all()
+

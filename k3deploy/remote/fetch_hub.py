@@ -16,12 +16,16 @@ endpoint, user agent, token and proxies as with the real client.
 """
 from __future__ import annotations
 
+import http.client
+import ssl
 import sys
 import threading
 import time
+import urllib.request
 from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
+import fetch_http
 from fetch_base import DownloadError
 from fetch_manifest import FileSpec, Manifest
 from fetch_retry import Gate, Transient, told_wait
@@ -32,16 +36,21 @@ RETRYABLE = (408, 425, 429, 500, 502, 503, 504)
 
 
 class Link:
-    """One connection's HTTP client to the CDN; renew() drops it for a new TCP connection."""
+    """One connection's HTTP client to the CDN; renew() drops it for a new TCP connection.
+    Without a proxy in the environment it is fetch_http's (the body read into a buffer);
+    with one, huggingface_hub's own HTTP package (httpx, or httpx2 from huggingface_hub 2.x),
+    whose proxy rules apply then."""
 
     def __init__(self, http_module, timeout: float, tls):
-        # huggingface_hub's own HTTP package (httpx, or httpx2 from huggingface_hub 2.x)
         self.httpx, self.timeout, self.tls, self.client = http_module, timeout, tls, None
 
     def get(self):
         if self.client is None:
-            self.client = self.httpx.Client(timeout=self.timeout, follow_redirects=False, verify=self.tls,
-                                            limits=self.httpx.Limits(max_connections=1))
+            if urllib.request.getproxies():
+                self.client = self.httpx.Client(timeout=self.timeout, follow_redirects=False, verify=self.tls,
+                                                limits=self.httpx.Limits(max_connections=1))
+            else:
+                self.client = fetch_http.Client(self.timeout, self.tls)
         return self.client
 
     def renew(self) -> None:
@@ -65,7 +74,8 @@ class HubSource:
         self.http = sys.modules[type(self.session).__module__.split(".")[0]]
         # OSError: a socket's own error, raw; a local write's never reaches here as one (the
         # partial blob raises fetch_base.DiskFault, which fails the file at once)
-        self.transport_errors = (getattr(self.http, "TransportError", OSError), OSError)
+        self.transport_errors = (getattr(self.http, "TransportError", OSError), OSError,
+                                 http.client.HTTPException)
 
     def link(self) -> Link:
         return Link(self.http, self.timeout, self._tls())
@@ -77,7 +87,7 @@ class HubSource:
         with self.lock:
             if self.tls is None:
                 make = getattr(self.http, "create_ssl_context", None)
-                self.tls = make() if make else True
+                self.tls = make() if make else ssl.create_default_context()
             return self.tls
 
     @contextmanager

@@ -60,6 +60,9 @@ class Manifest:
             self.segment_bytes = max(64 << 10, int(doc.get("segment_bytes", 32 << 20)))
             self.retry_seconds = float(doc.get("retry_seconds", 900))
             self.replace_per_second = float(doc.get("replace_per_second", 4.0))
+            # worker processes (fetch_workers.py); None: as many as the files repay
+            asked = doc.get("worker_processes")
+            self.worker_processes = None if asked is None else max(1, int(asked))
             self.files = [FileSpec(f) for f in doc["files"]]
             self.peers = doc.get("peers")  # k3deploy.cluster.fanout.peer_block, or None
         except protocol.SchemaMismatch as e:

@@ -16,8 +16,11 @@ from fetch_manifest import FileSpec
 class Progress:
     """Counters the laptop polls, written atomically about once a second and at the end."""
 
-    def __init__(self, path: Path, files: list[FileSpec]):
+    def __init__(self, path: Path, files: list[FileSpec], detail: bool = False):
         self.path, self.lock, self.files = path, threading.Lock(), files
+        # a worker process's document also says which files and bytes are whose: its parent
+        # adds them up (`absorb`) into the node's document (fetch_workers.py)
+        self.detail, self.processes = detail, 1
         self.verified: set[str] = set()
         self.on_disk: dict[str, int] = {}  # partial bytes of files in flight
         self.received, self.samples = 0, collections.deque(maxlen=12)
@@ -61,8 +64,32 @@ class Progress:
                     "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
                     "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
                     "bad_peers": sorted(self.bad_peers), "transient": self.transient,
-                    "disk": self.disk,
-                    "started": self.started, "updated": now})
+                    "disk": self.disk, "worker_processes": self.processes,
+                    "started": self.started, "updated": now, **self._detail()})
+
+    def _detail(self) -> dict:
+        """Called with self.lock held."""
+        if not self.detail:
+            return {}
+        return {"detail": {"verified": sorted(self.verified), "on_disk": dict(self.on_disk),
+                           "by_source": dict(self.by_source), "received": self.received,
+                           "hub_unavailable": sorted(self.hub_unavailable)}}
+
+    def absorb(self, docs: list[dict]) -> None:
+        """The workers' documents as this one's counters (each worker's files are its own)."""
+        verified, on_disk, by_source, received, bad, hub = set(), {}, {}, 0, set(), set()
+        for doc in docs:
+            detail = doc.get("detail") or {}
+            verified |= set(detail.get("verified") or ())
+            on_disk.update(detail.get("on_disk") or {})
+            for source, n in (detail.get("by_source") or {}).items():
+                by_source[source] = by_source.get(source, 0) + n
+            received += detail.get("received", 0)
+            bad |= set(doc.get("bad_peers") or ())
+            hub |= set(detail.get("hub_unavailable") or ())
+        with self.lock:
+            self.verified, self.on_disk, self.by_source = verified, on_disk, by_source
+            self.received, self.bad_peers, self.hub_unavailable = max(self.received, received), bad, hub
 
     def write(self) -> None:
         doc = self.document()

@@ -59,7 +59,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its modules ship next to it
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
-from fetch_base import BadInput, DiskFault, DownloadError, HubUnavailable, Stopped, log  # noqa: E402
+from fetch_base import (BadInput, DiskFault, DownloadError, HubUnavailable, Stopped, log,  # noqa: E402
+                        raise_first)
 from fetch_cache import (Ledger, RepoCache, check_free_space, disk_fault, etag_lock,  # noqa: E402
                          hash_file, hold_run_lock)
 from fetch_conns import Connections  # noqa: E402
@@ -68,6 +69,7 @@ from fetch_manifest import FileSpec, Manifest, read_token  # noqa: E402
 from fetch_progress import Progress  # noqa: E402
 from fetch_ranges import PartialBlob  # noqa: E402
 from fetch_retry import Gate  # noqa: E402
+import fetch_workers  # noqa: E402
 from thread_pool import pool  # noqa: E402
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
@@ -167,10 +169,23 @@ class Downloader:
             orphan.unlink(missing_ok=True)
 
 
-def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None) -> None:
-    cache = RepoCache(hf_home, manifest.repo)
-    cache.write_tree(manifest.sha, manifest.files)
-    check_free_space(cache, manifest.files)
+def run(manifest: Manifest, args, progress: Progress, token: str | None) -> None:
+    """The whole download (the parent, or the only process), or one worker's share of it."""
+    cache = RepoCache(args.hf_home, manifest.repo)
+    if args.worker is None:
+        cache.write_tree(manifest.sha, manifest.files)
+        check_free_space(cache, manifest.files)
+    progress.processes = 1 if args.worker else fetch_workers.count(manifest)
+    if progress.processes > 1:
+        fetch_workers.run(os.path.abspath(__file__), manifest, args, cache, progress)
+    else:
+        here(manifest, cache, progress, token)
+    if args.worker is None:
+        cache.write_refs(manifest.revision, manifest.sha)
+
+
+def here(manifest: Manifest, cache: RepoCache, progress: Progress, token: str | None) -> None:
+    """Every file of the manifest in this process."""
     peers = load_peers(manifest, progress)
     downloader = Downloader(manifest, cache, hub_connections(manifest, token, progress), progress, peers)
     ensure = download_call(downloader.ensure)
@@ -190,11 +205,7 @@ def run(manifest: Manifest, hf_home: str, progress: Progress, token: str | None)
         raise DownloadError("stopped by a signal")
     if downloader.disk_fault is not None:   # partials stay: a re-run with room resumes them
         raise disk_fault(cache, manifest.files, downloader.disk_fault)
-    if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        kind = HubUnavailable if len(progress.hub_unavailable) == len(errors) else DownloadError
-        raise kind(sorted(errors)[0] + more)
-    cache.write_refs(manifest.revision, manifest.sha)
+    raise_first(errors, len(progress.hub_unavailable) == len(errors))
 
 
 def hub_connections(manifest: Manifest, token: str | None, progress: Progress) -> Connections:
@@ -237,6 +248,8 @@ def parse_args(argv):
     parser.add_argument("--hf-home", required=True, help="HF_HOME; the cache goes to HF_HOME/hub")
     parser.add_argument("--progress", required=True, help="progress JSON, rewritten about once a second")
     parser.add_argument("--env-file", help="0600 file with HF_TOKEN=...")
+    parser.add_argument("--worker", metavar="I/N", help="internal: worker I of N started by a downloader "
+                        "(fetch_workers.py), fetching its share of the files")
     return parser.parse_args(argv)
 
 
@@ -260,7 +273,9 @@ def main(argv=None) -> int:
         token = read_token(args.env_file)
     except BadInput as e:
         return finish(Progress(Path(args.progress), []), "failed", str(e), EXIT_BAD_INPUT)
-    progress = Progress(Path(args.progress), manifest.files)
+    if args.worker:
+        fetch_workers.as_worker(manifest, args.worker)
+    progress = Progress(Path(args.progress), manifest.files, detail=bool(args.worker))
     # huggingface_hub reads these at import time; the agent-registry probe must go to this endpoint too
     os.environ["HF_ENDPOINT"], os.environ["HF_HOME"] = manifest.endpoint, args.hf_home
     if os.environ.get("HF_HUB_ENABLE_HF_TRANSFER"):
@@ -269,7 +284,7 @@ def main(argv=None) -> int:
         import huggingface_hub
     except ImportError as e:
         return finish(progress, "failed", f"huggingface_hub is not importable: {e}", EXIT_BAD_INPUT)
-    run_lock = hold_run_lock(args.hf_home, manifest.repo)
+    run_lock = True if args.worker else hold_run_lock(args.hf_home, manifest.repo)  # the parent holds it
     if run_lock is None:
         print("fetch_weights: error: another fetch_weights is already running on this cache", file=sys.stderr)
         return EXIT_BUSY
@@ -282,7 +297,7 @@ def main(argv=None) -> int:
     progress.write()
     progress.run_reporter()
     try:
-        run(manifest, args.hf_home, progress, token)
+        run(manifest, args, progress, token)
     except DownloadError as e:
         progress.transient = isinstance(e, HubUnavailable)
         progress.disk = e.document() if isinstance(e, DiskFault) else None

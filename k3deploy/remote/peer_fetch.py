@@ -23,6 +23,7 @@ import threading
 import time
 import zlib
 
+import fetch_http
 import protocol
 from thread_pool import pool  # ships beside this file (protocol.DOWNLOADER_FILES)
 
@@ -246,19 +247,19 @@ class Peers:
     def _copy(self, peer: Peer, spec, part, response) -> None:
         """Receive into one buffer while the other is written and hashed (hashlib lets go of the
         GIL): on a fast private network sha256 in the receiving thread would halve the rate.
-        Each read takes what one read of the socket brings (`readinto1`), not a full buffer
-        (http.client's readinto fills it first): bytes reach the disk as they arrive, so a
-        killed downloader loses what the socket held, not up to two 4 MB buffers (a 300 kB
-        test shard was received whole, then fetched whole again)."""
+        Each buffer takes what the socket brings for at most fetch_http.FILL_SECONDS (or until
+        full), so bytes reach the disk within that of arriving: a killed downloader loses what
+        arrived in the last tenth of a second, a cut connection nothing it delivered."""
         size = max(1, min(BUFFER, spec.size - part.prefix))  # a small file: no 8 MB to zero
         views = _receive_buffers(size)
+        answer = fetch_http.Answer(response)
         got, turn, pending = part.prefix, 0, None
         with part.open() as f, \
                 pool(1, "hash") as writer:
             try:
                 while got < spec.size:
                     self._check(peer, part, f, pending)
-                    n = response.fp.readinto1(views[turn][:min(size, spec.size - got)])
+                    n = answer.fill(views[turn][:min(size, spec.size - got)])
                     if not n:
                         raise PeerError(f"the response ended at byte {got}")
                     if pending:

@@ -135,8 +135,9 @@ def check_schema(doc, what: str):
 # server's start (which imports the manifest and cache readers from the same files).
 DOWNLOADER_FILES = ("fetch_weights.py", "fetch_base.py", "fetch_manifest.py", "fetch_cache.py",
                     "fetch_progress.py", "fetch_ranges.py", "fetch_hub.py", "fetch_conns.py",
-                    "fetch_retry.py", "peer_fetch.py", "peer_schedule.py", "protocol.py", "peer_cache.py",
-                    "peer_image.py", "image_peers.py", "peer_blobs.py", "thread_pool.py")
+                    "fetch_retry.py", "fetch_http.py", "fetch_workers.py", "peer_fetch.py",
+                    "peer_schedule.py", "protocol.py", "peer_cache.py", "peer_image.py", "image_peers.py",
+                    "peer_blobs.py", "thread_pool.py")
 
 
 class WorkPaths:

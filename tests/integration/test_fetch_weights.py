@@ -30,7 +30,7 @@ def test_full_run_writes_a_normal_hf_cache(hub, tmp_path):
         "files_total": len(hub.repo.files), "files_done": len(hub.repo.files), "shards_total": 4,
         "shards_done": 4, "started": 0, "updated": 0,
         "hub_bytes": total, "peer_bytes": 0, "peer_bytes_by": {}, "bad_peers": [], "transient": False,
-        "disk": None}
+        "disk": None, "worker_processes": 1}   # a few MB: one process (fetch_workers.count)
     snapshot = node.storage / "snapshots" / hub.repo.sha
     for f in hub.repo.files:
         link = snapshot / f.path

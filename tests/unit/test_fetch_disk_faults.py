@@ -76,7 +76,8 @@ def test_a_socket_error_is_still_a_transport_error_retried_in_the_budget(tmp_pat
 
 
 class Response:
-    status = 200
+    # http.client's HTTPResponse as fetch_http.Answer reads it: a Content-Length body
+    status, headers, chunked, length = 200, {}, False, len(BODY)
 
     class fp:
         @staticmethod
@@ -87,6 +88,9 @@ class Response:
 
     def getheader(self, name):
         return None
+
+    def read(self):
+        return b""
 
 
 def test_the_peer_path_fails_on_a_full_disk_without_blaming_the_peer(tmp_path, monkeypatch):

@@ -1,0 +1,128 @@
+"""A connection to the CDN on the standard library's http.client: one kept-alive TCP (or TLS)
+connection, the body read into the caller's preallocated buffer.
+
+The bytes are the downloader's per-byte work, so they are read as the kernel and OpenSSL hand
+them over, into one buffer per connection (fetch_conns.BUFFER), and written from it: no bytes
+object per read, no HTTP client framework per chunk. huggingface_hub's own client (httpx)
+hands over what one read of its transport brings, parsed by h11 and its decoders, and over TLS
+that is one 16 KiB record per read: most of the downloader's CPU was spent on that, not on
+TLS, hashing or writing (scripts/bench --throughput).
+
+`fill()` takes what one read of the socket brings (`readinto1`), several of them up to the
+buffer's size or FILL_SECONDS: on a slow edge it never blocks a connection's bookkeeping (its
+rate, a stop, the resume record) for the seconds a full buffer would take. http.client's
+HTTPResponse.readinto would fill the whole buffer first (BufferedReader.readinto), so its body
+length is kept here as HTTPResponse.readinto keeps it (`length` less the bytes read; at 0 the
+response is read to its end and its connection free for the next request).
+
+Used only without a proxy in the environment (fetch_hub.Link): the proxy rules (HTTPS_PROXY,
+NO_PROXY, ...) stay huggingface_hub's client's. Standard library only.
+"""
+from __future__ import annotations
+
+import http.client
+import time
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+FILL_SECONDS = 0.1   # at most this long in one fill(), however little arrived
+REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class Answer:
+    """The response as fetch_hub reads it: status_code, headers (case-insensitive .get),
+    read(), iter_bytes(), and fill() into a buffer."""
+
+    def __init__(self, response: http.client.HTTPResponse):
+        self.raw, self.status_code, self.headers = response, response.status, response.headers
+        self.error: BaseException | None = None   # met after a fill's first bytes: raised at the next
+
+    @property
+    def is_redirect(self) -> bool:
+        return self.status_code in REDIRECTS and "location" in self.headers
+
+    def read(self) -> bytes:
+        return self.raw.read()
+
+    def iter_bytes(self):
+        while chunk := self.raw.read1(1 << 20):
+            yield chunk
+
+    def fill(self, view: memoryview) -> int:
+        """Bytes of the body read into `view` (0 at its end). A connection that fails after
+        some bytes arrived hands those over first and raises at the next call: what arrived
+        is written, not fetched again."""
+        if self.error is not None:
+            raise self.error
+        raw = self.raw
+        if raw.chunked or raw.length is None:   # only http.client's own reads decode chunks
+            data = raw.read1(len(view))
+            view[:len(data)] = data
+            return len(data)
+        want, got, began = min(len(view), raw.length), 0, time.monotonic()
+        try:
+            while got < want:
+                n = raw.fp.readinto1(view[got:want])
+                if not n:   # closed before its Content-Length: as HTTPResponse.readinto says it
+                    raise http.client.IncompleteRead(b"", raw.length - got)
+                got += n
+                if time.monotonic() - began > FILL_SECONDS:
+                    break
+        except (OSError, http.client.HTTPException) as e:
+            if not got:
+                raise
+            self.error = e
+        raw.length -= got
+        if raw.length == 0:
+            raw.read()   # the body's end: the response closes, its connection takes the next request
+        return got
+
+
+class Client:
+    """One connection; a request to another origin (a file signed on another CDN host) opens
+    a new one. The same `stream()` as httpx.Client's, as fetch_hub calls it."""
+
+    def __init__(self, timeout: float, tls):
+        self.timeout, self.tls = timeout, tls
+        self.conn, self.origin = None, None
+
+    @contextmanager
+    def stream(self, method: str, url: str, headers: dict, **_httpx_options):
+        """httpx.Client.stream's call (fetch_hub passes follow_redirects=False: this client
+        never follows a redirect)."""
+        parts = urlsplit(url)
+        origin = (parts.scheme, parts.hostname, parts.port)
+        if self.conn is None or origin != self.origin:
+            self.close()
+            self.conn, self.origin = self._connect(parts), origin
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        response = None
+        try:
+            self.conn.request(method, target, headers=headers)
+            response = self.conn.getresponse()
+            yield Answer(response)
+        finally:
+            if response is None or not response.isclosed():
+                self.close()   # a body not read to its end: the connection cannot take the next request
+
+    def _connect(self, parts):
+        if parts.scheme == "https":
+            return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
+                                               context=self.tls)
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def body(response, view: memoryview):
+    """The response's body in chunks: read into `view` (each chunk a slice of it, valid until
+    the next) where the client can (fetch_http.Answer.fill), else as it hands them over."""
+    fill = getattr(response, "fill", None)
+    if fill is None:
+        yield from response.iter_bytes()
+        return
+    while n := fill(view):
+        yield view[:n]
