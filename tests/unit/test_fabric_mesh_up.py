@@ -1,6 +1,8 @@
 """up's part of the fabric mesh (steps/fabric_mesh.py with `unless_serving`, the bringup
 playbook, `up --no-fabric`): facts in, the mesh's commands or its closing line out. No I/O."""
 
+import json
+
 import pytest
 import structlog
 
@@ -8,6 +10,7 @@ from k3deploy import engines
 from k3deploy.cli import app
 from k3deploy.cluster import inventory
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
+from k3deploy.facts.docker import Container, parse_inspect
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.run_steps import playbook_steps
@@ -28,10 +31,11 @@ def nodes(tmp_path, **options) -> list[NodeContext]:
     return [NodeContext(run, node, rank) for rank, node in inv.ranked()]
 
 
-def inspect(label: str, running: bool = True) -> dict:
-    """docker inspect's fields probes.container_summary reads."""
-    return {"State": {"Status": "running" if running else "exited", "Running": running},
-            "Config": {"Image": "lmsysorg/sglang", "Labels": {engines.CONFIG_LABEL: label}}}
+def inspect(label: str, running: bool = True) -> Container | None:
+    """The container fact from `docker inspect`'s answer (the fields the launch reads)."""
+    doc = {"State": {"Status": "running" if running else "exited", "Running": running},
+           "Config": {"Image": "lmsysorg/sglang", "Labels": {engines.CONFIG_LABEL: label}}}
+    return parse_inspect(json.dumps([doc]))
 
 
 def looked(step, ctx, other: bool = False) -> dict:
