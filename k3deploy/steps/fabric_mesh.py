@@ -5,6 +5,7 @@ Disjoint pairs in rounds (cluster/mesh_plan.py), every node's schedule in one co
 nodes at once (a ClusterProbe: the runner runs them; remote/fabric_mesh.py on the nodes). A
 link under half the median of the nodes' best links (mesh_plan.judge), or under
 `fabric.min_gbps`, is a problem; a node all of whose links are slow is named for its own link.
+In `up` a link slow only against the others is a warning (relative_is_warning).
 No SSH, thread or clock in this module.
 """
 
@@ -66,6 +67,10 @@ class FabricMeshParams(BaseModel):
     # up's: not on a group that already runs this configuration (the launch leaves it as it
     # is, and the mesh would push its traffic through the fabric the group serves over)
     unless_serving: bool = False
+    # up's: a link slow only against the others (measured, above fabric.min_gbps) is a warning,
+    # not a stop: a relative figure taken once on a shared fabric is noisy, and a false stop
+    # costs the cluster's hour; the floor the user set, and a link that carries nothing, stop up.
+    relative_is_warning: bool = False
 
 
 class FabricMesh(Step):
@@ -112,7 +117,12 @@ class FabricMesh(Step):
             return broken
         verdict = verdict_of(run, found)
         return [(_owner(lk, verdict.nodes), "fabric", _slow_line(lk, verdict, run.inv))
-                for lk in verdict.slow]
+                for lk in verdict.slow if not self._warned(lk, run.inv)]
+
+    def _warned(self, link: mesh_plan.Link, inv) -> bool:
+        """A slow link this run reports as a warning instead of a problem."""
+        return self.p.relative_is_warning and link.gbps is not None and \
+            not (inv.fabric.min_gbps and link.gbps < inv.fabric.min_gbps)
 
     def cluster_detail(self, all_facts, run):
         found = _measured(all_facts)
@@ -128,6 +138,9 @@ class FabricMesh(Step):
         lines = [f"fabric: {len(measured)} links measured over the private network"
                  + (f", the nodes' best links' median {verdict.median_gbps:.2f} Gbit/s, slowest "
                     f"{min(measured):.2f} Gbit/s" if measured else "")]
+        lines += [f"warning: {_slow_line(lk, verdict, run.inv)} (`k3deploy check --fabric` "
+                  "measures again; fabric.min_gbps sets a floor that stops up)"
+                  for lk in verdict.slow if self._warned(lk, run.inv)]
         with_perftest = [n for n, f in all_facts.items() if f.get("perftest")]
         lines.append("fabric: InfiniBand links not measured ("
                      + (f"{PERFTEST} on {', '.join(with_perftest)}, but k3deploy does not run it yet"

@@ -60,6 +60,8 @@ def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: st
         f"paths: {{nvme: /mnt/nvme, hf_home: {hf_home}, docker_root: /mnt/nvme/docker, "
         "reserve_gb: 0.05, image_gb: 0}",
         *(["download: {shared: true}"] if shared_hf else []),
+        # The nodes' veth links run at full rate within milliseconds: one second per round.
+        "fabric: {seconds: 1}",
         "ssh: " + _flow({"user": "root", "port": 22, "key": KEY_FILE, "known_hosts": KNOWN_HOSTS_FILE,
                          "connect_timeout": 5}),
         "hf_token_env: HF_TOKEN",

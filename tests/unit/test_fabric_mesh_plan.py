@@ -179,3 +179,18 @@ def test_the_figures_kept_name_every_link_the_slow_ones_and_no_ib():
 def test_a_mesh_that_did_not_run_keeps_nothing():
     inv = inventory.parse(four_nodes())
     assert FabricMesh().cluster_detail({n.name: {} for n in inv.nodes}, Run(inv)) is None
+
+
+def test_up_warns_of_a_link_slow_against_the_others_and_stops_on_the_floor_or_nothing():
+    inv = inventory.parse(four_nodes())
+    up = FabricMesh({"unless_serving": True, "relative_is_warning": True})
+    found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
+    assert up.cluster_problems(found, Run(inv)) == []
+    warned = [ln for ln in up.closing_lines(Run(inv), found) if ln.startswith("warning: ")]
+    assert len(warned) == 6 and all("node1" in ln and "0.20 Gbit/s" in ln for ln in warned)
+    assert FabricMesh().cluster_problems(found, Run(inv))          # check --fabric still fails
+    floor = inventory.parse(four_nodes(fabric={"min_gbps": 1}))
+    assert {n for n, _, _ in up.cluster_problems(found, Run(floor))} == {"node1"}
+    found["node0"][KEY]["received"].pop("node1")                   # node1->node0 carried nothing
+    assert [t for _, _, t in up.cluster_problems(found, Run(inv))] == [
+        "link node1->node0: nothing measured (node0 received nothing from node1)"]
