@@ -121,8 +121,7 @@ class FabricMesh(Step):
 
     def _warned(self, link: mesh_plan.Link, inv) -> bool:
         """A slow link this run reports as a warning instead of a problem."""
-        return self.p.relative_is_warning and link.gbps is not None and \
-            not (inv.fabric.min_gbps and link.gbps < inv.fabric.min_gbps)
+        return self.p.relative_is_warning and link.gbps is not None and not _under_floor(link, inv)
 
     def cluster_detail(self, all_facts, run):
         found = _measured(all_facts)
@@ -185,11 +184,16 @@ def _owner(link: mesh_plan.Link, slow_nodes: list[str]) -> str:
     return next((n for n in (link.src, link.dst) if n in slow_nodes), link.src)
 
 
+def _under_floor(link: mesh_plan.Link, inv) -> bool:
+    """The measured link is under the floor the user set (fabric.min_gbps)."""
+    return bool(inv.fabric.min_gbps) and link.gbps < inv.fabric.min_gbps
+
+
 def _slow_line(link: mesh_plan.Link, verdict: mesh_plan.Verdict, inv) -> str:
     if link.gbps is None:
         return f"link {link.name}: nothing measured ({link.error})"
     floor = f"half the median of the nodes' best links {verdict.median_gbps:.2f} Gbit/s"
-    if inv.fabric.min_gbps and link.gbps < inv.fabric.min_gbps:
+    if _under_floor(link, inv):
         floor = f"fabric.min_gbps {inv.fabric.min_gbps:g}"
     whose = (f"; every link of {_owner(link, verdict.nodes)} is slow: look at its NIC, cable "
              "and switch port" if set(verdict.nodes) & {link.src, link.dst} else "")
