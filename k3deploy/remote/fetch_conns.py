@@ -24,7 +24,7 @@ import threading
 import time
 
 from fetch_base import DownloadError, HubUnavailable, Stopped, log
-from fetch_http import body
+from fetch_http import body, fill_bytes
 from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
 
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
@@ -271,7 +271,7 @@ class Connections:
     def _copy(self, seg: Segment, conn: Conn, response, asked: int) -> None:
         job = seg.job
         skip = seg.pos if response.status_code == 200 else 0  # the range was ignored
-        chunks = body(response, conn.buffer)
+        chunks = body(response, conn.buffer[:fill_bytes(job.spec.size, BUFFER)])
         for chunk in chunks:
             if self.stop_event.is_set() or job.fatal:
                 break

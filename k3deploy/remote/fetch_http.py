@@ -26,7 +26,16 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 FILL_SECONDS = 0.1   # at most this long in one fill(), however little arrived
+# A fill is at most 1/FILL_SHARE of its file (at least FILL_FLOOR): the bytes a SIGKILL finds
+# read but not yet written are a small share of any file, never a whole small file that was
+# then received whole twice.
+FILL_SHARE, FILL_FLOOR = 16, 64 << 10
 REDIRECTS = (301, 302, 303, 307, 308)
+
+
+def fill_bytes(file_size: int, most: int) -> int:
+    """How much of a buffer of `most` bytes one fill of a file of `file_size` bytes may use."""
+    return min(most, max(FILL_FLOOR, file_size // FILL_SHARE))
 
 
 class Answer:

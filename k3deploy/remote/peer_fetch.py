@@ -33,7 +33,7 @@ INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one re
 INDEX_SHARE = 0.1
 RETRY_DOWN = 2.0     # seconds an unreachable or refusing peer is left alone, doubling
 INDEX_TIMEOUT = 5.0  # a peer that does not answer its index in this long counts as down
-BUFFER = 4 << 20
+BUFFER = 4 << 20     # at most: a small file's buffer is fetch_http.fill_bytes of it
 _buffers = threading.local()   # kept across files: _copy waits for its last write
 
 
@@ -248,9 +248,9 @@ class Peers:
         """Receive into one buffer while the other is written and hashed (hashlib lets go of the
         GIL): on a fast private network sha256 in the receiving thread would halve the rate.
         Each buffer takes what the socket brings for at most fetch_http.FILL_SECONDS (or until
-        full), so bytes reach the disk within that of arriving: a killed downloader loses what
-        arrived in the last tenth of a second, a cut connection nothing it delivered."""
-        size = max(1, min(BUFFER, spec.size - part.prefix))  # a small file: no 8 MB to zero
+        full), so bytes reach the disk within that of arriving: a killed downloader loses at
+        most its two buffers (fetch_http.fill_bytes), a cut connection nothing it delivered."""
+        size = max(1, min(fetch_http.fill_bytes(spec.size, BUFFER), spec.size - part.prefix))
         views = _receive_buffers(size)
         answer = fetch_http.Answer(response)
         got, turn, pending = part.prefix, 0, None

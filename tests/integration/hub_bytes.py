@@ -52,6 +52,22 @@ def received(tb) -> dict[str, dict[str, int]]:
     return got
 
 
+def senders(tb, node: str, paths: set[str]) -> dict[str, list]:
+    """path: what the Hub sent NODE of it, each peer's log line for it, and NODE's download
+    log lines naming it."""
+    hub, paths_of = hub_files(tb)[node], etag_paths(tb)
+    out: dict[str, list] = {p: [f"hub: {hub.get(p, 0)}"] for p in paths}
+    for peer in tb.nodes:
+        for line in tb.ssh(peer, f"cat {WORK}/peer-served.jsonl 2>/dev/null").stdout.splitlines():
+            rec = json.loads(line)
+            if rec["client"] == tb.address(node) and paths_of[rec["etag"]] in paths:
+                out[paths_of[rec["etag"]]].append(f"{peer}: {rec}")
+    log = tb.ssh(node, f"cat {WORK}/download.log 2>/dev/null").stdout.splitlines()
+    for path in paths:
+        out[path].extend(line for line in log if path in line)
+    return out
+
+
 def hub_total(tb) -> int:
     return sum(n["bytes"] for n in tb.stats()["hub"]["by_node"].values())
 
@@ -61,7 +77,8 @@ def assert_nothing_received_twice(tb, nodes=None) -> None:
     for node, files in received(tb).items():
         if nodes is None or node in nodes:
             twice = {p: b for p, b in files.items() if b > size[p] + SLACK}
-            assert twice == {}, f"{node} received more than once: {twice}"
+            assert twice == {}, (f"{node} received more than once: {twice}; "
+                                 f"who sent them: {senders(tb, node, set(twice))}")
 
 
 def assert_nothing_from_the_hub_twice(tb) -> None:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import k3deploy.remote.fetch_weights  # noqa: F401 (puts the node-side directory on sys.path)
 
 peer_fetch = importlib.import_module("peer_fetch")
+fetch_http = importlib.import_module("fetch_http")
 peer_schedule = importlib.import_module("peer_schedule")
 
 
@@ -56,29 +57,65 @@ class Piecewise:
         return len(piece)
 
 
-def test_peer_bytes_that_arrived_reach_the_disk_when_the_connection_is_cut():
-    # A cut-off receiver keeps what arrived: the pieces gathered into a buffer are written
-    # before the error is raised, not dropped with the buffer (then fetched again).
+class Arrived:
+    """A body whose bytes all sit in the socket already: each read takes all the view holds."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def readinto1(self, view):
+        n = min(len(view), self.left)
+        view[:n] = b"x" * n
+        self.left -= n
+        return n
+
+
+class Part:
+    """The partial blob as _copy writes it: each append kept as (offset, bytes)."""
+    prefix = 0
+
+    def __init__(self):
+        self.written: list[tuple[int, bytes]] = []
+
+    def open(self):
+        return open("/dev/null", "r+b")
+
+    def append(self, f, data, source, offset):
+        self.written.append((offset, bytes(data)))
+
+    def finish(self, f):
+        pass
+
+
+def copy(body, size: int, part: Part) -> None:
+    """_copy of a `size`-byte file from `body`: http.client's HTTPResponse as fetch_http.Answer
+    reads it (its buffered socket and the body's length left, not chunked)."""
     block = {"self": "node0", "port": 8951, "stall_seconds": 30, "owner": {},
              "nodes": {"node1": "10.0.0.2"}}
     made = peer_fetch.Peers(block, "s" * 32, SimpleNamespace(is_set=lambda: False), RuntimeError,
                             lambda _: None, set())
-    written = []
+    response = SimpleNamespace(fp=body, status=200, headers={}, chunked=False, length=size,
+                               read=lambda: b"")
+    made._copy(made.peers["node1"], SimpleNamespace(size=size), part, response)
 
-    class Part:
-        prefix = 0
 
-        def open(self):
-            return open("/dev/null", "r+b")
-
-        def append(self, f, data, source, offset):
-            written.append((offset, bytes(data)))
-
-    body = Piecewise([b"a" * 1000, b"b" * 1000, b"c" * 500])
-    # http.client's HTTPResponse as fetch_http.Answer reads it: its buffered socket and the
-    # body's length left (Content-Length), not chunked
-    response = SimpleNamespace(fp=body, status=200, headers={}, chunked=False, length=10_000_000)
+def test_peer_bytes_that_arrived_reach_the_disk_when_the_connection_is_cut():
+    # A cut-off receiver keeps what arrived: the pieces gathered into a buffer are written
+    # before the error is raised, not dropped with the buffer (then fetched again).
+    part = Part()
     with pytest.raises(ConnectionResetError):
-        made._copy(made.peers["node1"], SimpleNamespace(size=10_000_000), Part(), response)
+        copy(Piecewise([b"a" * 1000, b"b" * 1000, b"c" * 500]), 10_000_000, part)
+    written = part.written
     assert b"".join(d for _, d in written) == b"a" * 1000 + b"b" * 1000 + b"c" * 500
     assert written[0][0] == 0 and all(o == sum(len(d) for _, d in written[:i]) for i, (o, _) in enumerate(written))
+
+
+def test_a_killed_receiver_holds_a_small_share_of_a_small_file_and_4_mib_of_a_shard():
+    # What a SIGKILL can lose is the two buffers: for a 300 kB file arriving in one socket read
+    # that must not be the whole file (then received whole twice), for a 16 GB shard the buffer
+    # is the full 4 MiB (few writes per GB).
+    part, size = Part(), 300_000
+    copy(Arrived(size), size, part)
+    lengths = [len(d) for _, d in part.written]
+    assert sum(lengths) == size and 2 * max(lengths) <= 128 << 10, lengths
+    assert fetch_http.fill_bytes(16 << 30, peer_fetch.BUFFER) == 4 << 20
