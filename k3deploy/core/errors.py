@@ -108,6 +108,11 @@ class DiskError(StepFailed):
     changes that; the fix is room on that node."""
 
 
+class EngineImageError(StepFailed):
+    """The engine image cannot run the model (its engine refused the model's parser): the fix
+    is another image, not another flag."""
+
+
 class EndpointError(K3Error):
     """The serving endpoint could not be reached or refused a request (chat, bench)."""
 

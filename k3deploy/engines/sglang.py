@@ -10,6 +10,7 @@ from __future__ import annotations
 import yaml
 
 from k3deploy.engines.docker import docker_run_argv
+from k3deploy.engines.parsers import MODEL_PARSER
 from k3deploy.engines.spec import (SECRETS_MOUNT, SGLANG_SECRET_FILE, FlagValue, LaunchSpec,
                                    SpecError, render_flags)
 
@@ -52,7 +53,7 @@ def _multi_node_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
 def _tail_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
     return [("mem-fraction-static", spec.mem_fraction_static),
             ("dist-timeout", spec.dist_timeout),
-            ("reasoning-parser", "kimi_k3"), ("tool-call-parser", "kimi_k3"),
+            ("reasoning-parser", MODEL_PARSER), ("tool-call-parser", MODEL_PARSER),
             ("host", "0.0.0.0"), ("port", spec.serve_port),
             ("context-length", spec.context_length),
             ("served-model-name", spec.model_name),

@@ -8,6 +8,7 @@ CLI on the node, not passed in argv); `docker exec` processes inherit the contai
 from __future__ import annotations
 
 from k3deploy.engines.docker import docker_exec_argv, docker_run_argv
+from k3deploy.engines.parsers import MODEL_PARSER
 from k3deploy.engines.sglang import check_api_key
 from k3deploy.engines.spec import (SERVE_LOG_FILE, SERVE_LOG_MOUNT, FlagValue, LaunchSpec,
                                    SpecError, render_flags)
@@ -29,8 +30,8 @@ def vllm_serve_args(spec: LaunchSpec) -> list[str]:
              ("host", "0.0.0.0"), ("port", spec.serve_port),
              # --enable-auto-tool-choice: without it vLLM answers 400 to any request that
              # carries tools with tool_choice auto (the OpenAI default), parser or not.
-             ("tool-call-parser", "kimi_k3"), ("enable-auto-tool-choice", True),
-             ("reasoning-parser", "kimi_k3"),
+             ("tool-call-parser", MODEL_PARSER), ("enable-auto-tool-choice", True),
+             ("reasoning-parser", MODEL_PARSER),
              ("max-model-len", spec.context_length), ("trust-remote-code", True),
              ("served-model-name", spec.model_name)]
     return [spec.model_repo, *render_flags(flags, spec.extra_args)]

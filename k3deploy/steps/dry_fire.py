@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from k3deploy import engines
-from k3deploy.core.errors import StepFailed
+from k3deploy.core.errors import EngineImageError, StepFailed
 from k3deploy.engines import dry_fire
 from k3deploy.steps import serves
 from k3deploy.steps.base import wait
@@ -108,4 +108,8 @@ class DryFireWait(WaitHealthy):
 
 
 def _named(err: StepFailed, step: str) -> StepFailed:
+    if isinstance(err, EngineImageError):   # its own fix, and the download goes on meanwhile
+        return EngineImageError(err.node, f"dry-fire (dummy weights): {err}", step=step,
+                                hint=f"{err.hint} (the weights keep downloading meanwhile: "
+                                "`k3deploy status` shows how far)")
     return StepFailed(err.node, f"dry-fire (dummy weights): {err}", step=step, hint=HINT)

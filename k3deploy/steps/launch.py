@@ -208,8 +208,9 @@ def _died(node, state: Container | None, log: str) -> StepFailed:
     """The engine exited during its start-up: the rank, its exit code and its own error line."""
     said = startup_log.error_line(log)
     tail = "\n".join(log.splitlines()[-15:])
-    return StepFailed(node.name, f"rank {node.rank} engine exited "
-                      f"({state.exit_code if state else None}) during start-up"
-                      + (f": {said}" if said else "") + f"\nthe end of its log:\n{tail}",
-                      step="launch", hint="fix what the engine names (engine.args in the "
-                      "inventory), then re-run `k3deploy up` (exited containers are replaced)")
+    return probes.engine_exit(
+        node.name, f"rank {node.rank} engine exited ({state.exit_code if state else None}) "
+        "during start-up" + (f": {said}" if said else "") + f"\nthe end of its log:\n{tail}",
+        "launch", log, state.image if state else None,
+        "fix what the engine names (engine.args in the inventory), then re-run `k3deploy up` "
+        "(exited containers are replaced)")

@@ -6,9 +6,10 @@ import json
 import re
 import shlex
 
-from k3deploy.core.errors import StepFailed
+from k3deploy.core.errors import EngineImageError, StepFailed
 from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inventory_image,
                               serve_log_host_path, spec_from_inventory)
+from k3deploy.engines import parsers
 from k3deploy.engines.layout import inventory_runs_over_ray
 from k3deploy.facts import docker, fabric, nccl
 from k3deploy.node import facts as F
@@ -182,3 +183,13 @@ def nccl_transport(inv) -> F.Fact:
     argv = docker_logs_argv(inv.engine.container)
     script = (f"{shlex.join(argv)} 2>&1 | grep -E {shlex.quote(nccl.LOG_PATTERN)} | tail -n 40")
     return F.Fact("nccl", script, lambda out, code: nccl.parse_transport(out), sudo=True)
+
+
+def engine_exit(node: str, message: str, step: str, log: str, image: str | None,
+                hint: str) -> StepFailed:
+    """An engine that exited during its start-up: the image's fault when its engine refused the
+    model's parser (engines/parsers.py; another image is the fix), else `hint`'s."""
+    lacking = parsers.unknown_model_parser(log, image)
+    if lacking:
+        return EngineImageError(node, message, step=step, hint=lacking)
+    return StepFailed(node, message, step=step, hint=hint)

@@ -25,6 +25,7 @@ from k3deploy import engines
 from k3deploy.engines import startup_log
 from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
+from k3deploy.steps import probes
 from k3deploy.steps.base import Action, cmd, wait
 from k3deploy.engines.layout import inventory_runs_over_ray
 
@@ -155,12 +156,14 @@ def serve_wait() -> Action:
                 hint=SERVE_GONE_HINT)
 
 
-def serve_alive(status: dict | None, healthy: bool, head: str, log: str = "") -> bool:
+def serve_alive(status: dict | None, healthy: bool, head: str, log: str = "",
+                image: str | None = None) -> bool:
     """During wait: True while the serve holds the GPUs; StepFailed once it let them go
     without answering (it exited), instead of waiting out the timeout; with its error line."""
     if serve_running(status, healthy):
         return True
     said = startup_log.error_line(log)
-    raise StepFailed(head, "vllm serve in the Ray head is not running (Ray holds none of "
-                     "the GPUs and the endpoint does not answer)"
-                     + (f": {said}" if said else ""), step="wait", hint=SERVE_GONE_HINT)
+    raise probes.engine_exit(head, "vllm serve in the Ray head is not running (Ray holds none "
+                             "of the GPUs and the endpoint does not answer)"
+                             + (f": {said}" if said else ""), "wait", log, image,
+                             SERVE_GONE_HINT)

@@ -131,8 +131,9 @@ class WaitHealthy(Step):
         if raylayout.in_use(run.inv):
             # Its ranks being placed on every node (Ray holds the GPUs) is the sign the
             # group formed, and losing them without answering means the serve exited.
-            self._formed = raylayout.serve_alive(head["ray"], head["healthy"],
-                                                 run.inv.head.name, head["log"]) or self._formed
+            image = head["container"].image if head["container"] else None
+            self._formed = raylayout.serve_alive(head["ray"], head["healthy"], run.inv.head.name,
+                                                 head["log"], image) or self._formed
         if not self._formed and looked_at - self._moved_at > self.p.form_timeout:
             raise StepFailed(run.inv.head.name, "the process group did not form within "
                              f"{self.p.form_timeout:.0f}s (rank 0 never got past torch "
@@ -235,7 +236,8 @@ def _exited(run, gone: list[str], all_facts: dict) -> StepFailed:
     after = [n for n in gone if n != first]
     also = f" ({', '.join(after)} exited after it: ranks abort when a peer dies)" if after else ""
     also += f"; its error: {said}" if said else ""
-    return StepFailed(first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was "
-                      f"up{also}; the end of its log:\n{tail}", step="wait",
-                      hint=f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix "
-                      "the cause, then re-run `k3deploy up` (exited containers are replaced)")
+    return probes.engine_exit(
+        first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was up{also}; the end "
+        f"of its log:\n{tail}", "wait", log, states[first].image if states[first] else None,
+        f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix the cause, then "
+        "re-run `k3deploy up` (exited containers are replaced)")

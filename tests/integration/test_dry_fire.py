@@ -1,5 +1,6 @@
 """Dry-fire during the download (issue 32 item 4) on a 4-node testbed: node2's rank runs out
-of memory at its KV pool (engine_fault=oom, standins/engine/startfaults.py).
+of memory at its KV pool (engine_fault=oom, standins/engine/startfaults.py), then refuses the
+model's parser (engine_fault=parser: an image older than the model).
 
 `up` fails (exit 1) naming node2 and SGLang's own line while the Hub has sent less than 60%
 of the repo, and the detached download goes on. With the fault lifted, `up` again: the
@@ -48,6 +49,15 @@ def test_an_oom_rank_fails_up_during_the_download_then_the_real_launch_compiles_
         assert share < 0.6, f"{share:.0%} of the repo left the Hub before the verdict"
         time.sleep(5)
         assert hub_share(tb) > share   # the detached download goes on
+
+        # An image whose SGLang predates Kimi K3 refuses the model's parser at its argument
+        # check: told by what that engine lists, with the image's own fix.
+        tb.fault("engine-fault", "node2", "parser")
+        refused = run("up", "-i", inv, timeout=300)
+        out = said(refused)
+        assert refused.returncode == 1 and "[node2/dry-fire-" in out, out
+        assert "invalid choice: 'kimi_k3'" in out and "predates Kimi K3" in out, out
+        assert "`docker rmi lmsysorg/sglang:kimi-k3` on it" in out, out
 
         tb.fault("engine-fault", "node2", "none")
         fixed = run("up", "-i", inv, timeout=600)
