@@ -1,6 +1,6 @@
 """What a test of the serve-time guard looks at on a testbed node (its engine, incident,
-guard processes and state), `k3deploy status`, and `k3deploy watch` followed in the background.
-For test_guard.py."""
+guard processes and state), `k3deploy status`, `k3deploy watch` followed in the background, and
+a request to the endpoint. For the test_guard*.py modules."""
 
 from __future__ import annotations
 
@@ -131,3 +131,25 @@ class Follow:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+
+
+def api_key(tb) -> str:
+    return next((tb.inventory.parent / ".k3deploy").glob("*/secrets/api-key")).read_text().strip()
+
+
+def ask(tb, key: str, words: int, timeout: float = 60) -> int:
+    body = json.dumps({"model": "moonshotai/Kimi-K3", "reasoning_effort": "low",
+                       "messages": [{"role": "user", "content": " ".join(["word"] * words)}]})
+    req = urllib.request.Request(f"http://{tb.address('node0')}:8000/v1/chat/completions",
+                                 data=body.encode(), headers={
+                                     "Content-Type": "application/json",
+                                     "Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return resp.status
+
+
+def swallow(fn, *args):
+    try:
+        fn(*args)
+    except OSError:
+        pass  # the engine it waits on is stopped under it

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.request
 
 import pytest
-from guard_probe import all_stopped_within, guard_cpu_seconds, incident, serving_again
+from guard_probe import (all_stopped_within, api_key, ask, guard_cpu_seconds, incident,
+                         serving_again, swallow)
 from tbfixture import testbed
 
 from k3run import k3, out
@@ -56,21 +56,6 @@ def last_certificate(tb) -> dict:
     return json.loads(found[-1].read_text())
 
 
-def api_key(tb) -> str:
-    return next((tb.inventory.parent / ".k3deploy").glob("*/secrets/api-key")).read_text().strip()
-
-
-def ask(tb, key: str, words: int, timeout: float = 60) -> int:
-    body = json.dumps({"model": "moonshotai/Kimi-K3", "reasoning_effort": "low",
-                       "messages": [{"role": "user", "content": " ".join(["word"] * words)}]})
-    req = urllib.request.Request(f"http://{tb.address('node0')}:8000/v1/chat/completions",
-                                 data=body.encode(), headers={
-                                     "Content-Type": "application/json",
-                                     "Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return resp.status
-
-
 def wedged_and_stopped(tb, node: str, rank: int) -> None:
     tb.fault("wedge-engine", node)
     all_stopped_within(tb, tb.nodes, WEDGE_SECONDS + 15, time.monotonic())
@@ -89,7 +74,7 @@ def test_a_wedged_worker_stops_every_rank_and_is_named(cluster):
     serving_again(cluster)
     # Busy traffic while it wedges: the request in flight hangs at the head as in real life.
     key = api_key(cluster)
-    hung = threading.Thread(target=lambda: _swallow(ask, cluster, key, 4, 120), daemon=True)
+    hung = threading.Thread(target=lambda: swallow(ask, cluster, key, 4, 120), daemon=True)
     hung.start()
     wedged_and_stopped(cluster, "node2", 2)
 
@@ -164,10 +149,3 @@ def test_a_node_reclaimed_and_replaced_while_serving_serves_again_from_peers(clu
 def _hub_files(tb, node: str) -> dict[str, int]:
     files = tb.stats()["hub"]["by_node"].get(node, {}).get("files", {})
     return {path: doc["bytes"] for path, doc in files.items()}
-
-
-def _swallow(fn, *args):
-    try:
-        fn(*args)
-    except OSError:
-        pass  # the engine it waits on is stopped under it
