@@ -16,6 +16,11 @@ def daemon_json(tb, node):
     return tb.ssh(node, "cat /etc/docker/daemon.json 2>/dev/null || echo ABSENT").stdout
 
 
+def node_calls(tb) -> dict[str, list[list[str]]]:
+    """node -> every stand-in invocation (docker, nvidia-smi, systemctl...) so far, in order."""
+    return {name: [c["argv"] for c in doc["calls"]] for name, doc in tb.stats()["nodes"].items()}
+
+
 def test_check_apply_apply_again_then_down(tmp_path):
     seeded = '{"log-driver": "json-file"}'
     with testbed(tmp_path, nodes=4, overrides={"node1": {"daemon_json": seeded}}) as tb:
@@ -43,10 +48,14 @@ def test_check_apply_apply_again_then_down(tmp_path):
         assert state(tb.inventory, "node2")["steps"]["launch"]["status"] == "changed"
         calls_after_apply = len(changing_calls(tb.stats()))
 
+        before_again = node_calls(tb)
         started = time.monotonic()
         again = k3("up", "-i", inv)
         second = time.monotonic() - started
         assert again.returncode == 0, out(again)
+        for node, calls in node_calls(tb).items():   # one look per node: no tool run twice
+            made = [" ".join(c) for c in calls[len(before_again[node]):]]
+            assert made and len(set(made)) == len(made), (node, made)
         for node in tb.nodes:
             steps = state(tb.inventory, node)["steps"]
             assert {s["status"] for s in steps.values()} == {"ok"}, (node, steps)
