@@ -12,29 +12,23 @@ import json
 
 from k3deploy.engines.config_fields import FIELDS_LABEL, differences, fields_label
 from k3deploy.engines.docker import (docker_exec_argv, docker_logs_argv, docker_rm_argv,
-                                     docker_run_argv, engine_env, vllm_env_host_path)
-from k3deploy.engines.images import (SGLANG_CU12, SGLANG_CU13, VLLM_DEFAULT, ImageChoiceError,
-                                     choose_image, inventory_image, parse_cuda_version)
+                                     vllm_env_host_path)
+from k3deploy.engines.images import ImageChoiceError, inventory_image
 from k3deploy.engines.layout import runs_over_ray
 from k3deploy.engines.ray import ray_head_container_argv, ray_worker_container_argv
-from k3deploy.engines.sglang import (check_api_key, sglang_launch_argv, sglang_secret_config,
-                                     sglang_secret_container_path, sglang_secret_host_path,
-                                     sglang_serve_args)
-from k3deploy.engines.spec import (CONFIG_LABEL, HF_CACHE_MOUNT, LAYOUTS, SECRETS_MOUNT,
-                                   LaunchSpec, SpecError)
+from k3deploy.engines.sglang import (sglang_launch_argv, sglang_secret_config,
+                                     sglang_secret_host_path)
+from k3deploy.engines.spec import CONFIG_LABEL, LaunchSpec
 from k3deploy.engines.vllm import (serve_log_host_path, vllm_exec_serve_argv, vllm_launch_argv,
-                                   vllm_secret_env, vllm_serve_args, without_serve_log)
+                                   vllm_secret_env, without_serve_log)
 
 __all__ = [
-    "CONFIG_LABEL", "FIELDS_LABEL", "HF_CACHE_MOUNT", "LAYOUTS", "SECRETS_MOUNT", "SGLANG_CU12", "SGLANG_CU13",
-    "VLLM_DEFAULT", "ImageChoiceError", "LaunchSpec", "SpecError", "check_api_key",
-    "choose_image", "config_changes", "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv",
-    "docker_run_argv", "engine_env", "inventory_image", "node_launch_argvs", "parse_cuda_version",
-    "ray_head_container_argv",
-    "ray_worker_container_argv", "serve_log_host_path", "sglang_launch_argv", "sglang_secret_config",
-    "sglang_secret_container_path", "sglang_secret_host_path", "sglang_serve_args",
-    "uses_ray", "vllm_env_host_path", "vllm_exec_serve_argv", "vllm_launch_argv",
-    "vllm_secret_env", "vllm_serve_args", "with_config_label", "without_serve_log",
+    "CONFIG_LABEL", "FIELDS_LABEL", "ImageChoiceError", "LaunchSpec", "config_changes",
+    "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv", "inventory_image",
+    "node_launch_argvs", "ray_head_container_argv", "ray_worker_container_argv",
+    "serve_log_host_path", "sglang_launch_argv", "sglang_secret_config",
+    "sglang_secret_host_path", "uses_ray", "vllm_env_host_path", "vllm_exec_serve_argv",
+    "vllm_launch_argv", "vllm_secret_env", "with_config_label", "without_serve_log",
 ]
 
 

@@ -108,7 +108,7 @@ def _check_engine_and_layout(spec: LaunchSpec) -> None:
         allowed = [k for k, v in LAYOUTS.items() if v == spec.engine]
         raise SpecError(f"layout {spec.layout!r} is not a {spec.engine} layout; use one of {allowed}")
     if not spec.image:
-        raise SpecError("image is empty (pick one with engines.choose_image)")
+        raise SpecError("image is empty (pick one with engines/images.py choose_image)")
     if spec.mem_fraction_static is not None and not 0 < spec.mem_fraction_static < 1:
         raise SpecError(f"mem_fraction_static must be in (0, 1), got {spec.mem_fraction_static}")
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from k3deploy.engines import LaunchSpec, SpecError, fabric
+from k3deploy.engines import fabric
+from k3deploy.engines.spec import LaunchSpec, SpecError
 from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.engines.layout import inventory_runs_over_ray, parallel_layout
 from k3deploy.remote.protocol import WorkPaths

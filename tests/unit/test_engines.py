@@ -10,8 +10,13 @@ import pytest
 import yaml
 
 from k3deploy import engines
-from k3deploy.engines import (CONFIG_LABEL, FIELDS_LABEL, ImageChoiceError, LaunchSpec, SpecError,
-                              choose_image, config_digest, node_launch_argvs)
+from k3deploy.engines import (CONFIG_LABEL, FIELDS_LABEL, ImageChoiceError, LaunchSpec,
+                              config_digest, node_launch_argvs)
+from k3deploy.engines.docker import engine_env
+from k3deploy.engines.images import choose_image
+from k3deploy.engines.sglang import sglang_serve_args
+from k3deploy.engines.spec import SpecError
+from k3deploy.engines.vllm import vllm_serve_args
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 SECRETS = "/mnt/nvme/.k3deploy/secrets"
@@ -118,24 +123,24 @@ def test_h100_rank2_docker_argv_is_the_guide_command_with_documented_differences
 
 def test_h100_k3_args_match_guide_for_every_rank():
     for rank in range(4):
-        args = engines.sglang_serve_args(h100_spec(rank=rank))
+        args = sglang_serve_args(h100_spec(rank=rank))
         guide = guide_tokens(GUIDE_K3_ARGS, RANK=str(rank), HEAD_IP="10.0.0.10")
         ours = [t for t in args if t not in ("--revision", SHA)]
         assert ours[:len(guide)] == guide
 
 
 def test_no_backend_decided_leaves_the_moe_backend_to_extra_args():
-    args = engines.sglang_serve_args(h100_spec(moe_runner_backend=None))
+    args = sglang_serve_args(h100_spec(moe_runner_backend=None))
     assert "--moe-runner-backend" not in args
-    args = engines.sglang_serve_args(h100_spec(moe_runner_backend=None,
+    args = sglang_serve_args(h100_spec(moe_runner_backend=None,
                                                extra_args={"moe-runner-backend": "flashinfer"}))
     assert ("--moe-runner-backend", "flashinfer") in pairs(args)
-    assert ("--moe-runner-backend", "marlin") in pairs(engines.sglang_serve_args(h100_spec()))
+    assert ("--moe-runner-backend", "marlin") in pairs(sglang_serve_args(h100_spec()))
 
 
 def test_context_length_is_emitted_only_when_set():
-    assert "--context-length" not in engines.sglang_serve_args(h100_spec())
-    args = engines.sglang_serve_args(h100_spec(context_length=131072))
+    assert "--context-length" not in sglang_serve_args(h100_spec())
+    args = sglang_serve_args(h100_spec(context_length=131072))
     assert ("--context-length", "131072") in pairs(args)
 
 
@@ -144,7 +149,7 @@ def test_context_length_is_emitted_only_when_set():
 def test_b300_sglang_dp_attention_matches_the_guide_cell():
     spec = h100_spec(rank=0, nnodes=1, self_address="10.0.0.10", layout="dp-attention",
                      moe_runner_backend=None, context_length=1048576, container_name="k3")
-    args = engines.sglang_serve_args(spec)
+    args = sglang_serve_args(spec)
     assert args == [
         "--model-path", "moonshotai/Kimi-K3", "--revision", SHA, "--trust-remote-code",
         "--tp", "8", "--ep-size", "8", "--enable-dp-attention", "--dp", "8",
@@ -164,7 +169,7 @@ def test_b300_sglang_dp_attention_matches_the_guide_cell():
 # --- vLLM -------------------------------------------------------------------------------
 
 def test_b300_vllm_serve_args_are_the_guide_cell_plus_pins():
-    args = engines.vllm_serve_args(b300_vllm_spec())
+    args = vllm_serve_args(b300_vllm_spec())
     guide = guide_tokens(GUIDE_VLLM_B300)[2:]
     ours = [t for t in args if t not in ("--revision", SHA)]
     # Beyond the guide: --enable-auto-tool-choice (vLLM rejects tool requests without it)
@@ -176,14 +181,14 @@ def test_b300_vllm_serve_args_are_the_guide_cell_plus_pins():
 
 
 def test_b300_vllm_chunked_prefill_and_mm_encoder_variants():
-    chunked = engines.vllm_serve_args(b300_vllm_spec(chunked_prefill_tokens=8192))
+    chunked = vllm_serve_args(b300_vllm_spec(chunked_prefill_tokens=8192))
     i = chunked.index("--enable-expert-parallel")
     assert chunked[i + 1:i + 4] == ["--enable-chunked-prefill", "--max-num-batched-tokens",
                                     "8192"]
-    mm = engines.vllm_serve_args(b300_vllm_spec(mm_encoder_tp_mode="data"))
+    mm = vllm_serve_args(b300_vllm_spec(mm_encoder_tp_mode="data"))
     i = mm.index("--enable-expert-parallel")
     assert mm[i + 1:i + 3] == ["--mm-encoder-tp-mode", "data"]
-    plain = engines.vllm_serve_args(b300_vllm_spec())
+    plain = vllm_serve_args(b300_vllm_spec())
     assert "--enable-chunked-prefill" not in plain and "--mm-encoder-tp-mode" not in plain
 
 
@@ -276,7 +281,7 @@ def test_image_errors_below_cuda_12_and_pinned_always_wins():
 def test_extra_args_override_in_place_remove_and_append_sorted():
     spec = h100_spec(extra_args={"mem-fraction-static": 0.8, "--decode-attention-backend": None,
                                  "zeta-flag": True, "alpha-flag": "x"})
-    args = engines.sglang_serve_args(spec)
+    args = sglang_serve_args(spec)
     i = args.index("--mem-fraction-static")
     assert args[i - 2:i + 2] == ["--moe-runner-backend", "marlin", "--mem-fraction-static", "0.8"]
     assert "--decode-attention-backend" not in args and "flashmla" not in args
@@ -286,11 +291,11 @@ def test_extra_args_override_in_place_remove_and_append_sorted():
                     "/k3deploy/secrets/sglang-secret.yaml"]
     # dict order does not change the argv
     flipped = h100_spec(extra_args=dict(reversed(list(spec.extra_args.items()))))
-    assert engines.sglang_serve_args(flipped) == args
+    assert sglang_serve_args(flipped) == args
 
 
 def test_extra_args_override_vllm_flags_too():
-    args = engines.vllm_serve_args(b300_vllm_spec(extra_args={"max-model-len": 131072,
+    args = vllm_serve_args(b300_vllm_spec(extra_args={"max-model-len": 131072,
                                                               "trust-remote-code": None}))
     assert ("--max-model-len", "131072") in pairs(args) and "--trust-remote-code" not in args
 
@@ -298,7 +303,7 @@ def test_extra_args_override_vllm_flags_too():
 def test_extra_env_overrides_removes_and_appends():
     spec = h100_spec(extra_env={"NCCL_DEBUG": "INFO", "SGLANG_K3_ATTN_RES_MODE": None,
                                 "NCCL_IB_HCA": "mlx5"})
-    env = engines.engine_env(spec)
+    env = engine_env(spec)
     assert ("NCCL_DEBUG", "INFO") in env and env[-1] == ("NCCL_IB_HCA", "mlx5")
     assert all(k != "SGLANG_K3_ATTN_RES_MODE" for k, _ in env)
 
