@@ -7,7 +7,7 @@ read-only secrets mount, and vLLM through `--env-file` (docker reads that file i
 from __future__ import annotations
 
 from k3deploy.engines import fabric  # noqa: I001
-from k3deploy.engines.compile_cache import CACHE_MOUNT, cache_env
+from k3deploy.engines.compile_cache_key import CACHE_MOUNT, cache_env
 from k3deploy.engines.spec import (HF_CACHE_MOUNT, SECRETS_MOUNT, SERVE_LOG_MOUNT, VLLM_ENV_FILE,
                                    LaunchSpec, SpecError)
 

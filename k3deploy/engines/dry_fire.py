@@ -9,7 +9,7 @@ every parameter is filled with uniform random values (weight_utils initialize_du
 `download_model` does nothing and no checkpoint file is read. So the group forms, NCCL
 initialises, every rank holds the real weight bytes and its KV pool, kernels compile and the
 server answers, with only the small files on disk. The kernels depend on shapes and flags, not
-on weight values: `--load-format` is not a kernel flag (engines/compile_cache.py KERNEL_FLAGS),
+on weight values: `--load-format` is not a kernel flag (engines/compile_cache_key.py KERNEL_FLAGS),
 so the dry-fire's compile-cache key is the real launch's.
 """
 

@@ -71,7 +71,7 @@ class LaunchSpec:
     extra_args: Mapping[str, FlagValue] = field(default_factory=dict)
     extra_env: Mapping[str, str | None] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
-    # The node's compile-cache dir for this launch's key (engines/compile_cache.py), or None.
+    # The node's compile-cache dir for this launch's key (engines/compile_cache_key.py), or None.
     compile_cache_host_dir: str | None = None
     # Multi-node vLLM head: the node dir mounted at SERVE_LOG_MOUNT for the serve's output.
     serve_log_host_dir: str | None = None

@@ -1,5 +1,5 @@
 """The peer server's compile-cache route: a replaced or added node takes a sealed compile
-cache from a peer, as it takes the weights (remote/compile_cache.py fetches and checks every
+cache from a peer, as it takes the weights (remote/compile_cache_dir.py fetches and checks every
 file against the sums). Only a sealed dir is served, and in it only SUMS, COMPLETE and the
 files SUMS lists; anything else is 404. Standard library only; uploaded beside peer_server.py.
 

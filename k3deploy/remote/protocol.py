@@ -156,7 +156,7 @@ class WorkPaths:
         # Mounted into the Ray head container: the exec'd `vllm serve` writes its output here,
         # because a detached `docker exec` keeps none (engines/vllm.py).
         self.serve_logs = f"{work}/serve-logs"
-        # The engines' compile caches, one dir per key (engines/compile_cache.py), on NVMe.
+        # The engines' compile caches, one dir per key (engines/compile_cache_key.py), on NVMe.
         self.compile_cache = f"{work}/compile-cache"
         self.peer = PeerFiles(work)
 

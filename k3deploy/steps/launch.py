@@ -21,7 +21,7 @@ from k3deploy.node import facts as F
 from k3deploy.engines import dry_fire, spec_from_inventory, startup_log
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import manifest_for
-from k3deploy.steps import compile_cache, probes, raylayout, regroup
+from k3deploy.steps import compile_cache_prepare, probes, raylayout, regroup
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.steps.base import Step, cmd, upload, wait
@@ -78,7 +78,7 @@ class LaunchEngine(Step):
             with_key=bool(run.inputs.api_key), node_fabric=node_fabric(facts)))
         inputs = None
         if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster
-            spec, inputs = compile_cache.keyed(spec, facts, node.inv)
+            spec, inputs = compile_cache_prepare.keyed(spec, facts, node.inv)
         return engines.with_config_label(spec, run.inputs.api_key), inputs
 
     def adjust_spec(self, spec):
@@ -89,7 +89,7 @@ class LaunchEngine(Step):
     def probes(self, node):
         # The key file's place depends on the inventory alone, not on facts.
         key_path = spec_from_inventory.api_key_file(node.inv)
-        found = [*compile_cache.key_probes(node.inv), probes.engine_container(node.inv),
+        found = [*compile_cache_prepare.key_probes(node.inv), probes.engine_container(node.inv),
                  *probes.fabric_facts(),
                  F.native("key", "sha256_hex", [key_path], F.text, sudo=True)]
         if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
@@ -128,7 +128,7 @@ class LaunchEngine(Step):
             actions.append(cmd(f"remove old container {spec.container_name}",
                                *engines.docker_rm_argv(spec.container_name), sudo=True, retry=True))
         if spec.compile_cache_host_dir is not None:
-            actions += compile_cache.prepare_actions(node, spec, facts)
+            actions += compile_cache_prepare.prepare_actions(node, spec, facts)
         return actions + [cmd(f"start rank {spec.node_rank}", *engines.node_launch_argvs(spec)[0],
                               sudo=True)]
 

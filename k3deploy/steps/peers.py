@@ -12,7 +12,7 @@ import json
 import shlex
 
 from k3deploy.core.digest import sha256_text
-from k3deploy.engines import compile_cache
+from k3deploy.engines import compile_cache_key
 from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
@@ -79,7 +79,7 @@ def _start_script(node, paths: PeerPaths, progress: str) -> str:
             "--listen", f"{node.node.self_ip}:{node.inv.ports.peer}", "--secret-file",
             paths.secret, "--served-log", paths.served, "--test-corrupt-flag",
             paths.corrupt_flag, "--ready-file", paths.ready, "--progress", progress,
-            "--compile-cache", compile_cache.cache_root(node.inv)]
+            "--compile-cache", compile_cache_key.cache_root(node.inv)]
     # The pid file names the new server at once; the start waits (bounded) until it listens.
     return f"{_stop_script(paths)}; " + detached.start(
         argv, paths.log, paths.ready, tenths=150, pid_file=paths.pid, ready_test="-e", fail_tail=5)

@@ -135,7 +135,7 @@ def test_a_node_reclaimed_and_replaced_while_serving_serves_again_from_peers(clu
     # found before its start and replaced by a peer's copy, node3 got one; nobody compiled.
     assert_warm(tb)
     for node in ("node1", "node3"):
-        check = tb.ssh(node, f"python3 /mnt/nvme/.k3deploy/compile_cache.py check {CACHE}/*")
+        check = tb.ssh(node, f"python3 /mnt/nvme/.k3deploy/compile_cache_dir.py check {CACHE}/*")
         assert json.loads(check.stdout)["state"] == "complete", (node, check.stdout)
     assert {n: d["registry_pulls"] for n, d in tb.stats()["nodes"].items()} == pulls
     fetched = {f: b for f, b in _hub_files(tb, "node3").items() if b > hub_before.get(f, 0)}

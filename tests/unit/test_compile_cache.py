@@ -4,8 +4,8 @@ and variables, and the node-side check / seal / prepare on a real directory."""
 import json
 
 from k3deploy import engines
-from k3deploy.engines import compile_cache as cc
-from k3deploy.remote import compile_cache as node_cache
+from k3deploy.engines import compile_cache_key as cc
+from k3deploy.remote import compile_cache_dir as node_cache
 from tests.unit.test_engines import h100_spec
 
 ARGV = ["sglang", "serve", "--model-path", "m", "--tp-size", "32", "--ep-size", "32",
@@ -109,7 +109,7 @@ def test_seal_only_an_open_dir_of_this_launchs_key(tmp_path):
     for caches in ({}, {key: "sealed"}, {"0000000000000000": "open"}):
         assert step.plan({**facts, "compile_caches": caches}, ctx) == [], caches
     actions = step.plan({**facts, "compile_caches": {key: "open"}}, ctx)
-    assert [a.description for a in actions] == ["upload compile_cache.py",
+    assert [a.description for a in actions] == ["upload compile_cache_dir.py",
                                                  "seal the compile cache"]
     assert list(actions[-1].argv[-2:]) == [facts["spec"].compile_cache_host_dir,
                                            '{"engine": "sglang"}']

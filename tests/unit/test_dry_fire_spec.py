@@ -7,7 +7,7 @@ from pathlib import Path
 
 from k3deploy import engines
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
-from k3deploy.engines import compile_cache as cc
+from k3deploy.engines import compile_cache_key as cc
 from k3deploy.engines import dry_fire, startup_phases
 from tests.unit.docker_facts import container
 from tests.unit.test_step_fixtures import node_ctx

@@ -209,7 +209,7 @@ def test_launch_fresh_node_writes_key_file_then_runs_its_rank(tmp_path):
     # The compile cache is prepared (script uploaded, checked) right before the container starts.
     assert [a.description for a in actions] == ["create secrets dir (0700)",
                                                  "write the endpoint key (0600)",
-                                                 "upload compile_cache.py",
+                                                 "upload compile_cache_dir.py",
                                                  "check the compile cache (a peer's when there "
                                                  "is none)", "start rank 2"]
     run = list(actions[-1].argv)
@@ -239,7 +239,7 @@ def test_launch_other_config_needs_replace(tmp_path):
     step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
     facts["container"] = container(labels={engines.CONFIG_LABEL: "old"})
     assert [a.description for a in step.plan(facts, ctx)][-4:] == [
-        "remove old container k3", "upload compile_cache.py",
+        "remove old container k3", "upload compile_cache_dir.py",
         "check the compile cache (a peer's when there is none)", "start rank 0"]
 
 

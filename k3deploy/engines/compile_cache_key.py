@@ -1,5 +1,5 @@
 """The engines' compile caches on NVMe: which variables point an engine at them, what they
-are keyed by, and where they live. Pure; the node side is remote/compile_cache.py.
+are keyed by, and where they live. Pure; the node side is remote/compile_cache_dir.py.
 
 Each engine JIT-compiles kernels at start into directories its own variables name (upstream
 sources in scripts/tb/standins/engine/kernels.py): SGLang SGLANG_DG_CACHE_DIR (DeepGEMM) and

@@ -1,13 +1,13 @@
 """One key's compile-cache dir on a node: checked before the engine starts, sealed once verify
 passed, filled from a peer when this node has none. Standard library only; uploaded to the
-work dir by the compile-cache steps (steps/compile_cache.py).
+work dir by the compile-cache steps (steps/compile_cache_prepare.py).
 
 Files in DIR besides the engines' own: SUMS (every file's size and sha256 when sealed) and
 COMPLETE (the key's inputs; written last, so a dir without it was never sealed).
 
-usage: compile_cache.py check DIR
-       compile_cache.py prepare DIR [--peers IP,IP] [--port P] [--secret-file F]
-       compile_cache.py seal DIR INPUTS_JSON
+usage: compile_cache_dir.py check DIR
+       compile_cache_dir.py prepare DIR [--peers IP,IP] [--port P] [--secret-file F]
+       compile_cache_dir.py seal DIR INPUTS_JSON
 Each prints one JSON document: check/prepare {"state", "files", "bad", "pruned", "from"}.
 """
 import argparse
@@ -164,7 +164,7 @@ def fetch(root: str, peer: str, port: int, secret: str | None) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="compile_cache.py")
+    parser = argparse.ArgumentParser(prog="compile_cache_dir.py")
     parser.add_argument("command", choices=("check", "prepare", "seal"))
     parser.add_argument("dir")
     parser.add_argument("inputs", nargs="?", help="seal: the key's inputs as JSON")

@@ -1,4 +1,4 @@
-"""The engines' compile caches on NVMe (engines/compile_cache.py; node side remote/compile_cache.py).
+"""The engines' compile caches on NVMe (engines/compile_cache_key.py; node side remote/compile_cache_dir.py).
 
 The launch step mounts the dir of this launch's key and, right before it starts a container,
 prepares it: a sealed dir is checked file by file (a corrupt one is removed, so the engine
@@ -14,14 +14,14 @@ import shlex
 
 from k3deploy import engines
 from k3deploy.cluster.fanout import peers_enabled
-from k3deploy.engines import compile_cache as cc
+from k3deploy.engines import compile_cache_key as cc
 from k3deploy.node import facts as F
 from k3deploy.remote import script_text
 from k3deploy.remote.protocol import PeerFiles, WorkPaths
 from k3deploy.steps import node_files, probes
 from k3deploy.steps.base import Action, cmd, upload
 
-SCRIPT = "compile_cache.py"
+SCRIPT = "compile_cache_dir.py"
 
 
 def script_path(inv) -> str:
