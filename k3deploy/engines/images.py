@@ -10,6 +10,7 @@ import re
 SGLANG_CU13 = "lmsysorg/sglang:kimi-k3"
 SGLANG_CU12 = "lmsysorg/sglang:kimi-k3-cu12"
 VLLM_DEFAULT = "vllm/vllm-openai:nightly"
+DEFAULT_IMAGES = (SGLANG_CU13, SGLANG_CU12, VLLM_DEFAULT)   # what choose_image picks unpinned
 
 
 class ImageChoiceError(ValueError):

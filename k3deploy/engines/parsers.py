@@ -17,11 +17,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from k3deploy.engines.images import SGLANG_CU12, SGLANG_CU13, VLLM_DEFAULT
+from k3deploy.engines.images import DEFAULT_IMAGES
 
 MODEL_PARSER = "kimi_k3"
 PARSER_FLAGS = ("reasoning-parser", "tool-call-parser")
-DEFAULT_IMAGES = (SGLANG_CU13, SGLANG_CU12, VLLM_DEFAULT)
 
 # argparse names an option by all its option strings joined with "/" ("--tp/--tp-size")
 _INVALID_CHOICE = re.compile(r"error: argument (--[\w-]+)(?:/-{1,2}[\w-]+)*: invalid choice: "

@@ -108,8 +108,8 @@ class DryFireWait(WaitHealthy):
 
 
 def _named(err: StepFailed, step: str) -> StepFailed:
-    if isinstance(err, EngineImageError):   # its own fix, and the download goes on meanwhile
-        return EngineImageError(err.node, f"dry-fire (dummy weights): {err}", step=step,
-                                hint=f"{err.hint} (the weights keep downloading meanwhile: "
-                                "`k3deploy status` shows how far)")
-    return StepFailed(err.node, f"dry-fire (dummy weights): {err}", step=step, hint=HINT)
+    image = isinstance(err, EngineImageError)   # its own fix; the download goes on meanwhile
+    hint = (f"{err.hint} (the weights keep downloading meanwhile: `k3deploy status` shows how "
+            "far)") if image else HINT
+    return (EngineImageError if image else StepFailed)(
+        err.node, f"dry-fire (dummy weights): {err}", step=step, hint=hint)

@@ -40,15 +40,19 @@ def hub_files(tb) -> dict[str, dict[str, int]]:
             for n in tb.nodes}
 
 
+def peer_served(tb) -> list[tuple[str, dict]]:
+    """(serving node, record) for every GET in every node's peer server log."""
+    return [(node, json.loads(line)) for node in tb.nodes for line in
+            tb.ssh(node, f"cat {WORK}/peer-served.jsonl 2>/dev/null").stdout.splitlines()]
+
+
 def received(tb) -> dict[str, dict[str, int]]:
     """node -> path -> bytes sent to it by the Hub and by every peer together."""
     got = hub_files(tb)
     by_ip, paths = {tb.address(n): n for n in tb.nodes}, etag_paths(tb)
-    for node in tb.nodes:
-        for line in tb.ssh(node, f"cat {WORK}/peer-served.jsonl 2>/dev/null").stdout.splitlines():
-            rec = json.loads(line)
-            files = got[by_ip[rec["client"]]]
-            files[paths[rec["etag"]]] = files.get(paths[rec["etag"]], 0) + rec["bytes"]
+    for _peer, rec in peer_served(tb):
+        files = got[by_ip[rec["client"]]]
+        files[paths[rec["etag"]]] = files.get(paths[rec["etag"]], 0) + rec["bytes"]
     return got
 
 
@@ -57,11 +61,9 @@ def senders(tb, node: str, paths: set[str]) -> dict[str, list]:
     log lines naming it."""
     hub, paths_of = hub_files(tb)[node], etag_paths(tb)
     out: dict[str, list] = {p: [f"hub: {hub.get(p, 0)}"] for p in paths}
-    for peer in tb.nodes:
-        for line in tb.ssh(peer, f"cat {WORK}/peer-served.jsonl 2>/dev/null").stdout.splitlines():
-            rec = json.loads(line)
-            if rec["client"] == tb.address(node) and paths_of[rec["etag"]] in paths:
-                out[paths_of[rec["etag"]]].append(f"{peer}: {rec}")
+    for peer, rec in peer_served(tb):
+        if rec["client"] == tb.address(node) and paths_of[rec["etag"]] in paths:
+            out[paths_of[rec["etag"]]].append(f"{peer}: {rec}")
     log = tb.ssh(node, f"cat {WORK}/download.log 2>/dev/null").stdout.splitlines()
     for path in paths:
         out[path].extend(line for line in log if path in line)

@@ -4,8 +4,12 @@ the engine's own list out; the model's parser refused -> a hint that names the i
 
 from __future__ import annotations
 
+import pytest
+
+from k3deploy.core.errors import EngineImageError
 from k3deploy.engines import parsers
 from k3deploy.engines.parsers import RejectedChoice
+from k3deploy.steps import raylayout
 from tests.realfix import real
 
 SGLANG = real("sglang/main-2025-08/tool-call-parser-invalid-choice.txt")
@@ -46,3 +50,12 @@ def test_the_models_parser_refused_names_the_image_and_what_its_engine_knows():
     stale = parsers.unknown_model_parser(bare, "lmsysorg/sglang:kimi-k3")
     assert "--tool-call-parser knows kimi_k2, llama3, qwen25, gpt-oss, not kimi_k3" in stale
     assert "`docker rmi lmsysorg/sglang:kimi-k3` on it" in stale, stale
+
+
+def test_a_ray_serve_that_refused_the_models_parser_is_the_images_fault():
+    # vLLM over Ray: the head's serve log (probes.engine_log) holds vLLM's own refusal
+    log = VLLM.replace("'llama3_json'", "'kimi_k3'")
+    with pytest.raises(EngineImageError) as failed:
+        raylayout.serve_alive(None, False, "node0", log, "vllm/vllm-openai:nightly")
+    assert failed.value.node == "node0" and "invalid choice: 'kimi_k3'" in str(failed.value)
+    assert "`docker rmi vllm/vllm-openai:nightly` on it" in failed.value.hint
