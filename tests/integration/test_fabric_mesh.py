@@ -20,6 +20,12 @@ def problems(proc) -> list[dict]:
 
 def test_check_fabric_names_the_links_of_the_slow_node_and_nothing_else(tmp_path):
     with testbed(tmp_path, nodes=4) as tb:
+        # The product's default 3 s per round, not the testbed's 1 s: the 2 cores the mesh
+        # shares with other tests' clusters halve a 1 s figure now and then, an even mesh then
+        # reads as uneven.
+        tb.inventory.write_text(tb.inventory.read_text().replace("fabric: {seconds: 1}",
+                                                                 "fabric: {seconds: 3}"))
+        assert "fabric: {seconds: 3}" in tb.inventory.read_text()
         even = k3("--log-json", "check", "--fabric", "-i", tb.inventory)
         assert even.returncode == 0, out(even)
         assert "fabric: 12 links measured" in out(even)
