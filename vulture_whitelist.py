@@ -55,3 +55,5 @@ SealCompileCache
 DryFireLaunch
 DryFireWait
 DryFireVerdict
+DryFireRayCluster
+DryFireStop

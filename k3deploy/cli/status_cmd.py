@@ -59,7 +59,7 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
              *cluster_state.live_probes(inv, inv.is_head(name), api_key)]
     if detail:
         probe += [probes.gpus(), *F.renamed(guard_step.guard_facts(inv), GUARD),
-                  *status_fabric.facts(inv)]
+                  *status_fabric.facts(inv, inv.is_head(name))]
     try:
         found = F.gather(session.conn(name), probe)
     except K3Error as err:

@@ -8,8 +8,8 @@ from k3deploy.facts.fabric import node_fabric
 from k3deploy.steps import fabric_check
 
 
-def facts(inv) -> list:
-    return fabric_check.transport_facts(inv)
+def facts(inv, is_head: bool) -> list:
+    return fabric_check.transport_facts(inv, is_head)
 
 
 def node_view(found: dict) -> dict:

@@ -19,11 +19,12 @@ from k3deploy.engines.ray import ray_head_container_argv, ray_worker_container_a
 from k3deploy.engines.sglang import (sglang_launch_argv, sglang_secret_config,
                                      sglang_secret_host_path)
 from k3deploy.engines.spec import CONFIG_LABEL, LaunchSpec
-from k3deploy.engines.vllm import (serve_log_host_path, vllm_exec_serve_argv, vllm_launch_argv,
-                                   vllm_secret_env, without_serve_log)
+from k3deploy.engines.vllm import (SERVE_EXITED, serve_log_host_path, vllm_exec_serve_argv,
+                                   vllm_launch_argv, vllm_secret_env, without_serve_log)
 
 __all__ = [
-    "CONFIG_LABEL", "FIELDS_LABEL", "ImageChoiceError", "LaunchSpec", "config_changes",
+    "CONFIG_LABEL", "FIELDS_LABEL", "ImageChoiceError", "LaunchSpec", "SERVE_EXITED",
+    "config_changes",
     "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv", "inventory_image",
     "node_launch_argvs", "ray_head_container_argv", "ray_worker_container_argv",
     "serve_log_host_path", "sglang_launch_argv", "sglang_secret_config",

@@ -50,6 +50,9 @@ STARTED = {"sglang": re.compile(r"Init torch distributed begin"),
            "vllm": re.compile(r"Starting to load model|Initializing a V1 LLM engine")}
 # A Python exception's last line ("ValueError: ...", "torch.OutOfMemoryError: ...") or
 # argparse's "prog: error: ..." (vLLM's subcommand parser's prog has a space: "vllm serve").
+# vLLM's "(APIServer pid=N) " and Ray's "(ActorName pid=N, ip=ADDR) " for a remote actor's
+# lines (vllm/logger.py _FORMAT; ray python/ray/_private/worker.py print_worker_logs).
+_PROCESS = re.compile(r"^(?:\((?:\S+ )?pid=\d+(?:, ip=[^)\s]+)?\)\s*)+")
 _ERROR = re.compile(r"^(?:[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)(?::.*)?|"
                     r"\S+(?: [a-z][\w-]*)?: error: .+|ERROR:\s+.+)$")
 
@@ -91,10 +94,11 @@ def progress_marker(text: str) -> str | None:
 
 
 def error_line(text: str) -> str | None:
-    """The engine's own error line: the last exception line (or argparse error) in the log."""
+    """The engine's own error line: the last exception line (or argparse error) in the log,
+    past vLLM's and Ray's process prefixes."""
     found = None
     for line in text.splitlines():
-        stripped = line.strip()
+        stripped = _PROCESS.sub("", line.strip())
         if _ERROR.match(stripped):
             found = stripped
     return found

@@ -16,8 +16,12 @@ from k3deploy.engines.spec import (SERVE_LOG_FILE, SERVE_LOG_MOUNT, FlagValue, L
 # The output of a detached `docker exec` reaches no log: `docker logs` holds the STDOUT and
 # STDERR of the container's main process (ENTRYPOINT/CMD) only (docs.docker.com/engine/
 # logging/, and .../commandline/attach/). So the serve writes it to a file in the node's
-# mounted serve-logs dir; each start begins the file anew.
-_TO_SERVE_LOG = f'exec "$@" >{SERVE_LOG_MOUNT}/{SERVE_LOG_FILE} 2>&1'
+# mounted serve-logs dir; each start begins the file anew. Nothing but this log tells that the
+# detached serve exited (Ray only frees what it held, and one that failed early held nothing):
+# the shell ends it with SERVE_EXITED and the status.
+SERVE_EXITED = "k3deploy: vllm serve exited with status"
+_SERVE_LOG = f"{SERVE_LOG_MOUNT}/{SERVE_LOG_FILE}"
+_TO_SERVE_LOG = f'"$@" >{_SERVE_LOG} 2>&1; echo "{SERVE_EXITED} $?" >>{_SERVE_LOG}'
 
 
 def vllm_serve_args(spec: LaunchSpec) -> list[str]:
@@ -65,8 +69,8 @@ def vllm_launch_argv(spec: LaunchSpec) -> list[str]:
 
 
 def vllm_exec_serve_argv(spec: LaunchSpec) -> list[str]:
-    """Multi-node: `docker exec -d NAME sh -c 'exec "$@" >LOG 2>&1' sh vllm serve ...` in the
-    Ray head container, its output in the mounted serve log (serve_log_host_path)."""
+    """Multi-node: `docker exec -d NAME sh -c '"$@" >LOG 2>&1; echo ...' sh vllm serve ...` in
+    the Ray head container, its output in the mounted serve log (serve_log_host_path)."""
     if not spec.is_head:
         raise SpecError(f"vllm serve runs on the head only, not rank {spec.node_rank}")
     if spec.serve_log_host_dir is None:

@@ -35,7 +35,7 @@ def node_probes(inv, is_head: bool, key: str | None,
     """The same facts the image and launch steps ask for (a batch runs each once); on the head
     one endpoint probe for the engine's version and any further `checks` (verify's)."""
     found = [probes.engine_container(inv), probes.engine_images(inv),
-             probes.gpus(), probes.nccl_transport(inv)]
+             probes.gpus(), probes.nccl_transport(inv, is_head)]
     return found + ([http_probe.fact("endpoint", inv, [*checks, ENDPOINT_CHECK], key)]
                     if is_head else [])
 

@@ -10,9 +10,13 @@ wait step's; they only decide whether a dry-fire is due, and name it in their er
 failure stops `up` (exit 1) naming the rank and the engine's own line; the detached download
 keeps running, so the fix costs no byte of it.
 
-Planned nothing: with --no-dry-fire, on one node (the real launch is as quick to tell), for
-multi-node vLLM (its group is Ray's: not covered), when the real group already runs with this
-configuration, or when a dry-fire of this configuration passed on this node (its report file).
+Multi-node vLLM runs its group over Ray: dry-fire-ray-cluster forms a Ray cluster of dry-fire
+containers first (the ray-cluster step's, with the dry-fire's spec), then dry-fire-launch execs
+`vllm serve --load-format dummy` on its head, as the real launch does.
+
+Planned nothing: with --no-dry-fire, on one node (the real launch is as quick to tell), when
+the real group already runs with this configuration, or when a dry-fire of this configuration
+passed on this node (its report file).
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ import dataclasses
 from k3deploy import engines
 from k3deploy.core.errors import EngineImageError, StepFailed
 from k3deploy.engines import dry_fire
-from k3deploy.steps import serves
+from k3deploy.steps import raylayout, serves
 from k3deploy.steps.base import wait
 from k3deploy.steps.dry_fire_rules import (HINT, SMALL_FILES, missing_small_files, passed_fact,
                                            skipped)
 from k3deploy.steps.launch import LaunchEngine
+from k3deploy.steps.ray_cluster import RayCluster
 from k3deploy.steps.wait import WaitHealthy
 
-class DryFireLaunch(LaunchEngine):
-    name = "dry-fire-launch"
+class _DummyWeights:
+    """The launch's spec with dummy weights; the nodes whose dry-fire this run started."""
 
     def prepare(self, run) -> None:
         super().prepare(run)
@@ -38,6 +43,10 @@ class DryFireLaunch(LaunchEngine):
 
     def adjust_spec(self, spec):
         return dry_fire.dry_fire_spec(spec)
+
+
+class DryFireLaunch(_DummyWeights, LaunchEngine):
+    name = "dry-fire-launch"
 
     def settle(self, all_facts, run) -> None:
         """Nothing: whether the real group is relaunched whole is the real launch's decision;
@@ -52,15 +61,10 @@ class DryFireLaunch(LaunchEngine):
 
     def facts_from(self, found, node):
         facts = super().facts_from(found, node)
-        real = LaunchEngine().spec(found, node)
-        config = facts["spec"].labels[engines.CONFIG_LABEL]
-        return {**facts, "real_config": real.labels[engines.CONFIG_LABEL],
-                "dry_fire_passed": config in (found.get("dry_fire_passed") or ())}
+        return {**facts, **_due_facts(found, facts["spec"], node)}
 
     def due(self, facts, node) -> bool:
-        if skipped(node.run) or facts.get("dry_fire_passed"):
-            return False
-        return not serves.runs_configuration(facts["container"], facts["real_config"])
+        return _due(facts, node)
 
     def plan(self, facts, node):
         if not self.due(facts, node):
@@ -70,12 +74,9 @@ class DryFireLaunch(LaunchEngine):
             return [wait(f"wait until {SMALL_FILES} ({len(missing)} to come)", SMALL_FILES,
                          poll=2.0, hint="the download of the small files is stuck: "
                          "`k3deploy status` shows the downloader's state")]
-        current = facts["container"]
-        if dry_fire.is_dry_fire(current) and node.name not in self._launched:
-            # A dry-fire is a fresh group: one left by an earlier run (a rank failed, the rest
-            # wait for it in vain) is replaced on every node.
-            facts = {**facts, "container": dataclasses.replace(current, running=False)}
-        return super().plan(facts, node)
+        if raylayout.in_use(node.inv):   # its containers are dry-fire-ray-cluster's, fresh
+            return super().plan(facts, node)
+        return super().plan(_fresh(facts, node, self._launched), node)
 
     def apply(self, node, actions):
         if actions and actions[0].wait and actions[0].wait.until == SMALL_FILES:
@@ -83,6 +84,36 @@ class DryFireLaunch(LaunchEngine):
             actions = self.plan(facts, node)
         # Before the start wait: from here on the dry-fire running is this run's own, which the
         # wait's plan must wait for, not replace.
+        self._launched.add(node.name)
+        try:
+            super().apply(node, actions)
+        except StepFailed as err:
+            raise _named(err, self.name) from None
+
+
+class DryFireRayCluster(_DummyWeights, RayCluster):
+    """Multi-node vLLM: the Ray cluster of the dry-fire's containers (its spec and label), head
+    first, the workers joining one by one; dry-fire-launch then execs the serve on its head."""
+
+    name = "dry-fire-ray-cluster"
+
+    def probes(self, node):
+        found = super().probes(node)
+        return [*found, passed_fact(node.inv)] if found and not skipped(node.run) else found
+
+    def facts_from(self, found, node):
+        facts = super().facts_from(found, node)
+        if not facts["ray_layout"] or skipped(node.run):
+            return {**facts, "due": False}
+        due_facts = _due_facts(found, facts["spec"], node)
+        return {**facts, **due_facts, "due": _due({**facts, **due_facts}, node)}
+
+    def plan(self, facts, node):
+        if not facts["due"]:
+            return []
+        return super().plan(_fresh(facts, node, self._launched), node)
+
+    def apply(self, node, actions):
         self._launched.add(node.name)
         try:
             super().apply(node, actions)
@@ -113,3 +144,26 @@ def _named(err: StepFailed, step: str) -> StepFailed:
             "far)") if image else HINT
     return (EngineImageError if image else StepFailed)(
         err.node, f"dry-fire (dummy weights): {err}", step=step, hint=hint)
+
+
+def _due_facts(found: dict, spec, node) -> dict:
+    """The real launch's configuration label, and whether a dry-fire of `spec` passed here."""
+    real = LaunchEngine().spec(found, node)
+    return {"real_config": real.labels[engines.CONFIG_LABEL],
+            "dry_fire_passed": spec.labels[engines.CONFIG_LABEL] in
+            (found.get("dry_fire_passed") or ())}
+
+
+def _due(facts: dict, node) -> bool:
+    if skipped(node.run) or facts.get("dry_fire_passed"):
+        return False
+    return not serves.runs_configuration(facts["container"], facts["real_config"])
+
+
+def _fresh(facts: dict, node, launched: set[str]) -> dict:
+    """A dry-fire is a fresh group: one left by an earlier run (a rank failed, the rest wait
+    for it in vain) is replaced on every node; this run's own is kept."""
+    current = facts["container"]
+    if dry_fire.is_dry_fire(current) and node.name not in launched:
+        return {**facts, "container": dataclasses.replace(current, running=False)}
+    return facts

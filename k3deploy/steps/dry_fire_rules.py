@@ -9,7 +9,6 @@ from k3deploy.cluster.hubmeta import small_files
 from k3deploy.node import facts as F
 from k3deploy.remote import protocol
 from k3deploy.remote.protocol import WorkPaths
-from k3deploy.steps import raylayout
 
 SMALL_FILES = "config, tokenizer and the model's code are on the node"
 HINT = ("the weights keep downloading (`k3deploy status` shows how far); fix what the engine "
@@ -22,8 +21,6 @@ def skipped(run) -> str | None:
         return "--no-dry-fire"
     if len(run.inv.nodes) < 2:
         return "one node: the real launch tells as quickly"
-    if raylayout.in_use(run.inv):
-        return "multi-node vLLM runs its group over Ray: no dry-fire"
     return None
 
 

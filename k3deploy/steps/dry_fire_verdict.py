@@ -1,11 +1,15 @@
-"""dry-fire: the verdict on a dry-fire group that serves (steps/dry_fire.py started it).
+"""dry-fire: the verdict on a dry-fire group that serves (steps/dry_fire.py started it), and
+dry-fire-stop, which removes its containers once every node reported.
 
 Head first, while every rank still runs: one chat completion through the endpoint; then on
 every node: what the engine reached (each GPU's memory in use: SGLang allocates its weights
-and whole KV pool before it serves, so it is the start-up's peak; the start-up phases' times
-from its log, engines/startup_phases.py), the compile cache sealed (the dry-fire's key is the
-real launch's, engines/dry_fire.py: the real launch then compiles nothing), the report kept on
-the node (it makes a re-run's dry-fire plan nothing), and the dry-fire's container removed.
+and whole KV pool before it serves, vLLM its KV cache, so it is the start-up's peak; the
+start-up phases' times from its log, engines/startup_phases.py; the transport NCCL chose,
+facts/nccl.py), the compile cache sealed (the dry-fire's key is the real launch's,
+engines/dry_fire.py: the real launch then compiles nothing; Ray's containers have none), and
+the report kept on the node (it makes a re-run's dry-fire plan nothing). The containers are
+removed in a step of their own: a rank's report is taken while every other rank still runs
+(over Ray, the head's container going takes the workers' ranks with it).
 """
 
 from __future__ import annotations
@@ -19,26 +23,21 @@ from k3deploy.engines import dry_fire, startup_phases
 from k3deploy.node import apikey, http_probe
 from k3deploy.node import facts as F
 from k3deploy.steps import probes
-from k3deploy.steps.base import Action, cmd, upload
+from k3deploy.steps.base import Action, Step, cmd, upload
 from k3deploy.steps.compile_cache_seal import SealCompileCache
-from k3deploy.steps.dry_fire_rules import HINT, report_path
+from k3deploy.steps.dry_fire_rules import HINT, passed_fact, report_path
 
 LOG_LINES = 400
 REQUEST = "request"
 
 
-def nccl_transport(log: str) -> str | None:
-    """The transport NCCL chose, from its init lines in the engine's log: the fabric's reader
-    (issue 32 item 2) answers this; None until the log is read for it."""
-    del log
-    return None
-
-
 def node_report(facts: dict, config: str) -> dict:
     gpus = facts.get("gpus") or []
+    nccl = facts.get("nccl")
     return {"config": config, "gpu_used_mib": [g["used_mib"] for g in gpus],
             "phases_s": startup_phases.phases(facts.get("log") or ""),
-            "nccl_transport": nccl_transport(facts.get("log") or ""), "at": time.time()}
+            "nccl_transport": nccl.transport if nccl else None,
+            "nccl_devices": list(nccl.devices) if nccl else [], "at": time.time()}
 
 
 class DryFireVerdict(SealCompileCache):
@@ -51,18 +50,22 @@ class DryFireVerdict(SealCompileCache):
         self._started, self._reports, self._answers = time.time(), {}, {}
 
     def probes(self, node):
-        return [*super().probes(node), probes.gpus(),
-                probes.engine_log(node.inv, node.is_head, tail=LOG_LINES)]
+        return [*super().probes(node), probes.gpus(), passed_fact(node.inv),
+                probes.engine_log(node.inv, node.is_head, tail=LOG_LINES),
+                probes.nccl_transport(node.inv, node.is_head)]
 
     def facts_from(self, found, node):
         facts = super().facts_from(found, node)
-        return {**facts, "gpus": found.get("gpus"), "log": found.get("log") or ""}
+        return {**facts, "gpus": found.get("gpus"), "log": found.get("log") or "",
+                "nccl": found.get("nccl"), "dry_fire_passed": found.get("dry_fire_passed") or []}
 
     def plan(self, facts, node):
         current = facts["container"]
         if not (dry_fire.is_dry_fire(current) and current.running):
             return []
         config = current.labels.get(engines.CONFIG_LABEL, "unknown")
+        if config in facts["dry_fire_passed"]:
+            return []
         report = node_report(facts, config)
         head = [Action("send one chat completion to the dry-fire's endpoint", tag=REQUEST)] \
             if node.is_head else []
@@ -70,9 +73,7 @@ class DryFireVerdict(SealCompileCache):
                 cmd("create the dry-fire reports dir", "install", "-d", "-m", "755",
                     report_path(node.inv, config).rsplit("/", 1)[0], sudo=True, retry=True),
                 upload("keep the dry-fire's report", report_path(node.inv, config),
-                       json.dumps(report, sort_keys=True), mode=0o644, sudo=True),
-                cmd("stop the dry-fire's engine", *engines.docker_rm_argv(current_name(node)),
-                    sudo=True, retry=True)]
+                       json.dumps(report, sort_keys=True), mode=0o644, sudo=True)]
 
     def apply(self, node, actions):
         if actions and actions[0].tag == REQUEST:
@@ -103,15 +104,29 @@ class DryFireVerdict(SealCompileCache):
             return []
         seconds = getattr(self, "_verdict_at", time.time()) - self._started
         lines = [f"dry-fire: the group served with dummy weights and answered a chat "
-                 f"completion {seconds:.0f}s after up began; caches sealed, engines stopped"]
+                 f"completion {seconds:.0f}s after up began"]
         for name, report in self._reports.items():
             used = report.get("gpu_used_mib") or []
             peak = f"{max(used) / 1024:.1f} GiB" if used else "?"
             phases = ", ".join(f"{k} {v:.0f}s" for k, v in report.get("phases_s", {}).items())
+            nccl = report.get("nccl_transport")
             lines.append(f"{'':>10}{name}: GPU memory up to {peak} on {len(used)} GPUs"
+                         + (f"; NCCL over {nccl}" if nccl else "")
                          + (f"; {phases}" if phases else ""))
         return lines
 
 
-def current_name(node) -> str:
-    return node.inv.engine.container
+class DryFireStop(Step):
+    """The dry-fire's containers, removed on every node once the verdict is kept (a failed
+    dry-fire's stay for `k3deploy logs`; the real launch replaces them)."""
+
+    name = "dry-fire-stop"
+
+    def probes(self, node):
+        return [probes.engine_container(node.inv)]
+
+    def plan(self, facts, node):
+        if not dry_fire.is_dry_fire(facts["container"]):
+            return []
+        return [cmd("stop the dry-fire's engine",
+                    *engines.docker_rm_argv(node.inv.engine.container), sudo=True, retry=True)]

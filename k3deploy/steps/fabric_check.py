@@ -116,8 +116,8 @@ def socket_warning(transports: dict[str, str | None], with_hcas: list[str]) -> s
     return None
 
 
-def transport_facts(inv) -> list[F.Fact]:
-    return [probes.nccl_transport(inv), *probes.fabric_facts()]
+def transport_facts(inv, is_head: bool) -> list[F.Fact]:
+    return [probes.nccl_transport(inv, is_head), *probes.fabric_facts()]
 
 
 def transport_lines(all_facts) -> list[str]:

@@ -174,6 +174,11 @@ class LaunchEngine(Step):
         if not state or not state.running:
             raise _died(node, state, facts.get("log") or "")
 
+    def progress(self, facts, node):
+        if "ray" in facts:   # over Ray, on the head: the detached serve may have exited
+            raylayout.check_serve_running(facts, node.inv, self.name)
+        return None
+
     def show_progress(self, facts, node):
         """Waiting over Ray: each new count `ray status` reports (it lags the cluster)."""
         line = raylayout.whole_problem(facts["ray"], node.inv) if "ray" in facts else None

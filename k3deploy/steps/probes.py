@@ -119,12 +119,17 @@ def engine_container(inv) -> F.Fact:
     return F.from_probe(docker.container_probe(inv.engine.container, candidate_images(inv)))
 
 
+def serve_log_path(inv) -> str:
+    """Where the head's exec'd `vllm serve` writes its output (engines/vllm.py)."""
+    return serve_log_host_path(spec_from_inventory.serve_log_dir(inv))
+
+
 def serve_log(inv, is_head: bool, tail: int | None = None, name: str = "serve") -> F.Fact | None:
     """Over Ray the head's engine is the exec'd `vllm serve`: its output is in the serve log
     file (docker logs there shows `ray start`). None on every other node and layout."""
     if not (is_head and inventory_runs_over_ray(inv)):
         return None
-    path = serve_log_host_path(spec_from_inventory.serve_log_dir(inv))
+    path = serve_log_path(inv)
     argv = ["tail", "-n", str(tail), path] if tail is not None else ["cat", path]
     return F.command(name, argv, F.raw, sudo=True)
 
@@ -177,11 +182,13 @@ def fabric_facts() -> list[F.Fact]:
     return [F.from_probe(p) for p in fabric.probes()]
 
 
-def nccl_transport(inv) -> F.Fact:
-    """NCCL's init lines in the engine container's log -> facts/nccl.NcclTransport or None.
-    Only the matching lines travel (a rank's log is long); none: NCCL not initialised yet."""
-    argv = docker_logs_argv(inv.engine.container)
-    script = (f"{shlex.join(argv)} 2>&1 | grep -E {shlex.quote(nccl.LOG_PATTERN)} | tail -n 40")
+def nccl_transport(inv, is_head: bool = False) -> F.Fact:
+    """NCCL's init lines in the engine's log (serve_log's file on a Ray head, whose serve
+    prints its Ray workers' lines too) -> facts/nccl.NcclTransport or None. Only the matching
+    lines travel (a rank's log is long); none: NCCL not initialised yet."""
+    log = serve_log(inv, is_head)
+    read = log.script if log else shlex.join(docker_logs_argv(inv.engine.container))
+    script = (f"{read} 2>&1 | grep -E {shlex.quote(nccl.LOG_PATTERN)} | tail -n 40")
     return F.Fact("nccl", script, lambda out, code: nccl.parse_transport(out), sudo=True)
 
 

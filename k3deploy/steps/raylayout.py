@@ -40,6 +40,8 @@ SETTLE_SECONDS = 60.0
 _GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b(?:\s*\(([0-9.]+) used of ([0-9.]+) "
                         r"reserved in placement groups\))?", re.M)
 _ACTIVE_NODE = re.compile(r"^\s*(\d+)\s+\S+\s*$")   # " 1 node_<id>" or " 2 <node type>"
+_EXITED = re.compile(re.escape(engines.SERVE_EXITED) + r" (\d+)")
+_ERROR_LINE = re.compile(r"\((?:\S+ )?pid=\d+(?:, ip=([0-9a-fA-F.:]+))?\) ERROR ")
 SERVE_START_SECONDS = 300.0  # real vLLM imports torch and reads the config before placing
 SERVE_GONE_HINT = ("`k3deploy logs -i INV` saves the head's serve log (the exec'd serve writes "
                    "it to the serve-logs dir in the node's work dir); fix what it names")
@@ -130,8 +132,15 @@ def launch_plan(facts, node) -> list[Action]:
     if not node.is_head or serve_running(facts["ray"], facts["healthy"]):
         return []
     problem = whole_problem(facts["ray"], node.inv)
-    serve = [serve_action(spec), serve_wait()]
-    return [settle_wait(problem, node.inv), *serve] if problem else serve
+    # An earlier serve's log may end in its exit line: gone before anything is awaited, so
+    # the exit line launch reads while it waits is this serve's.
+    serve = [clear_log_action(node.inv), serve_action(spec), serve_wait()]
+    return [serve[0], settle_wait(problem, node.inv), *serve[1:]] if problem else serve
+
+
+def clear_log_action(inv) -> Action:
+    return cmd("clear the previous serve's log", "rm", "-f", probes.serve_log_path(inv),
+               sudo=True, retry=True)
 
 
 def settle_wait(problem: str, inv) -> Action:
@@ -156,14 +165,48 @@ def serve_wait() -> Action:
                 hint=SERVE_GONE_HINT)
 
 
-def serve_alive(status: dict | None, healthy: bool, head: str, log: str = "",
+def serve_alive(status: dict | None, healthy: bool, inv, log: str = "",
                 image: str | None = None) -> bool:
     """During wait: True while the serve holds the GPUs; StepFailed once it let them go
     without answering (it exited), instead of waiting out the timeout; with its error line."""
     if serve_running(status, healthy):
         return True
+    raise serve_failed(inv, "is not running (Ray holds none of the GPUs and the endpoint does "
+                       "not answer)", "wait", log, image)
+
+
+def check_serve_running(facts: dict, inv, step: str) -> None:
+    """While launch waits on the head: StepFailed once the serve's log ends in its exit line
+    (one that fails before Ray placed its ranks held nothing `ray status` would show)."""
+    log = facts.get("log") or ""
+    code = serve_exited(log)
+    if code is not None:
+        image = facts["container"].image if facts.get("container") else None
+        raise serve_failed(inv, f"exited ({code}) during its start-up", step, log, image)
+
+
+def serve_exited(log: str) -> int | None:
+    """The detached serve's exit status, from the line its shell appends (engines.vllm
+    SERVE_EXITED); None while it runs."""
+    found = _EXITED.findall(log)
+    return int(found[-1]) if found else None
+
+
+def blamed_node(log: str, inv) -> str | None:
+    """The node of the serve log's last ERROR line when a remote Ray actor printed it: Ray
+    prefixes what a remote actor prints with "(ActorName pid=N, ip=ADDR)", a local one's
+    without ip= (ray python/ray/_private/worker.py print_worker_logs). None: the head's own."""
+    found = [m.group(1) for m in _ERROR_LINE.finditer(log)]
+    by_ip = {n.self_ip: n.name for n in inv.nodes} | {n.address: n.name for n in inv.nodes}
+    return by_ip.get(found[-1]) if found and found[-1] else None
+
+
+def serve_failed(inv, what: str, step: str, log: str, image: str | None):
+    """The serve gone: blamed on the node a Ray actor's error line names, else the head."""
     said = startup_log.error_line(log)
-    raise probes.engine_exit(head, "vllm serve in the Ray head is not running (Ray holds none "
-                             "of the GPUs and the endpoint does not answer)"
-                             + (f": {said}" if said else ""), "wait", log, image,
-                             SERVE_GONE_HINT)
+    node = blamed_node(log, inv) or inv.head.name
+    where = "" if node == inv.head.name else f" (the failing ranks ran on {node})"
+    return probes.engine_exit(node, f"vllm serve in the Ray head {what}{where}"
+                              + (f": {said}" if said else "") + "\nthe end of its log:\n"
+                              + "\n".join(log.splitlines()[-12:]), step, log, image,
+                              SERVE_GONE_HINT)

@@ -132,7 +132,7 @@ class WaitHealthy(Step):
             # Its ranks being placed on every node (Ray holds the GPUs) is the sign the
             # group formed, and losing them without answering means the serve exited.
             image = head["container"].image if head["container"] else None
-            self._formed = raylayout.serve_alive(head["ray"], head["healthy"], run.inv.head.name,
+            self._formed = raylayout.serve_alive(head["ray"], head["healthy"], run.inv,
                                                  head["log"], image) or self._formed
         if not self._formed and looked_at - self._moved_at > self.p.form_timeout:
             raise StepFailed(run.inv.head.name, "the process group did not form within "

@@ -17,6 +17,7 @@ import yaml
 from k3deploy.cluster import inventory
 from k3deploy.node.apikey import key_path
 from k3deploy.core.state import state_dir_for
+from k3deploy.remote.protocol import WorkPaths
 from k3run import CLI_TIMEOUT, bounded_run
 from tbfixture import testbed
 
@@ -124,7 +125,15 @@ def test_b300_sglang_single_node(tmp_path):
 
 
 def test_b200_two_nodes_vllm_over_ray(tmp_path):
-    with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm") as tb:
+    with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm",
+                 overrides={"node1": {"engine_fault": "oom"}}) as tb:
+        # The dry-fire's Ray group meets the worker's KV cache fault before any weight is read.
+        failed = k3deploy("up", "-i", str(tb.inventory))
+        out = " ".join((failed.stdout + failed.stderr).split())   # as one line, unwrapped
+        assert failed.returncode == 1 and "dry-fire (dummy weights)" in out, out
+        assert "[node1/dry-fire-launch]" in out and "failing ranks ran on node1" in out, out
+        assert "No available memory for the cache blocks" in out, out
+        tb.fault("engine-fault", "node1", "none")
         inv, first = bring_up_verify_tear_down(tb)
         assert first["node0"]["ray-cluster"] == first["node1"]["ray-cluster"] == "changed"
         # The detached serve's output (docker logs holds only `ray start`'s): saved by down.
@@ -136,7 +145,16 @@ def test_b200_two_nodes_vllm_over_ray(tmp_path):
         assert first["node1"]["launch"] == "ok"                  # workers run nothing more
         calls = {n: [c["argv"] for c in per["calls"]] for n, per in tb.stats()["nodes"].items()}
         serves = [a for a in calls["node0"] if a[:3] == ["docker", "exec", "-d"]]
-        assert len(serves) == 1 and serves[0][8:10] == ["vllm", "serve"]
+        # The dry-fire's serves (dummy weights, in their own Ray cluster: the one the fault
+        # stopped, the one that passed), then the real one.
+        assert all(a[8:10] == ["vllm", "serve"] for a in serves), serves
+        assert [" ".join(a).count("--load-format dummy") for a in serves] == [1, 1, 0]
+        assert {per["dry-fire"] for per in first.values()} == {"changed"}
+        assert {per["dry-fire-stop"] for per in first.values()} == {"changed"}
+        for node in tb.nodes:   # each rank's report, taken while the whole group still ran
+            report = json.loads(tb.ssh(node, f"cat {WorkPaths(inv.paths.work).work}/dry-fire/"
+                                             "*.json").stdout)
+            assert len(report["gpu_used_mib"]) == 8 and min(report["gpu_used_mib"]) > 0, report
         assert not [a for a in calls["node1"] if a[:3] == ["docker", "exec", "-d"]]
         head_run = next(a for a in calls["node0"] if a[:2] == ["docker", "run"])
         worker_run = next(a for a in calls["node1"] if a[:2] == ["docker", "run"])

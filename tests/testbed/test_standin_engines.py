@@ -159,6 +159,21 @@ def test_crash_after_seconds_exits_1_with_a_traceback(cluster, tmp_path):
     assert "Traceback (most recent call last)" in log and "illegal memory access" in log
 
 
+def test_redirect_then_echo_appends_the_exit_status_as_sh_does(cluster, tmp_path):
+    """`sh -c '"$@" >FILE 2>&1; echo "TEXT $?" >>FILE' sh CMD...`: CMD runs as the shell's
+    child; once it exited, TEXT and its status follow its output in FILE."""
+    logs = tmp_path / "serve-logs"
+    logs.mkdir()
+    wrapped = ["sh", "-c", '"$@" >/k3/logs/out.log 2>&1; echo "serve exited with status $?" '
+               '>>/k3/logs/out.log', "sh", "vllm", "serve", "moonshotai/Kimi-K3", "--tp-sizee", "8"]
+    result = cluster.run(make_node(tmp_path, "node0"), wrapped, image=VLLM_IMAGE,
+                         mounts=[{"host": str(logs), "container": "/k3/logs", "ro": False}])
+    assert result.returncode == 2 and result.stdout == result.stderr == ""
+    lines = (logs / "out.log").read_text().splitlines()
+    assert "unrecognized arguments: --tp-sizee" in lines[-2] and \
+        lines[-1] == "serve exited with status 2", lines
+
+
 def test_exec_redirect_writes_the_output_through_the_mount(cluster, tmp_path):
     """`sh -c 'exec "$@" >FILE 2>&1' sh CMD...` (how launch runs the detached vllm serve):
     CMD's stdout and stderr go to FILE on the node, nothing to the caller's streams."""

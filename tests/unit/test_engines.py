@@ -225,9 +225,10 @@ def test_b200_ray_head_worker_and_serve():
     assert head_argv[mount - 1] == "-v"
     assert not any("serve-logs" in t for t in worker_argv)
     serve = engines.vllm_exec_serve_argv(head)
+    log = "/k3deploy/serve-logs/vllm-serve.log"
     assert serve[:10] == ["docker", "exec", "-d", "k3", "sh", "-c",
-                          'exec "$@" >/k3deploy/serve-logs/vllm-serve.log 2>&1', "sh",
-                          "vllm", "serve"]
+                          f'"$@" >{log} 2>&1; echo "k3deploy: vllm serve exited with status $?" '
+                          f'>>{log}', "sh", "vllm", "serve"]
     assert engines.serve_log_host_path(SERVE_LOGS) == f"{SERVE_LOGS}/vllm-serve.log"
     p = pairs(serve)
     assert ("--data-parallel-size", "16") in p and ("--enable-expert-parallel", None) in p

@@ -79,7 +79,9 @@ def test_b200_runs_ray_head_serve_and_one_worker():
                          "--node-ip-address=192.0.2.10"]
     assert serve[:4] == ["docker", "exec", "-d", "k3"] and _flag(serve, "--data-parallel-size") == "16"
     assert "--address=192.0.2.10:6379" in worker
-    assert serve[4:7] == ["sh", "-c", 'exec "$@" >/k3deploy/serve-logs/vllm-serve.log 2>&1']
+    log = "/k3deploy/serve-logs/vllm-serve.log"
+    assert serve[4:7] == ["sh", "-c", f'"$@" >{log} 2>&1; echo "k3deploy: vllm serve exited with '
+                          f'status $?" >>{log}']
 
 
 def test_the_engine_log_over_ray_is_the_heads_serve_log_file():

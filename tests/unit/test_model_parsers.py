@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import pytest
 
+from k3deploy.cluster import inventory
 from k3deploy.core.errors import EngineImageError
 from k3deploy.engines import parsers
 from k3deploy.engines.parsers import RejectedChoice
 from k3deploy.steps import raylayout
 from tests.realfix import real
 
+B200 = inventory.parse({"cluster": "b200", "engine": {"kind": "vllm"},
+                        "gpu": {"model": "b200", "count": 8},
+                        "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"}
+                                  for i in range(2)]})
 SGLANG = real("sglang/main-2025-08/tool-call-parser-invalid-choice.txt")
 VLLM = real("vllm/0.6.2/tool-call-parser-invalid-choice.txt")
 
@@ -56,6 +61,6 @@ def test_a_ray_serve_that_refused_the_models_parser_is_the_images_fault():
     # vLLM over Ray: the head's serve log (probes.engine_log) holds vLLM's own refusal
     log = VLLM.replace("'llama3_json'", "'kimi_k3'")
     with pytest.raises(EngineImageError) as failed:
-        raylayout.serve_alive(None, False, "node0", log, "vllm/vllm-openai:nightly")
+        raylayout.serve_alive(None, False, B200, log, "vllm/vllm-openai:nightly")
     assert failed.value.node == "node0" and "invalid choice: 'kimi_k3'" in str(failed.value)
     assert "`docker rmi vllm/vllm-openai:nightly` on it" in failed.value.hint

@@ -14,6 +14,7 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
+from k3deploy.engines import startup_log
 from k3deploy.steps import raylayout
 from k3deploy.steps.launch import LaunchEngine
 from k3deploy.steps.ray_cluster import RayCluster
@@ -39,6 +40,10 @@ def status_text(nodes: int, gpus: float, used: float = 0.0) -> str:
 def b200_doc(nodes: int = 2, kind: str = "vllm") -> dict:
     return {"cluster": "b200", "engine": {"kind": kind}, "gpu": {"model": "b200", "count": 8},
             "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"} for i in range(nodes)]}
+
+
+def b200(nodes: int = 2) -> inventory.Inventory:
+    return inventory.parse(b200_doc(nodes))
 
 
 def ctx_for(tmp_path, rank=0, doc=None, check=False, conns=None):
@@ -79,7 +84,9 @@ def test_launch_execs_serve_on_the_head_once_every_node_joined(tmp_path):
     ctx = ctx_for(tmp_path)
     actions = LaunchEngine().plan(facts_for(ctx, ray={"nodes": 2, "gpus": 16.0,
                                                       "gpus_used": 0.0}), ctx)
-    serve, placed = actions
+    clear, serve, placed = actions
+    # An earlier serve's exit line is gone before this serve is awaited.
+    assert clear.argv[:2] == ("rm", "-f") and clear.argv[2].endswith("/vllm-serve.log")
     assert list(serve.argv[:5]) == ["docker", "exec", "-d", "k3", "sh"] and serve.sudo
     assert list(serve.argv[8:10]) == ["vllm", "serve"]
     assert KEY not in " ".join(serve.argv)
@@ -91,13 +98,14 @@ def test_launch_waits_for_ray_status_to_count_every_node_before_serving(tmp_path
     """`ray status` lags the cluster (one report every 5 s): a partial count is a wait the
     runner executes, bounded, with the serve after it, not a failure."""
     ctx = ctx_for(tmp_path)
-    settle, serve, placed = LaunchEngine().plan(
+    clear, settle, serve, placed = LaunchEngine().plan(
         facts_for(ctx, ray={"nodes": 1, "gpus": 8.0, "gpus_used": 0}), ctx)
+    assert clear.argv[:2] == ("rm", "-f")
     assert settle.wait and settle.wait.timeout == raylayout.SETTLE_SECONDS
     assert "2 nodes and 16 GPUs" in settle.wait.until and "Ray has 1 of 2 nodes" in settle.wait.hint
     assert list(serve.argv[8:10]) == ["vllm", "serve"] and placed.wait
     fresh = {"nodes": 0, "gpus": 0.0, "gpus_used": 0.0, "reported": False}
-    assert LaunchEngine().plan(facts_for(ctx, ray=fresh), ctx)[0].waits_for(settle.wait)
+    assert LaunchEngine().plan(facts_for(ctx, ray=fresh), ctx)[1].waits_for(settle.wait)
 
 
 def test_launch_leaves_a_running_serve_alone_and_workers_run_nothing(tmp_path):
@@ -119,9 +127,9 @@ def test_a_serve_whose_placement_groups_reserve_idle_gpus_holds_them_through_its
     reserved = {"nodes": 2, "gpus": 16.0, "gpus_used": 0.0, "gpus_reserved": 16.0,
                 "reported": True}
     assert LaunchEngine().plan(facts_for(ctx, ray=reserved, healthy=False), ctx) == []
-    assert raylayout.serve_alive(reserved, healthy=False, head="node0")
+    assert raylayout.serve_alive(reserved, healthy=False, inv=b200())
     with pytest.raises(StepFailed, match="not running"):
-        raylayout.serve_alive({**reserved, "gpus_reserved": 0.0}, healthy=False, head="node0")
+        raylayout.serve_alive({**reserved, "gpus_reserved": 0.0}, healthy=False, inv=b200())
 
 
 def test_launch_without_the_ray_container_points_at_ray_cluster(tmp_path):
@@ -176,18 +184,58 @@ def test_ray_cluster_same_config_is_left_alone_other_needs_replace(tmp_path):
 
 def test_wait_fails_fast_once_the_serve_let_go_of_the_gpus():
     held = raylayout.parse_status(status_text(2, 16.0, 16.0), 0)
-    assert raylayout.serve_alive(held, False, "node0") is True
-    assert raylayout.serve_alive(raylayout.parse_status(status_text(2, 16.0), 0), True, "node0")
+    assert raylayout.serve_alive(held, False, b200()) is True
+    assert raylayout.serve_alive(raylayout.parse_status(status_text(2, 16.0), 0), True, b200())
     gone = raylayout.parse_status(status_text(2, 16.0), 0)
     with pytest.raises(StepFailed, match="vllm serve in the Ray head is not running"):
-        raylayout.serve_alive(gone, False, "node0")
+        raylayout.serve_alive(gone, False, b200())
     # The serve log (its own output, from the serve-logs file) names why: the exception
     # vLLM's engine start-up raises (v1/engine/utils.py wait_for_engine_startup).
     said = ("RuntimeError: Engine core initialization failed. See root cause above. "
             "Failed core proc(s): {}")
     log = f"(APIServer pid=7) INFO 12-01 20:47:58 [launcher.py:367] ...\n{said}\n"
     with pytest.raises(StepFailed, match=r"not answer\): RuntimeError: Engine core init"):
-        raylayout.serve_alive(gone, False, "node0", log)
+        raylayout.serve_alive(gone, False, b200(), log)
+
+
+TWO_NODE_LOG = real("vllm/0.11.0/ray-dp-two-nodes-serve.txt")
+
+
+def kuberay_nodes() -> inventory.Inventory:
+    """The two nodes of the published log: the serve on 10.233.68.19, DP rank 1 on .69.249."""
+    return inventory.parse({**b200_doc(), "nodes": [
+        {"name": "head", "address": "192.0.2.1", "private_address": "10.233.68.19"},
+        {"name": "gpu-b", "address": "192.0.2.2", "private_address": "10.233.69.249"}]})
+
+
+def test_a_remote_ranks_error_line_names_its_node_by_rays_ip_prefix():
+    inv = kuberay_nodes()
+    # The real log's last ERROR line is the head's own rank's (no ip=): no other node to blame.
+    assert raylayout.blamed_node(TWO_NODE_LOG, inv) is None
+    # Up to the remote rank's ERROR line: its ip= names the node.
+    remote = TWO_NODE_LOG.split("(APIServer pid=5332) (DPEngineCoreActor pid=5862) ERROR")[0]
+    assert raylayout.blamed_node(remote, inv) == "gpu-b"
+    assert startup_log.error_line(
+        "(APIServer pid=7) (DPEngineCoreActor pid=9, ip=10.233.69.249) ValueError: No room"
+    ) == "ValueError: No room"
+
+
+def test_launch_fails_once_the_serve_log_ends_in_its_exit_line(tmp_path):
+    """A serve that fails before Ray placed its ranks holds nothing `ray status` shows: the
+    exit line its shell appends (engines.vllm.SERVE_EXITED) ends launch's wait at once, blamed
+    on the node whose rank failed."""
+    ctx = ctx_for(tmp_path)
+    whole = raylayout.parse_status(status_text(2, 16.0), 0)
+    log = ("(APIServer pid=7) (DPEngineCoreActor pid=9, ip=10.0.0.11) ERROR 12-04 10:00:00 "
+           "[core.py:708] EngineCore failed to start.\n(APIServer pid=7) (DPEngineCoreActor "
+           "pid=9, ip=10.0.0.11) ValueError: No available memory for the cache blocks.\n"
+           f"{engines.SERVE_EXITED} 1\n")
+    facts = {**facts_for(ctx, ray=whole, healthy=False), "log": log}
+    with pytest.raises(StepFailed, match=r"exited \(1\) during its start-up") as failed:
+        LaunchEngine().progress(facts, ctx)
+    assert failed.value.node == "node1" and "No available memory" in str(failed.value)
+    assert raylayout.serve_exited(log) == 1 and raylayout.serve_exited(log[:-30]) is None
+    assert LaunchEngine().progress({**facts, "log": log[:-30]}, ctx) is None
 
 
 # -- verify: vLLM's reply shapes ----------------------------------------------------------
@@ -232,7 +280,8 @@ def test_the_runner_waits_through_ray_status_lag_then_serves(tmp_path, monkeypat
 
     step = Lagging()
     settle = step.plan(facts_for(ctx, ray={"nodes": 0, "gpus": 0.0, "gpus_used": 0.0,
-                                           "reported": False}), ctx)[0]
+                                           "reported": False}), ctx)[1]
     seen = ctx.run.waiter(step, ctx, settle.wait)
     assert reports == [] and seen["ray"]["nodes"] == 2
-    assert [a.argv[8:10] for a in step.plan(seen, ctx) if a.argv] == [("vllm", "serve")]
+    assert [a.argv[8:10] for a in step.plan(seen, ctx) if a.argv and a.argv[0] == "docker"] \
+        == [("vllm", "serve")]

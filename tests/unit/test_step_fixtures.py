@@ -116,9 +116,9 @@ def launch_plan(facts, ctx, case):
 
 
 def dry_fire_launch_plan(facts, ctx, case):
-    """dry-fire-launch: the launch's facts for its dummy-weights spec; "<dry-config>" stands
-    for that spec's config label, "<config>" for the real launch's."""
-    step = step_class("dry-fire-launch")(case.get("params"))
+    """dry-fire-launch and dry-fire-ray-cluster: the launch's facts for the dummy-weights spec;
+    "<dry-config>" stands for that spec's config label, "<config>" for the real launch's."""
+    step = step_class(case["step"])(case.get("params"))
     step._launched = set()
     spec, key_inputs = step.spec_and_cache_key(facts, ctx)
     real = LaunchEngine().spec(facts, ctx).labels[CONFIG_LABEL]
@@ -153,7 +153,8 @@ RULES = {**{name: registered for name in REGISTRY},
          "preflight": preflight, "preflight-cluster": preflight_cluster, "rank": ranks,
          "memory": memory, "launch": launch_plan, "ray-cluster": launch_plan,
          "compile-cache-seal": launch_plan, "guard": guard_facts,
-         "dry-fire-launch": dry_fire_launch_plan, "dry-fire": launch_plan}
+         "dry-fire-launch": dry_fire_launch_plan, "dry-fire-ray-cluster": dry_fire_launch_plan,
+         "dry-fire": launch_plan}
 COVERS = {"preflight-cluster": "preflight", "rank": "wait", "memory": "verify"}
 # The steps whose plan differs by engine: each has a fixture on a vLLM inventory too.
 BY_ENGINE = {"preflight", "ray-cluster", "launch", "wait", "verify", "compile-cache-seal"}

@@ -37,20 +37,42 @@ def command_argv(ctx):
 
 # `sh -c 'exec "$@" >FILE 2>&1' NAME ARG...`: POSIX sh (XCU 2.7.2 redirection, 2.14 exec)
 # opens FILE for writing (truncating; >> appends), points stdout then stderr at it and
-# replaces itself with ARG...; NAME becomes $0. The only shell script the stand-in runs.
-_EXEC_REDIRECT = re.compile(r'^exec "\$@" (>>?)(\S+) 2>&1$')
+# replaces itself with ARG...; NAME becomes $0. Without `exec`, and followed by
+# `; echo "TEXT $?" >>FILE2`, sh runs ARG... as its child, waits, and appends TEXT and the
+# child's exit status (XCU 2.9.3 lists, 2.5.2 `$?`: 128 + the signal for a killed child). The
+# only shell scripts the stand-in runs.
+_EXEC_REDIRECT = re.compile(r'^(exec )?"\$@" (>>?)(\S+) 2>&1(?:; echo "([^"$]*) \$\?" >>(\S+))?$')
 
 
 def unwrap_shell(ctx, argv):
-    """`sh -c "ray status"`: a single simple command is run as if given directly."""
+    """`sh -c "ray status"`: a single simple command is run as if given directly. Returns the
+    command and, for the `; echo` form, (FILE2, TEXT) to append once it exited."""
     redirect = _EXEC_REDIRECT.match(argv[2]) if len(argv) > 4 and argv[1] == "-c" else None
     if redirect and os.path.basename(argv[0]) in ("sh", "bash"):
-        redirect_output(ctx, redirect.group(2), append=redirect.group(1) == ">>")
-        return argv[4:]
+        redirect_output(ctx, redirect.group(3), append=redirect.group(2) == ">>")
+        exec_, text, path = redirect.group(1), redirect.group(4), redirect.group(5)
+        # after `exec`, the shell is gone: its `echo` never runs
+        return argv[4:], ((path, text) if text is not None and not exec_ else None)
     if len(argv) == 3 and os.path.basename(argv[0]) in ("sh", "bash") and argv[1] == "-c":
         if not any(ch in argv[2] for ch in ";|&<>`$()"):
-            return shlex.split(argv[2])
-    return argv
+            return shlex.split(argv[2]), None
+    return argv, None
+
+
+def then_echo(ctx, argv, path, text):
+    """The `; echo` form: the command in a child process, then TEXT and its status appended."""
+    pid = os.fork()
+    if pid == 0:
+        code = run(ctx, argv)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    code = 128 - code if code < 0 else code
+    redirect_output(ctx, path, append=True)
+    say(f"{text} {code}")
+    return code
 
 
 def redirect_output(ctx, path, append):
@@ -145,15 +167,24 @@ def run_engine(ctx, program, argv, prog):
     return 0
 
 
-def main():
+def run(ctx, argv):
     try:
-        ctx = Context()
-        return dispatch(ctx, unwrap_shell(ctx, command_argv(ctx)))
+        return dispatch(ctx, argv)
     except EngineExit as e:
         say(e.message, sys.stderr)
         return e.code
     except KeyboardInterrupt:
         return 130
+
+
+def main():
+    try:
+        ctx = Context()
+        argv, then = unwrap_shell(ctx, command_argv(ctx))
+    except EngineExit as e:
+        say(e.message, sys.stderr)
+        return e.code
+    return then_echo(ctx, argv, *then) if then else run(ctx, argv)
 
 
 if __name__ == "__main__":

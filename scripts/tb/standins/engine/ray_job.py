@@ -6,8 +6,10 @@ it holds only this node's GPUs, so a placement that needs more fails the same wa
 """
 import socket
 import threading
+import time
 
 import ray_net
+import vllm_log as log
 import wire
 from common import EngineExit, fatal, say
 
@@ -17,11 +19,28 @@ def not_enough(dp, created, available):
             f"{created} placement groups. Available resources: {available}")
 
 
+def worker_failed(msg):
+    """A DP rank's engine core on a worker node failed to start. Ray prefixes each line a remote
+    actor prints with "(ActorName pid=N, ip=ADDR)" (python/ray/_private/worker.py
+    print_worker_logs), under the APIServer's own prefix, as in the two-node log of
+    ray-project/kuberay#4366 (vLLM 0.11.0); the actor is vLLM's DPEngineCoreActor
+    (v1/engine/utils.py), its failure run_engine_core's "EngineCore failed to start." (v1/engine/
+    core.py); the API server then raises wait_for_engine_startup's RuntimeError."""
+    actor = f"{log.prefix('APIServer')} (DPEngineCoreActor pid={msg.get('pid', 0)}, ip={msg.get('ip')})"
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    lines = [f"{actor} ERROR {stamp} [core.py:708] EngineCore failed to start."]
+    lines += [f"{actor} {line}" for line in str(msg.get("error")).splitlines()]
+    lines.append(f"{log.prefix('APIServer')} RuntimeError: Engine core initialization failed. "
+                 "See root cause above. Failed core proc(s): {}")
+    return "\n".join(lines)
+
+
 class Job:
-    def __init__(self, ctx, model, revision, dp, tp, util):
+    def __init__(self, ctx, model, revision, dp, tp, util, load_format="auto"):
         self.ctx, self.dp, self.tp = ctx, dp, tp
         self.request = {"op": "job", "dp": dp, "tp": tp, "node": ctx.node.get("name"),
-                        "model": model, "revision": revision, "util": util, "world": dp * tp}
+                        "model": model, "revision": revision, "util": util, "world": dp * tp,
+                        "load_format": load_format}
         self.conn = self.messages = None
 
     def _connect(self):
@@ -64,10 +83,7 @@ class Job:
             raise EngineExit("ray.exceptions.RaySystemError: the Ray head (GCS) went away while "
                              "the engine was starting")
         if msg.get("event") == "worker_failed":
-            raise EngineExit(f"(EngineCore_DP1 pid=0, ip={msg.get('ip')}) ERROR [core.py:708] "
-                             f"EngineCore failed to start on node {msg.get('node')}.\n"
-                             f"{msg.get('error')}\nRuntimeError: Engine core initialization "
-                             "failed. See root cause above.")
+            raise EngineExit(worker_failed(msg))
         if msg.get("event") == "node_dead":
             raise EngineExit(self._node_lost(msg))
 

@@ -8,6 +8,7 @@ import threading
 import time
 
 import ray_net
+import startfaults
 import weights
 import wire
 from common import EngineExit, fatal, say
@@ -63,14 +64,19 @@ class Worker:
 
     def _load_ranks(self, msg):
         ctx = self.ctx
-        snap = weights.resolve(ctx, msg["model"], msg.get("revision"))
+        dummy = msg.get("load_format") == "dummy"
+        snap = weights.resolve(ctx, msg["model"], msg.get("revision"), dummy=dummy)
         need, phys, oom_at = weights.memory_fit(snap, int(msg["world"]), ctx.gpu_mem_mib)
         tag = f"(RayWorkerWrapper pid={os.getpid()}, ip={self.resources['ip']})"
         try:
             # No progress here: vLLM 0.33 draws its loading bar on torch.distributed rank 0
             # only (model_loader/weight_utils.py enable_tqdm), and a Ray worker's own output
             # goes to its session's worker-*.out for the driver, not to this container's log.
-            weights.load(snap, ctx.load_seconds, lambda d, t, e: None, oom_at)
+            if dummy:
+                weights.load_dummy(oom_at)
+            else:
+                weights.load(snap, ctx.load_seconds, lambda d, t, e: None, oom_at)
+            startfaults.vllm_kv_cache(ctx)
         except weights.LoadError as e:
             raise EngineExit(weights.oom_text(ctx.gpu_mem_mib, need, phys)
                              if str(e) == "oom" else str(e))

@@ -1,4 +1,5 @@
-"""`--node NAME:engine_fault=oom|nccl|parser`: one rank that fails at start as SGLang does.
+"""`--node NAME:engine_fault=oom|nccl|parser`: one rank that fails at start as SGLang does
+(vLLM: oom, at its KV cache, on a single node or on a Ray worker's ranks).
 
 The fault is read from the node (node.json `engine_fault`, set by `testbed up --node`), and
 `testbed fault engine-fault NODE KIND|none` overrides it in faults.json (`none` lifts it), so a
@@ -98,3 +99,16 @@ def kv_pool(ctx, tag, frac):
         tag, [("managers/scheduler.py", "run_scheduler_process"),
               ("model_executor/model_runner.py", "init_memory_pool"),
               ("model_executor/pool_configurator.py", "__post_init__")], last), KILLED)
+
+
+# vLLM's EngineCore once the weights are in and profiled, when nothing is left for the KV cache:
+# vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory (the line as published in
+# vllm-project/vllm#2248's title and in users' logs of v1 engines).
+VLLM_NO_KV_CACHE = ("ValueError: No available memory for the cache blocks. Try increasing "
+                    "`gpu_memory_utilization` when initializing the engine.")
+
+
+def vllm_kv_cache(ctx):
+    """fault oom, vLLM: the weights fit, the KV cache does not."""
+    if active(ctx) == "oom":
+        raise EngineExit(VLLM_NO_KV_CACHE)

@@ -17,6 +17,7 @@ import nccl_init
 import openai_api
 import rankwork
 import ray_job
+import startfaults
 import vision
 import vllm_log as log
 import weights
@@ -69,12 +70,13 @@ class Server:
         self.args, self.ctx = args, ctx
         self.model = args.model_tag or DEFAULT_MODEL
         self.world = args.data_parallel_size * args.tensor_parallel_size
+        self.dummy = args.load_format == "dummy"
 
     def run(self):
         args, ctx = self.args, self.ctx
         log.banner(self.model)
         log.info(f"non-default args: {self.non_default()}", "args")
-        snap = weights.resolve(ctx, self.model, args.revision)
+        snap = weights.resolve(ctx, self.model, args.revision, dummy=self.dummy)
         max_len = self.max_model_len(snap)
         if ctx.gpus == 0:
             raise EngineExit("RuntimeError: Failed to infer device type")
@@ -127,7 +129,8 @@ class Server:
             raise EngineExit("AssertionError: Not enough resources to allocate DP ranks on DP "
                              f"master node {ctx.env.get('VLLM_HOST_IP', '127.0.0.1')}")
         job = ray_job.Job(ctx, self.model, args.revision, args.data_parallel_size,
-                          args.tensor_parallel_size, args.gpu_memory_utilization)
+                          args.tensor_parallel_size, args.gpu_memory_utilization,
+                          args.load_format)
         return job, job.place()
 
     def load(self, snap, local_gpus):
@@ -140,18 +143,24 @@ class Server:
             say(line)
         log.info(f"Starting to load model {self.model}...", "start_load", engine)
         try:
-            weights.load(snap, ctx.load_seconds,
-                         lambda d, t, e: say(weights.progress_line(d, t, e), sys.stderr), oom_at)
-        except weights.LoadError as e:
-            detail = weights.oom_text(ctx.gpu_mem_mib, need, phys) if str(e) == "oom" else str(e)
+            if self.dummy:
+                weights.load_dummy(oom_at)
+            else:
+                weights.load(snap, ctx.load_seconds,
+                             lambda d, t, e: say(weights.progress_line(d, t, e), sys.stderr), oom_at)
+            startfaults.vllm_kv_cache(ctx)
+        except (weights.LoadError, EngineExit) as e:
+            detail = weights.oom_text(ctx.gpu_mem_mib, need, phys) if str(e) == "oom" else \
+                getattr(e, "message", str(e))
             raise EngineExit(f"(EngineCore_DP0 pid=1) ERROR [core.py:708] EngineCore failed to "
                              f"start.\n{detail}\nRuntimeError: Engine core initialization "
                              "failed. See root cause above.")
         if need > self.args.gpu_memory_utilization * phys:
             raise EngineExit("ValueError: No available memory for the cache blocks. Try "
                              "increasing `gpu_memory_utilization` when initializing the engine.")
-        log.info(f"Loading weights took {ctx.load_seconds:.2f} seconds", "weights", engine)
-        log.info(f"Model loading took {need:.2f} GiB memory and {ctx.load_seconds:.6f} seconds",
+        took = weights.DUMMY_LOAD_SECONDS if self.dummy else ctx.load_seconds
+        log.info(f"Loading weights took {took:.2f} seconds", "weights", engine)
+        log.info(f"Model loading took {need:.2f} GiB memory and {took:.6f} seconds",
                  "loaded", engine)
 
     def serve(self, snap, max_len, local_gpus):
