@@ -11,14 +11,15 @@ from __future__ import annotations
 from k3deploy.facts.fabric import node_fabric
 from k3deploy.node import facts as F
 from k3deploy.node.host_facts import route_to
-from k3deploy.steps import probes
+from k3deploy.steps import fabric_topology, probes
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
 def facts(node) -> list[F.Fact]:
     peer = _peer(node)
-    return probes.fabric_facts() + ([route_to("route_to_peer", peer)] if peer else [])
+    return (probes.fabric_facts() + [probes.gpu_nic_topology()]
+            + ([route_to("route_to_peer", peer)] if peer else []))
 
 
 def _peer(node) -> str | None:
@@ -88,13 +89,15 @@ def cluster_problems(all_facts, run) -> list[tuple[str, str, str]]:
 
 
 def warnings(all_facts, run) -> list[str]:
-    """GPUDirect RDMA off where HCAs are used: NCCL stages through host memory."""
+    """GPUDirect RDMA off where HCAs are used: NCCL stages through host memory; then the
+    GPU-to-HCA topology's findings (steps/fabric_topology.py)."""
     if run.inv.engine.fabric == "socket":
         return []
     off = sorted(n for n, f in all_facts.items()
                  if (fab := node_fabric(f)) and fab.usable and not fab.gpudirect_rdma)
-    return [f"warning: GPUDirect RDMA is off on {', '.join(off)} (nvidia_peermem not loaded): "
-            "NCCL copies through host memory; `modprobe nvidia_peermem`"] if off else []
+    return ([f"warning: GPUDirect RDMA is off on {', '.join(off)} (nvidia_peermem not loaded): "
+             "NCCL copies through host memory; `modprobe nvidia_peermem`"] if off else []) + \
+        fabric_topology.warnings(all_facts)
 
 
 # NCCL over TCP sockets moves a few GB/s per node where 4-8 NDR HCAs move 50-100 GB/s

@@ -13,7 +13,7 @@ from k3deploy.cluster.hubgate import reach_for
 from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.units import GB
 from k3deploy.remote import protocol
-from k3deploy.steps import docker_host, fabric_check, hubreach, probes, shared_hf
+from k3deploy.steps import docker_host, fabric_check, fabric_topology, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
 from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, ports_in_use,
                                          reachability_problems, serving, serving_facts)
@@ -72,8 +72,10 @@ class Preflight(Step):
             all_facts, run)
 
     def detail(self, facts, node):
+        topo = facts.get(fabric_topology.FACT)
         return {"gpus": len(facts.get("gpus") or []), "cuda": facts.get("cuda"),
-                "free_gb": round((facts.get("free_bytes") or 0) / GB, 1)}
+                "free_gb": round((facts.get("free_bytes") or 0) / GB, 1),
+                "gpu_nic": fabric_topology.summary(topo) if topo else None}
 
 
 def _gpu_problems(facts, node) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inv
                               serve_log_host_path, spec_from_inventory)
 from k3deploy.engines import parsers
 from k3deploy.engines.layout import inventory_runs_over_ray
-from k3deploy.facts import docker, fabric, nccl
+from k3deploy.facts import docker, fabric, nccl, topology
 from k3deploy.node import facts as F
 
 # One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
@@ -180,6 +180,12 @@ def fabric_facts() -> list[F.Fact]:
     """The node's HCA ports, /dev/infiniband and nvidia_peermem (facts/fabric.py): preflight
     judges them, launch passes the HCAs into the container; one command each per batch."""
     return [F.from_probe(p) for p in fabric.probes()]
+
+
+def gpu_nic_topology() -> F.Fact:
+    """`nvidia-smi topo -m` -> facts/topology.Topology (which HCA each GPU reaches nearest);
+    None where the tool failed. Preflight only: launch and status need no layout."""
+    return F.from_probe(topology.probe())
 
 
 def nccl_transport(inv, is_head: bool = False) -> F.Fact:

@@ -132,14 +132,16 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "Linux: /sys/class/infiniband absent without an RDMA driver", {"ib_hcas": 0},
        default=True),
     _p("ib-hcas", "fabric",
-       "two ConnectX-7 NDR HCAs: /sys/class/infiniband/mlx5_{0,1}, /dev/infiniband, "
-       "nvidia_peermem loaded",
+       "eight ConnectX-7 NDR HCAs, one PIX to each GPU: /sys/class/infiniband/mlx5_{0..7}, "
+       "/dev/infiniband, nvidia_peermem loaded; `nvidia-smi topo -m` as such a node prints it",
        "torvalds/linux drivers/infiniband/core/sysfs.c (state '4: ACTIVE', rate '400 Gb/sec "
        "(4X NDR)', link_layer 'InfiniBand'); drivers/infiniband/core/uverbs_main.c "
        "(IB_UVERBS_MAJOR 231, base minor 192), user_mad.c (umad major 231, minor 0); "
        "port values: ibstat in NVIDIA/nccl#1591 (MT4129, Active, 400, InfiniBand); "
-       "/sys/module/<name> exists while a module is loaded (nvidia_peermem)",
-       {"ib_hcas": 2, "ib_rate": "400 Gb/sec (4X NDR)", "nvidia_peermem": True}),
+       "/sys/module/<name> exists while a module is loaded (nvidia_peermem); the HCA count "
+       "and topo -m: the 8x H100 node of sgl-project/sglang#30401 (tests/fixtures/real/"
+       "nvidia-smi/570.133.20/topo-m-h100-8x-8hca.source)",
+       {"ib_hcas": 8, "ib_rate": "400 Gb/sec (4X NDR)", "nvidia_peermem": True}),
     _p("engine-start-fast", "engine-start", "engine imports done at once (the testbed default)",
        "testbed", {"engine_import_seconds": 0.0}, default=True),
     _p("slow-engine-start", "engine-start",

@@ -17,6 +17,7 @@ SCRIPTS_DIR = Path(__file__).resolve().parent.parent
 REPO_ROOT = SCRIPTS_DIR.parent
 STANDINS_SRC = SCRIPTS_DIR / "tb" / "standins"
 CLI_TABLES = REPO_ROOT / "k3deploy" / "engines" / "cli_tables"
+NVSMI_REAL = REPO_ROOT / "tests" / "fixtures" / "real" / "nvidia-smi"
 NODEPY_ROOT = Path("/var/cache/k3tb")
 NODE_PYTHON = "/usr/bin/python3"
 COMPLETE_MARK = ".k3tb-complete"
@@ -98,6 +99,8 @@ def build(tb_dir: Path) -> Path:
         dest.mkdir()
     # The engines' option tables: the stand-ins parse with exactly what the real CLIs accept.
     shutil.copytree(CLI_TABLES, dest / "engine" / "cli_tables", dirs_exist_ok=True)
+    # The sourced nvidia-smi transcripts (each with its .source): `topo -m` answers from them.
+    shutil.copytree(NVSMI_REAL, dest / "real" / "nvidia-smi", dirs_exist_ok=True)
     _byte_compile(dest)
     nodepy = ensure_nodepy(hub_version())
     _write_wrapper(dest / "python3", f'exec {NODE_PYTHON} "$@"', nodepy)

@@ -55,6 +55,7 @@ def test_every_preflight_problem_is_in_one_table_and_nothing_changes(tmp_path):
         assert_nothing_changed(tb, before)
         # The run's first look asks every step's read-only questions at once; nothing else ran.
         reads = (["docker", "info"], ["docker", "image", "inspect"], ["docker", "inspect"],
-                 ["docker", "logs"], ["nvidia-smi", "-q"], ["systemctl", "cat"])
+                 ["docker", "logs"], ["nvidia-smi", "-q"], ["nvidia-smi", "topo", "-m"],
+                 ["systemctl", "cat"])
         calls = [a for found in node_calls(tb).values() for a in found]
         assert calls and all(any(a[:len(r)] == r for r in reads) for a in calls), calls

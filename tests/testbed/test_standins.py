@@ -196,6 +196,20 @@ def test_nvidia_smi_list_and_queries(node):
     assert one.stdout == "5\n"
 
 
+def test_nvidia_smi_topo_prints_the_sourced_transcript_of_such_a_node(node):
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "nvidia-smi"
+    out = node.sh("nvidia-smi", "topo", "-m", check=0).stdout     # 8 GPUs, no HCA
+    assert out == (real / "unknown" / "topo-m-h100-8x-p5-no-hca.txt").read_text()
+    node.node_json({"ib_hcas": 8})
+    out = node.sh("nvidia-smi", "topo", "-m", check=0).stdout
+    assert out == (real / "570.133.20" / "topo-m-h100-8x-8hca.txt").read_text()
+    node.node_json({"ib_hcas": 8, "lost_gpu": 3})
+    assert node.sh("nvidia-smi", "topo", "-m", check=255).stdout.startswith("Unable to determine")
+    node.node_json({"gpu_count": 4})
+    r = node.sh("nvidia-smi", "topo", "-m", check=2)
+    assert r.stdout == "" and "no sourced `topo -m` transcript for 4 GPUs with 0 HCAs" in r.stderr
+
+
 def test_nvidia_smi_rejects_fields_it_does_not_have(node):
     r = node.sh("nvidia-smi", "--query-gpu=name,cuda_version", "--format=csv")
     assert r.returncode == 2

@@ -9,6 +9,11 @@ for GPU%s: %s", Debian nvidia-smi 535.261.03); 255 is the man page's "Other erro
 (an NVML "Unknown Error" is not one of its specific codes; 15 is "GPU is lost"). `-i` naming
 only healthy GPUs still answers (the man page's changelog: "nvidia-smi -i can now query
 information from healthy GPU when there is a problem with other GPU in the system").
+
+`topo -m` prints a real transcript, verbatim, of a node shaped like this one (GPU count, HCA
+count: node.json `ib_hcas`), from tests/fixtures/real/nvidia-smi (the .source beside each says
+where it comes from; the testbed copies them to <standins>/real/). A shape no transcript has
+fails with a message naming the testbed, rather than a made-up matrix.
 """
 import os
 import sys
@@ -187,8 +192,32 @@ def render_table(node, rows):
     return 0
 
 
+# (GPUs, HCAs) -> the transcript of such a node (path under tests/fixtures/real/nvidia-smi)
+TOPO = {(8, 8): "570.133.20/topo-m-h100-8x-8hca.txt",        # 8x H100, mlx5_0..7 one PIX each
+        (8, 0): "unknown/topo-m-h100-8x-p5-no-hca.txt"}      # 8x H100 (AWS p5), no HCA
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REAL = [os.path.join(_HERE, "..", "real", "nvidia-smi"),     # the testbed's copy
+         os.path.join(_HERE, "..", "..", "..", "..", "tests", "fixtures", "real", "nvidia-smi")]
+
+
+def render_topo(node):
+    shape = (int(node["gpu_count"]), int(node.get("ib_hcas") or 0))
+    name = TOPO.get(shape)
+    for root in _REAL if name else ():
+        if os.path.isfile(os.path.join(root, name)):
+            with open(os.path.join(root, name)) as f:
+                sys.stdout.write(f.read())
+            return 0
+    print(f"k3tb nvidia-smi: no sourced `topo -m` transcript for {shape[0]} GPUs with "
+          f"{shape[1]} HCAs (have: {sorted(TOPO)})", file=sys.stderr)
+    return 2
+
+
 def parse_args(argv):
-    """Return a dict of recognised options or None if the combination is not one we answer."""
+    """Return a dict of recognised options, "topo" for `topo -m`, or None if the combination is
+    not one we answer."""
+    if list(argv) == ["topo", "-m"]:
+        return "topo"
     opts = {"query_gpu": None, "query_apps": None, "format": None, "ids": None, "list": False,
             "query": False}
     keys = {"--query-gpu": "query_gpu", "--query-compute-apps": "query_apps", "--format": "format",
@@ -244,11 +273,13 @@ def main(argv):
     if count == 0:
         print("No devices were found")
         return 6
-    rows = select(gpus(node), opts["ids"])
+    rows = select(gpus(node), None if opts == "topo" else opts["ids"])
     lost = lost_in(node, rows)
     if lost is not None:
         print(handle_error(lost))
         return LOST_EXIT
+    if opts == "topo":
+        return render_topo(node)
     if opts["query"]:
         return render_query(node, rows)
     if opts["list"]:

@@ -1,0 +1,81 @@
+"""preflight's GPU-to-HCA findings, from `nvidia-smi topo -m` (facts/topology.py): a GPU whose
+nearest HCA is across the CPU interconnect, HCAs that the GPUs' PCIe tree does not show, and
+nodes laid out unlike the others. Warnings, as for GPUDirect RDMA off: the group still runs,
+only slower.
+
+NCCL 2.x src/graph/paths.cc ncclTopoCheckGdr: `netGdrLevel = PATH_PXB` unless
+NCCL_NET_GDR_LEVEL says otherwise, and "GPU Direct RDMA Disabled for GPU %d / HCA %lx (distance
+%d > %d)" past it: a GPU-HCA path through the CPU stages every transfer in host memory."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from k3deploy.facts.fabric import node_fabric
+from k3deploy.facts.topology import Topology
+from k3deploy.steps.sameness import majority
+
+FACT = "gpu_nic_topology"
+
+
+def warnings(all_facts: dict[str, dict]) -> list[str]:
+    out = []
+    for name, facts in all_facts.items():
+        fab = node_fabric(facts)
+        out += node_warnings(name, facts.get(FACT), fab.hcas if fab else ())
+    return out + differ_warnings({n: f[FACT] for n, f in all_facts.items() if f.get(FACT)})
+
+
+def node_warnings(name: str, topo: Topology | None, hcas: tuple[str, ...]) -> list[str]:
+    """One node: HCAs in sysfs (active ports) against what the GPUs' topology shows."""
+    if topo is None or not hcas:
+        return []
+    if not topo.nics:
+        return [f"warning: {name} has HCAs ({', '.join(hcas)}) but `nvidia-smi topo -m` shows "
+                "no NIC beside its GPUs: NCCL cannot pair a GPU with a near HCA and may send "
+                "through host memory; check the HCAs are PCIe functions of this host (`lspci | "
+                "grep -i mellanox`) and the NVIDIA driver is current"]
+    far: dict[tuple[str, ...], list[int]] = {}
+    for g in topo.nearest:
+        if g.path == "SYS":
+            far.setdefault(g.nics, []).append(g.gpu)
+    return [f"warning: {name}: {_gpus(gpus)} reach their nearest HCA ({'/'.join(nics)}) only "
+            "across the CPU interconnect (SYS): their traffic crosses the sockets and NCCL "
+            "turns GPUDirect RDMA off for it (default NCCL_NET_GDR_LEVEL PXB); seat an HCA "
+            "under that CPU socket's PCIe, or move the card to one of its slots"
+            for nics, gpus in far.items()]
+
+
+def differ_warnings(topos: dict[str, Topology]) -> list[str]:
+    """The nodes whose GPU-to-HCA layout differs from the majority's; all listed when none."""
+    signatures = {n: t.signature for n, t in topos.items()}
+    if len(set(signatures.values())) <= 1:
+        return []
+    common = majority(signatures)
+    if common is None:
+        shown = "; ".join(f"{n}: {summary(t)}" for n, t in topos.items())
+        return [f"warning: the GPU-to-HCA topology differs between the nodes ({shown}) and no "
+                f"majority says which is usual: {_WHY}"]
+    usual = next(t for t in topos.values() if t.signature == common)
+    odd = [n for n, s in signatures.items() if s != common]
+    shown = "; ".join(f"{n}: {summary(topos[n])}" for n in odd)
+    return [f"warning: the GPU-to-HCA topology of {', '.join(odd)} differs from the other "
+            f"nodes' ({shown}; the others: {summary(usual)}): {_WHY}"]
+
+
+# NCCL lays its rings and trees out per node from this topology; a node that differs runs
+# other paths, and the slowest rank paces every all-reduce.
+_WHY = ("NCCL's rings through that node take other PCIe paths and the slowest paces every "
+        "all-reduce; compare `nvidia-smi topo -m` there (an HCA missing, a card in another slot)")
+
+
+def summary(topo: Topology) -> str:
+    """The layout in a few words: the HCA count and how many GPUs reach theirs by which path."""
+    if not topo.nics:
+        return f"{len(topo.gpus)} GPUs, no NIC"
+    counts = Counter(g.path for g in topo.nearest)
+    return f"{len(topo.nics)} HCAs, nearest: " + ", ".join(f"{n} GPUs {p}" for p, n in counts.items())
+
+
+def _gpus(gpus: list[int]) -> str:
+    return ", ".join(f"GPU{g}" for g in gpus)
