@@ -188,13 +188,20 @@ def gpu_nic_topology() -> F.Fact:
     return F.from_probe(topology.probe())
 
 
+# NCCL prints its init lines when the group forms, in the log's start-up part; an engine that
+# served for days has a request line per request after it, which every look (each no-op `up`,
+# each `status`) would otherwise read whole.
+NCCL_LOG_LINES = 20000
+
+
 def nccl_transport(inv, is_head: bool = False) -> F.Fact:
     """NCCL's init lines in the engine's log (serve_log's file on a Ray head, whose serve
     prints its Ray workers' lines too) -> facts/nccl.NcclTransport or None. Only the matching
     lines travel (a rank's log is long); none: NCCL not initialised yet."""
     log = serve_log(inv, is_head)
     read = log.script if log else shlex.join(docker_logs_argv(inv.engine.container))
-    script = (f"{read} 2>&1 | grep -E {shlex.quote(nccl.LOG_PATTERN)} | tail -n 40")
+    script = (f"{read} 2>&1 | head -n {NCCL_LOG_LINES} | grep -E "
+              f"{shlex.quote(nccl.LOG_PATTERN)} | tail -n 40")
     return F.Fact("nccl", script, lambda out, code: nccl.parse_transport(out), sudo=True)
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
+from k3deploy.cluster import inventory
 from k3deploy.facts import fabric, nccl
+from k3deploy.steps import probes
+from tests.unit.invdata import four_nodes
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -58,3 +62,17 @@ def test_gdrdma_channel_and_the_last_init_wins():
            + "h:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA\n")
     t = nccl.parse_transport(log)
     assert t.transport == "IB" and t.gpudirect
+
+
+def test_the_nccl_fact_reads_only_the_logs_start_up_part(tmp_path):
+    """The fact's own script, run by sh against a `docker logs` that prints the real init
+    lines, then more request lines than the cap, then a line that would read as another
+    transport: the transport comes from the start-up part, and the late line is never read."""
+    init = real("nccl", "2.19.3", "init-ib-roce")
+    log = tmp_path / "engine.log"
+    filler = '"POST /v1/chat/completions HTTP/1.1" 200 OK\n' * (probes.NCCL_LOG_LINES + 10)
+    log.write_text(init + filler + "host:1:1 [0] NCCL INFO Using network Socket\n")
+    fact = probes.nccl_transport(inventory.parse(four_nodes()))
+    script = f'docker() {{ cat {log}; }}\n{fact.script}'
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    assert fact.parse(out.stdout, 0).transport == "IB"
