@@ -22,7 +22,7 @@ from k3deploy.remote.protocol import WorkPaths
 from k3deploy.run.playbook import load as load_playbook
 from k3deploy.steps import fabric_mesh
 from k3deploy.steps import guard as guard_step
-from k3deploy.steps import BRINGUP, TEARDOWN, probes, raylayout, steps_in
+from k3deploy.steps import BRINGUP, RAY_STEPS, TEARDOWN, probes, raylayout, steps_in
 
 # every registered step of a bring-up or a teardown, in registry order (steps/__init__.py)
 STEPS = steps_in(BRINGUP) + steps_in(TEARDOWN)
@@ -35,8 +35,8 @@ def bringup_order() -> list[str]:
 
 
 def applicable(steps: list[str], inv) -> list[str]:
-    """The steps this inventory's engine runs: ray-cluster only for vLLM over Ray."""
-    return [s for s in steps if s.partition("#")[0] != "ray-cluster" or raylayout.in_use(inv)]
+    """The steps this inventory's engine runs: the Ray ones only for vLLM over Ray."""
+    return [s for s in steps if s.partition("#")[0] not in RAY_STEPS or raylayout.in_use(inv)]
 
 
 def guard_label(found: dict, enabled: bool) -> str:

@@ -43,6 +43,9 @@ def steps_in(phase: str) -> tuple[str, ...]:
     return tuple(name for name, _, p in _STEPS if p == phase)
 
 
+# The steps that plan anything only for multi-node vLLM (its group is Ray's).
+RAY_STEPS = ("dry-fire-ray-cluster", "ray-cluster")
+
 # The steps that start, or need, the engine containers: what a teardown undoes, and what keeps
 # running on the nodes when a run stops during them.
 ENGINE_STEPS = ("ray-cluster", "launch", "wait", "verify")

@@ -1,6 +1,8 @@
 """Real-tool behaviour on the testbed (issue 18): Ray 2.60's `ray status` lags behind
 `ray start` (profile ray-2.60: one report every 5 s, "No cluster status. ..." before the
-first), and a GPU that fell off the bus (profile lost-gpu). Needs root (the testbed)."""
+first), and a GPU that fell off the bus (profile lost-gpu). The ups skip the dry-fire: these
+watch the real launch's Ray path (test_other_configs runs the dry-fire over Ray). Needs root
+(the testbed)."""
 
 from __future__ import annotations
 
@@ -34,14 +36,14 @@ def test_first_vllm_up_over_ray_waits_for_ray_status(tmp_path):
     with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm",
                  profile="ray-2.60") as tb:
         inv = str(tb.inventory)
-        first = k3("up", "-i", inv)
+        first = k3("up", "-i", inv, "--no-dry-fire")
         assert first.returncode == 0, out(first)
         # No serve before Ray's first report could count the nodes (a single read right
         # after the join sees "No cluster status", and a serve then would fail this first up).
         assert _serve_after_head_start(tb) >= REPORT_SECONDS
         starts = [a for a in _head_calls(tb) if a[:2] == ["docker", "run"]
                   or a[:3] == ["docker", "exec", "-d"]]
-        again = k3("up", "-i", inv)
+        again = k3("up", "-i", inv, "--no-dry-fire")
         assert again.returncode == 0, out(again)
         assert [a for a in _head_calls(tb) if a[:2] == ["docker", "run"]
                 or a[:3] == ["docker", "exec", "-d"]] == starts      # changed nothing
@@ -73,13 +75,13 @@ def test_vllm_up_over_ray_when_the_gpus_are_reserved_but_unused(tmp_path):
     with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm",
                  profile="ray-gpus-reserved") as tb:
         inv = str(tb.inventory)
-        first = k3("up", "-i", inv)
+        first = k3("up", "-i", inv, "--no-dry-fire")
         assert first.returncode == 0, out(first)
         shape = " 0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)"
         # the monitor's next report (profile ray-2.60: every 5 s) counts the serve's groups
         wait_until(lambda: shape in tb.ssh("node0", "docker exec k3 ray status").stdout,
                    3 * REPORT_SECONDS, "a `ray status` report with the serve's groups")
         execs = [a for a in _head_calls(tb) if a[:3] == ["docker", "exec", "-d"]]
-        again = k3("up", "-i", inv)
+        again = k3("up", "-i", inv, "--no-dry-fire")
         assert again.returncode == 0, out(again)
         assert [a for a in _head_calls(tb) if a[:3] == ["docker", "exec", "-d"]] == execs

@@ -4,7 +4,9 @@ nodes are 32 lines), step detail only with --steps, and only the steps the engin
 from __future__ import annotations
 
 from k3deploy.cli import status_cmd, status_view
+from k3deploy.cluster import inventory
 from k3deploy.core.units import GB
+from tests.unit.invdata import four_nodes
 
 ORDER = ["preflight", "nvme", "download-start", "image", "download", "guard-stop", "launch",
          "wait", "verify", "guard"]
@@ -107,3 +109,14 @@ def test_guard_label():
     assert status_cmd.guard_label({"guard.guard_pids": [], "guard.guard_state": None}, True) == \
         "not running"
     assert status_cmd.guard_label(alive, False) == "off"
+
+
+def test_status_shows_the_ray_steps_for_vllm_over_ray_only():
+    steps = list(status_cmd.STEPS)
+    sglang = status_cmd.applicable(steps, inventory.parse(four_nodes()))
+    vllm = status_cmd.applicable(steps, inventory.parse(
+        {"cluster": "b200", "engine": {"kind": "vllm"}, "gpu": {"model": "b200", "count": 8},
+         "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"} for i in range(2)]}))
+    assert not {"ray-cluster", "dry-fire-ray-cluster"} & set(sglang)
+    assert {"ray-cluster", "dry-fire-ray-cluster", "dry-fire-stop"} <= set(vllm)
+    assert "dry-fire-stop" in sglang
