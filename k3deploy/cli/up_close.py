@@ -11,6 +11,7 @@ import time
 from k3deploy.cluster import cost
 from k3deploy.run.outcome import did_something
 from k3deploy.serving import certificate
+from k3deploy.steps.guard import RELAUNCHED_AFTER
 
 
 def bringup_record(inv, started: float, finished: float, incidents: dict | None = None) -> dict:
@@ -65,6 +66,6 @@ def closing_for():
             return [f"nothing to do: every step was already done on every node; the "
                     f"certificate stays {kept}"]
         from k3deploy.cli.certificate_cmd import write_after_up
-        record = bringup_record(run.inv, started, time.time(), run.inputs.relaunched_after)
+        record = bringup_record(run.inv, started, time.time(), run.ledger.notes(RELAUNCHED_AFTER))
         return [cost_line(record), write_after_up(run.session, run.inv, record)]
     return closing

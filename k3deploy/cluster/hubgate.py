@@ -97,15 +97,6 @@ def _head(manifest, url: str, token: str | None):
                       hint="check model.endpoint and the laptop's network") from None
 
 
-def reach_for(run) -> HubReach:
-    """The gate check, once per run (after the manifest: it names the file and the commit)."""
-    if run.inputs.hub_reach is None:
-        from k3deploy.cluster.hubmeta import manifest_for
-        manifest, var = manifest_for(run), run.inv.hf_token_env
-        run.inputs.hub_reach = check(manifest, run.inputs.hf_token(var), var)
-    return run.inputs.hub_reach
-
-
 def refusal(manifest, status: int, headers, had_token: bool, token_env: str) -> BadInputError:
     """The gate's answer, said with what to do about it."""
     page = f"{manifest.endpoint.rstrip('/')}/{manifest.repo}"

@@ -141,13 +141,3 @@ def _keep_files(cache: Path | None, endpoint: str, repo: str, sha: str,
         return
     doc = {"endpoint": endpoint, "repo": repo, "sha": sha, "files": [asdict(f) for f in files]}
     atomic_write_json(_cache_file(cache, endpoint, repo, sha), doc, mode=0o644)
-
-
-def manifest_for(run) -> Manifest:
-    """Resolve once per run, shared by preflight (disk space) and download."""
-    if run.inputs.manifest is None:
-        inv = run.inv
-        run.inputs.manifest = resolve(inv.model.repo, inv.model.revision, inv.model.endpoint,
-                                      run.inputs.hf_token(inv.hf_token_env),
-                                      cache=run.session.state_dir / "hub-trees")
-    return run.inputs.manifest

@@ -19,13 +19,6 @@ def key_path(state_dir: Path) -> Path:
     return state_dir / "secrets" / "api-key"
 
 
-def settle_for_run(run) -> None:
-    """For the steps that call the endpoint (wait, verify): the key this run knows, read from
-    the laptop, never made (launch, earlier in this run, may have settled it already)."""
-    if run.inputs.api_key is None:
-        run.inputs.api_key = load_or_create(run.inv, run.session.state_dir, create=False)
-
-
 def load_or_create(inv, state_dir: Path, create: bool = True) -> str | None:
     if not inv.engine.require_api_key:
         return None

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from k3deploy.core import log as klog
 from k3deploy.cluster.inventory import Inventory, Node
+from k3deploy.node.executor import Executor
 from k3deploy.node.run_inputs import RunInputs
+from k3deploy.node.run_ledger import RunLedger
+
+
+class InputsSettled(RuntimeError):
+    """A run input settled after the run started: a step must settle what it needs in its
+    prepare (a programming error, never the user's)."""
 
 
 @dataclass
@@ -18,10 +25,23 @@ class RunContext:
     options: dict[str, Any] = field(default_factory=dict)   # replace, wipe_weights, out_dir...
     inputs: RunInputs = field(default_factory=RunInputs)    # settled once, by prepare()
     ui: Any = None                    # k3deploy.run.ui.Ui (progress, messages)
-    waiter: Any = None                # (step, node, Wait) -> facts: the runner's one poll loop
+    executor: Executor = field(default_factory=Executor)   # every SSH call a step asks for
+    ledger: RunLedger = field(default_factory=RunLedger)   # what the run did: the runner's
+    started: bool = False             # the inputs are frozen from the first look on
 
     def option(self, key: str, default=None):
         return self.options.get(key, default)
+
+    def settle(self, **values) -> RunInputs:
+        if self.started:
+            raise InputsSettled(f"run inputs {sorted(values)} settled after the run started")
+        self.inputs = replace(self.inputs, **values, settled=self.inputs.settled | set(values))
+        return self.inputs
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "inputs" and getattr(self, "started", False):
+            raise InputsSettled("the run's inputs are replaced after the run started")
+        super().__setattr__(name, value)
 
 
 @dataclass

@@ -30,7 +30,7 @@ class Runner:
             s.runs_after_failures or s.read_only for s in steps))
         self.contexts = [NodeContext(run, node, rank) for rank, node in run.inv.ranked()]
         self.observer = Observer(steps, identified=self._identified, looking=self._flush)
-        run.waiter = Waiter(self.contexts)
+        run.executor.waiter = Waiter(self.contexts)
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
 
@@ -43,6 +43,7 @@ class Runner:
         self._fail_nodes(found.value("connect"))
         if not found.value("prepare"):
             return self.report
+        self.run.started = True   # the inputs are settled: frozen from the first look on
         try:
             for step in self.steps:
                 if interrupt.requested() or not self._run_step(step):
@@ -120,7 +121,10 @@ class Runner:
         if step.settles:
             looked = fan.run_each(lambda c: self.observer.peek(step, c), targets,
                                   key=lambda c: c.name)
-            step.settle(looked.succeeded, self.run)  # a node that failed: its own step says
+            # A node that failed: its own step says.
+            decided = step.settle(looked.succeeded, self.run)
+            if decided is not None:
+                self.run.ledger.decide(decided)
         all_facts = self._fan_out(step, targets)
         if any(self.report.results.get(c.name, {}).get(step.label, StepResult(Status.OK)).status
                == Status.CHANGED for c in targets):

@@ -52,8 +52,12 @@ class Action:
     mode: int = 0o600
     wait: Wait | None = None  # the runner polls until the plan no longer yields it
     timeout: float | None = None
-    tag: str | None = None    # what the step's own apply recognises the action by
+    # What the step recognises the action by: the run's ledger records each tagged action as
+    # it returns, with `note` (what the plan knew that the step reads back later).
+    tag: str | None = None
+    note: object = None
     on_laptop: bool = False   # writes only on the laptop (saved logs): the node is unchanged
+    check: bool = True        # a nonzero exit fails the step
 
     def waits_for(self, other: Wait) -> bool:
         return self.wait is not None and self.wait.until == other.until
@@ -119,9 +123,6 @@ class Step:
         self.params = params or {}
         # Validated here so a typo in a playbook fails before any node is touched.
         self.p = self.Params.model_validate(self.params) if self.Params else None
-        # node -> the facts a wait ended on, while nothing has run on the node since: the
-        # re-check would see the same, so it takes them (a round trip fewer per node).
-        self._last_look: dict[str, dict[str, Any]] = {}
 
     label_override: str | None = None  # set by the playbook loader when a label repeats
 
@@ -157,9 +158,9 @@ class Step:
         return []
 
     def facts(self, node, waiting: bool = False) -> dict[str, Any]:
-        """Look now, in one round trip (the runner's waits and re-checks; status)."""
-        found = (self.wait_probes(node) if waiting else []) + self.probes(node)
-        return self.facts_from(F.gather(node.conn, found, step=self.name), node)
+        """Look now, in one round trip (the runner's waits and re-checks), by the run's
+        executor."""
+        return node.run.executor.look(self, node, waiting)
 
     def plan(self, facts: dict[str, Any], node) -> list[Action]:
         return []
@@ -182,9 +183,11 @@ class Step:
         recorded whether or not it found problems (the fabric mesh's figures)."""
         return None
 
-    def settle(self, all_facts: dict[str, dict], run) -> None:
+    def settle(self, all_facts: dict[str, dict], run) -> object | None:
         """(With `settles`.) Once, before any node's plan: a decision only every node's facts
-        together make, kept in run.inputs for the plans (pure: no SSH)."""
+        together make (pure: no SSH); the runner keeps it in the run's ledger for the plans
+        (`run.ledger.decided(type)`)."""
+        return None
 
     def apply(self, node, actions: list[Action]) -> None:
         queue = list(actions)
@@ -194,7 +197,7 @@ class Step:
     def recheck(self, node) -> tuple[dict[str, Any], list[str]]:
         """After apply: the facts now (a wait's last look, when nothing ran after it), and
         what the plan still asks for (must be nothing)."""
-        facts = self._last_look.pop(node.name, None)
+        facts = node.run.executor.last_look(self, node)
         if facts is None:
             facts = self.facts(node)
         return facts, [a.shown() for a in self.plan(facts, node)]
@@ -231,14 +234,7 @@ class Step:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def run_action(self, node, action: Action, *more_uploads: Action):
-        """One action; with more_uploads (take_uploads' run of uploads), all in one round trip.
-        A wait returns (and keeps, for `recheck`) the facts it ended on."""
-        self._last_look.pop(node.name, None)
-        if action.wait:
-            self._last_look[node.name] = seen = node.run.waiter(self, node, action.wait)
-            return seen
-        if action.upload_to:
-            files = [(a.content or "", a.upload_to, a.mode) for a in (action, *more_uploads)]
-            return node.conn.put_texts(files, sudo=action.sudo, step=self.name)
-        return node.conn.run(list(action.argv), sudo=action.sudo, stdin=action.stdin,
-                             retry=action.retry, timeout=action.timeout, step=self.name)
+        """One action, run by the run's executor (node/executor.py); with more_uploads
+        (take_uploads' run of uploads), all in one round trip. A wait returns the facts it
+        ended on."""
+        return node.run.executor.run(self, node, action, *more_uploads)

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from k3deploy.core.errors import CommandError, StepFailed
 from k3deploy.steps import docker_unit
-from k3deploy.steps.base import cmd
+from k3deploy.steps.base import Action, cmd
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 PREVIOUS = DAEMON_JSON + ".k3deploy-previous"   # the file as it was before nvme wrote it
@@ -71,7 +71,8 @@ def rollback_actions(wrote: bool, backed_up: bool) -> list:
 def roll_back(step, node, wrote: bool, backed_up: bool, wanted: str) -> None:
     """After `systemctl start docker` failed: read dockerd's error, restore, start, check, and
     fail the step with what dockerd said."""
-    journal = node.conn.run(list(JOURNAL), sudo=True, check=False, retry=True, step=step.name)
+    journal = step.run_action(node, Action("read dockerd's error", tuple(JOURNAL), sudo=True,
+                                           retry=True, check=False))
     said = dockerd_error(journal.stdout) or "its error is not in the journal's last 30 lines"
     restarted = None
     for action in rollback_actions(wrote, backed_up):
@@ -80,7 +81,8 @@ def roll_back(step, node, wrote: bool, backed_up: bool, wanted: str) -> None:
         except CommandError as err:
             restarted = err
             break
-    active = node.conn.run(["systemctl", "is-active", "docker"], check=False, step=step.name)
+    active = step.run_action(node, Action("is docker active", ("systemctl", "is-active", "docker"),
+                                          check=False))
     raise failure(node.name, step.name, said, wanted, (wrote, backed_up),
                   active.stdout.strip() == "active", restarted)
 

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from k3deploy.node import run_settle
 from k3deploy.core.lastjson import last_json_line
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
-from k3deploy.cluster.hubgate import reach_for
-from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.log import get as get_log
 from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
-from k3deploy.node.secretfile import peer_secret
 from k3deploy.steps import download_report, node_files, peers, shared_hf
-from k3deploy.steps.hub_restart import HeadRestartGrace, restartable
+from k3deploy.steps.hub_restart import START, HeadRestartGrace, restartable, restarts, starts
 from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload, wait
@@ -60,11 +57,11 @@ class DownloadWeights(Step):
         return self.name if self.p.wait else "download-start"
 
     def gate(self, run) -> None:
-        reach_for(run)
+        run_settle.hub_reach(run)
 
     def prepare(self, run) -> None:
-        manifest = manifest_for(run)
-        run.inputs.hf_token(run.inv.hf_token_env)
+        manifest = run_settle.manifest(run)
+        run_settle.hf_token(run)
         for var in NO_OP_VARS:
             if os.environ.get(var) or var in run.inv.engine.env:
                 get_log(step=self.name).warning(
@@ -75,13 +72,9 @@ class DownloadWeights(Step):
             doc = manifest.to_json(self.p.max_workers)
             doc.update(retry_seconds=run.inv.download.retry_minutes * 60,
                        connections=run.inv.download.connections)
-            run.inputs.manifest_json = json.dumps(doc)
+            run.settle(manifest_json=json.dumps(doc))
         if peers_enabled(run.inv):
-            # --check changes nothing, here neither: without a secret yet, the plan shows the
-            # upload of one that matches no node's.
-            if run.inputs.peer_secret is None:
-                run.inputs.peer_secret = peer_secret(run.session.state_dir,
-                                                     create=not run.check) or ""
+            run_settle.peer_secret(run)
 
     def _manifest_json(self, node) -> str:
         """This node's manifest: with peers, each node's names its own share and its peers."""
@@ -141,7 +134,7 @@ class DownloadWeights(Step):
             return actions
         if facts["running"]:
             return actions + (self._waiting(node) if self.p.wait else [])
-        restarting = node.name in node.run.inputs.download_started
+        restarting = starts(node.run, node.name) > 0
         if restarting and not self._may_restart(facts, node):
             # Started by this run and already dead (e.g. a shard that keeps failing its
             # sha256): a restart would fetch the same bad bytes again; report it instead.
@@ -156,9 +149,9 @@ class DownloadWeights(Step):
     def _waiting(self, node, restarting: bool = False) -> list[Action]:
         # The token file goes once the last file is verified: the waiting step promises that.
         # Each start has its own wait: a restart's plan does not yield the wait of the one before.
-        starts = node.run.inputs.download_restarts.get(node.name, 0) + int(restarting)
+        begun = restarts(node.run, node.name) + int(restarting)
         stall = max(self.p.stall_seconds, node.inv.download.retry_minutes * 60 + 60)
-        return [wait("wait until every file is verified", f"every file verified (start {starts + 1})",
+        return [wait("wait until every file is verified", f"every file verified (start {begun + 1})",
                      poll=self.p.poll_seconds, stall=stall,
                      hint=f"see {Paths(node).log} on the node; re-run to resume"),
                 cmd("remove the HF token file (download complete)", "rm", "-f", Paths(node).env,
@@ -198,8 +191,8 @@ class DownloadWeights(Step):
         """The head's start had returned when this look began. A follower's look runs beside
         the head's start; one begun before it (the head not running yet, every file missing)
         and judged after it would take the not-yet-started downloader for a dead one."""
-        since = run.inputs.download_started.get(head)
-        return since is not None and since < looked_at
+        since = run.ledger.last(head, START)
+        return since is not None and since.at < looked_at
 
     def progress(self, facts, node):
         if not shared_hf.writer(node.inv, node.name):
@@ -222,7 +215,7 @@ class DownloadWeights(Step):
             facts.get(node_files.FACT))
 
     def _start_actions(self, node) -> list[Action]:
-        paths, token = Paths(node), node.run.inputs.hf_token(node.inv.hf_token_env)
+        paths, token = Paths(node), node.run.inputs.token
         actions = [Action("create k3deploy work dir", ("mkdir", "-p", paths.work), retry=True),
                    *peers.downloader_uploads(paths.work),
                    upload("upload the pinned manifest", paths.manifest, self._manifest_json(node),
@@ -239,7 +232,7 @@ class DownloadWeights(Step):
         # new downloader's first progress.
         started = detached.start(argv, paths.log, paths.progress, tenths=150, pid_file=paths.pid)
         return actions + [Action("start the downloader, detached", ("sh", "-c", started),
-                                 tag="start-downloader")]
+                                 tag=START)]
 
     def apply(self, node, actions):
         """The plan's actions; after a wait, the plan made on its last look (a downloader
@@ -249,15 +242,11 @@ class DownloadWeights(Step):
         queue = list(actions)
         while queue:
             action, *uploads = take_uploads(queue)
-            if action.tag == "start-downloader" and node.name in node.run.inputs.download_started:
-                restarts = node.run.inputs.download_restarts
-                restarts[node.name] = restarts.get(node.name, 0) + 1
+            if action.tag == START and starts(node.run, node.name):
                 get_log(step=self.name, node=node.name).warning(
-                    "download.restart", attempt=restarts[node.name],
+                    "download.restart", attempt=starts(node.run, node.name),
                     msg="the downloader stopped on the Hub's errors; started again")
             seen = self.run_action(node, action, *uploads)
-            if action.tag == "start-downloader":
-                node.run.inputs.download_started[node.name] = time.monotonic()
             if action.wait is not None:
                 queue = self.plan(seen, node)
 

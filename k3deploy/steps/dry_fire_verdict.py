@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import time
 
+from k3deploy.node import run_settle
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import dry_fire, startup_phases
-from k3deploy.node import apikey, http_probe
-from k3deploy.node import facts as F
+from k3deploy.node import http_probe
 from k3deploy.steps import probes
 from k3deploy.steps.base import Action, Step, cmd, upload
 from k3deploy.steps.compile_cache_seal import SealCompileCache
@@ -46,7 +46,7 @@ class DryFireVerdict(SealCompileCache):
     needs_all_nodes = True
 
     def prepare(self, run) -> None:
-        apikey.settle_for_run(run)
+        run_settle.api_key(run)
         self._started, self._reports, self._answers = time.time(), {}, {}
 
     def probes(self, node):
@@ -87,7 +87,7 @@ class DryFireVerdict(SealCompileCache):
     def _request(self, node) -> None:
         asked = time.monotonic()
         fact = http_probe.fact("answer", node.inv, ["chat"], node.run.inputs.api_key)
-        found = (F.gather(node.conn, [fact], step=self.name).get("answer") or {}).get("chat") or {}
+        found = (node.run.executor.gather(self, node, [fact]).get("answer") or {}).get("chat") or {}
         if found.get("status") != 200:
             raise StepFailed(node.name, "dry-fire (dummy weights): the group serves, but a chat "
                              f"completion answered {found.get('status')}: "

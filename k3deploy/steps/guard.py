@@ -16,6 +16,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
+from k3deploy.node import run_settle
 from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.node import guard_config
@@ -75,12 +76,17 @@ def stop_actions(found: dict) -> list[Action]:
                 detached.stop(" ".join(pids), tenths=50), sudo=True)]
 
 
-def archive_action(inv) -> Action:
+RELAUNCHED_AFTER = "relaunched-after-incident"
+
+
+def archive_action(inv, tag: str = "archive-incident", incident: object = None) -> Action:
+    """Move the incident record away; `incident`, when the bring-up recovers from it, is kept
+    in the run's ledger for the certificate (what stopped the group, how fast it came back)."""
     paths = guard_config.node_paths(inv)
     script = (f"mkdir -p {shlex.quote(paths['archive'])} && mv -f {shlex.quote(paths['incident'])}"
               f" {shlex.quote(paths['archive'])}/incident-$(date +%Y%m%dT%H%M%S).json")
     return dataclasses.replace(cmd("archive the incident record", "sh", "-c", script, sudo=True),
-                               tag="archive-incident")
+                               tag=tag, note=incident)
 
 
 class StartGuard(Step):
@@ -88,8 +94,7 @@ class StartGuard(Step):
     needs_all_nodes = True
 
     def prepare(self, run) -> None:
-        run.inputs.guard_secret = guard_config.load_or_create_secret(run.session.state_dir,
-                                                                 create=not run.check)
+        run_settle.guard_secret(run)
 
     def config(self, node) -> dict:
         return guard_config.with_digest(guard_config.config(node.inv, node.name),
@@ -105,7 +110,9 @@ class StartGuard(Step):
             return stop_actions(facts)
         if healthy(facts, self.config(node)["digest"]):
             return []
-        return (stop_actions(facts) + ([archive_action(node.inv)] if facts["incident"] else [])
+        archive = ([archive_action(node.inv, RELAUNCHED_AFTER, facts["incident"])]
+                   if facts["incident"] else [])
+        return (stop_actions(facts) + archive
                 + node_files.changed_only(self._start_actions(node), facts.get(node_files.FACT)))
 
     def _start_actions(self, node) -> list[Action]:
@@ -121,12 +128,6 @@ class StartGuard(Step):
                 upload("write the guard secret (0600)", paths["secret"],
                        f"{node.run.inputs.guard_secret or ''}\n", sudo=True),  # None: --check
                 cmd("start the guard, detached", "sh", "-c", started, sudo=True)]
-
-    def apply(self, node, actions):
-        if any(a.tag == "archive-incident" for a in actions):
-            # The bring-up recovers from it: the certificate says from what and how fast.
-            node.run.inputs.relaunched_after[node.name] = self.facts(node).get("incident")
-        super().apply(node, actions)
 
     def inputs(self, node):
         return {"guard": node.inv.guard.model_dump(), "port": node.inv.ports.guard}
@@ -159,16 +160,18 @@ class StopGuard(Step):
         return guard_facts(node.inv) + (regroup.probes_for(node.inv) if self.p.before_launch
                                         else [])
 
-    def settle(self, all_facts, run) -> None:
+    def settle(self, all_facts, run) -> regroup.Regroup:
         states = {n: f.get(regroup.FACT) for n, f in all_facts.items()}
-        run.inputs.regroup = regroup.decide(states, run.inv)
-        if run.inputs.regroup.whole and run.ui:
-            run.ui.say(f"{'':>14}{run.inputs.regroup.reason()}")
+        decided = regroup.decide(states, run.inv)
+        if decided.whole and run.ui:
+            run.ui.say(f"{'':>14}{decided.reason()}")
+        return decided
 
     def plan(self, facts, node):
         if self.p.before_launch:
             spent = (facts.get("guard_state") or {}).get("phase") == "fired"
-            whole = node.run.inputs.regroup is not None and node.run.inputs.regroup.whole
+            decided = node.run.ledger.decided(regroup.Regroup)
+            whole = decided is not None and decided.whole
             return stop_actions(facts) if spent or whole or node.run.option("replace") else []
         archive = [archive_action(node.inv)] if self.p.archive and facts["incident"] else []
         return stop_actions(facts) + archive

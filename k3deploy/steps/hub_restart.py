@@ -14,13 +14,24 @@ import time
 
 MAX_HUB_RESTARTS = 3
 HEAD_RESTART_GRACE = 60.0
+START = "start-downloader"   # the start action's tag: the run's ledger counts them per node
+
+
+def starts(run, name: str) -> int:
+    """How many times this run started the node's downloader (each returned)."""
+    return run.ledger.count(name, START)
+
+
+def restarts(run, name: str) -> int:
+    """Starts after this run's first: each a restart after the Hub's errors."""
+    return max(0, starts(run, name) - 1)
 
 
 def restartable(facts: dict, name: str, run) -> bool:
     """The node's downloader died of the Hub alone and was restarted fewer than
     MAX_HUB_RESTARTS times in this run."""
     return bool((facts.get("progress") or {}).get("transient")) and \
-        run.inputs.download_restarts.get(name, 0) < MAX_HUB_RESTARTS
+        restarts(run, name) < MAX_HUB_RESTARTS
 
 
 class HeadRestartGrace:
@@ -35,6 +46,6 @@ class HeadRestartGrace:
         head = run.inv.head.name
         if not restartable(facts, head, run):
             return False
-        death = (head, run.inputs.download_restarts.get(head, 0))
+        death = (head, restarts(run, head))
         seen = self.dead_since.setdefault(death, time.monotonic())
         return time.monotonic() - seen <= HEAD_RESTART_GRACE

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from k3deploy.node import run_settle
 from k3deploy.core.digest import sha256_text
-from k3deploy.node import apikey
 from k3deploy import engines
 from k3deploy.node import facts as F
 from k3deploy.engines import dry_fire, spec_from_inventory, startup_log
 from k3deploy.core.errors import StepFailed
-from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.steps import compile_cache_prepare, probes, raylayout, regroup
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,14 +57,14 @@ class LaunchEngine(Step):
     settles = True   # whether the group is relaunched whole, when no step before decided it
 
     def prepare(self, run) -> None:
-        run.inputs.api_key = apikey.load_or_create(run.inv, run.session.state_dir,
-                                                   create=not run.check)
-        manifest_for(run)
+        run_settle.api_key(run, create=not run.check)
+        run_settle.manifest(run)
 
-    def settle(self, all_facts, run) -> None:
-        if run.inputs.regroup is None and self.runs_engine:   # guard-stop decides it first
-            run.inputs.regroup = regroup.decide(
-                {n: f["container"] for n, f in all_facts.items()}, run.inv)
+    def settle(self, all_facts, run) -> regroup.Regroup | None:
+        if run.ledger.decided(regroup.Regroup) is None and self.runs_engine:
+            # guard-stop decides it first
+            return regroup.decide({n: f["container"] for n, f in all_facts.items()}, run.inv)
+        return None
 
     def spec(self, facts, node):
         return self.spec_and_cache_key(facts, node)[0]
@@ -109,11 +108,12 @@ class LaunchEngine(Step):
         if self.serves_over_ray and engines.uses_ray(spec):
             return raylayout.launch_plan(facts, node)
         want = spec.labels[engines.CONFIG_LABEL]
-        relaunch = regroup.stops(node.run.inputs.regroup, node.name, current)
+        decided = node.run.ledger.decided(regroup.Regroup)
+        relaunch = regroup.stops(decided, node.name, current)
         if current and current.running and not relaunch and \
                 current.labels.get(engines.CONFIG_LABEL) == want:
             return self._start_wait(facts, node)
-        if regroup.stopped_since(node.run.inputs.regroup, node.name, current):
+        if regroup.stopped_since(decided, node.name, current):
             raise _stopped_since(node)
         actions = self._secret_actions(facts, node)
         # A dry-fire's engine (engines/dry_fire.py) is always replaced: it serves nothing.

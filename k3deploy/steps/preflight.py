@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import shlex
 
+from k3deploy.node import run_settle
 from k3deploy.node import facts as F
 from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import sizing
 from k3deploy.engines import ImageChoiceError, inventory_image
-from k3deploy.cluster.hubgate import reach_for
-from k3deploy.cluster.hubmeta import manifest_for
 from k3deploy.core.units import GB
 from k3deploy.remote import protocol
 from k3deploy.steps import docker_host, fabric_check, fabric_topology, hubreach, probes, shared_hf
@@ -42,10 +41,10 @@ class Preflight(Step):
     read_only = True
 
     def gate(self, run) -> None:
-        reach_for(run)
+        run_settle.hub_reach(run)
 
     def prepare(self, run) -> None:
-        manifest_for(run)
+        run_settle.manifest(run)
 
     def probes(self, node):
         volume = shared_hf.volume_free_fact(node.inv) if node.is_head else []

@@ -5,9 +5,9 @@ answers, whatever failed before; unreachable nodes are reported (exit 3)."""
 from __future__ import annotations
 
 import shlex
-import time
 from pathlib import Path
 
+from k3deploy.node import run_settle
 from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
 from k3deploy.node import facts as F
@@ -18,13 +18,7 @@ from k3deploy.steps import probes, shared_hf
 from k3deploy.steps.base import Action, Step, cmd
 
 
-def logs_dir(run) -> Path:
-    """The one folder of this run's logs, settled in CollectLogs.prepare on the laptop before
-    the nodes are looked at (from the clock once, not once per node thread)."""
-    if run.inputs.logs_dir is None:
-        out = run.option("out_dir") or run.session.state_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
-        run.inputs.logs_dir = Path(out)
-    return run.inputs.logs_dir
+SAVE_LOGS = "save-logs"
 
 
 def guard_files(node) -> list[F.Fact]:
@@ -44,7 +38,7 @@ class CollectLogs(Step):
         # Registering the key makes redact() mask it: SGLang prints server_args, key included.
         apikey.load_or_create(run.inv, run.session.state_dir, create=False)
         guard_config.load_or_create_secret(run.session.state_dir, create=False)
-        logs_dir(run)
+        run_settle.logs_dir(run)
 
     def probes(self, node):
         logs = engines.docker_logs_argv(node.inv.engine.container)
@@ -59,19 +53,20 @@ class CollectLogs(Step):
         if not kinds:   # under --check the runner applies nothing: it reports would-change
             return []
         return [Action(f"save the {', '.join(kinds)} log(s) in {node.run.inputs.logs_dir}",
-                       on_laptop=True)]
+                       on_laptop=True, tag=SAVE_LOGS)]
 
     def apply(self, node, actions):
         facts = self.facts(node)   # the log as it is now, not as the plan saw it
-        node.run.inputs.saved_logs[node.name] = self._save(node, facts)
+        node.run.executor.done(self, node, actions[0], result=self._save(node, facts))
 
     def recheck(self, node):
         # A running engine's log grows between two looks: what is checked is the copies.
-        saved = node.run.inputs.saved_logs.get(node.name, [])
+        done = node.run.ledger.last(node.name, SAVE_LOGS, self.label)
+        saved = list(done.result) if done else []
         return {"saved": saved}, [f"{p} was not written" for p in saved if not Path(p).is_file()]
 
-    def _save(self, node, found) -> list[str]:
-        out = logs_dir(node.run)
+    def _save(self, node, found) -> tuple[str, ...]:
+        out = node.run.inputs.logs_dir
         out.mkdir(parents=True, exist_ok=True)
         saved = []
         for kind, text in found.items():
@@ -80,10 +75,10 @@ class CollectLogs(Step):
                 path = out / f"{node.name}-rank{node.rank}-{kind}.{ext}"
                 path.write_text(redact(text))
                 saved.append(str(path))
-        return saved
+        return tuple(saved)
 
     def closing_lines(self, run, all_facts):
-        return [f"logs {'would be ' if run.check else ''}saved in {logs_dir(run)}"]
+        return [f"logs {'would be ' if run.check else ''}saved in {run.inputs.logs_dir}"]
 
     def detail(self, facts, node):
         return {"saved": facts.get("saved", [])}

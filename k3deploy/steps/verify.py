@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from k3deploy.node import run_settle
 from k3deploy.engines import vision
 from k3deploy.engines.spec import render_flags
 from k3deploy.engines.static_fraction import inventory_static_fraction
@@ -129,7 +130,7 @@ class VerifyEndpoint(Step):
     needs_all_nodes = True
 
     def prepare(self, run):
-        apikey.settle_for_run(run)
+        run_settle.api_key(run)
 
     def probes(self, node):
         # What the certificate records, GPUs included; on the head one endpoint probe for

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy.node import apikey, http_probe
+from k3deploy.node import run_settle
+from k3deploy.node import http_probe
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import startup_log
 from k3deploy.facts.docker import Container
@@ -71,7 +72,7 @@ class WaitHealthy(Step):
     needs_all_nodes = True
 
     def prepare(self, run):
-        apikey.settle_for_run(run)
+        run_settle.api_key(run)
         self._formed, self._shown, self._marker = False, None, None
         self._signals, self._moved_at, self._view, self._shown_view = None, 0.0, None, None
         self._lines: dict[str, str] = {}

@@ -13,7 +13,7 @@ from k3deploy.core.status import Status
 from k3deploy.node.context import RunContext
 from k3deploy.node.facts import MARK
 from k3deploy.run.runner import Runner
-from k3deploy.steps.teardown import CollectLogs
+from k3deploy.steps.teardown import SAVE_LOGS, CollectLogs
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes
 
@@ -39,9 +39,9 @@ def _run(tmp_path, check: bool, clock):
 @pytest.fixture
 def ticking_clock(monkeypatch):
     """Every read of the clock a second later: a folder picked per node would differ."""
-    from k3deploy.steps import teardown
+    from k3deploy.node import run_settle
     ticks = iter(range(10**6))
-    monkeypatch.setattr(teardown, "time", SimpleNamespace(
+    monkeypatch.setattr(run_settle, "time", SimpleNamespace(
         strftime=lambda fmt: f"20260101-0000{next(ticks):02d}"))
 
 
@@ -60,4 +60,5 @@ def test_check_reports_would_change_and_writes_nothing(tmp_path, ticking_clock):
     results = [per["collect-logs"] for per in report.results.values()]
     assert {r.status for r in results} == {Status.WOULD_CHANGE}
     assert all(r.actions == [f"save the engine log(s) in {run.inputs.logs_dir}"] for r in results)
-    assert not run.inputs.logs_dir.exists() and run.inputs.saved_logs == {}
+    assert not run.inputs.logs_dir.exists()
+    assert all(run.ledger.last(n.name, SAVE_LOGS) is None for n in run.inv.nodes)

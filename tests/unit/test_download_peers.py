@@ -24,7 +24,7 @@ def ctx(tmp_path, rank=1, doc=None):
     inv = inventory.parse(doc or four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     run.inputs = RunInputs(manifest=MANIFEST, manifest_json=json.dumps(MANIFEST.to_json()),
-                           token="hf_tok", token_read=True, peer_secret=SECRET)
+                           token="hf_tok", settled=frozenset({"token"}), peer_secret=SECRET)
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 

@@ -27,7 +27,7 @@ MANIFEST = Manifest("moonshotai/Kimi-K3", "main", "a" * 40, None,
 def nodes(tmp_path, **options) -> list[NodeContext]:
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=options,
-                     inputs=RunInputs(manifest=MANIFEST, api_key=KEY, token=None, token_read=True))
+                     inputs=RunInputs(manifest=MANIFEST, api_key=KEY, token=None, settled=frozenset({"token"})))
     return [NodeContext(run, node, rank) for rank, node in inv.ranked()]
 
 

@@ -1,6 +1,7 @@
 """The serve-time guard: its config, the guard step's plans, the guard's own decisions and the
 cluster state `status` derives. Facts in, decisions out; no I/O."""
 
+import dataclasses
 import re
 import threading
 import time
@@ -26,7 +27,7 @@ SECRET = "guard-secret-value-0123456789"
 def node_ctx(tmp_path, rank=0, options=None, doc=None):
     inv = inventory.parse(doc or four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=options or {})
-    run.inputs.guard_secret = SECRET
+    run.settle(guard_secret=SECRET)
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 
@@ -277,7 +278,7 @@ def test_backoff_grows_and_is_capped():
 
 def test_check_mode_without_a_secret_yet_plans_the_start(tmp_path):
     node = node_ctx(tmp_path)
-    node.run.inputs.guard_secret = None  # --check never creates it
+    node.run.inputs = dataclasses.replace(node.run.inputs, guard_secret=None)  # --check: none
     actions = StartGuard().plan(facts([], "x"), node)
     assert actions[-1].description == "start the guard, detached"
 

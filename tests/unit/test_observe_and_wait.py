@@ -245,7 +245,7 @@ def waiter_for(tmp_path):
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     runner = Runner(run, [])
-    return run.waiter, runner.contexts[0]
+    return run.executor.waiter, runner.contexts[0]
 
 
 def test_the_wait_ends_when_the_plan_no_longer_asks_for_it(tmp_path):

@@ -281,7 +281,7 @@ def test_the_runner_waits_through_ray_status_lag_then_serves(tmp_path, monkeypat
     step = Lagging()
     settle = step.plan(facts_for(ctx, ray={"nodes": 0, "gpus": 0.0, "gpus_used": 0.0,
                                            "reported": False}), ctx)[1]
-    seen = ctx.run.waiter(step, ctx, settle.wait)
+    seen = ctx.run.executor.waiter(step, ctx, settle.wait)
     assert reports == [] and seen["ray"]["nodes"] == 2
     assert [a.argv[8:10] for a in step.plan(seen, ctx) if a.argv and a.argv[0] == "docker"] \
         == [("vllm", "serve")]

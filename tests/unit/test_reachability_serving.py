@@ -39,7 +39,7 @@ def run_ctx(tmp_path):
     inv = inventory.parse(four_nodes())
     conns = {n.name: MeshConn(n.name) for n in inv.nodes}
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns),
-                     inputs=RunInputs(api_key="k3-key", token_read=True))
+                     inputs=RunInputs(api_key="k3-key", settled=frozenset({"token"})))
     return run, conns
 
 
@@ -127,7 +127,7 @@ def test_preflights_hooks_never_touch_a_connection(tmp_path, health):
     inv = inventory.parse(four_nodes())
     conns = {n.name: Untouchable(n.name) for n in inv.nodes}
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns),
-                     inputs=RunInputs(api_key="k3-key", token_read=True, manifest=manifest(10**9)))
+                     inputs=RunInputs(api_key="k3-key", settled=frozenset({"token"}), manifest=manifest(10**9)))
     found = facts(run, health=health)
     for name in found:   # the facts a real look gives; each hook only reads them
         found[name].update(gpus=[], cuda="12.8", docker="29.0", nic="", free_bytes=10**12,
@@ -149,7 +149,7 @@ def test_the_mesh_is_decided_by_the_runs_seed(tmp_path):
     run, _ = run_ctx(tmp_path)
     first = mesh_probes(run, facts(run, health=None))
     assert mesh_probes(run, facts(run, health=None)) == first   # pure: same facts, same seed
-    run.inputs.mesh_seed += 1
+    run.settle(mesh_seed=run.inputs.mesh_seed + 1)
     assert mesh_probes(run, facts(run, health=None)) != first
 
 

@@ -54,8 +54,8 @@ def test_a_container_started_by_hand_with_another_rank_is_not_relaunched_as_ours
 def test_launch_relaunches_a_survivor_with_the_same_rank_then_leaves_the_new_engine(tmp_path):
     step, ctx, facts = launch_facts(tmp_path, rank=1)
     label = facts["spec"].labels[engines.CONFIG_LABEL]
-    ctx.run.inputs.regroup = regroup.decide(
-        {**{n: engine(label=label) for n in NAMES}, NAMES[2]: None}, INV)
+    ctx.run.ledger.decide(regroup.decide(
+        {**{n: engine(label=label) for n in NAMES}, NAMES[2]: None}, INV))
     facts["container"] = engine(label=label)
     actions = step.plan(facts, ctx)
     assert "remove old container k3" in [a.description for a in actions]
@@ -67,7 +67,7 @@ def test_launch_relaunches_a_survivor_with_the_same_rank_then_leaves_the_new_eng
 
 def test_a_rank_that_stopped_after_the_look_fails_launch_naming_it_not_started_alone(tmp_path):
     step, ctx, facts = launch_facts(tmp_path, rank=3)
-    ctx.run.inputs.regroup = regroup.decide({n: engine() for n in NAMES}, INV)  # all ran
+    ctx.run.ledger.decide(regroup.decide({n: engine() for n in NAMES}, INV))  # all ran
     facts["container"] = engine(running=False)
     with pytest.raises(StepFailed, match="started alone it cannot join") as err:
         step.plan(facts, ctx)
@@ -77,10 +77,10 @@ def test_a_rank_that_stopped_after_the_look_fails_launch_naming_it_not_started_a
 def test_guard_stop_before_a_group_relaunch_stops_watching_guards_too(tmp_path):
     step, (_, ctx, _) = StopGuard({"before_launch": True}), launch_facts(tmp_path)
     found = guard_facts([7], "x")
-    ctx.run.inputs.regroup = regroup.decide({n: engine() for n in NAMES}, INV)
+    ctx.run.ledger.decide(regroup.decide({n: engine() for n in NAMES}, INV))
     assert step.plan(found, ctx) == []            # the group stays: its guards watch on
-    ctx.run.inputs.regroup = regroup.decide({**{n: engine() for n in NAMES}, NAMES[2]: None},
-                                            INV)
+    ctx.run.ledger.decide(regroup.decide({**{n: engine() for n in NAMES}, NAMES[2]: None},
+                                         INV))
     assert [a.description for a in step.plan(found, ctx)] == ["stop the guard (pid 7)"]
 
 

@@ -1,7 +1,11 @@
 """The step contract as the runner enforces it, against in-memory nodes."""
 
+from types import SimpleNamespace
+
 from k3deploy.cluster import inventory
 from k3deploy.node.context import RunContext
+from k3deploy.node.executor import Executor
+from k3deploy.node.run_ledger import RunLedger
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, StepFailed
 from k3deploy.run.runner import Runner
 from k3deploy.steps.base import Step, cmd
@@ -222,7 +226,8 @@ def test_uploads_in_a_row_go_in_one_round_trip_in_the_run_order(tmp_path):
                upload("c", "/w/c", "3"), upload("d", "/etc/d", "4", sudo=True)]
     assert [a.description for a in take_uploads(list(actions))] == ["a", "b"]
     conn = FakeConn("node0")
-    node = type("Node", (), {"conn": conn, "name": "node0"})()
+    run = SimpleNamespace(executor=Executor(), ledger=RunLedger())
+    node = SimpleNamespace(conn=conn, name="node0", run=run)
     Step().apply(node, actions)
     assert conn.upload_batches == [["/w/a", "/w/b"], ["/w/c"], ["/etc/d"]]
     assert conn.commands == ["true"]

@@ -16,6 +16,7 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.steps import shared_hf
 from k3deploy.steps.download import DownloadWeights
+from k3deploy.steps.hub_restart import START
 from k3deploy.steps.nvme import MoveToNvme
 from k3deploy.steps.preflight import Preflight
 from k3deploy.steps.teardown import WipeWeights
@@ -38,7 +39,7 @@ def ctx(tmp_path, rank=0, doc=None):
     inv = inventory.parse(doc or shared_doc())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     run.inputs = RunInputs(manifest=MANIFEST, manifest_json=json.dumps(MANIFEST.to_json()),
-                           token="hf_tok", token_read=True)
+                           token="hf_tok", settled=frozenset({"token"}))
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 
@@ -94,7 +95,7 @@ def test_a_follower_wait_fails_on_the_head_when_its_downloader_died(tmp_path):
     dead = {**MISSING, "progress": {"error": "disk full"}}
     seen = {"node0": dead, "node1": marked(MISSING, node)}
     step.check_cluster(seen, run, 1.0, looked_at=100.0)  # not started yet
-    run.inputs.download_started["node0"] = 100.5
+    run.ledger.record("node0", "download", START, at=100.5)
     # A look begun before the head's start returned, judged after it: not a death.
     step.check_cluster(seen, run, 1.0, looked_at=100.0)
     with pytest.raises(StepFailed) as err:             # a look begun after it: a death
@@ -179,7 +180,7 @@ def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp
     from k3deploy.steps import hub_restart as download
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
-    run.inputs.download_started["node0"] = 0.0   # long before the fake clock's looks
+    run.ledger.record("node0", "download", START, at=0.0)   # long before the clock's looks
     hub_dead = {**MISSING, "progress": {"error": "no new byte for 900s (retry budget)", "transient": True}}
     seen = {"node0": hub_dead, "node1": marked(MISSING, node)}
     clock = [1000.0]
@@ -191,8 +192,9 @@ def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp
     with pytest.raises(StepFailed) as err:           # the head never restarted it
         step.check_cluster(seen, run, 3.0, looked_at=clock[0])
     assert err.value.node == "node0" and "retry budget" in str(err.value)
-    run.inputs.download_restarts["node0"] = 1        # restarted, and died of the Hub again
+    run.ledger.record("node0", "download", START, at=0.5)   # restarted, died of the Hub again
     step.check_cluster(seen, run, 4.0, looked_at=clock[0])               # a new death, a new grace
-    run.inputs.download_restarts["node0"] = download.MAX_HUB_RESTARTS
+    for _ in range(download.MAX_HUB_RESTARTS - 1):
+        run.ledger.record("node0", "download", START, at=0.5)
     with pytest.raises(StepFailed):                  # no restart left: the followers fail too
         step.check_cluster(seen, run, 5.0, looked_at=clock[0])

@@ -58,12 +58,11 @@ def inventory_doc(case: dict) -> dict:
 def node_ctx(case: dict, tmp_path) -> NodeContext:
     inv = inventory.parse(inventory_doc(case))
     m = manifest(int(case.get("checkpoint_gb", 1000) * GB))
+    logs = Path(case["logs_dir"]) if "logs_dir" in case else None   # collect-logs' prepare
     inputs = RunInputs(manifest=m, manifest_json=json.dumps(m.to_json(4)), api_key=KEY,
-                       token=None, token_read=True)
+                       token=None, settled=frozenset({"token"}), logs_dir=logs)
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=case.get("options", {}),
                      inputs=inputs)
-    if "logs_dir" in case:   # settled by collect-logs' prepare on the laptop
-        inputs.logs_dir = Path(case["logs_dir"])
     rank = case.get("rank", 0)
     return NodeContext(run, inv.ranked()[rank][1], rank)
 

@@ -10,6 +10,7 @@ from k3deploy import engines
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
+from k3deploy.node.run_ledger import RunLedger
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights
@@ -29,7 +30,7 @@ SHA = "a" * 40
 def node_ctx(tmp_path, rank=0, options=None, doc=None, token=None, **inputs):
     inv = inventory.parse(doc or four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path), options=options or {},
-                     inputs=RunInputs(token=token, token_read=True, **inputs))
+                     inputs=RunInputs(token=token, settled=frozenset({"token"}), **inputs))
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 
@@ -186,13 +187,21 @@ def test_after_the_wait_its_last_look_plans_and_rechecks(tmp_path, token_left):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
     step = LooksCounted({"missing_count": 0, "running": False, "token_file": token_left})
     waits = []
-    ctx.run.waiter = lambda s, node, w: waits.append(w.until) or step.done
+    ctx.run.executor.waiter = lambda s, node, w: waits.append(w.until) or step.done
     step.apply(ctx, step.plan({"missing_count": 3, "running": True}, ctx))
     facts, left = step.recheck(ctx)
     assert waits == ["every file verified (start 1)"]
     assert ctx.conn.commands == ["rm -f /mnt/nvme/.k3deploy/hf.env"] * token_left
     assert (step.looks, left, facts["missing_count"]) == (int(token_left), [], 0)
     assert step.recheck(ctx)[0] is not step.done and step.looks == int(token_left) + 1
+
+
+def started_downloads(ctx, times: int) -> None:
+    """The run's ledger as after `times` starts of the node's downloader (the first at 1.0)."""
+    from k3deploy.steps import hub_restart
+    ledger = ctx.run.ledger = RunLedger()
+    for i in range(times):
+        ledger.record(ctx.name, "download", hub_restart.START, at=1.0 + i)
 
 
 # -- launch -------------------------------------------------------------------------------
@@ -296,8 +305,8 @@ def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeyp
 
 
 def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_path):
-    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None,
-                   download_started={"node0": 1.0})
+    ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
+    started_downloads(ctx, 1)
     facts = {"missing_count": 1, "total": 2, "running": False, "log": "ERROR: sha256 mismatch\n",
              "progress": {"state": "failed", "error": "model-00007: sha256 mismatch after 3"}}
     with pytest.raises(StepFailed, match="download failed: model-00007: sha256 mismatch") as err:
@@ -407,27 +416,26 @@ def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
 def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp_path):
     from k3deploy.steps import hub_restart
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
-    ctx.run.inputs.download_started[ctx.name] = 1.0
     dead = {"missing_count": 3, "running": False, "log": "", "total": 5,
             "progress": {"transient": True, "error": "x: no new byte for 900s (retry budget; last: HTTP 503)"}}
     step = DownloadWeights()
     for restarts in range(hub_restart.MAX_HUB_RESTARTS):
-        ctx.run.inputs.download_restarts[ctx.name] = restarts
+        started_downloads(ctx, restarts + 1)
         actions = step.plan(dead, ctx)
         assert any(a.tag == "start-downloader" for a in actions)
         assert actions[-2].wait.until == f"every file verified (start {restarts + 2})"
-    ctx.run.inputs.download_restarts[ctx.name] = hub_restart.MAX_HUB_RESTARTS
+    started_downloads(ctx, hub_restart.MAX_HUB_RESTARTS + 1)
     with pytest.raises(StepFailed, match="no new byte for 900s"):
         step.plan(dead, ctx)
     with pytest.raises(StepFailed, match="mismatch"):   # not the Hub's minutes: no restart
-        ctx.run.inputs.download_restarts[ctx.name] = 0
+        started_downloads(ctx, 1)
         step.plan({**dead, "progress": {"transient": False, "error": "sha256 mismatch"}}, ctx)
 
 
 def test_a_downloader_stopped_by_its_disk_is_a_disk_error_with_the_space_and_no_restart(tmp_path):
     from k3deploy.core.errors import EXIT_STEP_FAILED, DiskError
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
-    ctx.run.inputs.download_started[ctx.name] = 1.0
+    started_downloads(ctx, 1)
     disk = {"path": "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs/abc.k3deploy-partial",
             "reason": "No space left on device (ENOSPC)", "needed": 24_000_000, "free": 500_000}
     dead = {"missing_count": 80, "running": False, "log": "", "total": 96,
