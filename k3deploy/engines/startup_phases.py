@@ -19,6 +19,9 @@ PHASES = (("distributed_init", BEGIN, "Init torch distributed ends."),
           ("weights", "Load weight begin.", "Load weight end."),
           ("kv_pool", "Load weight end.", "Memory pool end."),
           ("to_ready", BEGIN, "The server is fired up and ready to roll!"))
+# The lines phases() reads, as one ERE (grep -E, awk) with no backslash: awk -v would eat it.
+LOG_PATTERN = "|".join(sorted({line.replace(".", "[.]") for _, begin, end in PHASES
+                                for line in (begin, end)}))
 
 
 def stamps(text: str) -> list[tuple[datetime.datetime, str]]:

@@ -19,8 +19,10 @@ _IB = re.compile(_INFO + r"NET/IB : Using((?: \[\d+\]\S+)+)")
 _SOCKET = re.compile(_INFO + r"NET/Socket : Using((?: \[\d+\]\S+)+)")
 _DEVICE = re.compile(r"\[\d+\](\S+)")
 _GDR = re.compile(r"via NET/IB/\d+/GDRDMA")
-# the lines a log reader needs (grep -E), the same patterns as above
-LOG_PATTERN = "NCCL INFO (Using network|NET/(IB|Socket) : Using)|via NET/IB/[0-9]+/GDRDMA"
+# The lines a log reader needs (ERE, no backslash), the same patterns as above: the init lines
+# (a few per rank) and the channel lines (one per channel and peer: one GDRDMA line is enough).
+INIT_PATTERN = "NCCL INFO (Using network|NET/(IB|Socket) : Using)"
+GDR_PATTERN = "via NET/IB/[0-9]+/GDRDMA"
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,13 @@ import time
 from k3deploy.node import run_settle
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
-from k3deploy.engines import dry_fire, startup_phases
+from k3deploy.engines import dry_fire
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
 from k3deploy.steps.base import Action, Step, cmd, upload
 from k3deploy.steps.compile_cache_seal import SealCompileCache
 from k3deploy.steps.dry_fire_rules import HINT, passed_fact, report_path
 
-LOG_LINES = 400
 REQUEST = "request"
 
 
@@ -35,7 +34,7 @@ def node_report(facts: dict, config: str) -> dict:
     gpus = facts.get("gpus") or []
     nccl = facts.get("nccl")
     return {"config": config, "gpu_used_mib": [g["used_mib"] for g in gpus],
-            "phases_s": startup_phases.phases(facts.get("log") or ""),
+            "phases_s": facts.get("phases") or {},
             "nccl_transport": nccl.transport if nccl else None,
             "nccl_devices": list(nccl.devices) if nccl else [], "at": time.time()}
 
@@ -51,12 +50,12 @@ class DryFireVerdict(SealCompileCache):
 
     def probes(self, node):
         return [*super().probes(node), probes.gpus(), passed_fact(node.inv),
-                probes.engine_log(node.inv, node.is_head, tail=LOG_LINES),
+                probes.startup_phase_times(node.inv, node.is_head),
                 probes.nccl_transport(node.inv, node.is_head)]
 
     def facts_from(self, found, node):
         facts = super().facts_from(found, node)
-        return {**facts, "gpus": found.get("gpus"), "log": found.get("log") or "",
+        return {**facts, "gpus": found.get("gpus"), "phases": found.get("phases") or {},
                 "nccl": found.get("nccl"), "dry_fire_passed": found.get("dry_fire_passed") or []}
 
     def plan(self, facts, node):

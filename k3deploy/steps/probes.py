@@ -9,7 +9,7 @@ import shlex
 from k3deploy.core.errors import EngineImageError, StepFailed
 from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inventory_image,
                               serve_log_host_path, spec_from_inventory)
-from k3deploy.engines import parsers
+from k3deploy.engines import parsers, startup_phases
 from k3deploy.engines.layout import inventory_runs_over_ray
 from k3deploy.facts import docker, fabric, nccl, topology
 from k3deploy.node import facts as F
@@ -188,21 +188,42 @@ def gpu_nic_topology() -> F.Fact:
     return F.from_probe(topology.probe())
 
 
-# NCCL prints its init lines when the group forms, in the log's start-up part; an engine that
-# served for days has a request line per request after it, which every look (each no-op `up`,
-# each `status`) would otherwise read whole.
-NCCL_LOG_LINES = 20000
+# NCCL prints its init lines when the group forms, and the engine its phases' lines as it
+# starts, in the log's start-up part; an engine that served for days has a request line per
+# request after it, which every look (each no-op `up`, each `status`) would otherwise read whole.
+STARTUP_LOG_LINES = 20000
+NCCL_LINES_KEPT = 40   # the last init's lines: a few per rank, a relaunch appends its own
+
+
+def _startup_lines(inv, is_head: bool) -> str:
+    """One read of the engine's log (serve_log's file on a Ray head, whose serve prints its Ray
+    workers' lines too) for what its start-up printed: every phase line
+    (engines/startup_phases.py), NCCL's last init lines and one GDRDMA channel line
+    (facts/nccl.py). The NCCL fact and the dry-fire's phases ask this same command: the batch
+    runs it once."""
+    log = serve_log(inv, is_head)
+    read = log.script if log else shlex.join(docker_logs_argv(inv.engine.container))
+    program = ("$0 ~ phase { print; next } $0 ~ init { kept[n++ % keep] = $0; next } "
+               "$0 ~ gdr { channel = $0 } "
+               "END { for (i = (n > keep ? n - keep : 0); i < n; i++) print kept[i % keep]; "
+               "if (channel != \"\") print channel }")
+    awk = shlex.join(["awk", "-v", f"phase={startup_phases.LOG_PATTERN}",
+                      "-v", f"init={nccl.INIT_PATTERN}", "-v", f"gdr={nccl.GDR_PATTERN}",
+                      "-v", f"keep={NCCL_LINES_KEPT}", program])
+    return f"{read} 2>&1 | head -n {STARTUP_LOG_LINES} | {awk}"
 
 
 def nccl_transport(inv, is_head: bool = False) -> F.Fact:
-    """NCCL's init lines in the engine's log (serve_log's file on a Ray head, whose serve
-    prints its Ray workers' lines too) -> facts/nccl.NcclTransport or None. Only the matching
-    lines travel (a rank's log is long); none: NCCL not initialised yet."""
-    log = serve_log(inv, is_head)
-    read = log.script if log else shlex.join(docker_logs_argv(inv.engine.container))
-    script = (f"{read} 2>&1 | head -n {NCCL_LOG_LINES} | grep -E "
-              f"{shlex.quote(nccl.LOG_PATTERN)} | tail -n 40")
-    return F.Fact("nccl", script, lambda out, code: nccl.parse_transport(out), sudo=True)
+    """NCCL's init lines in the engine's log -> facts/nccl.NcclTransport, or None: NCCL not
+    initialised yet."""
+    return F.Fact("nccl", _startup_lines(inv, is_head),
+                  lambda out, code: nccl.parse_transport(out), sudo=True)
+
+
+def startup_phase_times(inv, is_head: bool = False) -> F.Fact:
+    """The engine's start-up phases -> seconds each (engines/startup_phases.py)."""
+    return F.Fact("phases", _startup_lines(inv, is_head),
+                  lambda out, code: startup_phases.phases(out), sudo=True)
 
 
 def engine_exit(node: str, message: str, step: str, log: str, image: str | None,

@@ -64,15 +64,37 @@ def test_gdrdma_channel_and_the_last_init_wins():
     assert t.transport == "IB" and t.gpudirect
 
 
+def _run_fact(fact, log: Path) -> str:
+    """The fact's own script, run by sh against a `docker logs` that prints `log`."""
+    script = f'docker() {{ cat {log}; }}\n{fact.script}'
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+
+
 def test_the_nccl_fact_reads_only_the_logs_start_up_part(tmp_path):
-    """The fact's own script, run by sh against a `docker logs` that prints the real init
-    lines, then more request lines than the cap, then a line that would read as another
-    transport: the transport comes from the start-up part, and the late line is never read."""
+    """The real init lines, then more request lines than the cap, then a line that would read
+    as another transport: the transport comes from the start-up part, and the late line is
+    never read."""
     init = real("nccl", "2.19.3", "init-ib-roce")
     log = tmp_path / "engine.log"
-    filler = '"POST /v1/chat/completions HTTP/1.1" 200 OK\n' * (probes.NCCL_LOG_LINES + 10)
+    filler = '"POST /v1/chat/completions HTTP/1.1" 200 OK\n' * (probes.STARTUP_LOG_LINES + 10)
     log.write_text(init + filler + "host:1:1 [0] NCCL INFO Using network Socket\n")
     fact = probes.nccl_transport(inventory.parse(four_nodes()))
-    script = f'docker() {{ cat {log}; }}\n{fact.script}'
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
-    assert fact.parse(out.stdout, 0).transport == "IB"
+    assert fact.parse(_run_fact(fact, log), 0).transport == "IB"
+
+
+def test_one_read_of_the_log_answers_the_transport_and_the_phases(tmp_path):
+    """SGLang's real start-up lines with NCCL's between them and many more NCCL channel lines
+    than are kept: one command (the batch runs it once) gives both facts their values."""
+    inv = inventory.parse(four_nodes())
+    transport, phases = probes.nccl_transport(inv), probes.startup_phase_times(inv)
+    assert transport.script == phases.script
+    sglang = REAL / "sglang" / "0.5.16"
+    channels = "h:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] via NET/IB/0/GDRDMA\n" * 500
+    log = tmp_path / "engine.log"
+    log.write_text((sglang / "group-formed.txt").read_text() + real("nccl", "2.19.3", "init-ib-roce")
+                   + channels + (sglang / "ready.txt").read_text())
+    out = _run_fact(transport, log)
+    assert len(out.splitlines()) < 60   # the phase lines, NCCL's init lines, one channel
+    found = transport.parse(out, 0)
+    assert (found.transport, found.gpudirect) == ("IB", True)
+    assert phases.parse(out, 0) == {"distributed_init": 7.0, "to_ready": 147.0}
