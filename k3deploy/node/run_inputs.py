@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k3deploy.cluster.hubgate import HubReach
-from k3deploy.cluster.hubmeta import Manifest, token_from_env
+from k3deploy.cluster.hubmeta import Manifest
 
 
 @dataclass(frozen=True)
@@ -29,15 +29,10 @@ class RunInputs:
     # The port mesh's sample of ephemeral ports (steps/reachability.py), drawn once per run so
     # that deciding the mesh is a pure function of the facts and this.
     mesh_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(32))
-    token: str | None = field(default=None, repr=False)          # read through hf_token()
+    token: str | None = field(default=None, repr=False)          # run_settle.hf_token
     # The fields settled so far: None is an answer too (no API key yet under --check).
     settled: frozenset[str] = frozenset()
 
     def has(self, name: str) -> bool:
         """Whether `name` is settled: given a value, or settled to None."""
         return name in self.settled or getattr(self, name) is not None
-
-    def hf_token(self, env_var: str) -> str | None:
-        """The Hugging Face token: the one settled for the run, else the laptop's
-        environment's."""
-        return self.token if "token" in self.settled else token_from_env(env_var)

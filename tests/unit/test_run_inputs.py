@@ -26,7 +26,7 @@ def test_the_token_is_read_from_the_environment_once(monkeypatch, tmp_path):
     assert run_settle.hf_token(run) == "hf_first"
     monkeypatch.setenv(run.inv.hf_token_env, "hf_second")
     assert run_settle.hf_token(run) == "hf_first"
-    assert run.inputs.hf_token(run.inv.hf_token_env) == "hf_first"
+    assert run.inputs.token == "hf_first"
 
 
 def test_an_unset_token_is_none_and_stays_read(monkeypatch, tmp_path):
