@@ -30,7 +30,7 @@ class Host:
 
 def host_from(address: str, name: str, found: dict) -> Host:
     gpus = found.get("gpus") or []
-    names = Counter(g["name"] for g in gpus)
+    names = Counter(g.name for g in gpus)
     gpu_name = names.most_common(1)[0][0] if names else None
     model = match_smi_name(gpu_name) if gpu_name else None
     return Host(address, name, found.get("user"), gpu_name, model.key if model else None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import shutil
 import time
@@ -69,7 +71,8 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
             "download": found["download"], "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
     if detail:
-        live.update(gpus=found["gpus"], guard=guard_label(found, inv.guard.enabled),
+        gpus = [dataclasses.asdict(g) for g in found["gpus"] or ()]
+        live.update(gpus=gpus, guard=guard_label(found, inv.guard.enabled),
                     fabric=status_fabric.node_view(found))
     return live
 

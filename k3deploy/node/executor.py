@@ -28,7 +28,7 @@ class Executor:
     def look(self, step, node, waiting: bool = False) -> dict:
         """The step's facts now, in one round trip (`waiting`: with its wait probes first)."""
         found = (step.wait_probes(node) if waiting else []) + step.probes(node)
-        return step.facts_from(F.gather(node.conn, found, step=step.name), node)
+        return step.observe(F.gather(node.conn, found, step=step.name), node)
 
     def gather(self, step, node, facts: list[F.Fact]) -> dict:
         """These facts now, in one round trip, parsed (a request the step makes itself)."""

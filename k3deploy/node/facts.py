@@ -15,19 +15,21 @@ import shlex
 import hashlib
 import secrets
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Generic, TypeVar
 from collections.abc import Callable
 
+from k3deploy.facts import Probe
 from k3deploy.remote import for_argv, script_text
 
 MARK = "@@k3fact@@"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Fact:
+class Fact(Generic[T]):
     name: str
     script: str                      # POSIX sh; may fail, its exit code is recorded
-    parse: Callable[[str, int], Any]  # (output, exit code) -> value
+    parse: Callable[[str, int], T]  # (output, exit code) -> value
     sudo: bool = False
     stdin: str | None = field(default=None, repr=False)   # may hold a secret: never printed
     # A Python program and its argv (`python`): run in the batch's one interpreter.
@@ -103,7 +105,7 @@ def _sudo(script: str) -> str:
 _SECTION = re.compile(rf"{MARK}begin (\S+)\n(.*?){MARK}end (\d+)", re.S)
 
 
-def parse_output(facts: list[Fact], output: str) -> dict[str, Any]:
+def parse_output(facts: list[Fact], output: str) -> dict[str, object]:
     sections = {m.group(1): (m.group(2), int(m.group(3))) for m in _SECTION.finditer(output)}
     values, asker = {}, _first_asker(facts)
     for fact in facts:
@@ -113,7 +115,7 @@ def parse_output(facts: list[Fact], output: str) -> dict[str, Any]:
 
 
 def gather(conn, facts: list[Fact], step: str | None = None,
-           timeout: float | None = None) -> dict[str, Any]:
+           timeout: float | None = None) -> dict[str, object]:
     if not facts:
         return {}
     result = conn.run(["sh", "-s"], stdin=compose(facts), check=False, retry=True, step=step,
@@ -211,6 +213,6 @@ def command(name: str, argv: list[str], parse=text, sudo: bool = False) -> Fact:
     return Fact(name, shlex.join(argv), parse, sudo)
 
 
-def from_probe(probe) -> Fact:
+def from_probe(probe: Probe[T]) -> Fact[T]:
     """A k3deploy.facts Probe as a fact of the batch."""
     return Fact(probe.name, probe.script, probe.parse, probe.sudo)

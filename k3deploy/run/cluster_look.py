@@ -4,6 +4,8 @@ them. The step decides what to run from the facts; running it here keeps its hoo
 
 from __future__ import annotations
 
+import dataclasses
+
 from k3deploy.core import group
 from k3deploy.core.errors import Interrupted, K3Error
 
@@ -26,5 +28,12 @@ def look_across(step, all_facts: dict[str, dict], contexts: dict, run) -> dict[s
         if isinstance(err, Interrupted):
             raise err
     found.failures(K3Error)   # anything else is a bug: raised
-    return {n: {**f, probes[n].key: found[n]} if n in probes else f
+    return {n: _with(f, probes[n].key, found[n]) if n in probes else f
             for n, f in all_facts.items()}
+
+
+def _with(facts, key: str, value):
+    """The node's facts with the probe's answer in the field `key` (a frozen dataclass)."""
+    if isinstance(facts, dict):   # TRANSITION: removed once every step declares Facts
+        return {**facts, key: value}
+    return dataclasses.replace(facts, **{key: value})

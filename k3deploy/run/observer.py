@@ -43,7 +43,7 @@ class Observer:
         if looked_now:
             self._fill(ctx, self.steps.index(step))
             found, own = self._pop(ctx, step)
-        return step.facts_from(self._complete(ctx, step, found, own), ctx), looked_now
+        return step.observe(self._complete(ctx, step, found, own), ctx), looked_now
 
     def peek(self, step: Step, ctx) -> dict:
         """The step's facts, left in the batch for the step's own decision on the node (a
@@ -57,7 +57,7 @@ class Observer:
         found = self._complete(ctx, step, found, own)
         with self._lock:
             self._batches.setdefault(ctx.name, {})[step.label] = found
-        return step.facts_from(found, ctx)
+        return step.observe(found, ctx)
 
     def changed(self) -> None:
         with self._lock:

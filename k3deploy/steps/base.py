@@ -2,13 +2,15 @@
 (apply), then look again: the plan must now be empty, or the step failed.
 
 A step declares what it looks at (`probes`: shell snippets with parsers) and the runner asks
-for them, batched with every other step's, in one round trip per node; `facts_from` turns the
-parsed values into the step's facts. `probes`, `facts_from` and `plan` are pure: no SSH, no
-sleep, no polling, no laptop-side effect; those happen in apply. Waiting is an action too (a
-`Wait`): the runner polls the step's facts until the plan no longer asks for it.
+for them, batched with every other step's, in one round trip per node; `observe` turns the
+parsed values into the step's `Facts`, a frozen dataclass with a field per probe (and what the
+step derives from them). `probes`, `observe` and `plan` are pure: no SSH, no sleep, no polling,
+no laptop-side effect; those happen in apply, by the run's executor (node/executor.py).
+Waiting is an action too (a `Wait`): the runner polls the step's facts until the plan no
+longer asks for it.
 
 `plan` is a pure function of the facts and the context's settled values, so it is unit-tested
-with fact fixtures: facts in, actions out.
+with fact fixtures: typed facts in, actions out.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
 
+from k3deploy.facts import record
 from k3deploy.node import facts as F
 from k3deploy.node.transport import quote
 
@@ -80,7 +83,7 @@ class ClusterProbe:
 
     key: str
     argv: tuple[str, ...]
-    parse: Callable[[Any], Any]   # the transport's Result -> the fact
+    parse: Callable[[object], object]   # the transport's Result -> the fact
     stdin: str | None = field(default=None, repr=False)
     timeout: float | None = None
 
@@ -109,7 +112,15 @@ def take_uploads(queue: list[Action]) -> list[Action]:
     return taken
 
 
-class Step:
+@dataclass(frozen=True)
+class NoFacts:
+    """The facts of a step that looks at nothing."""
+
+
+FactsT = TypeVar("FactsT")
+
+
+class Step(Generic[FactsT]):
     name: ClassVar[str] = "step"
     read_only: ClassVar[bool] = False
     head_first: ClassVar[bool] = False      # launch: head, then the others
@@ -118,8 +129,9 @@ class Step:
     runs_after_failures: ClassVar[bool] = False  # teardown: still runs where earlier steps failed
     Params: ClassVar[type | None] = None          # pydantic model of the playbook's `with:`
     settles: ClassVar[bool] = False     # `settle` sees every node's facts before any plan
+    Facts: ClassVar[type] = NoFacts     # frozen dataclass: a field per probe (and derived)
 
-    def __init__(self, params: dict[str, Any] | None = None):
+    def __init__(self, params: dict[str, object] | None = None):
         self.params = params or {}
         # Validated here so a typo in a playbook fails before any node is touched.
         self.p = self.Params.model_validate(self.params) if self.Params else None
@@ -146,9 +158,13 @@ class Step:
         """What to look at on the node; gathered by the runner, batched with other steps'."""
         return []
 
-    def facts_from(self, found: dict[str, Any], node) -> dict[str, Any]:
-        """The step's facts from its probes' parsed values (pure)."""
-        return found
+    def observe(self, found: dict[str, object], node) -> FactsT:
+        """The step's facts from its probes' parsed values (pure): each value into the `Facts`
+        field of its probe's name; a step that derives more overrides this, passing what it
+        derives to `record`."""
+        if self.Facts is NoFacts:   # TRANSITION: removed once every step declares Facts
+            return found  # type: ignore[return-value]
+        return record(self.Facts, found)
 
     def wait_probes(self, node) -> list[F.Fact]:
         """What a wait's polls look at besides `probes` (a log, for progress and blame; a hold
@@ -157,33 +173,33 @@ class Step:
         facts run in order, so the `probes` read what ended a hold."""
         return []
 
-    def facts(self, node, waiting: bool = False) -> dict[str, Any]:
+    def facts(self, node, waiting: bool = False) -> FactsT:
         """Look now, in one round trip (the runner's waits and re-checks), by the run's
         executor."""
         return node.run.executor.look(self, node, waiting)
 
-    def plan(self, facts: dict[str, Any], node) -> list[Action]:
+    def plan(self, facts: FactsT, node) -> list[Action]:
         return []
 
-    def problems(self, facts: dict[str, Any], node) -> list[tuple[str, str]]:
+    def problems(self, facts: FactsT, node) -> list[tuple[str, str]]:
         """(check, message) pairs found on this node; a read-only step reports these."""
         return []
 
-    def cluster_probes(self, all_facts: dict[str, dict], run) -> dict[str, ClusterProbe]:
+    def cluster_probes(self, all_facts: dict[str, FactsT], run) -> dict[str, ClusterProbe]:
         """node -> what to look at on every node at once, decided from every node's facts
         (pure); the runner runs them and adds what they found to the facts."""
         return {}
 
-    def cluster_problems(self, all_facts: dict[str, dict], run) -> list[tuple[str, str, str]]:
+    def cluster_problems(self, all_facts: dict[str, FactsT], run) -> list[tuple[str, str, str]]:
         """(node, check, message) found only by comparing nodes (pure)."""
         return []
 
-    def cluster_detail(self, all_facts: dict[str, dict], run) -> dict | None:
+    def cluster_detail(self, all_facts: dict[str, FactsT], run) -> dict | None:
         """What the step found across nodes, kept in the head's record of the step (pure);
         recorded whether or not it found problems (the fabric mesh's figures)."""
         return None
 
-    def settle(self, all_facts: dict[str, dict], run) -> object | None:
+    def settle(self, all_facts: dict[str, FactsT], run) -> object | None:
         """(With `settles`.) Once, before any node's plan: a decision only every node's facts
         together make (pure: no SSH); the runner keeps it in the run's ledger for the plans
         (`run.ledger.decided(type)`)."""
@@ -194,7 +210,7 @@ class Step:
         while queue:
             self.run_action(node, *take_uploads(queue))
 
-    def recheck(self, node) -> tuple[dict[str, Any], list[str]]:
+    def recheck(self, node) -> tuple[FactsT, list[str]]:
         """After apply: the facts now (a wait's last look, when nothing ran after it), and
         what the plan still asks for (must be nothing)."""
         facts = node.run.executor.last_look(self, node)
@@ -202,26 +218,26 @@ class Step:
             facts = self.facts(node)
         return facts, [a.shown() for a in self.plan(facts, node)]
 
-    def closing_lines(self, run, all_facts: dict[str, dict]) -> list[str]:
+    def closing_lines(self, run, all_facts: dict[str, FactsT]) -> list[str]:
         """Printed once after the step succeeded on every node (e.g. the endpoint URL)."""
         return []
 
-    def detail(self, facts: dict[str, Any], node) -> dict | None:
+    def detail(self, facts: FactsT, node) -> dict | None:
         """What to keep in the state file after success."""
         return None
 
     def inputs(self, node) -> dict:
         return {"params": self.params}
 
-    def progress(self, facts: dict[str, Any], node) -> Any:
+    def progress(self, facts: FactsT, node) -> object:
         """While waiting: a marker that changes while work advances (bytes done); None when
         the step has none. May raise StepFailed when what is awaited died."""
         return None
 
-    def show_progress(self, facts: dict[str, Any], node) -> None:
+    def show_progress(self, facts: FactsT, node) -> None:
         """While waiting: tell the user (progress bar, the engine's last loading line)."""
 
-    def check_cluster(self, all_facts: dict[str, dict], run, waited: float,
+    def check_cluster(self, all_facts: dict[str, FactsT], run, waited: float,
                       looked_at: float) -> None:
         """While a `cluster` wait polls: raise StepFailed (naming the culprit node) for a
         fault only the whole cluster shows (a rank exited, duplicate ranks). `waited`: seconds

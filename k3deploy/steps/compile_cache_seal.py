@@ -18,8 +18,8 @@ class SealCompileCache(Step):
     def probes(self, node):
         return [*LaunchEngine().probes(node), sealed_fact(node.inv)]
 
-    def facts_from(self, found, node):
-        facts = LaunchEngine().facts_from(found, node)
+    def observe(self, found, node):
+        facts = LaunchEngine().observe(found, node)
         return {**facts, "compile_caches": found["compile_caches"]}
 
     def plan(self, facts, node):

@@ -109,7 +109,7 @@ class DownloadWeights(Step):
         hold = max(self.p.poll_seconds, self.p.progress_seconds)
         return [F.python("hold", HOLD, [paths.progress, paths.pid, f"{hold:g}"], F.exit_ok)]
 
-    def facts_from(self, found, node):
+    def observe(self, found, node):
         status = found["status"]
         if "unreadable" in status:
             raise StepFailed(node.name, "could not read the download's status on the node: "

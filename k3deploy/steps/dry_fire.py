@@ -59,8 +59,8 @@ class DryFireLaunch(_DummyWeights, LaunchEngine):
         return [*found, missing_small_files(node.inv, node.run.inputs.manifest),
                 passed_fact(node.inv)]
 
-    def facts_from(self, found, node):
-        facts = super().facts_from(found, node)
+    def observe(self, found, node):
+        facts = super().observe(found, node)
         return {**facts, **_due_facts(found, facts["spec"], node)}
 
     def due(self, facts, node) -> bool:
@@ -101,8 +101,8 @@ class DryFireRayCluster(_DummyWeights, RayCluster):
         found = super().probes(node)
         return [*found, passed_fact(node.inv)] if found and not skipped(node.run) else found
 
-    def facts_from(self, found, node):
-        facts = super().facts_from(found, node)
+    def observe(self, found, node):
+        facts = super().observe(found, node)
         if not facts["ray_layout"] or skipped(node.run):
             return {**facts, "due": False}
         due_facts = _due_facts(found, facts["spec"], node)

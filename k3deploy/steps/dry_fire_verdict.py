@@ -53,8 +53,8 @@ class DryFireVerdict(SealCompileCache):
                 probes.startup_phase_times(node.inv, node.is_head),
                 probes.nccl_transport(node.inv, node.is_head)]
 
-    def facts_from(self, found, node):
-        facts = super().facts_from(found, node)
+    def observe(self, found, node):
+        facts = super().observe(found, node)
         return {**facts, "gpus": found.get("gpus"), "phases": found.get("phases") or {},
                 "nccl": found.get("nccl"), "dry_fire_passed": found.get("dry_fire_passed") or []}
 

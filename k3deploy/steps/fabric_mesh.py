@@ -84,7 +84,7 @@ class FabricMesh(Step):
             found += LaunchEngine().probes(node)   # the launch's own look: what it would run
         return found
 
-    def facts_from(self, found, node):
+    def observe(self, found, node):
         if "container" not in found:
             return {"perftest": found.get("perftest")}
         config = LaunchEngine().spec(found, node).labels[engines.CONFIG_LABEL]

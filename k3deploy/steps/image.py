@@ -12,9 +12,12 @@ the runner's: `head_first` runs the head before the others look.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.core.errors import CommandError, DiskError
 from k3deploy.engines import image_ref
+from k3deploy.facts import docker, record
 from k3deploy.node import facts as F
 from k3deploy.remote import script_text
 from k3deploy.remote.protocol import PeerFiles
@@ -28,20 +31,41 @@ SCRIPT = script_text("image_peers.py")
 DISK_ERRORS = ("no space left on device", "disk quota exceeded", "read-only file system")
 
 
+@dataclass(frozen=True)
+class ImageFacts:
+    cuda: str | None
+    images: dict[str, docker.Image]
+    peer_images: dict[str, docker.PeerImage] = field(default_factory=dict)
+    image: str = ""                     # derived: the tag this node's CUDA picks
+
+    @property
+    def present(self) -> bool:
+        return self.image in self.images
+
+    @property
+    def id(self) -> str | None:
+        mine = self.images.get(self.image)
+        return mine.id if mine else None
+
+    @property
+    def peer(self) -> docker.PeerImage | None:
+        return self.peer_images.get(self.image)
+
+
 def peer_images(node) -> F.Fact:
-    """Which peer holds each candidate tag (probe mode of image_peers.py): {ref: {node, addr,
-    id, content}}. Digest references are left out: a loaded image carries no registry digest in the
-    legacy store, so it would never count as present."""
+    """Which peer holds each candidate tag (probe mode of image_peers.py). Digest references
+    are left out: a loaded image carries no registry digest in the legacy store, so it would
+    never count as present."""
     refs = [r for r in probes.candidate_images(node.inv) if not image_ref.parse(r).digest]
     peers = [f"{n.name}={n.self_ip}" for _, n in node.inv.ranked() if n.name != node.name]
     args = ["probe", "--refs", ",".join(refs), "--peers", ",".join(peers), "--port",
             str(node.inv.ports.peer), "--secret-file", PeerFiles(node.inv.paths.work).secret]
-    return F.python("peer_images", SCRIPT, args, lambda out, code: F.json_doc(out, code) or {},
-                    sudo=True)
+    return F.python("peer_images", SCRIPT, args, docker.parse_peer_images, sudo=True)
 
 
-class PullImage(Step):
+class PullImage(Step[ImageFacts]):
     name = "image"
+    Facts = ImageFacts
     head_first = True   # the head pulls; the others then find it on a peer
 
     def probes(self, node):
@@ -50,27 +74,25 @@ class PullImage(Step):
         found = [probes.cuda(), probes.engine_images(node.inv)]
         return found + ([peer_images(node)] if peers_enabled(node.inv) else [])
 
-    def facts_from(self, found, node):
-        image = chosen_image(found, node)
-        mine = found["images"].get(image) or {}
-        return {"cuda": found["cuda"], "image": image, "present": image in found["images"],
-                "id": mine.get("id"), "peer": (found.get("peer_images") or {}).get(image)}
+    def observe(self, found, node):
+        seen = record(ImageFacts, found)
+        return replace(seen, image=chosen_image(seen.cuda, node))
 
-    def plan(self, facts, node):
-        if facts["present"]:
+    def plan(self, facts: ImageFacts, node):
+        if facts.present:
             return []
-        peer = facts.get("peer")
+        peer = facts.peer
         if peer:
             path = f"{node.inv.paths.work}/image_peers.py"
             return [upload("upload the image loader", path, SCRIPT, mode=0o644),
-                    cmd(f"load {facts['image']} from {peer['node']} (proven by its config, "
+                    cmd(f"load {facts.image} from {peer.node} (proven by its config, "
                         "else from the registry)",
-                        "python3", path, "load", "--ref", facts["image"], "--peer",
-                        f"{peer['addr']}:{node.inv.ports.peer}", "--secret-file",
+                        "python3", path, "load", "--ref", facts.image, "--peer",
+                        f"{peer.addr}:{node.inv.ports.peer}", "--secret-file",
                         PeerFiles(node.inv.paths.work).secret, "--expect-content",
-                        peer["content"], sudo=True, timeout=3600)]
+                        peer.content, sudo=True, timeout=3600)]
         # A pull is safe to repeat: docker resumes layers it already has.
-        return [cmd(f"pull {facts['image']}", "docker", "pull", facts["image"], sudo=True,
+        return [cmd(f"pull {facts.image}", "docker", "pull", facts.image, sudo=True,
                     retry=True, timeout=3600)]
 
     def run_action(self, node, action, *more_uploads):
@@ -86,8 +108,8 @@ class PullImage(Step):
                             f"({node.inv.paths.docker}) or grow the disk, then re-run `k3deploy up "
                             f"-i {node.inv.source}`: the layers docker stored are kept") from None
 
-    def detail(self, facts, node):
-        return {"image": facts["image"], "id": facts.get("id")}
+    def detail(self, facts: ImageFacts, node):
+        return {"image": facts.image, "id": facts.id}
 
 
 def disk_error_line(output: str) -> str | None:

@@ -73,7 +73,7 @@ class LaunchEngine(Step):
         """(the launch spec with its config label, the compile cache key's inputs or None)"""
         run = node.run
         spec = self.adjust_spec(spec_from_inventory.build(
-            node.inv, node.node, node.rank, chosen_image(facts, node), run.inputs.manifest.sha,
+            node.inv, node.node, node.rank, chosen_image(facts.get("cuda"), node), run.inputs.manifest.sha,
             with_key=bool(run.inputs.api_key), node_fabric=node_fabric(facts)))
         inputs = None
         if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster
@@ -95,7 +95,7 @@ class LaunchEngine(Step):
             found += raylayout.head_probes(node)
         return found
 
-    def facts_from(self, found, node):
+    def observe(self, found, node):
         found = dict(found)
         spec, key_inputs = self.spec_and_cache_key(found, node)
         ray = raylayout.head_facts(found) if (

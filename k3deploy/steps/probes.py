@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 
 from k3deploy.core.errors import EngineImageError, StepFailed
@@ -11,80 +10,36 @@ from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inv
                               serve_log_host_path, spec_from_inventory)
 from k3deploy.engines import parsers, startup_phases
 from k3deploy.engines.layout import inventory_runs_over_ray
-from k3deploy.facts import docker, fabric, nccl, topology
+from k3deploy.facts import docker, fabric, nccl, nvidia_smi, topology
 from k3deploy.node import facts as F
 
-# One `nvidia-smi -q` serves every GPU fact: the driver, its CUDA, each GPU's name and memory.
-NVSMI = ["nvidia-smi", "-q"]
-CUDA = re.compile(r"^CUDA Version\s*:\s*([0-9]+\.[0-9]+)", re.M)
-DRIVER = re.compile(r"^Driver Version\s*:\s*([0-9][0-9.]*)", re.M)
-_GPU = re.compile(r"^GPU [0-9A-Fa-f:.]+$", re.M)
-_NAME = re.compile(r"^\s+Product Name\s*:\s*(.+?)\s*$", re.M)
-_FB = re.compile(r"FB Memory Usage\s*\n\s+Total\s*:\s*(\d+) MiB.*?\n\s+Used\s*:\s*(\d+) MiB",
-                 re.S)
-
-
-def parse_gpus(out: str, code: int) -> list[dict] | None:
-    if code != 0:
-        return None
-    gpus = []
-    for section in _GPU.split(out)[1:]:
-        name, fb = _NAME.search(section), _FB.search(section)
-        if name and fb:
-            gpus.append({"name": name.group(1), "total_mib": int(fb.group(1)),
-                         "used_mib": int(fb.group(2))})
-    return gpus
-
-
-# What nvidia-smi prints, and only that, for a GPU that fell off the bus: driver format string
-# "Unable to determine the device handle for GPU%s: %s" (older drivers: "for GPU %s"), the
-# reason "Unknown Error" or "GPU is lost.  Reboot the system to recover this GPU".
-_LOST = re.compile(r"Unable to determine the device handle for GPU ?([0-9A-Fa-f]+:[0-9A-Fa-f]+:"
-                   r"[0-9A-Fa-f]+\.[0-9A-Fa-f]): (.+?)\s*$", re.M | re.I)
-
-
-def parse_lost(out: str, code: int) -> list[dict]:
-    """The GPUs nvidia-smi cannot reach: [{"bus_id", "reason"}]; [] when it answered."""
-    if code == 0:
-        return []
-    return [{"bus_id": m.group(1), "reason": m.group(2)} for m in _LOST.finditer(out)]
-
-
-def lost_gpu_problems(lost: list[dict], check: str) -> list[tuple[str, str]]:
+def lost_gpu_problems(lost: tuple[nvidia_smi.LostGpu, ...],
+                      check: str) -> list[tuple[str, str]]:
     """One finding per lost GPU, named by bus id: only a reboot brings it back."""
-    return [(check, f"GPU {gpu['bus_id']} is lost (nvidia-smi: \"Unable to determine the "
-             f"device handle for GPU{gpu['bus_id']}: {gpu['reason']}\"): it fell off the bus; "
+    return [(check, f"GPU {gpu.bus_id} is lost (nvidia-smi: \"Unable to determine the "
+             f"device handle for GPU{gpu.bus_id}: {gpu.reason}\"): it fell off the bus; "
              "reboot this node to recover it (or replace the node), then re-run")
             for gpu in lost]
-
-
-def parse_cuda(out: str, code: int) -> str | None:
-    m = CUDA.search(out)
-    return m.group(1) if code == 0 and m else None
-
-
-def parse_driver(out: str, code: int) -> str | None:
-    m = DRIVER.search(out)
-    return m.group(1) if code == 0 and m else None
 
 
 parse_json = F.json_doc
 
 
+# One `nvidia-smi -q` serves every GPU fact (facts/nvidia_smi.py).
 def gpus() -> F.Fact:
-    return F.command("gpus", NVSMI, parse_gpus)
+    return F.from_probe(nvidia_smi.gpus())
 
 
 def lost_gpus() -> F.Fact:
-    return F.command("gpus_lost", NVSMI, parse_lost)
+    return F.from_probe(nvidia_smi.lost_gpus())
 
 
 def cuda() -> F.Fact:
-    return F.command("cuda", NVSMI, parse_cuda)
+    return F.from_probe(nvidia_smi.cuda())
 
 
 def driver() -> F.Fact:
-    return F.command("driver", NVSMI, parse_driver)
+    return F.from_probe(nvidia_smi.driver())
 
 
 # One `docker info` serves every daemon fact; None when docker or its daemon is missing.
@@ -144,11 +99,11 @@ def engine_images(inv) -> F.Fact:
     return _images(inv.engine.container, candidate_images(inv))
 
 
-def parse_images(out: str, refs: list[str]) -> dict:
+def parse_images(out: str, refs: list[str]) -> dict[str, docker.Image]:
     """Each present reference (tag or digest, image_ref.present) -> its id and digests."""
     docs = [d for d in docker.documents(out) if "State" not in d]   # containers have a State
     found = {ref: image_ref.present(ref, docs) for ref in refs}
-    return {ref: {"id": doc.get("Id"), "digests": doc.get("RepoDigests") or []}
+    return {ref: docker.Image(doc.get("Id"), tuple(doc.get("RepoDigests") or ()))
             for ref, doc in found.items() if doc is not None}
 
 
@@ -168,10 +123,10 @@ def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:
     return F.read(name, path, parse_json, sudo=sudo)
 
 
-def chosen_image(facts, node) -> str:
+def chosen_image(cuda: str | None, node) -> str:
     """The image this node runs, from its CUDA (the image and launch steps ask the same)."""
     try:
-        return inventory_image(node.inv, facts.get("cuda"))
+        return inventory_image(node.inv, cuda)
     except ImageChoiceError as err:
         raise StepFailed(node.name, str(err), step="image") from None
 

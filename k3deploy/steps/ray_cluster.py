@@ -56,10 +56,10 @@ class RayCluster(LaunchEngine):
             F.Fact("joined", joined, F.exit_ok, sudo=True),
             F.command("log", engines.docker_logs_argv(name, tail=40), F.raw, sudo=True)]
 
-    def facts_from(self, found, node):
+    def observe(self, found, node):
         if not raylayout.in_use(node.inv):
             return {"ray_layout": False}
-        return {**super().facts_from(found, node), "ray_layout": True, "log": found["log"] or "",
+        return {**super().observe(found, node), "ray_layout": True, "log": found["log"] or "",
                 "joined": found["joined"]}
 
     def plan(self, facts, node):

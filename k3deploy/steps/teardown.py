@@ -91,7 +91,7 @@ class RemoveContainers(Step):
     def probes(self, node):
         return [probes.engine_container(node.inv)]
 
-    def facts_from(self, found, node):
+    def observe(self, found, node):
         return {"container": found["container"]}
 
     def plan(self, facts, node):

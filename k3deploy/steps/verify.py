@@ -143,7 +143,7 @@ class VerifyEndpoint(Step):
         return [dataclasses.replace(f, ahead=False) if f.name == "endpoint" else f
                 for f in found]
 
-    def facts_from(self, found, node):
+    def observe(self, found, node):
         if node.is_head and found.get("endpoint") is None:
             found = {**found, "endpoint": http_probe.unanswered(CHECKS)}
         return found

@@ -92,7 +92,7 @@ class WaitHealthy(Step):
         # memory in use, which grows as the weights land whatever the log shows.
         return [probes.engine_log(node.inv, node.is_head, tail=30), probes.gpus()]
 
-    def facts_from(self, found, node):
+    def observe(self, found, node):
         health = found.get("health")
         gpus = found.get("gpus")
         return {"container": found["container"],

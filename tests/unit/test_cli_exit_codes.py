@@ -5,6 +5,8 @@ replaced by a canned report (real steps, real partial rule, no SSH)."""
 
 from __future__ import annotations
 
+from k3deploy.facts.nvidia_smi import Gpu
+
 from pathlib import Path
 
 import pytest
@@ -113,7 +115,7 @@ def _host_facts(address: str, gpus: int = 8) -> dict:
     mounts = host_facts.parse_mounts(
         (REAL / "util-linux" / "2.38.1" / "findmnt-testbed-node.txt").read_text(), 0)
     return {"addresses": [Address("eth0", address, 24)], "mounts": mounts, "hostname": None,
-            "gpus": [{"name": "NVIDIA H100 80GB HBM3", "total_mib": 81559, "used_mib": 0}] * gpus,
+            "gpus": [Gpu("NVIDIA H100 80GB HBM3", 81559, 0)] * gpus,
             "cuda": "13.0", "driver": "580.65.06", "user": "root"}
 
 

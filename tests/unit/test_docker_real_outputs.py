@@ -59,7 +59,7 @@ def test_image_found_by_tag_or_digest_on_both_stores(name, present):
     found = probes.parse_images(raw(name), asked)
     assert set(found) == present
     for ref in present:
-        assert BUSYBOX in found[ref]["digests"]
+        assert BUSYBOX in found[ref].digests
 
 
 def test_container_documents_and_go_times():

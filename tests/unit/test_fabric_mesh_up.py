@@ -42,7 +42,7 @@ def looked(step, ctx, other: bool = False) -> dict:
     """The step's facts on a node whose container runs the launch's configuration (or not)."""
     found = {"cuda": "13.0", "perftest": ""}
     label = LaunchEngine().spec(found, ctx).labels[engines.CONFIG_LABEL]
-    return step.facts_from({**found, "container": inspect("other" if other else label)}, ctx)
+    return step.observe({**found, "container": inspect("other" if other else label)}, ctx)
 
 
 def test_a_group_running_this_configuration_gets_no_traffic(tmp_path):
@@ -76,14 +76,14 @@ def test_the_launch_look_comes_only_with_unless_serving(tmp_path):
 def test_check_fabric_measures_a_serving_group(tmp_path):
     ctxs = nodes(tmp_path)
     step = FabricMesh()
-    facts = {c.name: step.facts_from({"perftest": ""}, c) for c in ctxs}
+    facts = {c.name: step.observe({"perftest": ""}, c) for c in ctxs}
     assert set(step.cluster_probes(facts, ctxs[0].run)) == {c.name for c in ctxs}
 
 
 def test_no_fabric_measures_nothing_and_says_so(tmp_path):
     ctxs = nodes(tmp_path, no_fabric=True)
     step = FabricMesh({"unless_serving": True})
-    facts = {c.name: step.facts_from({"perftest": ""}, c) for c in ctxs}
+    facts = {c.name: step.observe({"perftest": ""}, c) for c in ctxs}
     assert step.cluster_probes(facts, ctxs[0].run) == {}
     assert step.closing_lines(ctxs[0].run, facts) == ["fabric: not measured (--no-fabric)"]
 

@@ -3,6 +3,8 @@ comments saying what was found, and hosts that disagree named."""
 
 from __future__ import annotations
 
+from k3deploy.facts.nvidia_smi import Gpu
+
 from k3deploy.cli import init_findings, init_inventory
 from k3deploy.cli.init_inventory import Access
 from k3deploy.cluster import inventory as inventory_mod
@@ -14,7 +16,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 def found(i: int, *, gpus: int = 8, name: str = H100, driver: str = "580.65.06",
           cuda: str = "13.0", target: str = "/mnt/nvme") -> dict:
-    return {"gpus": [{"name": name, "total_mib": 81559, "used_mib": 0}] * gpus,
+    return {"gpus": [Gpu(name, 81559, 0)] * gpus,
             "driver": driver, "cuda": cuda, "user": "ubuntu",
             "mounts": [Mount("/", "/dev/nvme0n1p1", "ext4", 10**11, 10**10),
                        Mount(target, f"/dev/nvme{i + 1}n1", "xfs", 7 * 10**12, 7 * 10**12)]}

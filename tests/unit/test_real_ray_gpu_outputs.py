@@ -7,7 +7,8 @@ import pytest
 
 from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import inventory
-from k3deploy.steps import probes, raylayout
+from k3deploy.facts import nvidia_smi
+from k3deploy.steps import raylayout
 from k3deploy.steps.preflight import _gpu_problems
 from k3deploy.steps.verify import VerifyEndpoint
 from tests.realfix import real as real_file
@@ -72,8 +73,8 @@ def test_ray_start_says_the_node_registered(name):
 def test_nvidia_smi_lost_gpu(path, bus, reason):
     # The transcripts do not show the exit code; nvidia-smi(1) gives 15 (GPU lost) or 255.
     out = real("nvidia-smi", path)
-    assert probes.parse_lost(out, 255) == [{"bus_id": bus, "reason": reason}]
-    assert probes.parse_gpus(out, 255) is None and probes.parse_driver(out, 255) is None
+    assert nvidia_smi.parse_lost(out, 255) == (nvidia_smi.LostGpu(bus, reason),)
+    assert nvidia_smi.parse_gpus(out, 255) is None and nvidia_smi.parse_driver(out, 255) is None
 
 
 def test_nvidia_smi_return_codes_say_which_is_a_lost_gpu():
@@ -94,7 +95,7 @@ def test_preflight_names_the_lost_gpu_and_says_reboot():
                            "gpu": {"model": "h100", "count": 8},
                            "nodes": [{"name": "node1", "address": "10.0.0.11"}]})
     out = real("nvidia-smi", "560/lost-gpu-unknown-error.txt")
-    facts = {"gpus": probes.parse_gpus(out, 255), "gpus_lost": probes.parse_lost(out, 255),
+    facts = {"gpus": nvidia_smi.parse_gpus(out, 255), "gpus_lost": nvidia_smi.parse_lost(out, 255),
              "cuda": None}
     (check, message), = _gpu_problems(facts, _Node(inv))
     assert check == "gpus" and "0000:17:00.0" in message and "reboot" in message
@@ -107,11 +108,11 @@ def test_preflight_names_the_lost_gpu_and_says_reboot():
 ])
 def test_nvidia_smi_q(path, count, name, total, cuda, driver, model):
     out = real("nvidia-smi", path)
-    gpus = probes.parse_gpus(out, 0)
-    assert [g["name"] for g in gpus] == [name] * count
-    assert {(g["total_mib"], g["used_mib"]) for g in gpus} == {(total, 1)}
-    assert probes.parse_cuda(out, 0) == cuda and probes.parse_driver(out, 0) == driver
-    assert probes.parse_lost(out, 0) == []
+    gpus = nvidia_smi.parse_gpus(out, 0)
+    assert [g.name for g in gpus] == [name] * count
+    assert {(g.total_mib, g.used_mib) for g in gpus} == {(total, 1)}
+    assert nvidia_smi.parse_cuda(out, 0) == cuda and nvidia_smi.parse_driver(out, 0) == driver
+    assert nvidia_smi.parse_lost(out, 0) == ()
     assert gpu_table.match_smi_name(name).key == model
 
 
@@ -123,6 +124,6 @@ def test_verify_names_a_gpu_lost_after_bring_up():
     node = _Node(inv)
     node.is_head, node.rank = False, 1
     out = real("nvidia-smi", "520.61.05/lost-gpu-unknown-error.txt")
-    facts = {"gpus": probes.parse_gpus(out, 255), "gpus_lost": probes.parse_lost(out, 255)}
+    facts = {"gpus": nvidia_smi.parse_gpus(out, 255), "gpus_lost": nvidia_smi.parse_lost(out, 255)}
     (check, message), = VerifyEndpoint().problems(facts, node)
     assert check == "memory" and "GPU 0000:0B:00.0 is lost" in message and "reboot" in message

@@ -21,7 +21,7 @@ class Touch(Step):
     name = "touch"
     order: list = []
 
-    def facts_from(self, found, node):   # the in-memory world stands in for the node
+    def observe(self, found, node):   # the in-memory world stands in for the node
         return {"x": WORLD.get(node.name)}
 
     def plan(self, facts, node):

@@ -3,7 +3,7 @@ tests/fixtures/steps/*.json, each {"step", "inventory_file" (a reference invento
 inventories/, optional), "inventory" (overrides, optional), "rank", "params" (the playbook's
 `with:`), "options", "facts", "expect", "source" (where a value in the facts comes from)}.
 
-Facts in (as the step's facts_from gives them, typed where the fact is: TYPED), actions or
+Facts in (as the step's observe gives them, typed where the fact is: TYPED), actions or
 problems out; no SSH. `expect` is
 exact: {"actions": [shown lines]}, {"action_descriptions": [...]} (for argvs too long to spell
 out), {"problems": [[kind, a fragment of the message], ...]} in order, or {"error": a fragment
@@ -33,7 +33,9 @@ from k3deploy.steps.launch import LaunchEngine, secret_file
 from k3deploy.steps.preflight import Preflight
 from k3deploy.steps.verify import memory_problems
 from k3deploy.steps.wait import rank_problem
+from k3deploy.steps.base import NoFacts
 from tests.unit.fakes import FakeSession
+from tests.unit.typed import facts as typed_facts
 from tests.unit.invdata import four_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,9 +145,18 @@ def guard_facts(facts, ctx, case):
 def registered(facts, ctx, case):
     """A registered step as the runner asks it: its problems (read-only findings), else its plan."""
     step = step_class(case["step"])(case.get("params"))
+    facts = step_facts(step, facts)
     if "problems" in case["expect"]:
         return step.problems(facts, ctx)
     return step.plan(facts, ctx)
+
+
+def step_facts(step, facts: dict):
+    """The step's typed facts (steps/base.py Facts) from the fixture's: a misspelt or missing
+    field anywhere fails."""
+    if step.Facts is NoFacts:   # TRANSITION: removed once every step declares Facts
+        return facts
+    return typed_facts(step, facts)
 
 
 RULES = {**{name: registered for name in REGISTRY},

@@ -15,6 +15,7 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights
 from k3deploy.steps.files import EnsureFile
+from k3deploy.facts.docker import PeerImage
 from k3deploy.steps.image import SCRIPT, PullImage
 from k3deploy.steps.peers import PeerPaths
 from k3deploy.steps.launch import LaunchEngine
@@ -22,6 +23,7 @@ from k3deploy.steps.nvme import MoveToNvme
 from k3deploy.steps.teardown import RemoveContainers, WipeWeights
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
+from tests.unit import typed
 from tests.unit.docker_facts import container
 
 SHA = "a" * 40
@@ -85,8 +87,11 @@ def test_nvme_gives_cache_to_login_user(tmp_path):
 # -- image --------------------------------------------------------------------------------
 def test_image_pull_only_when_missing(tmp_path):
     step, ctx = PullImage(), node_ctx(tmp_path)
-    assert step.plan({"present": True, "image": "lmsysorg/sglang:kimi-k3"}, ctx) == []
-    (pull,) = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3-cu12"}, ctx)
+    present = {"lmsysorg/sglang:kimi-k3": {"id": IMAGE_ID}}
+    assert step.plan(typed.facts(step, {"cuda": "13.0", "images": present,
+                                        "image": "lmsysorg/sglang:kimi-k3"}), ctx) == []
+    (pull,) = step.plan(typed.facts(step, {"cuda": "12.8", "images": present,
+                                           "image": "lmsysorg/sglang:kimi-k3-cu12"}), ctx)
     assert pull.argv == ("docker", "pull", "lmsysorg/sglang:kimi-k3-cu12") and pull.retry
 
 
@@ -97,7 +102,9 @@ CONTENT = "sha256:" + "cd" * 32
 def test_image_loads_from_the_peer_that_holds_it(tmp_path):
     step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
     peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID, "content": CONTENT}
-    up, load = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3", "peer": peer}, ctx)
+    missing = {"cuda": "13.0", "images": {}, "image": "lmsysorg/sglang:kimi-k3",
+               "peer_images": {"lmsysorg/sglang:kimi-k3": peer}}
+    up, load = step.plan(typed.facts(step, missing), ctx)
     assert up.upload_to.endswith("/image_peers.py") and up.content == SCRIPT
     assert load.sudo and load.argv[:3] == ("python3", up.upload_to, "load")
     args = dict(zip(load.argv[3::2], load.argv[4::2]))
@@ -105,23 +112,25 @@ def test_image_loads_from_the_peer_that_holds_it(tmp_path):
                     "--secret-file": PeerPaths(ctx.inv).secret, "--expect-content": CONTENT}
     assert "pull" not in " ".join(shown([up, load]))
     # a node that has it does nothing, whoever else holds it
-    assert step.plan({"present": True, "image": "lmsysorg/sglang:kimi-k3", "peer": peer}, ctx) == []
+    present = {**missing, "images": {"lmsysorg/sglang:kimi-k3": {"id": IMAGE_ID}}}
+    assert step.plan(typed.facts(step, present), ctx) == []
 
 
 def test_image_from_the_registry_when_no_peer_holds_it(tmp_path):
     step, ctx = PullImage(), node_ctx(tmp_path, rank=2)
-    (pull,) = step.plan({"present": False, "image": "lmsysorg/sglang:kimi-k3", "peer": None}, ctx)
+    (pull,) = step.plan(typed.facts(step, {"cuda": "13.0", "images": {},
+                                           "image": "lmsysorg/sglang:kimi-k3"}), ctx)
     assert pull.argv == ("docker", "pull", "lmsysorg/sglang:kimi-k3")
 
 
 def test_image_facts_pick_the_chosen_tags_peer(tmp_path):
     step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
     assert step.head_first
-    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID, "content": CONTENT}
+    peer = PeerImage("node1", "10.0.0.11", IMAGE_ID, CONTENT)
     found = {"cuda": "13.0", "images": {}, "peer_images": {"lmsysorg/sglang:kimi-k3": peer}}
-    facts = step.facts_from(found, ctx)
-    assert facts["image"] == "lmsysorg/sglang:kimi-k3" and facts["peer"] == peer
-    assert step.facts_from({**found, "cuda": "12.8"}, ctx)["peer"] is None  # cu12 tag: none holds it
+    facts = step.observe(found, ctx)
+    assert facts.image == "lmsysorg/sglang:kimi-k3" and facts.peer == peer
+    assert step.observe({**found, "cuda": "12.8"}, ctx).peer is None  # cu12 tag: none holds it
     names = [f.name for f in step.probes(ctx)]
     assert "peer_images" in names
     solo = node_ctx(tmp_path, doc=four_nodes(download={"peers": False}))
