@@ -44,7 +44,7 @@ def torn_down(state: dict) -> dict | None:
 def live_probes(inv, is_head: bool, api_key: str | None) -> list[F.Fact]:
     """Added to status's one round trip per node: the guard's incident, and what
     steps/serves.py needs (the engine container, the head's /health)."""
-    return [probes.file_json("incident", guard_config.node_paths(inv)["incident"], sudo=True),
+    return [probes.file_json("incident", guard_config.node_paths(inv).incident, sudo=True),
             *serves.facts(inv, is_head, api_key)]
 
 

@@ -57,9 +57,8 @@ def problems(hosts: list[Host]) -> list[str]:
         want = common([key(h) for h in hosts])
         found += [f"{h.name}: {label} {key(h)} differs from the other hosts' {want}"
                   for h in hosts if key(h) != want and key(h)]
-    undeclared = {h.name: {"driver": h.driver, "cuda": h.cuda} for h in hosts}
     found += [f"{node}: {message}" for node, _check, message
-              in sameness.undeclared_problems(undeclared)]
+              in sameness.undeclared_problems({h.name: h for h in hosts})]
     return found
 
 

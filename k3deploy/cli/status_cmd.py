@@ -13,7 +13,7 @@ from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cli import status_cost, status_fabric, status_teardown
 from k3deploy.core import group
-from k3deploy.facts import docker
+from k3deploy.facts import docker, http
 from k3deploy.core.status import Status
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
 from k3deploy.node.identity import IDENTITY
@@ -41,16 +41,15 @@ def applicable(steps: list[str], inv) -> list[str]:
     return [s for s in steps if s.partition("#")[0] not in RAY_STEPS or raylayout.in_use(inv)]
 
 
-def guard_label(found: dict, enabled: bool) -> str:
+def guard_label(facts: guard_step.GuardFacts, enabled: bool) -> str:
     """watching / fired / stale (alive, not beating) / not running / off."""
     if not enabled:
         return "off"
-    state = found.get(GUARD + "guard_state") or {}
-    if not found.get(GUARD + "guard_pids"):
-        return "fired" if state.get("phase") == "fired" else "not running"
-    if (found.get(GUARD + "now") or 0) - state.get("beat", 0) >= guard_step.BEAT_STALE:
+    if not facts.guard_pids:
+        return "fired" if facts.spent else "not running"
+    if facts.beat_age() >= guard_step.BEAT_STALE:
         return "stale"
-    return state.get("phase") or "starting"
+    return (facts.guard_state.phase if facts.guard_state else "") or "starting"
 
 
 def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> dict:
@@ -72,8 +71,8 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
             "identity": {f.name: found[f.name] for f in IDENTITY}}
     if detail:
         gpus = [dataclasses.asdict(g) for g in found["gpus"] or ()]
-        live.update(gpus=gpus, guard=guard_label(found, inv.guard.enabled),
-                    fabric=status_fabric.node_view(found))
+        guard = guard_label(guard_step.looked(found, GUARD), inv.guard.enabled)
+        live.update(gpus=gpus, guard=guard, fabric=status_fabric.node_view(found))
     return live
 
 
@@ -106,6 +105,8 @@ def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
     # The document keeps the container's fields (facts/docker.py summary), for --json.
     if "container" in live:
         live = {**live, "container": docker.summary(live["container"])}
+    if "health" in live:   # the head's /health (facts/http.py summary)
+        live = {**live, "health": http.summary(live["health"])}
     return {"rank": rank, "live": live, "state": status_teardown.mark(steps, down),
             "replaced": replaced, "torn_down": down}
 

@@ -11,6 +11,7 @@ import time
 from k3deploy.cluster import cost
 from k3deploy.run.outcome import did_something
 from k3deploy.serving import certificate
+from k3deploy.facts.guard import Incident
 from k3deploy.steps.guard import RELAUNCHED_AFTER
 
 
@@ -25,12 +26,13 @@ def bringup_record(inv, started: float, finished: float, incidents: dict | None 
 def relaunch_record(incidents: dict, started: float, finished: float) -> dict | None:
     """A bring-up that archived the guard's incident relaunched the group: what stopped it and
     how long from the incident (its first record) to serving again."""
-    found = [i for i in incidents.values() if isinstance(i, dict) and i.get("recorded_at")]
+    found = [i for i in incidents.values() if isinstance(i, Incident) and i.recorded_at]
     if not found:
         return None
-    first = min(found, key=lambda i: i["recorded_at"])
-    at = _epoch(first["recorded_at"])
-    return {"after": (first.get("failure") or {}).get("cause"), "incident_at": first["recorded_at"],
+    first = min(found, key=lambda i: i.recorded_at)
+    at = _epoch(first.recorded_at)
+    return {"after": first.failure.cause if first.failure else None,
+            "incident_at": first.recorded_at,
             "relaunch_seconds": round(finished - started, 1),
             "incident_to_serving_seconds": round(finished - at, 1) if at else None}
 

@@ -9,13 +9,13 @@ their place (rules name them by index: `nodes[2].rank`).
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 
-def partial(model: type[BaseModel], data: Any) -> BaseModel:
+def partial(model: type[BaseModel], data: object) -> BaseModel:
     """`model` built from `data` without raising: the fields that validate, defaults else.
     Its model_fields_set names the fields the data gave (valid or not), so a rule can tell a
     field that is absent from one that failed (None for both); when the data is not even a
@@ -31,7 +31,7 @@ def _default(field: FieldInfo):
     return None if field.is_required() else field.get_default(call_default_factory=True)
 
 
-def _value(field: FieldInfo, raw: Any):
+def _value(field: FieldInfo, raw: object):
     kind, origin = field.annotation, typing.get_origin(field.annotation)
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return partial(kind, raw)
@@ -54,7 +54,7 @@ def _model_items(kind) -> type[BaseModel] | None:
     return item if isinstance(item, type) and issubclass(item, BaseModel) else None
 
 
-def _valid(adapter: TypeAdapter, raw: Any) -> bool:
+def _valid(adapter: TypeAdapter, raw: object) -> bool:
     try:
         adapter.validate_python(raw)
     except ValidationError:

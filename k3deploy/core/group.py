@@ -12,7 +12,7 @@ report every node. The threads come from remote/thread_pool.py, the one pool.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from k3deploy.remote.thread_pool import pool
 
@@ -28,7 +28,7 @@ class GroupResult(dict):
         return {k: v for k, v in self.items() if not isinstance(v, BaseException)}
 
     @property
-    def failed(self) -> dict[Any, BaseException]:
+    def failed(self) -> dict[object, BaseException]:
         return {k: v for k, v in self.items() if isinstance(v, BaseException)}
 
     def value(self, key):
@@ -51,15 +51,15 @@ class GroupResult(dict):
         return {key: self.value(key) for key in self}
 
 
-def _capture(fn: Callable[[T], Any], item: T):
+def _capture(fn: Callable[[T], object], item: T):
     try:
         return fn(item)
     except BaseException as err:  # noqa: B036 - handed to the caller, as Fabric's thread does
         return err
 
 
-def run_each(fn: Callable[[T], Any], items: Iterable[T],
-             key: Callable[[T], Any] = lambda item: item) -> GroupResult:
+def run_each(fn: Callable[[T], object], items: Iterable[T],
+             key: Callable[[T], object] = lambda item: item) -> GroupResult:
     """fn(item) for every item at once (at most MAX_THREADS threads); keyed by key(item)."""
     items = list(items)
     result = GroupResult()
@@ -72,6 +72,6 @@ def run_each(fn: Callable[[T], Any], items: Iterable[T],
     return result
 
 
-def run_calls(calls: dict[str, Callable[[], Any]]) -> GroupResult:
+def run_calls(calls: dict[str, Callable[[], object]]) -> GroupResult:
     """Independent calls side by side, keyed by name."""
     return run_each(lambda name: calls[name](), list(calls))

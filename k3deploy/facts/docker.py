@@ -7,7 +7,6 @@ are read from the same answer by steps/probes.py parse_images), so a batch runs 
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
 
@@ -15,7 +14,7 @@ from k3deploy.facts import Probe
 from k3deploy.remote.docker_inspect import GO_ZERO_TIME, Container, documents, parse_inspect
 
 __all__ = ["GO_ZERO_TIME", "Container", "documents", "parse_inspect", "inspect_script",
-           "container_probe", "summary", "Image", "PeerImage", "parse_peer_images"]
+           "container_probe", "summary", "Image"]
 
 
 @dataclass(frozen=True)
@@ -23,24 +22,6 @@ class Image:
     """A present image reference: its image id and registry digests."""
     id: str | None
     digests: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PeerImage:
-    """The first peer holding an image reference (remote/image_peers.py probe mode)."""
-    node: str
-    addr: str
-    id: str
-    content: str
-
-
-def parse_peer_images(out: str, code: int) -> dict[str, PeerImage]:
-    """image_peers.py's {ref: {node, addr, id, content}}; {} when it failed."""
-    try:
-        doc = json.loads(out) if code == 0 else {}
-    except json.JSONDecodeError:
-        return {}
-    return {ref: PeerImage(**peer) for ref, peer in doc.items()} if isinstance(doc, dict) else {}
 
 
 def inspect_script(name: str, refs: list[str]) -> str:

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Protocol
 
 from k3deploy.core import log as klog
+from k3deploy.core.state import NodeState
+from k3deploy.facts.download import Progress
 from k3deploy.cluster.inventory import Inventory, Node
 from k3deploy.node.executor import Executor
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.run_ledger import RunLedger
+from k3deploy.node.session import Session
+from k3deploy.node.transport import NodeConnection
+
+
+class Ui(Protocol):
+    """What steps and the runner tell the user (k3deploy.run.ui.Ui, a floor above)."""
+
+    def say(self, text: str, wrap: bool = True) -> None: ...
+
+    def step_result(self, node: str, step: str | None, status: str, error: list[str],
+                    actions: list[str]) -> None: ...
+
+    def download(self, node: str, progress: Progress) -> None: ...
 
 
 class InputsSettled(RuntimeError):
@@ -20,16 +35,16 @@ class InputsSettled(RuntimeError):
 @dataclass
 class RunContext:
     inv: Inventory
-    session: Any                      # k3deploy.node.session.Session
+    session: Session
     check: bool = False
-    options: dict[str, Any] = field(default_factory=dict)   # replace, wipe_weights, out_dir...
+    options: dict[str, object] = field(default_factory=dict)   # replace, wipe_weights, out_dir
     inputs: RunInputs = field(default_factory=RunInputs)    # settled once, by prepare()
-    ui: Any = None                    # k3deploy.run.ui.Ui (progress, messages)
+    ui: Ui | None = None              # progress and messages
     executor: Executor = field(default_factory=Executor)   # every SSH call a step asks for
     ledger: RunLedger = field(default_factory=RunLedger)   # what the run did: the runner's
     started: bool = False             # the inputs are frozen from the first look on
 
-    def option(self, key: str, default=None):
+    def option(self, key: str, default: object = None) -> object:
         return self.options.get(key, default)
 
     def settle(self, **values) -> RunInputs:
@@ -59,11 +74,11 @@ class NodeContext:
         return self.run.inv
 
     @property
-    def conn(self):
+    def conn(self) -> NodeConnection:
         return self.run.session.conn(self.node.name)
 
     @property
-    def state(self):
+    def state(self) -> NodeState:
         return self.run.session.states[self.node.name]
 
     @property

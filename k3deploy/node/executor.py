@@ -22,15 +22,15 @@ class Executor:
         self.waiter = waiter
         # (step label, node) -> the facts a wait ended on, while nothing has run on the node
         # since: the re-check would see the same, so it takes them (a round trip fewer).
-        self._last_look: dict[tuple[str, str], dict] = {}
+        self._last_look: dict[tuple[str, str], object] = {}
         self._lock = threading.Lock()
 
-    def look(self, step, node, waiting: bool = False) -> dict:
+    def look(self, step, node, waiting: bool = False) -> object:
         """The step's facts now, in one round trip (`waiting`: with its wait probes first)."""
         found = (step.wait_probes(node) if waiting else []) + step.probes(node)
         return step.observe(F.gather(node.conn, found, step=step.name), node)
 
-    def gather(self, step, node, facts: list[F.Fact]) -> dict:
+    def gather(self, step, node, facts: list[F.Fact]) -> F.Found:
         """These facts now, in one round trip, parsed (a request the step makes itself)."""
         return F.gather(node.conn, facts, step=step.name)
 
@@ -62,7 +62,7 @@ class Executor:
             node.run.ledger.record(node.name, step.label, action.tag, note=action.note,
                                    result=result)
 
-    def last_look(self, step, node) -> dict | None:
+    def last_look(self, step, node) -> object | None:
         """The facts the step's last wait on the node ended on, if nothing ran since."""
         with self._lock:
             return self._last_look.pop((step.label, node.name), None)

@@ -22,6 +22,7 @@ from k3deploy.facts import Probe
 from k3deploy.remote import for_argv, script_text
 
 MARK = "@@k3fact@@"
+Found = dict[str, object]   # fact name -> its parsed value: what a look returns
 T = TypeVar("T")
 
 
@@ -105,7 +106,7 @@ def _sudo(script: str) -> str:
 _SECTION = re.compile(rf"{MARK}begin (\S+)\n(.*?){MARK}end (\d+)", re.S)
 
 
-def parse_output(facts: list[Fact], output: str) -> dict[str, object]:
+def parse_output(facts: list[Fact], output: str) -> Found:
     sections = {m.group(1): (m.group(2), int(m.group(3))) for m in _SECTION.finditer(output)}
     values, asker = {}, _first_asker(facts)
     for fact in facts:
@@ -115,7 +116,7 @@ def parse_output(facts: list[Fact], output: str) -> dict[str, object]:
 
 
 def gather(conn, facts: list[Fact], step: str | None = None,
-           timeout: float | None = None) -> dict[str, object]:
+           timeout: float | None = None) -> Found:
     if not facts:
         return {}
     result = conn.run(["sh", "-s"], stdin=compose(facts), check=False, retry=True, step=step,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from k3deploy.engines import spec_from_inventory
@@ -24,12 +25,42 @@ def guard_dir(inv) -> str:
     return WorkPaths(inv.paths.work).guard
 
 
-def node_paths(inv) -> dict[str, str]:
-    base = guard_dir(inv)
-    return {"dir": base, "script": f"{base}/guard.py", "config": f"{base}/config.json",
-            "secret": f"{base}/secret", "state": f"{base}/state.json",
-            "incident": f"{base}/incident.json", "log": f"{base}/guard.log",
-            "archive": f"{base}/incidents"}
+@dataclass(frozen=True)
+class GuardPaths:
+    """The guard's files on a node: all in one 0700 dir under the work dir."""
+    dir: str
+
+    @property
+    def script(self) -> str:
+        return f"{self.dir}/guard.py"
+
+    @property
+    def config(self) -> str:
+        return f"{self.dir}/config.json"
+
+    @property
+    def secret(self) -> str:
+        return f"{self.dir}/secret"
+
+    @property
+    def state(self) -> str:
+        return f"{self.dir}/state.json"      # remote/guard.py write_state
+
+    @property
+    def incident(self) -> str:
+        return f"{self.dir}/incident.json"   # remote/guard.py fire
+
+    @property
+    def log(self) -> str:
+        return f"{self.dir}/guard.log"
+
+    @property
+    def archive(self) -> str:
+        return f"{self.dir}/incidents"       # incidents moved away once the cluster serves again
+
+
+def node_paths(inv) -> GuardPaths:
+    return GuardPaths(guard_dir(inv))
 
 
 def load_or_create_secret(state_dir: Path, create: bool = True) -> str | None:
@@ -51,7 +82,7 @@ def config(inv, node_name: str) -> dict:
             "metrics_port": inv.ports.serve if rank == 0 or
             spec_from_inventory.metrics_on_every_rank(inv) else None,
             "probe": probe_config(inv) if rank == 0 else None,
-            "dir": paths["dir"], "secret_file": paths["secret"],
+            "dir": paths.dir, "secret_file": paths.secret,
             "secrets_dir": spec_from_inventory.secrets_dir(inv)}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from k3deploy.core.lastjson import last_json_line
+from k3deploy.facts import http
 from k3deploy.node import facts as F
 from k3deploy.remote import bundled
 
@@ -39,27 +39,21 @@ def _config(inv, checks: list[str], key: str | None) -> str:
                        "health_timeout": health_timeout(inv)})
 
 
-def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact:
-    """The same probe as a fact, for a step's batch (the key in a here-document)."""
-    return F.python(name, SCRIPT, [], _last_json, stdin=_config(inv, checks, key))
+def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact[http.Endpoint]:
+    """The same probe as a fact, for a step's batch (the key in a here-document). A probe
+    that printed nothing answered none of its checks."""
+    return F.python(name, SCRIPT, [], lambda out, code: http.parse_endpoint(out, code)
+                    or http.unanswered(checks), stdin=_config(inv, checks, key))
 
 
-def unanswered(checks: list[str]) -> dict:
-    return {c: {"status": None, "error": "no probe result"} for c in checks}
+def healthy(found: http.Endpoint | None) -> bool:
+    return found is not None and found.health is not None and found.health.ok
 
 
-def _last_json(out: str, code: int) -> dict | None:
-    return last_json_line(out)
-
-
-def healthy(found: dict | None) -> bool:
-    return bool(found) and (found.get("health") or {}).get("status") == 200
-
-
-def answered(found: dict | None) -> bool:
+def answered(found: http.Endpoint | None) -> bool:
     """The server answered /health with any status (SGLang: 503 while it warms up; its port
     is closed before that, while the weights load)."""
-    return bool(found) and (found.get("health") or {}).get("status") is not None
+    return found is not None and found.health is not None and found.health.status is not None
 
 
 def url(inv) -> str:

@@ -10,7 +10,7 @@ node/run_ledger.py.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from k3deploy.cluster.hubgate import HubReach
@@ -33,6 +33,15 @@ class RunInputs:
     # The fields settled so far: None is an answer too (no API key yet under --check).
     settled: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        # A value given when the inputs are made is settled too (a test's, a command's).
+        given = {f.name for f in fields(self)
+                 if f.name not in _NOT_INPUTS and getattr(self, f.name) is not None}
+        object.__setattr__(self, "settled", self.settled | given)
+
     def has(self, name: str) -> bool:
         """Whether `name` is settled: given a value, or settled to None."""
-        return name in self.settled or getattr(self, name) is not None
+        return name in self.settled
+
+
+_NOT_INPUTS = {"settled", "mesh_seed"}

@@ -1,7 +1,7 @@
 """What this run has done so far, per node: the actions the runner ran, with when they returned
 and what they carried, and the cluster-wide decisions steps made from every node's facts.
 
-The runner is the only writer (run/executor.py records each action it runs, run/runner.py
+The runner is the only writer (node/executor.py records each action it runs, run/runner.py
 each `settle` decision); steps read it. The run's inputs (node/run_inputs.py) are settled
 before the first look and never change; what the run learns as it goes lives here.
 """
@@ -51,8 +51,11 @@ class RunLedger:
     # -- read by steps -----------------------------------------------------------------
     def all(self, node: str, tag: str, step: str | None = None) -> list[Done]:
         with self._lock:
-            return [d for d in self._done.get(node, [])
-                    if d.tag == tag and (step is None or d.step == step)]
+            return self._matching(node, tag, step)
+
+    def _matching(self, node: str, tag: str, step: str | None) -> list[Done]:
+        return [d for d in self._done.get(node, [])
+                if d.tag == tag and (step is None or d.step == step)]
 
     def last(self, node: str, tag: str, step: str | None = None) -> Done | None:
         found = self.all(node, tag, step)
@@ -64,8 +67,8 @@ class RunLedger:
     def notes(self, tag: str, step: str | None = None) -> dict[str, object]:
         """node -> the note of the last such action there."""
         with self._lock:
-            nodes = list(self._done)
-        return {n: d.note for n in nodes if (d := self.last(n, tag, step)) is not None}
+            found = {n: self._matching(n, tag, step) for n in self._done}
+        return {n: done[-1].note for n, done in found.items() if done}
 
     def decided(self, kind: type[T]) -> T | None:
         with self._lock:

@@ -5,9 +5,9 @@ Runs on a GPU node (standard library only). The peer server (peer_server.py, `/i
 answers HEAD with the image's ID in `X-K3-Image-Id` and its content key (content_key) in
 `X-K3-Image-Content`, and GET with `docker save R` streamed, behind the cluster's peer secret.
 
-    python3 image_peers.py probe --refs R[,R] --peers NAME=IP[,..] --port P --secret-file F
-        prints {ref: {"node", "addr", "id", "content"}}: the first peer (in the order given)
-        holding each; {} at once when this node already holds one of the refs
+    python3 image_peers.py fetch --ref R --peers NAME=IP[,..] --port P --secret-file F
+        asks the peers in the order given for R, loads it from the first that holds it (as
+        below); with no peer holding it, pulls R from its registry
     python3 image_peers.py load --ref R --peer IP:PORT --secret-file F --expect-content KEY
         streams the peer's `docker save` into `docker load`, then checks that the loaded
         image's content key is the one the peer reported; when the copy cannot be proven (the
@@ -65,25 +65,6 @@ def holder(ref: str, peers: list[tuple[str, str]], port: int, token: str) -> dic
     return None
 
 
-def probe(args) -> int:
-    token = secret(args.secret_file)
-    peers = [tuple(p.split("=", 1)) for p in args.peers.split(",") if "=" in p]
-    refs = list(filter(None, args.refs.split(",")))
-    found = {}
-    # A node holding one of the candidate tags asks no peer: every run looks at this fact,
-    # and asking each peer for the tag it does not hold (the other CUDA build) cost every node
-    # a round trip and a `docker image inspect` per peer (27 s of a 32-node no-op `up`). Its
-    # driver changing CUDA builds under it is the one case this leaves to the registry.
-    if any(image_id(ref) for ref in refs):
-        refs = []
-    for ref in refs:
-        where = holder(ref, peers, args.port, token) if token else None
-        if where:
-            found[ref] = where
-    print(json.dumps(found))
-    return 0
-
-
 def image_id(ref: str) -> str | None:
     out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref],
                          capture_output=True, text=True)
@@ -122,6 +103,18 @@ def load(args) -> int:
     return 0 if subprocess.run(["docker", "pull", args.ref]).returncode == 0 else 1
 
 
+def fetch(args) -> int:
+    token = secret(args.secret_file)
+    peers = [tuple(p.split("=", 1)) for p in args.peers.split(",") if "=" in p]
+    where = holder(args.ref, peers, args.port, token) if token else None
+    if where is None:
+        print(f"image_peers: no peer holds {args.ref}; pulling it from its registry")
+        return 0 if subprocess.run(["docker", "pull", args.ref]).returncode == 0 else 1
+    args.peer, args.expect_content = f"{where['addr']}:{args.port}", where["content"]
+    print(f"image_peers: {where['node']} holds {args.ref}")
+    return load(args)
+
+
 def copy_from_peer(args, token: str) -> str | None:
     """None when the peer's copy loaded and its content key is the peer's; else why not (a
     copy that loaded but differs is removed again)."""
@@ -154,16 +147,15 @@ def copy_from_peer(args, token: str) -> str | None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="The engine image from a peer.")
     sub = parser.add_subparsers(dest="mode", required=True)
-    p = sub.add_parser("probe")
-    p.add_argument("--refs", required=True)
-    p.add_argument("--peers", required=True)
+    p = sub.add_parser("fetch")
+    for flag in ("--ref", "--peers", "--secret-file"):
+        p.add_argument(flag, required=True)
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--secret-file", required=True)
     p = sub.add_parser("load")
     for flag in ("--ref", "--peer", "--secret-file", "--expect-content"):
         p.add_argument(flag, required=True)
     args = parser.parse_args(argv)
-    return probe(args) if args.mode == "probe" else load(args)
+    return fetch(args) if args.mode == "fetch" else load(args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from k3deploy.core import group
 from k3deploy.core.errors import Interrupted, K3Error
 
 
-def look_across(step, all_facts: dict[str, dict], contexts: dict, run) -> dict[str, dict]:
+def look_across(step, all_facts: dict[str, object], contexts: dict, run) -> dict[str, object]:
     """all_facts with each probed node's answer under the probe's key: the parsed value, or
     the K3Error that stopped the command on that node. Ctrl-C stops the step (Interrupted)."""
     probes = step.cluster_probes(all_facts, run)
@@ -34,6 +34,4 @@ def look_across(step, all_facts: dict[str, dict], contexts: dict, run) -> dict[s
 
 def _with(facts, key: str, value):
     """The node's facts with the probe's answer in the field `key` (a frozen dataclass)."""
-    if isinstance(facts, dict):   # TRANSITION: removed once every step declares Facts
-        return {**facts, key: value}
     return dataclasses.replace(facts, **{key: value})

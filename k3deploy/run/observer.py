@@ -30,12 +30,12 @@ class Observer:
         self.steps = steps
         self.identified = identified
         self.looking = looking
-        self._batches: dict[str, dict[str, dict]] = {}   # node -> step label -> parsed values
-        self._own: dict[str, dict[str, list]] = {}   # node -> step label -> facts left for its look
+        self._batches: dict[str, dict[str, F.Found]] = {}   # node -> step label -> parsed values
+        self._own: dict[str, dict[str, list[F.Fact]]] = {}   # node -> step label -> facts left for its look
         self._known: set[str] = set()   # nodes whose identity was read in this run
         self._lock = threading.Lock()
 
-    def facts(self, step: Step, ctx, fresh: bool = False) -> tuple[dict, bool]:
+    def facts(self, step: Step, ctx, fresh: bool = False) -> tuple[object, bool]:
         """The step's facts, and whether they were looked at for this step (`fresh`: look
         now) rather than ahead of it, in an earlier step's batch."""
         found, own = (None, []) if fresh else self._pop(ctx, step)
@@ -45,7 +45,7 @@ class Observer:
             found, own = self._pop(ctx, step)
         return step.observe(self._complete(ctx, step, found, own), ctx), looked_now
 
-    def peek(self, step: Step, ctx) -> dict:
+    def peek(self, step: Step, ctx) -> object:
         """The step's facts, left in the batch for the step's own decision on the node (a
         cluster-wide `settle` reads every node's first: no extra round trip when nothing
         changed since the batch was made)."""
@@ -64,12 +64,12 @@ class Observer:
             self._batches.clear()
             self._own.clear()
 
-    def _pop(self, ctx, step: Step) -> tuple[dict | None, list]:
+    def _pop(self, ctx, step: Step) -> tuple[F.Found | None, list[F.Fact]]:
         with self._lock:
             own = self._own.get(ctx.name, {}).pop(step.label, [])
             return self._batches.get(ctx.name, {}).pop(step.label, None), own
 
-    def _complete(self, ctx, step: Step, found: dict, own: list) -> dict:
+    def _complete(self, ctx, step: Step, found: F.Found, own: list[F.Fact]) -> F.Found:
         """The batched part of a step's facts, with those it asks only in its own look."""
         if not own:
             return found
@@ -101,5 +101,5 @@ class Observer:
             self._own[ctx.name] = {label: mine for label, mine in own.items() if mine}
 
 
-def _part(values: dict, prefix: str) -> dict:
+def _part(values: F.Found, prefix: str) -> F.Found:
     return {k[len(prefix):]: v for k, v in values.items() if k.startswith(prefix)}

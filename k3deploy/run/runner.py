@@ -12,6 +12,7 @@ from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import (BadInputError, Interrupted, K3Error, StepFailed,
                                   UnreachableError)
+from k3deploy.node import facts as F
 from k3deploy.node import identity
 from k3deploy.run.cluster_look import look_across
 from k3deploy.run.observer import Observer
@@ -85,7 +86,7 @@ class Runner:
         return True
 
     # -- connection and identity ---------------------------------------------------------
-    def _identified(self, ctx: NodeContext, values: dict, step: Step) -> None:
+    def _identified(self, ctx: NodeContext, values: F.Found, step: Step) -> None:
         """Which machine the node is, from its first look (inside `step`, so a node that hangs
         there shows as running it). A replaced machine's old state is gone, and with it the
         record that `step` runs: it is recorded again."""
@@ -143,8 +144,8 @@ class Runner:
         for ctx in targets:
             self._record(ctx, step, StepResult(Status.BLOCKED, error=msg))
 
-    def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, dict]:
-        all_facts: dict[str, dict] = {}
+    def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, object]:
+        all_facts: dict[str, object] = {}
         for n, group in enumerate(_groups(step, targets)):
             all_facts.update(fan.run_each(lambda c: self._on_node(step, c), group,
                                           key=lambda c: c.name).unwrapped())
@@ -153,7 +154,7 @@ class Runner:
                 break   # the head failed: the others have nothing to join
         return all_facts
 
-    def _after_step(self, step: Step, all_facts: dict[str, dict]) -> bool:
+    def _after_step(self, step: Step, all_facts: dict[str, object]) -> bool:
         usable = {n: f for n, f in all_facts.items() if f is not None}
         if usable:
             usable = look_across(step, usable, {c.name: c for c in self.contexts}, self.run)
@@ -169,14 +170,14 @@ class Runner:
                 self.run.ui.say(line)
         return not (step.needs_all_nodes and self.report.failed_nodes())
 
-    def _keep_cluster_detail(self, step: Step, usable: dict[str, dict]) -> None:
+    def _keep_cluster_detail(self, step: Step, usable: dict[str, object]) -> None:
         detail = step.cluster_detail(usable, self.run)
         head = next((c for c in self.contexts if c.is_head), None)
         if detail is not None and head is not None and not self.run.check:
             head.state.add_detail(step.label, detail)
 
     # -- one node ------------------------------------------------------------------------
-    def _on_node(self, step: Step, ctx: NodeContext) -> dict | None:
+    def _on_node(self, step: Step, ctx: NodeContext) -> object | None:
         started, culprit = time.monotonic(), None
         if not self.run.check:
             ctx.state.begin(step.label, step.inputs_digest(ctx))

@@ -10,6 +10,7 @@ from rich.table import Table
 from k3deploy.core.redact import redact
 from k3deploy.core import units
 from k3deploy.core.status import Status
+from k3deploy.facts.download import Progress
 
 STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.WOULD_CHANGE: "cyan",
          Status.FAILED: "bold red", Status.UNREACHABLE: "magenta", Status.BLOCKED: "red",
@@ -69,21 +70,21 @@ class Ui:
             self.console.print(table)
 
     # -- download progress ---------------------------------------------------------------
-    def download(self, node: str, progress: dict) -> None:
-        if self.quiet or not progress:
+    def download(self, node: str, progress: Progress) -> None:
+        if self.quiet:
             return
         with self._lock:
             bar = self._bar()
             task = self._tasks.get(node)
             if task is None:
-                task = self._tasks[node] = bar.add_task(node, total=progress.get("bytes_total") or 1,
-                                                              shards="")
-            shards = f"{progress.get('shards_done', 0)}/{progress.get('shards_total', 0)} shards"
-            if progress.get("peer_bytes"):  # fan-out: where this node's bytes came from
-                shards += (f", hub {units.size(progress.get('hub_bytes', 0))}, peers "
-                           f"{units.size(progress['peer_bytes'])}")
-            bar.update(task, completed=progress.get("bytes_done", 0),
-                       total=progress.get("bytes_total") or 1, shards=shards)
+                task = self._tasks[node] = bar.add_task(node, total=progress.bytes_total or 1,
+                                                        shards="")
+            shards = f"{progress.shards_done}/{progress.shards_total} shards"
+            if progress.peer_bytes:  # fan-out: where this node's bytes came from
+                shards += (f", hub {units.size(progress.hub_bytes)}, peers "
+                           f"{units.size(progress.peer_bytes)}")
+            bar.update(task, completed=progress.bytes_done, total=progress.bytes_total or 1,
+                       shards=shards)
 
     def _bar(self):
         if getattr(self, "_progress", None) is None:

@@ -12,6 +12,7 @@ import time
 
 from k3deploy.core import group, interrupt
 from k3deploy.core.errors import StepFailed
+from k3deploy.node.context import NodeContext
 from k3deploy.steps.base import Step, Wait
 
 
@@ -19,7 +20,7 @@ class Waiter:
     def __init__(self, contexts):
         self.contexts = contexts   # every node of the run, in rank order
 
-    def __call__(self, step: Step, node, wait: Wait) -> dict:
+    def __call__(self, step: Step, node: NodeContext, wait: Wait) -> object:
         started = time.monotonic()
         marker, changed = object(), started
         while True:
@@ -42,7 +43,8 @@ class Waiter:
             # by a round trip is part of the poll, not added to it.
             interrupt.sleep(max(0.0, wait.poll - (time.monotonic() - looked)))
 
-    def _look(self, step: Step, node, wait: Wait, waited: float, looked_at: float) -> dict:
+    def _look(self, step: Step, node: NodeContext, wait: Wait, waited: float,
+              looked_at: float) -> object:
         if not wait.cluster:
             return step.facts(node, waiting=True)
         others = [c for c in self.contexts if c.name != node.name]

@@ -5,6 +5,7 @@ SSH round trip per node. The verify results come from the state files."""
 from __future__ import annotations
 
 from k3deploy.core import group
+from k3deploy.facts import record
 from k3deploy.node import apikey
 from k3deploy.node import facts as F
 from k3deploy.steps import certify, fabric_mesh
@@ -17,7 +18,8 @@ def collect(session, inv) -> dict:
 
     def look(name: str) -> dict:
         probes = certify.node_probes(inv, inv.is_head(name), key)
-        return certify.node_record(F.gather(session.conn(name), probes))
+        found = F.gather(session.conn(name), probes)
+        return certify.node_record(record(certify.CertifyFacts, found))
     return {**summary(group.run_each(look, names).unwrapped(), inv),
             "fabric": fabric_mesh.kept(session.states[inv.head.name].data)}
 

@@ -162,8 +162,6 @@ class Step(Generic[FactsT]):
         """The step's facts from its probes' parsed values (pure): each value into the `Facts`
         field of its probe's name; a step that derives more overrides this, passing what it
         derives to `record`."""
-        if self.Facts is NoFacts:   # TRANSITION: removed once every step declares Facts
-            return found  # type: ignore[return-value]
         return record(self.Facts, found)
 
     def wait_probes(self, node) -> list[F.Fact]:

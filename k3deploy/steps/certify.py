@@ -6,28 +6,42 @@ head also the engine's version as the server reports it (vLLM /version, SGLang
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 from k3deploy.engines import CONFIG_LABEL
-from k3deploy.facts.docker import Container
+from k3deploy.facts import http
+from k3deploy.facts.docker import Container, Image
+from k3deploy.facts.nccl import NcclTransport
+from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
 
 
 ENDPOINT_CHECK = "version"
-VISION_CHECK = "vision"   # verify's image probe; `bench` does not send it
 
 
-def vision_record(result: dict | None) -> dict | None:
+@dataclass(frozen=True)
+class CertifyFacts:
+    """The facts of `node_probes`, by their names; `endpoint` on the head only (verify's
+    checks there include the image probe; `bench` does not send it)."""
+    container: Container | None
+    images: dict[str, Image]
+    gpus: tuple[Gpu, ...] | None
+    nccl: NcclTransport | None
+    endpoint: http.Endpoint | None = None
+
+
+def vision_record(result: http.Answer | None) -> dict | None:
     """What the certificate keeps of the image probe: its status and whether a message came
     back (None: not probed in this round trip)."""
     if result is None:
         return None
-    body = result.get("body") if isinstance(result.get("body"), dict) else {}
-    message = ((body.get("choices") or [{}])[0]).get("message") or {}
-    return {"status": result.get("status"), "answered": bool(message.get("content")),
-            "error": None if result.get("status") == 200
-            else str(body.get("message") or (body.get("error") or {}).get("message")
-                     or result.get("error") or result.get("body"))[:200]}
+    return {"status": result.status,
+            "answered": bool(result.message and result.message.content),
+            "error": None if result.ok
+            else str(result.said or result.error or result.text)[:200]}
 
 
 def node_probes(inv, is_head: bool, key: str | None,
@@ -40,28 +54,30 @@ def node_probes(inv, is_head: bool, key: str | None,
                     if is_head else [])
 
 
-def node_record(found: dict) -> dict:
-    out = {**_container_record(found.get("container"), found.get("images") or {}),
-           "gpus": found.get("gpus") or [], "nccl": _nccl(found.get("nccl"))}
-    if "endpoint" in found:
-        version = (found["endpoint"] or {}).get(ENDPOINT_CHECK) or {}
-        out["engine_version"] = version.get("body") if version.get("status") == 200 else None
-        out["vision"] = vision_record((found["endpoint"] or {}).get(VISION_CHECK))
+def node_record(found: CertifyFacts) -> dict:
+    out = {**_container_record(found.container, found.images),
+           "gpus": [dataclasses.asdict(g) for g in found.gpus or ()], "nccl": _nccl(found.nccl)}
+    if found.endpoint is not None:
+        version = found.endpoint.version
+        out["engine_version"] = (dataclasses.asdict(version.version)
+                                 if version and version.ok and version.version else None)
+        out["vision"] = vision_record(found.endpoint.vision)
     return out
 
 
-def _container_record(info: Container | None, images: dict) -> dict:
+def _container_record(info: Container | None, images: dict[str, Image]) -> dict:
     """The engine container's image (and its registry digest), argv, config and start."""
     if info is None:
         return {"image": None, "argv": [], "config_digest": None, "started_at": None,
                 "image_digest": None}
-    image = images.get(info.image) or {"id": info.image_id}
+    image = images.get(info.image)
+    digest = (image.digests[0] if image.digests else image.id) if image else info.image_id
     return {"image": info.image, "argv": list(info.cmd),
             "config_digest": info.labels.get(CONFIG_LABEL), "started_at": info.started,
-            "image_digest": (image.get("digests") or [image.get("id")])[0]}
+            "image_digest": digest}
 
 
-def _nccl(transport) -> dict | None:
+def _nccl(transport: NcclTransport | None) -> dict | None:
     """The transport NCCL printed on this rank (facts/nccl.py), for the certificate."""
     if transport is None:
         return None

@@ -25,7 +25,7 @@ class ConfigError(ValueError):
     """config.toml is not TOML, or its root could not be set."""
 
 
-def read(out: str, code: int) -> str | None:
+def read(out: str, code: int) -> str:
     """The file's text ('' when there is none: containerd runs on defaults)."""
     return out if code == 0 else ""
 

@@ -21,9 +21,23 @@ decisions shared by preflight and nvme.
 from __future__ import annotations
 
 import json
+from typing import Protocol
 
+from k3deploy.facts.dockerd import GpuHooks, parse_gpu_hooks
 from k3deploy.node import facts as F
 from k3deploy.steps import containerd_config, probes
+
+
+class ImageStore(Protocol):
+    """What of a step's facts (preflight's, nvme's) says where the node's images go: the
+    facts of `image_store_facts`."""
+
+    @property
+    def driver_status(self) -> str | None: ...
+    @property
+    def system_containerd(self) -> bool: ...
+    @property
+    def containerd_toml(self) -> str: ...
 
 DOCKERD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 RUNTIME_HOOK = "nvidia-container-runtime-hook"
@@ -42,17 +56,8 @@ def _hook_script() -> str:
             f"for f in {specs}; do [ -f \"$f\" ] && echo \"cdi $f\"; done; true")
 
 
-def parse_gpu_hooks(out: str, code: int) -> dict:
-    found = {"hook": [], "cdi": []}
-    for line in out.splitlines():
-        kind, _, path = line.partition(" ")
-        if kind in found and path:
-            found[kind].append(path)
-    return found
-
-
 def gpu_hooks() -> F.Fact:
-    """The NVIDIA hooks on dockerd's PATH and the CDI specs, as `{"hook": [...], "cdi": [...]}`."""
+    """The NVIDIA hooks on dockerd's PATH and the CDI specs (facts/dockerd.GpuHooks)."""
     return F.Fact("gpu_hooks", _hook_script(), parse_gpu_hooks)
 
 
@@ -61,12 +66,12 @@ def _version(text: str | None) -> tuple[int, int]:
     return tuple(parts + [0, 0])[:2]
 
 
-def gpu_access_problem(hooks: dict | None, server_version: str | None) -> str | None:
+def gpu_access_problem(hooks: GpuHooks, server_version: str | None) -> str | None:
     """Why `docker run --gpus all` would fail on this node, or None when it works."""
-    names = {path.rsplit("/", 1)[-1] for path in (hooks or {}).get("hook", [])}
+    names = hooks.hook_names
     if RUNTIME_HOOK in names:
         return None
-    if CDI_HOOK in names and _version(server_version) >= CDI_HOOK_SINCE and (hooks or {}).get("cdi"):
+    if CDI_HOOK in names and _version(server_version) >= CDI_HOOK_SINCE and hooks.cdi_specs:
         return None
     return (f"docker cannot give containers GPUs: {RUNTIME_HOOK} is not on dockerd's PATH "
             f"({':'.join(DOCKERD_PATH)}), so `docker run --gpus all` fails with 'could not "
@@ -103,10 +108,10 @@ def system_containerd() -> F.Fact:
     return F.native("system_containerd", "exists", [CONTAINERD_SOCKET], F.exit_ok, sudo=True)
 
 
-def images_under_containerd_root(facts: dict) -> bool:
+def images_under_containerd_root(facts: ImageStore) -> bool:
     """Do the node's images live under the system containerd's root (so moving data-root does
-    not move them)? From the facts `driver_status` and `system_containerd`."""
-    return uses_containerd_store(facts.get("driver_status")) and bool(facts.get("system_containerd"))
+    not move them)?"""
+    return uses_containerd_store(facts.driver_status) and facts.system_containerd
 
 
 def image_store_facts() -> list[F.Fact]:
@@ -115,13 +120,13 @@ def image_store_facts() -> list[F.Fact]:
             containerd_config.fact()]
 
 
-def image_store_problem(facts: dict, paths) -> str | None:
+def image_store_problem(facts: ImageStore, paths) -> str | None:
     """Why the nvme step could not put the image store on the NVMe (`paths`: the inventory's),
     or None."""
     if not images_under_containerd_root(facts):
         return None
     try:
-        containerd_config.root_of(facts.get("containerd_toml") or "")
+        containerd_config.root_of(facts.containerd_toml)
     except containerd_config.ConfigError as err:
         return (f"docker keeps images under containerd's root here (the containerd image store), "
                 f"but {err}: k3deploy cannot move that root to {paths.nvme}; fix the file, or "

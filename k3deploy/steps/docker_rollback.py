@@ -23,7 +23,8 @@ from dataclasses import replace
 
 from k3deploy.core.errors import CommandError, StepFailed
 from k3deploy.steps import docker_unit
-from k3deploy.steps.base import Action, cmd
+from k3deploy.node.context import NodeContext
+from k3deploy.steps.base import Action, Step, cmd
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 PREVIOUS = DAEMON_JSON + ".k3deploy-previous"   # the file as it was before nvme wrote it
@@ -68,7 +69,7 @@ def rollback_actions(wrote: bool, backed_up: bool) -> list:
     return actions + docker_unit.restart_actions(cmd)[1:]
 
 
-def roll_back(step, node, wrote: bool, backed_up: bool, wanted: str) -> None:
+def roll_back(step: Step, node: NodeContext, wrote: bool, backed_up: bool, wanted: str) -> None:
     """After `systemctl start docker` failed: read dockerd's error, restore, start, check, and
     fail the step with what dockerd said."""
     journal = step.run_action(node, Action("read dockerd's error", tuple(JOURNAL), sudo=True,

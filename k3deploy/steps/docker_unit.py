@@ -18,6 +18,7 @@ import shlex
 
 from k3deploy.core.errors import StepFailed
 from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext
 
 UNIT = "docker.service"
 DATA_ROOT_FLAGS = ("--data-root", "-g", "--graph")   # -g/--graph: its name before 17.05
@@ -62,9 +63,10 @@ def data_root_flag(text: str | None) -> tuple[str, str, str] | None:
     return None
 
 
-def refuse_flag_with_file(facts: dict, node, wanted: str, step: str) -> None:
-    """Before daemon.json gets a data-root: a flag in the unit would stop dockerd starting."""
-    found = data_root_flag(facts.get("docker_unit"))
+def refuse_flag_with_file(unit: str | None, node: NodeContext, wanted: str, step: str) -> None:
+    """Before daemon.json gets a data-root: a flag in the unit (`unit_fact`'s text) would stop
+    dockerd starting."""
+    found = data_root_flag(unit)
     if found is None:
         return
     path, flag, value = found

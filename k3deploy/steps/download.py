@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.node import run_settle
-from k3deploy.core.lastjson import last_json_line
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.core.log import get as get_log
+from k3deploy.facts import download, record
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.steps import download_report, node_files, peers, shared_hf
@@ -45,13 +47,32 @@ class DownloadParams(BaseModel):
 
 
 class Paths(WorkPaths):
-    def __init__(self, node):
+    def __init__(self, node: NodeContext):
         super().__init__(node.inv.paths.work)
 
 
-class DownloadWeights(Step):
+@dataclass(frozen=True)
+class DownloadFacts:
+    # weights_status.py's document (observe refuses a download.Unreadable one)
+    status: download.WeightsStatus
+    token_file: bool                  # the HF token file is on the node
+    log: str | None                   # the downloader log's tail; None when there is none
+    node_files: dict[str, str]        # node_files.fact: {path: sha256} of the programs there
+    # a shared cache's follower: the head's marker as this node reads it (shared_hf.FACT)
+    shared_marker: str | None = None
+    hold: bool | None = None          # a wait's look only: held until the downloader ended
+
+    @property
+    def error(self) -> str:
+        """Why the downloader stopped, as its progress says."""
+        found = self.status.progress.error if self.status.progress else None
+        return found or "the downloader exited"
+
+
+class DownloadWeights(Step[DownloadFacts]):
     name = "download"
     Params = DownloadParams
+    Facts = DownloadFacts
 
     def default_label(self) -> str:
         return self.name if self.p.wait else "download-start"
@@ -76,7 +97,7 @@ class DownloadWeights(Step):
         if peers_enabled(run.inv):
             run_settle.peer_secret(run)
 
-    def _manifest_json(self, node) -> str:
+    def _manifest_json(self, node: NodeContext) -> str:
         """This node's manifest: with peers, each node's names its own share and its peers."""
         base = node.run.inputs.manifest_json
         if not peers_enabled(node.inv):
@@ -84,22 +105,22 @@ class DownloadWeights(Step):
         return peers.node_manifest(base, node, node.run.inputs.manifest,
                                    self.p.peer_stall_seconds)
 
-    def inputs(self, node):
+    def inputs(self, node: NodeContext):
         m = node.run.inputs.manifest
         return {"params": self.params, "sha": m.sha if m else None}
 
-    def probes(self, node):
+    def probes(self, node: NodeContext):
         paths = Paths(node)
         extra = peers.PeerPaths(node.inv).status_args() if peers_enabled(node.inv) else []
         programs = [p for p, _ in downloader_files(paths.work)] + [peers.PeerPaths(node.inv).server]
         return [F.python("status", STATUS, [node.inv.paths.hf, paths.progress, paths.pid, *extra],
-                         _status, stdin=self._manifest_json(node)),
+                         download.parse_status, stdin=self._manifest_json(node)),
                 node_files.fact(programs),
                 F.native("token_file", "exists", [paths.env], F.exit_ok),
                 F.native("log", "tail", [40, paths.log], F.text),
                 *([] if shared_hf.writer(node.inv, node.name) else shared_hf.marker_fact(node.inv))]
 
-    def wait_probes(self, node):
+    def wait_probes(self, node: NodeContext):
         """A wait's look is held on the node until the downloader ends, at most
         progress_seconds (never less than a poll): the end is seen at once, not up to a look
         later (the waiter paces looks by their start, so a held look is the whole pace)."""
@@ -109,30 +130,29 @@ class DownloadWeights(Step):
         hold = max(self.p.poll_seconds, self.p.progress_seconds)
         return [F.python("hold", HOLD, [paths.progress, paths.pid, f"{hold:g}"], F.exit_ok)]
 
-    def observe(self, found, node):
-        status = found["status"]
-        if "unreadable" in status:
-            raise StepFailed(node.name, "could not read the download's status on the node: "
-                             f"{status['unreadable']}", step=self.name, hint="is python3 "
-                             "installed there (k3deploy check)?")
-        return {**status, "token_file": found["token_file"], "log": found["log"] or "",
-                node_files.FACT: found.get(node_files.FACT) or {},
-                shared_hf.FACT: found.get(shared_hf.FACT)}
+    def observe(self, found: F.Found, node: NodeContext) -> DownloadFacts:
+        seen = record(DownloadFacts, found)
+        status: object = seen.status   # parse_status's answer, before it is known readable
+        if isinstance(status, download.Unreadable):
+            said = "\n".join(failure_tail(status.output)) or f"exit code {status.code}"
+            raise StepFailed(node.name, f"could not read the download's status on the node: {said}",
+                             step=self.name, hint="is python3 installed there (k3deploy check)?")
+        return seen
 
-    def plan(self, facts, node):
+    def plan(self, facts: DownloadFacts, node: NodeContext):
         if not shared_hf.writer(node.inv, node.name):
             return self._follower_plan(facts, node)
         actions = self._peer_actions(facts, node)
-        if facts["missing_count"] == 0:
+        if facts.status.complete:
             # The token is only needed to download: none stays behind, also when the download
             # finished while no k3deploy was waiting for it. Only the waiting step promises
             # that: download-start's detached downloader may finish (and leave the token)
             # between its apply and its re-check, which must not fail the step.
-            if self.p.wait and facts.get("token_file"):
+            if self.p.wait and facts.token_file:
                 actions.append(cmd("remove the HF token file (download complete)", "rm", "-f",
                                    Paths(node).env, retry=True))
             return actions
-        if facts["running"]:
+        if facts.status.running:
             return actions + (self._waiting(node) if self.p.wait else [])
         restarting = starts(node.run, node.name) > 0
         if restarting and not self._may_restart(facts, node):
@@ -141,12 +161,12 @@ class DownloadWeights(Step):
             self._failed(node, facts)
         waiting = self._waiting(node, restarting) if self.p.wait else []
         started = _once(actions + self._start_actions(node))
-        return node_files.changed_only(started, facts.get(node_files.FACT)) + waiting
+        return node_files.changed_only(started, facts.node_files) + waiting
 
-    def _may_restart(self, facts, node) -> bool:
-        return restartable(facts, node.name, node.run)
+    def _may_restart(self, facts: DownloadFacts, node: NodeContext) -> bool:
+        return restartable(facts.status, node.name, node.run)
 
-    def _waiting(self, node, restarting: bool = False) -> list[Action]:
+    def _waiting(self, node: NodeContext, restarting: bool = False) -> list[Action]:
         # The token file goes once the last file is verified: the waiting step promises that.
         # Each start has its own wait: a restart's plan does not yield the wait of the one before.
         begun = restarts(node.run, node.name) + int(restarting)
@@ -157,11 +177,11 @@ class DownloadWeights(Step):
                 cmd("remove the HF token file (download complete)", "rm", "-f", Paths(node).env,
                     retry=True)]
 
-    def _follower_plan(self, facts, node) -> list[Action]:
+    def _follower_plan(self, facts: DownloadFacts, node: NodeContext) -> list[Action]:
         """A node on the head's shared cache: never a downloader of its own; it waits until
         what it sees of the volume is every file verified (the same status the head reads)."""
         shared_hf.require_marker(facts, node, self.name)
-        if facts["missing_count"] == 0 or not self.p.wait:
+        if facts.status.complete or not self.p.wait:
             return []
         head = node.inv.head.name
         return [wait(f"wait until {head} (the head) has every file verified on the shared "
@@ -169,52 +189,53 @@ class DownloadWeights(Step):
                      stall=self.p.stall_seconds, cluster=True,
                      hint=f"the head {head} downloads for every node; see its download log")]
 
-    def check_cluster(self, all_facts, run, waited, looked_at):
+    def check_cluster(self, all_facts: dict[str, DownloadFacts], run: RunContext, waited: float,
+                      looked_at: float) -> None:
         """A follower's wait: the head's downloader, started by this run, died. One that died of
         the Hub alone is restarted by the head's own wait (within a poll or two): the followers
         keep waiting for it (hub_restart.HEAD_RESTART_GRACE seconds at most per death)."""
         head = run.inv.head.name
         facts = all_facts.get(head)
-        if facts and facts["missing_count"] and not facts["running"] \
+        if facts and not facts.status.complete and not facts.status.running \
                 and self._started_before(head, run, looked_at):
             self._grace = getattr(self, "_grace", None) or HeadRestartGrace()
-            if self._grace.waiting(facts, run):
+            if self._grace.waiting(facts.status, run):
                 return
-            error = (facts.get("progress") or {}).get("error") or "the downloader exited"
-            raise StepFailed(head, f"the head's download into the shared cache failed: {error} "
-                             f"({facts['missing_count']} of {facts['total']} files not verified)\n"
-                             + "\n".join(failure_tail(facts["log"])), step=self.name,
-                             hint=download_report.failed_hint(error, run.inv.source))
+            raise StepFailed(head, f"the head's download into the shared cache failed: "
+                             f"{facts.error} ({_unverified(facts)})\n"
+                             + "\n".join(failure_tail(facts.log or "")), step=self.name,
+                             hint=download_report.failed_hint(facts.error, run.inv.source))
 
     @staticmethod
-    def _started_before(head, run, looked_at: float) -> bool:
+    def _started_before(head: str, run: RunContext, looked_at: float) -> bool:
         """The head's start had returned when this look began. A follower's look runs beside
         the head's start; one begun before it (the head not running yet, every file missing)
         and judged after it would take the not-yet-started downloader for a dead one."""
         since = run.ledger.last(head, START)
         return since is not None and since.at < looked_at
 
-    def progress(self, facts, node):
+    def progress(self, facts: DownloadFacts, node: NodeContext) -> int:
+        status = facts.status
         if not shared_hf.writer(node.inv, node.name):
-            return facts["verified_bytes"] + facts["partial_bytes"]
-        if facts["missing_count"] and not facts["running"] and not self._may_restart(facts, node):
+            return status.verified_bytes + status.partial_bytes
+        if not status.complete and not status.running and not self._may_restart(facts, node):
             self._failed(node, facts)   # the downloader died while we waited
-        return (facts.get("progress") or {}).get("bytes_done", 0)
+        return status.progress.bytes_done if status.progress else 0
 
-    def show_progress(self, facts, node):
-        if node.run.ui:
-            node.run.ui.download(node.name, facts.get("progress") or {})
+    def show_progress(self, facts: DownloadFacts, node: NodeContext) -> None:
+        if node.run.ui and facts.status.progress:
+            node.run.ui.download(node.name, facts.status.progress)
 
-    def _peer_actions(self, facts, node) -> list[Action]:
+    def _peer_actions(self, facts: DownloadFacts, node: NodeContext) -> list[Action]:
         """The node's peer server runs (fan-out on): before the downloader, which asks peers."""
         if not peers_enabled(node.inv):
             return []
         return node_files.changed_only(
-            peers.server_actions(facts, node, self._manifest_json(node),
+            peers.server_actions(facts.status.peer, node, self._manifest_json(node),
                                  node.run.inputs.peer_secret, Paths(node).progress),
-            facts.get(node_files.FACT))
+            facts.node_files)
 
-    def _start_actions(self, node) -> list[Action]:
+    def _start_actions(self, node: NodeContext) -> list[Action]:
         paths, token = Paths(node), node.run.inputs.token
         actions = [Action("create k3deploy work dir", ("mkdir", "-p", paths.work), retry=True),
                    *peers.downloader_uploads(paths.work),
@@ -234,7 +255,7 @@ class DownloadWeights(Step):
         return actions + [Action("start the downloader, detached", ("sh", "-c", started),
                                  tag=START)]
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         """The plan's actions; after a wait, the plan made on its last look (a downloader
         that died of the Hub meanwhile gets its restart, bounded by MAX_HUB_RESTARTS). With
         nothing after it, that look is also the re-check (Step.recheck): ~1 s of an 8-node
@@ -250,38 +271,28 @@ class DownloadWeights(Step):
             if action.wait is not None:
                 queue = self.plan(seen, node)
 
-    def _failed(self, node, facts) -> None:
+    def _failed(self, node: NodeContext, facts: DownloadFacts) -> None:
         # The log is mostly "verified" lines; the reason is in its error lines or a traceback.
-        tail = failure_tail(facts["log"])
-        if (facts.get("progress") or {}).get("disk"):
-            raise download_report.disk_error(node.name, self.name, facts["progress"]["disk"],
-                                             node.inv.source)
-        error = (facts.get("progress") or {}).get("error") or "the downloader exited"
-        raise StepFailed(node.name, f"download failed: {error} ({facts['missing_count']} of "
-                         f"{facts['total']} files not verified)\n" + "\n".join(tail),
-                         step=self.name, hint=download_report.failed_hint(error, node.inv.source))
+        tail = failure_tail(facts.log or "")
+        progress = facts.status.progress
+        if progress and progress.disk:
+            raise download_report.disk_error(node.name, self.name, progress.disk, node.inv.source)
+        raise StepFailed(node.name, f"download failed: {facts.error} ({_unverified(facts)})\n"
+                         + "\n".join(tail), step=self.name,
+                         hint=download_report.failed_hint(facts.error, node.inv.source))
 
-    def detail(self, facts, node):
+    def detail(self, facts: DownloadFacts, node: NodeContext):
         m = node.run.inputs.manifest
-        progress = facts.get("progress") or {}
-        return {"sha": m.sha if m else None, "files": facts["total"],
-                "verified": facts["total"] - facts["missing_count"],
-                "verified_bytes": facts["verified_bytes"],
-                "hub_bytes": progress.get("hub_bytes"), "peer_bytes": progress.get("peer_bytes"),
-                "bad_peers": progress.get("bad_peers") or []}
+        return download_report.Detail.of(facts.status, m.sha if m else None).document()
 
-    def closing_lines(self, run, all_facts):
+    def closing_lines(self, run: RunContext, all_facts: dict[str, DownloadFacts]):
         if not self.p.wait or run.inputs.manifest is None:
             return []
-        details = [run.session.states[n.name].step(self.label).get("detail") or {}
-                   for n in run.inv.nodes]
-        return download_report.closing_lines(run, details)
+        return download_report.closing_lines(run, download_report.kept(run, self.label))
 
 
-def _status(out: str, code: int) -> dict:
-    found = last_json_line(out)
-    return found if found is not None else \
-        {"unreadable": "\n".join(failure_tail(out)) or f"exit code {code}"}
+def _unverified(facts: DownloadFacts) -> str:
+    return f"{facts.status.missing_count} of {facts.status.total} files not verified"
 
 
 def _once(actions: list[Action]) -> list[Action]:

@@ -22,54 +22,95 @@ passed on this node (its report file).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from k3deploy import engines
 from k3deploy.core.errors import EngineImageError, StepFailed
 from k3deploy.engines import dry_fire
+from k3deploy.engines.spec import LaunchSpec
+from k3deploy.facts.docker import Container
+from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import raylayout, serves
-from k3deploy.steps.base import wait
+from k3deploy.steps.base import Action, wait
 from k3deploy.steps.dry_fire_rules import (HINT, SMALL_FILES, missing_small_files, passed_fact,
                                            skipped)
-from k3deploy.steps.launch import LaunchEngine
-from k3deploy.steps.ray_cluster import RayCluster
-from k3deploy.steps.wait import WaitHealthy
+from k3deploy.steps.launch import LaunchEngine, LaunchFacts
+from k3deploy.steps.ray_cluster import RayCluster, RayFacts
+from k3deploy.steps.wait import WaitFacts, WaitHealthy
+
+
+@dataclass(frozen=True)
+class DryFireLaunchFacts(LaunchFacts):
+    """The launch's facts with the dry-fire's spec, and what decides whether one is due."""
+
+    small_missing: tuple[str, ...] = ()      # small files not on the node yet ('*': no snapshot)
+    dry_fire_passed: tuple[str, ...] = ()    # config labels a dry-fire passed with on the node
+    real_config: str = ""                    # derived: the real launch's configuration label
+
+
+@dataclass(frozen=True)
+class DryFireRayFacts(RayFacts):
+    """The ray-cluster's facts with the dry-fire's spec; `due` decided when looked at."""
+
+    dry_fire_passed: tuple[str, ...] = ()
+    real_config: str = ""                    # derived, as DryFireLaunchFacts'
+    due: bool = False                        # derived: a dry-fire's Ray cluster is to start
+
+
+class DueFacts(Protocol):
+    """What decides whether a dry-fire is due (either dry-fire Facts)."""
+
+    @property
+    def spec(self) -> LaunchSpec | None: ...
+    @property
+    def container(self) -> Container | None: ...
+    @property
+    def dry_fire_passed(self) -> tuple[str, ...]: ...
+    @property
+    def real_config(self) -> str: ...
+
+
+Due = TypeVar("Due", DryFireLaunchFacts, DryFireRayFacts)
+
 
 class _DummyWeights:
     """The launch's spec with dummy weights; the nodes whose dry-fire this run started."""
 
-    def prepare(self, run) -> None:
+    def prepare(self, run: RunContext) -> None:
         super().prepare(run)
         self._launched: set[str] = set()
 
-    def adjust_spec(self, spec):
+    def adjust_spec(self, spec: LaunchSpec) -> LaunchSpec:
         return dry_fire.dry_fire_spec(spec)
 
 
 class DryFireLaunch(_DummyWeights, LaunchEngine):
     name = "dry-fire-launch"
+    Facts = DryFireLaunchFacts
 
-    def settle(self, all_facts, run) -> None:
+    def settle(self, all_facts: dict[str, DryFireLaunchFacts], run: RunContext) -> None:
         """Nothing: whether the real group is relaunched whole is the real launch's decision;
         a dry-fire's containers are replaced anyway."""
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         found = super().probes(node)
         if skipped(node.run):
             return found
         return [*found, missing_small_files(node.inv, node.run.inputs.manifest),
                 passed_fact(node.inv)]
 
-    def observe(self, found, node):
-        facts = super().observe(found, node)
-        return {**facts, **_due_facts(found, facts["spec"], node)}
+    def observe(self, found: F.Found, node: NodeContext) -> DryFireLaunchFacts:
+        return _with_real_config(super().observe(found, node), node)
 
-    def due(self, facts, node) -> bool:
+    def due(self, facts: DryFireLaunchFacts, node: NodeContext) -> bool:
         return _due(facts, node)
 
-    def plan(self, facts, node):
+    def plan(self, facts: DryFireLaunchFacts, node: NodeContext) -> list[Action]:
         if not self.due(facts, node):
             return []
-        missing = facts.get("small_missing")
+        missing = facts.small_missing
         if missing:
             return [wait(f"wait until {SMALL_FILES} ({len(missing)} to come)", SMALL_FILES,
                          poll=2.0, hint="the download of the small files is stuck: "
@@ -78,7 +119,7 @@ class DryFireLaunch(_DummyWeights, LaunchEngine):
             return super().plan(facts, node)
         return super().plan(_fresh(facts, node, self._launched), node)
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         if actions and actions[0].wait and actions[0].wait.until == SMALL_FILES:
             facts = self.run_action(node, actions[0])
             actions = self.plan(facts, node)
@@ -96,24 +137,25 @@ class DryFireRayCluster(_DummyWeights, RayCluster):
     first, the workers joining one by one; dry-fire-launch then execs the serve on its head."""
 
     name = "dry-fire-ray-cluster"
+    Facts = DryFireRayFacts
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         found = super().probes(node)
         return [*found, passed_fact(node.inv)] if found and not skipped(node.run) else found
 
-    def observe(self, found, node):
+    def observe(self, found: F.Found, node: NodeContext) -> DryFireRayFacts:
         facts = super().observe(found, node)
-        if not facts["ray_layout"] or skipped(node.run):
-            return {**facts, "due": False}
-        due_facts = _due_facts(found, facts["spec"], node)
-        return {**facts, **due_facts, "due": _due({**facts, **due_facts}, node)}
+        if not facts.ray_layout or skipped(node.run):
+            return facts
+        facts = _with_real_config(facts, node)
+        return dataclasses.replace(facts, due=_due(facts, node))
 
-    def plan(self, facts, node):
-        if not facts["due"]:
+    def plan(self, facts: DryFireRayFacts, node: NodeContext) -> list[Action]:
+        if not facts.due:
             return []
         return super().plan(_fresh(facts, node, self._launched), node)
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         self._launched.add(node.name)
         try:
             super().apply(node, actions)
@@ -124,14 +166,14 @@ class DryFireRayCluster(_DummyWeights, RayCluster):
 class DryFireWait(WaitHealthy):
     name = "dry-fire-wait"
 
-    def plan(self, facts, node):
+    def plan(self, facts: WaitFacts, node: NodeContext) -> list[Action]:
         # Nothing to wait for when this run has no dry-fire (a failed one's container left by
         # an earlier run is the real launch's to replace), none was due, or it was stopped.
-        if skipped(node.run) or not dry_fire.is_dry_fire(facts["container"]):
+        if skipped(node.run) or not dry_fire.is_dry_fire(facts.container):
             return []
         return super().plan(facts, node)
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         try:
             super().apply(node, actions)
         except StepFailed as err:
@@ -146,24 +188,24 @@ def _named(err: StepFailed, step: str) -> StepFailed:
         err.node, f"dry-fire (dummy weights): {err}", step=step, hint=hint)
 
 
-def _due_facts(found: dict, spec, node) -> dict:
-    """The real launch's configuration label, and whether a dry-fire of `spec` passed here."""
-    real = LaunchEngine().spec(found, node)
-    return {"real_config": real.labels[engines.CONFIG_LABEL],
-            "dry_fire_passed": spec.labels[engines.CONFIG_LABEL] in
-            (found.get("dry_fire_passed") or ())}
+def _with_real_config(facts: Due, node: NodeContext) -> Due:
+    """The real launch's configuration label (from the same probes' values) beside the
+    dry-fire's spec."""
+    real = LaunchEngine().spec(facts, node)
+    return dataclasses.replace(facts, real_config=real.labels[engines.CONFIG_LABEL])
 
 
-def _due(facts: dict, node) -> bool:
-    if skipped(node.run) or facts.get("dry_fire_passed"):
+def _due(facts: DueFacts, node: NodeContext) -> bool:
+    """No dry-fire of this spec passed here, and the real group does not already run."""
+    if skipped(node.run) or facts.spec.labels[engines.CONFIG_LABEL] in facts.dry_fire_passed:
         return False
-    return not serves.runs_configuration(facts["container"], facts["real_config"])
+    return not serves.runs_configuration(facts.container, facts.real_config)
 
 
-def _fresh(facts: dict, node, launched: set[str]) -> dict:
+def _fresh(facts: Due, node: NodeContext, launched: set[str]) -> Due:
     """A dry-fire is a fresh group: one left by an earlier run (a rank failed, the rest wait
     for it in vain) is replaced on every node; this run's own is kept."""
-    current = facts["container"]
+    current = facts.container
     if dry_fire.is_dry_fire(current) and node.name not in launched:
-        return {**facts, "container": dataclasses.replace(current, running=False)}
+        return dataclasses.replace(facts, container=dataclasses.replace(current, running=False))
     return facts

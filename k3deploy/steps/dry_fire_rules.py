@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import shlex
 
-from k3deploy.cluster.hubmeta import small_files
+from k3deploy.cluster.hubmeta import Manifest, small_files
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.node import facts as F
+from k3deploy.node.context import RunContext
 from k3deploy.remote import protocol
 from k3deploy.remote.protocol import WorkPaths
 
@@ -15,7 +17,7 @@ HINT = ("the weights keep downloading (`k3deploy status` shows how far); fix wha
         "names, then re-run `k3deploy up` (its dry-fire runs again; `--no-dry-fire` skips it)")
 
 
-def skipped(run) -> str | None:
+def skipped(run: RunContext) -> str | None:
     """Why this run has no dry-fire, or None."""
     if run.option("no_dry_fire"):
         return "--no-dry-fire"
@@ -24,19 +26,23 @@ def skipped(run) -> str | None:
     return None
 
 
-def report_path(inv, config: str) -> str:
+def report_path(inv: Inventory, config: str) -> str:
     """The node's record of a passed dry-fire of one configuration (its config label)."""
     return f"{WorkPaths(inv.paths.work).work}/dry-fire/{config}.json"
 
 
-def passed_fact(inv) -> F.Fact:
+def _words(out: str, _code: int) -> tuple[str, ...]:
+    return tuple(out.split())
+
+
+def passed_fact(inv: Inventory) -> F.Fact[tuple[str, ...]]:
     """The configurations (config labels) a dry-fire passed with on this node."""
     folder = shlex.quote(report_path(inv, "x").rsplit("/", 1)[0])
     script = f"ls {folder} 2>/dev/null | sed -n 's/\\.json$//p'; true"
-    return F.Fact("dry_fire_passed", script, lambda out, _c: out.split(), sudo=True)
+    return F.Fact("dry_fire_passed", script, _words, sudo=True)
 
 
-def missing_small_files(inv, manifest) -> F.Fact:
+def missing_small_files(inv: Inventory, manifest: Manifest) -> F.Fact[tuple[str, ...]]:
     """The small files (hubmeta.small_files) not yet linked in the snapshot: the downloader
     links a file only once verified, so a present link is a complete file."""
     snap = protocol.snapshot_path(protocol.cache_storage(inv.paths.hf, inv.model.repo),
@@ -44,4 +50,4 @@ def missing_small_files(inv, manifest) -> F.Fact:
     names = " ".join(shlex.quote(f.path) for f in small_files(manifest.files))
     script = (f"cd {shlex.quote(snap)} 2>/dev/null || {{ echo '*'; exit 0; }}; "
               f'for f in {names}; do [ -e "$f" ] || echo "$f"; done; true')
-    return F.Fact("small_missing", script, lambda out, _c: out.split(), sudo=True)
+    return F.Fact("small_missing", script, _words, sudo=True)

@@ -14,118 +14,168 @@ removed in a step of their own: a rank's report is taken while every other rank 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+from dataclasses import dataclass, field, fields
 
-from k3deploy.node import run_settle
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import dry_fire
-from k3deploy.node import http_probe
+from k3deploy.facts import http, record
+from k3deploy.facts.docker import Container
+from k3deploy.facts.nccl import NcclTransport
+from k3deploy.facts.nvidia_smi import Gpu
+from k3deploy.node import facts as F
+from k3deploy.node import http_probe, run_settle
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.base import Action, Step, cmd, upload
-from k3deploy.steps.compile_cache_seal import SealCompileCache
+from k3deploy.steps.compile_cache_seal import SealCompileCache, SealFacts
 from k3deploy.steps.dry_fire_rules import HINT, passed_fact, report_path
 
 REQUEST = "request"
 
 
-def node_report(facts: dict, config: str) -> dict:
-    gpus = facts.get("gpus") or []
-    nccl = facts.get("nccl")
-    return {"config": config, "gpu_used_mib": [g["used_mib"] for g in gpus],
-            "phases_s": facts.get("phases") or {},
-            "nccl_transport": nccl.transport if nccl else None,
-            "nccl_devices": list(nccl.devices) if nccl else [], "at": time.time()}
+@dataclass(frozen=True)
+class DryFireFacts(SealFacts):
+    """The seal's facts (the launch's spec and compile caches) and what the engine reached."""
+    dry_fire_passed: tuple[str, ...] = ()      # config labels with a kept report
+    phases: dict[str, float] = field(default_factory=dict)
+    nccl: NcclTransport | None = None
+
+
+# The fields the verdict adds to the seal's: its probes' values, the others go to the seal.
+_OWN = frozenset(f.name for f in fields(DryFireFacts)) - frozenset(
+    f.name for f in fields(SealFacts))
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a node reached with dummy weights, kept on the node as JSON."""
+    config: str
+    gpu_used_mib: tuple[int, ...]
+    phases_s: dict[str, float]
+    nccl_transport: str | None
+    nccl_devices: tuple[str, ...]
+    at: float
+
+    def doc(self) -> dict:
+        return {"config": self.config, "gpu_used_mib": list(self.gpu_used_mib),
+                "phases_s": dict(self.phases_s), "nccl_transport": self.nccl_transport,
+                "nccl_devices": list(self.nccl_devices), "at": self.at}
+
+    def line(self, name: str) -> str:
+        used = self.gpu_used_mib
+        peak = f"{max(used) / 1024:.1f} GiB" if used else "?"
+        phases = ", ".join(f"{k} {v:.0f}s" for k, v in self.phases_s.items())
+        return (f"{'':>10}{name}: GPU memory up to {peak} on {len(used)} GPUs"
+                + (f"; NCCL over {self.nccl_transport}" if self.nccl_transport else "")
+                + (f"; {phases}" if phases else ""))
+
+
+def node_report(gpus: tuple[Gpu, ...] | None, phases: dict[str, float],
+                nccl: NcclTransport | None, config: str) -> Report:
+    return Report(config, tuple(g.used_mib for g in gpus or ()), dict(phases),
+                  nccl.transport if nccl else None, nccl.devices if nccl else (), time.time())
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """The chat completion the verdict sends itself."""
+    answer: http.Endpoint
 
 
 class DryFireVerdict(SealCompileCache):
     name = "dry-fire"
     head_first = True
     needs_all_nodes = True
+    Facts = DryFireFacts
 
-    def prepare(self, run) -> None:
+    def prepare(self, run: RunContext) -> None:
         run_settle.api_key(run)
-        self._started, self._reports, self._answers = time.time(), {}, {}
+        self._started = time.time()
+        self._reports: dict[str, Report] = {}
+        self._answers: dict[str, float] = {}
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         return [*super().probes(node), probes.gpus(), passed_fact(node.inv),
                 probes.startup_phase_times(node.inv, node.is_head),
                 probes.nccl_transport(node.inv, node.is_head)]
 
-    def observe(self, found, node):
-        facts = super().observe(found, node)
-        return {**facts, "gpus": found.get("gpus"), "phases": found.get("phases") or {},
-                "nccl": found.get("nccl"), "dry_fire_passed": found.get("dry_fire_passed") or []}
+    def observe(self, found: F.Found, node: NodeContext) -> DryFireFacts:
+        seal = super().observe({k: v for k, v in found.items() if k not in _OWN}, node)
+        kept = {f.name: getattr(seal, f.name) for f in fields(seal) if f.name not in _OWN}
+        return record(DryFireFacts, {k: v for k, v in found.items() if k in _OWN}, **kept)
 
-    def plan(self, facts, node):
-        current = facts["container"]
+    def plan(self, facts: DryFireFacts, node: NodeContext) -> list[Action]:
+        current = facts.container
         if not (dry_fire.is_dry_fire(current) and current.running):
             return []
         config = current.labels.get(engines.CONFIG_LABEL, "unknown")
-        if config in facts["dry_fire_passed"]:
+        if config in facts.dry_fire_passed:
             return []
-        report = node_report(facts, config)
+        report = node_report(facts.gpus, facts.phases, facts.nccl, config)
         head = [Action("send one chat completion to the dry-fire's endpoint", tag=REQUEST)] \
             if node.is_head else []
+        keep = upload("keep the dry-fire's report", report_path(node.inv, config),
+                      json.dumps(report.doc(), sort_keys=True), mode=0o644, sudo=True)
         return [*head, *super().plan(facts, node),
                 cmd("create the dry-fire reports dir", "install", "-d", "-m", "755",
                     report_path(node.inv, config).rsplit("/", 1)[0], sudo=True, retry=True),
-                upload("keep the dry-fire's report", report_path(node.inv, config),
-                       json.dumps(report, sort_keys=True), mode=0o644, sudo=True)]
+                dataclasses.replace(keep, note=report)]
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         if actions and actions[0].tag == REQUEST:
             self._request(node)
             actions = actions[1:]
         for action in actions:
-            if action.upload_to and action.upload_to.endswith(".json"):
-                self._reports[node.name] = json.loads(action.content or "{}")
+            if isinstance(action.note, Report):
+                self._reports[node.name] = action.note
         super().apply(node, actions)
 
-    def _request(self, node) -> None:
+    def _request(self, node: NodeContext) -> None:
         asked = time.monotonic()
         fact = http_probe.fact("answer", node.inv, ["chat"], node.run.inputs.api_key)
-        found = (node.run.executor.gather(self, node, [fact]).get("answer") or {}).get("chat") or {}
-        if found.get("status") != 200:
+        chat = record(_Asked, node.run.executor.gather(self, node, [fact])).answer.chat
+        if chat is None or not chat.ok:
             raise StepFailed(node.name, "dry-fire (dummy weights): the group serves, but a chat "
-                             f"completion answered {found.get('status')}: "
-                             f"{str(found.get('body') or found.get('error'))[:200]}",
+                             f"completion answered {chat.status if chat else None}: "
+                             f"{chat.shown() if chat else http.NO_RESULT}",
                              step=self.name, hint=HINT)
         self._answers[node.name] = time.monotonic() - asked
         self._verdict_at = time.time()
 
-    def detail(self, facts, node):
-        return self._reports.get(node.name) or super().detail(facts, node)
+    def detail(self, facts: DryFireFacts, node: NodeContext) -> dict | None:
+        report = self._reports.get(node.name)
+        return report.doc() if report else super().detail(facts, node)
 
-    def closing_lines(self, run, all_facts):
+    def closing_lines(self, run: RunContext, all_facts: dict[str, DryFireFacts]) -> list[str]:
         if not self._reports:
             return []
         seconds = getattr(self, "_verdict_at", time.time()) - self._started
-        lines = [f"dry-fire: the group served with dummy weights and answered a chat "
-                 f"completion {seconds:.0f}s after up began"]
-        for name, report in self._reports.items():
-            used = report.get("gpu_used_mib") or []
-            peak = f"{max(used) / 1024:.1f} GiB" if used else "?"
-            phases = ", ".join(f"{k} {v:.0f}s" for k, v in report.get("phases_s", {}).items())
-            nccl = report.get("nccl_transport")
-            lines.append(f"{'':>10}{name}: GPU memory up to {peak} on {len(used)} GPUs"
-                         + (f"; NCCL over {nccl}" if nccl else "")
-                         + (f"; {phases}" if phases else ""))
-        return lines
+        return [f"dry-fire: the group served with dummy weights and answered a chat "
+                f"completion {seconds:.0f}s after up began",
+                *(report.line(name) for name, report in self._reports.items())]
 
 
-class DryFireStop(Step):
+@dataclass(frozen=True)
+class StopFacts:
+    container: Container | None
+
+
+class DryFireStop(Step[StopFacts]):
     """The dry-fire's containers, removed on every node once the verdict is kept (a failed
     dry-fire's stay for `k3deploy logs`; the real launch replaces them)."""
 
     name = "dry-fire-stop"
+    Facts = StopFacts
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         return [probes.engine_container(node.inv)]
 
-    def plan(self, facts, node):
-        if not dry_fire.is_dry_fire(facts["container"]):
+    def plan(self, facts: StopFacts, node: NodeContext) -> list[Action]:
+        if not dry_fire.is_dry_fire(facts.container):
             return []
         return [cmd("stop the dry-fire's engine",
                     *engines.docker_rm_argv(node.inv.engine.container), sudo=True, retry=True)]

@@ -8,21 +8,42 @@ NCCL_SOCKET_IFNAME (NCCL docs, env.html): a comma list of prefixes ("eth" matche
 
 from __future__ import annotations
 
-from k3deploy.facts.fabric import node_fabric
+from collections.abc import Mapping
+from typing import Protocol
+
+from k3deploy.facts.fabric import NodeFabric
+from k3deploy.facts.nccl import NcclTransport
 from k3deploy.node import facts as F
-from k3deploy.node.host_facts import route_to
+from k3deploy.node.context import NodeContext
+from k3deploy.node.host_facts import Route, route_to
 from k3deploy.steps import fabric_topology, probes
+from k3deploy.steps.fabric_topology import FabricFound, node_fabric
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
-def facts(node) -> list[F.Fact]:
+class RouteFound(FabricFound, Protocol):
+    """What of preflight's facts the node's findings read: the fabric, and the route to a
+    peer (absent on a node alone)."""
+
+    @property
+    def route_to_peer(self) -> Route | None: ...
+
+
+class TransportFound(FabricFound, Protocol):
+    """What of verify's facts its closing lines read: the fabric, and NCCL's transport."""
+
+    @property
+    def nccl(self) -> NcclTransport | None: ...
+
+
+def facts(node: NodeContext) -> list[F.Fact]:
     peer = _peer(node)
     return (probes.fabric_facts() + [probes.gpu_nic_topology()]
             + ([route_to("route_to_peer", peer)] if peer else []))
 
 
-def _peer(node) -> str | None:
+def _peer(node: NodeContext) -> str | None:
     """The head's private address; on the head, rank 1's (the route to itself is lo)."""
     others = [n for n in node.inv.nodes if n.name != node.name]
     if not others:
@@ -47,7 +68,7 @@ def matches(var: str, value: str, dev: str) -> bool:
     return hit != exclude
 
 
-def problems(facts, node) -> list[tuple[str, str]]:
+def problems(facts: RouteFound, node: NodeContext) -> list[tuple[str, str]]:
     out, fab = [], node_fabric(facts)
     if node.inv.engine.fabric == "ib" and not (fab and fab.usable):
         out.append(("fabric", "engine.fabric is ib but this node has no HCA with an active port "
@@ -56,7 +77,7 @@ def problems(facts, node) -> list[tuple[str, str]]:
     if fab and node.inv.engine.fabric != "socket":
         out += [("fabric", f"{p.label} ({p.link_layer}) is {p.state}: NCCL leaves it out; check its cable and "
                  f"switch port (ibstat {p.device})") for p in fab.ports if not p.active]
-    route = facts.get("route_to_peer")
+    route = facts.route_to_peer
     for var, value in ifnames(node.inv, node.node).items():
         if value == "lo" or (route and route.dev == "lo" and matches(var, value, "lo")):
             out.append(("fabric", f"{var}={value} names the loopback: the other ranks cannot "
@@ -68,10 +89,10 @@ def problems(facts, node) -> list[tuple[str, str]]:
     return out
 
 
-def cluster_problems(all_facts, run) -> list[tuple[str, str, str]]:
+def cluster_problems(all_facts: Mapping[str, FabricFound], run) -> list[tuple[str, str, str]]:
     if run.inv.engine.fabric == "socket" or len(all_facts) < 2:
         return []
-    fabs = {n: node_fabric(f) for n, f in all_facts.items()}
+    fabs: dict[str, NodeFabric | None] = {n: node_fabric(f) for n, f in all_facts.items()}
     with_ib = sorted(n for n, f in fabs.items() if f and f.usable)
     out = []
     if with_ib and len(with_ib) < len(fabs):
@@ -88,7 +109,7 @@ def cluster_problems(all_facts, run) -> list[tuple[str, str, str]]:
     return out
 
 
-def warnings(all_facts, run) -> list[str]:
+def warnings(all_facts: Mapping[str, fabric_topology.TopologyFound], run) -> list[str]:
     """GPUDirect RDMA off where HCAs are used: NCCL stages through host memory; then the
     GPU-to-HCA topology's findings (steps/fabric_topology.py)."""
     if run.inv.engine.fabric == "socket":
@@ -123,13 +144,13 @@ def transport_facts(inv, is_head: bool) -> list[F.Fact]:
     return [probes.nccl_transport(inv, is_head), *probes.fabric_facts()]
 
 
-def transport_lines(all_facts) -> list[str]:
+def transport_lines(all_facts: Mapping[str, TransportFound]) -> list[str]:
     """verify's lines: the group's transport and devices, and the sockets warning."""
-    transports = {n: f["nccl"].transport if f.get("nccl") else None for n, f in all_facts.items()}
+    transports = {n: f.nccl.transport if f.nccl else None for n, f in all_facts.items()}
     if not any(transports.values()):
         return []
     hcas = [n for n, f in all_facts.items() if (fab := node_fabric(f)) and fab.hcas]
-    devices = sorted({d for f in all_facts.values() if f.get("nccl") for d in f["nccl"].devices})
+    devices = sorted({d for f in all_facts.values() if f.nccl for d in f.nccl.devices})
     line = f"NCCL transport: {group_transport(transports)} over {', '.join(devices) or '?'}"
     warning = socket_warning(transports, hcas)
     return [line] + ([f"warning: {warning}"] if warning else [])

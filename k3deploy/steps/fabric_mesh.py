@@ -12,19 +12,23 @@ No SSH, thread or clock in this module.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 
 from pydantic import BaseModel, ConfigDict
 
 from k3deploy import engines
 from k3deploy.cluster import mesh_plan
 from k3deploy.core.errors import K3Error
-from k3deploy.core.lastjson import last_json_line
+from k3deploy.facts import record as record_facts
+from k3deploy.facts.fabric_mesh import MeshCount, MeshFailed, parse_answer
 from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.remote import script_text
 from k3deploy.steps import serves
 from k3deploy.steps.base import ClusterProbe, Step
-from k3deploy.steps.launch import LaunchEngine
+from k3deploy.steps.launch import LaunchEngine, LaunchFacts
 
 SCRIPT = script_text("fabric_mesh.py")
 KEY = "fabric_mesh"
@@ -45,7 +49,7 @@ def schedule_seconds(inv, nodes: int) -> float:
     return len(mesh_plan.rounds(list(range(nodes)))) * round_limit(inv)
 
 
-def _plan(run, name: str, partners: list[str | None]) -> str:
+def _plan(run: RunContext, name: str, partners: list[str | None]) -> str:
     inv = run.inv
     rounds = [None if p is None else [p, inv.node(p).self_ip] for p in partners]
     return json.dumps({"me": name, "listen": inv.node(name).self_ip, "port": inv.ports.mesh,
@@ -53,13 +57,18 @@ def _plan(run, name: str, partners: list[str | None]) -> str:
                        "deadline": HANDSHAKE, "round_limit": round_limit(inv)})
 
 
-def _answer(res) -> dict:
-    found = last_json_line(res.stdout)
-    if isinstance(found, dict) and ("received" in found or "error" in found):
-        return found
-    return {"error": f"the mesh program exited {res.exit_code}: "
-                     + (" | ".join(failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 4))
-                        or "no output")}
+def _answer(res) -> MeshCount | MeshFailed:
+    return parse_answer(res.stdout) or MeshFailed(
+        f"the mesh program exited {res.exit_code}: "
+        + (" | ".join(failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 4)) or "no output"))
+
+
+@dataclass(frozen=True)
+class FabricMeshFacts:
+    perftest: str | None                   # ib_write_bw's path ('' when absent)
+    # derived (with unless_serving): the node's engine runs the launch's configuration
+    runs_configuration: bool = False
+    fabric_mesh: MeshCount | MeshFailed | K3Error | None = None   # the runner's cluster look
 
 
 class FabricMeshParams(BaseModel):
@@ -73,34 +82,40 @@ class FabricMeshParams(BaseModel):
     relative_is_warning: bool = False
 
 
-class FabricMesh(Step):
+class FabricMesh(Step[FabricMeshFacts]):
     name = "fabric-mesh"
     read_only = True
     Params = FabricMeshParams
+    Facts = FabricMeshFacts
 
-    def probes(self, node):
+    def probes(self, node: NodeContext):
         found = [F.command("perftest", ["sh", "-c", f"command -v {PERFTEST} || true"])]
-        if self.p.unless_serving and not node.run.option("no_fabric"):
+        if self._looks_at_launch(node):
             found += LaunchEngine().probes(node)   # the launch's own look: what it would run
         return found
 
-    def observe(self, found, node):
-        if "container" not in found:
-            return {"perftest": found.get("perftest")}
-        config = LaunchEngine().spec(found, node).labels[engines.CONFIG_LABEL]
-        return {"perftest": found.get("perftest"), "runs_configuration":
-                serves.runs_configuration(found["container"], config)}
+    def _looks_at_launch(self, node: NodeContext) -> bool:
+        return self.p.unless_serving and not node.run.option("no_fabric")
 
-    def skipped(self, all_facts, run) -> str | None:
+    def observe(self, found: Mapping[str, object], node: NodeContext) -> FabricMeshFacts:
+        if not self._looks_at_launch(node):
+            return record_facts(FabricMeshFacts, found)
+        launch = LaunchEngine()
+        theirs = {f.name for f in launch.probes(node)}
+        seen = record_facts(FabricMeshFacts, {k: v for k, v in found.items() if k not in theirs})
+        looked = launch.observe({k: v for k, v in found.items() if k in theirs}, node)
+        return replace(seen, runs_configuration=_runs_configuration(looked))
+
+    def skipped(self, all_facts: Mapping[str, FabricMeshFacts], run: RunContext) -> str | None:
         """Why this run measures nothing (None: it measures)."""
         if run.option("no_fabric"):
             return "--no-fabric"
-        if self.p.unless_serving and all(f.get("runs_configuration") for f in all_facts.values()):
+        if self.p.unless_serving and all(f.runs_configuration for f in all_facts.values()):
             return ("the group already runs this configuration: no traffic is pushed through "
                     "the fabric it serves over")
         return None
 
-    def cluster_probes(self, all_facts, run):
+    def cluster_probes(self, all_facts: dict[str, FabricMeshFacts], run: RunContext):
         names = [n.name for n in run.inv.nodes if n.name in all_facts]
         if len(names) < 2 or self.skipped(all_facts, run):
             return {}
@@ -109,13 +124,13 @@ class FabricMesh(Step):
                                 stdin=SCRIPT, timeout=timeout)
                 for n, partners in mesh_plan.partners(names).items()}
 
-    def cluster_problems(self, all_facts, run):
-        found = {n: f[KEY] for n, f in all_facts.items() if KEY in f}
-        broken = [(n, "fabric", str(v) if isinstance(v, K3Error) else v["error"])
-                  for n, v in found.items() if isinstance(v, K3Error) or "error" in v]
+    def cluster_problems(self, all_facts: dict[str, FabricMeshFacts], run: RunContext):
+        found = {n: f.fabric_mesh for n, f in all_facts.items() if f.fabric_mesh is not None}
+        broken = [(n, "fabric", str(v) if isinstance(v, K3Error) else v.error)
+                  for n, v in found.items() if isinstance(v, (K3Error, MeshFailed))]
         if broken or not found:
             return broken
-        verdict = verdict_of(run, found)
+        verdict = verdict_of(run, _measured(all_facts))
         return [(_owner(lk, verdict.nodes), "fabric", _slow_line(lk, verdict, run.inv))
                 for lk in verdict.slow if not self._warned(lk, run.inv)]
 
@@ -123,37 +138,48 @@ class FabricMesh(Step):
         """A slow link this run reports as a warning instead of a problem."""
         return self.p.relative_is_warning and link.gbps is not None and not _under_floor(link, inv)
 
-    def cluster_detail(self, all_facts, run):
+    def cluster_detail(self, all_facts: dict[str, FabricMeshFacts], run: RunContext):
         found = _measured(all_facts)
         return {"fabric": record(run, found)} if found else None
 
-    def closing_lines(self, run, all_facts) -> list[str]:
+    def closing_lines(self, run: RunContext, all_facts: dict[str, FabricMeshFacts]) -> list[str]:
         found = _measured(all_facts)
         if not found:
             why = len(all_facts) > 1 and self.skipped(all_facts, run)
             return [f"fabric: not measured ({why})"] if why else []
         verdict = verdict_of(run, found)
-        measured = [lk.gbps for lk in mesh_plan.links(found, list(found)) if lk.gbps]
+        measured = [lk.gbps for lk in mesh_plan.links(_docs(found), list(found)) if lk.gbps]
         lines = [f"fabric: {len(measured)} links measured over the private network"
                  + (f", the nodes' best links' median {verdict.median_gbps:.2f} Gbit/s, slowest "
                     f"{min(measured):.2f} Gbit/s" if measured else "")]
         lines += [f"warning: {_slow_line(lk, verdict, run.inv)} (`k3deploy check --fabric` "
                   "measures again; fabric.min_gbps sets a floor that stops up)"
                   for lk in verdict.slow if self._warned(lk, run.inv)]
-        with_perftest = [n for n, f in all_facts.items() if f.get("perftest")]
+        with_perftest = [n for n, f in all_facts.items() if f.perftest]
         lines.append("fabric: InfiniBand links not measured ("
                      + (f"{PERFTEST} on {', '.join(with_perftest)}, but k3deploy does not run it yet"
                         if with_perftest else f"no {PERFTEST} (perftest) on the nodes") + ")")
         return lines
 
 
-def _measured(all_facts: dict) -> dict:
+def _runs_configuration(looked: LaunchFacts) -> bool:
+    """The node's engine runs what the launch would start (the launch's observed facts)."""
+    if looked.spec is None:
+        return False
+    return serves.runs_configuration(looked.container, looked.spec.labels[engines.CONFIG_LABEL])
+
+
+def _measured(all_facts: Mapping[str, FabricMeshFacts]) -> dict[str, MeshCount]:
     """node -> what its mesh program counted (nodes whose program ran)."""
-    return {n: f[KEY] for n, f in all_facts.items()
-            if isinstance(f.get(KEY), dict) and "received" in f[KEY]}
+    return {n: f.fabric_mesh for n, f in all_facts.items() if isinstance(f.fabric_mesh, MeshCount)}
 
 
-def record(run, found: dict) -> dict:
+def _docs(found: Mapping[str, MeshCount]) -> dict[str, dict]:
+    """The counts as the program printed them: what cluster/mesh_plan.links reads."""
+    return {n: asdict(c) for n, c in found.items()}
+
+
+def record(run: RunContext, found: dict[str, MeshCount]) -> dict:
     """The figures for the state file, status --json and the certificate. The InfiniBand
     links are never measured here (perftest is not run): ib_measured says so."""
     verdict = verdict_of(run, found)
@@ -163,7 +189,7 @@ def record(run, found: dict) -> dict:
         return {"a": lk.src, "b": lk.dst,
                 "gbps": None if lk.gbps is None else round(lk.gbps, 3),
                 **({"error": lk.error} if lk.gbps is None else {})}
-    return {"links": [one(lk) for lk in mesh_plan.links(found, names)],
+    return {"links": [one(lk) for lk in mesh_plan.links(_docs(found), names)],
             "slow": [one(lk) for lk in verdict.slow], "slow_nodes": verdict.nodes,
             "median_best_gbps": None if verdict.median_gbps is None
             else round(verdict.median_gbps, 3), "ib_measured": False}
@@ -175,9 +201,9 @@ def kept(head_state: dict) -> dict | None:
     return (rec.get("detail") or {}).get("fabric")
 
 
-def verdict_of(run, found: dict) -> mesh_plan.Verdict:
+def verdict_of(run: RunContext, found: dict[str, MeshCount]) -> mesh_plan.Verdict:
     names = [n.name for n in run.inv.nodes if n.name in found]
-    return mesh_plan.judge(mesh_plan.links(found, names), run.inv.fabric.min_gbps)
+    return mesh_plan.judge(mesh_plan.links(_docs(found), names), run.inv.fabric.min_gbps)
 
 
 def _owner(link: mesh_plan.Link, slow_nodes: list[str]) -> str:

@@ -10,20 +10,46 @@ NCCL_NET_GDR_LEVEL says otherwise, and "GPU Direct RDMA Disabled for GPU %d / HC
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import Protocol
 
-from k3deploy.facts.fabric import node_fabric
+from k3deploy.facts.fabric import IbPort, NodeFabric
 from k3deploy.facts.topology import Topology
 from k3deploy.steps.sameness import majority
 
-FACT = "gpu_nic_topology"
+
+class FabricFound(Protocol):
+    """What of a step's facts says the node's fabric: probes.fabric_facts' three."""
+
+    @property
+    def ib_ports(self) -> tuple[IbPort, ...] | None: ...
+    @property
+    def ib_devices(self) -> tuple[str, ...] | None: ...
+    @property
+    def gpudirect_rdma(self) -> bool: ...
 
 
-def warnings(all_facts: dict[str, dict]) -> list[str]:
+class TopologyFound(FabricFound, Protocol):
+    """Preflight's facts these warnings read: the fabric and `nvidia-smi topo -m`."""
+
+    @property
+    def gpu_nic_topology(self) -> Topology | None: ...
+
+
+def node_fabric(found: FabricFound) -> NodeFabric | None:
+    """The node's fabric; None when sysfs was not read."""
+    if found.ib_ports is None:
+        return None
+    return NodeFabric(tuple(found.ib_ports), tuple(found.ib_devices or ()), found.gpudirect_rdma)
+
+
+def warnings(all_facts: Mapping[str, TopologyFound]) -> list[str]:
     out = []
     for name, facts in all_facts.items():
         fab = node_fabric(facts)
-        out += node_warnings(name, facts.get(FACT), fab.hcas if fab else ())
-    return out + differ_warnings({n: f[FACT] for n, f in all_facts.items() if f.get(FACT)})
+        out += node_warnings(name, facts.gpu_nic_topology, fab.hcas if fab else ())
+    return out + differ_warnings({n: f.gpu_nic_topology for n, f in all_facts.items()
+                                  if f.gpu_nic_topology})
 
 
 def node_warnings(name: str, topo: Topology | None, hcas: tuple[str, ...]) -> list[str]:

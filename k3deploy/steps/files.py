@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.core.digest import sha256_text
 from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext
 from k3deploy.steps.base import Step, cmd, upload
 
 
@@ -19,11 +21,18 @@ class FileParams(BaseModel):
     sudo: bool = True
 
 
-class EnsureFile(Step):
+@dataclass(frozen=True)
+class FileFacts:
+    sha256: str | None   # of the file's content; None (or '') when there is no file
+    mode: str | None     # octal, as stat prints it
+
+
+class EnsureFile(Step[FileFacts]):
     name = "file"
     Params = FileParams
+    Facts = FileFacts
 
-    def probes(self, node):
+    def probes(self, node: NodeContext):
         path = shlex.quote(self.p.path)
         probe = [
             F.Fact("sha256", f"sha256sum {path} | cut -d' ' -f1", F.text, sudo=self.p.sudo),
@@ -31,13 +40,13 @@ class EnsureFile(Step):
         ]
         return probe
 
-    def plan(self, facts, node):
+    def plan(self, facts: FileFacts, node: NodeContext):
         want = sha256_text(self.p.content)
         mode = self.p.mode.lstrip("0") or "0"
-        if facts.get("sha256") != want:
+        if facts.sha256 != want:
             return [upload(f"write {self.p.path}", self.p.path, self.p.content,
                            mode=int(mode, 8), sudo=self.p.sudo)]
-        if facts.get("mode") != mode:
+        if facts.mode != mode:
             return [cmd(f"set mode of {self.p.path}", "chmod", mode, self.p.path,
                         sudo=self.p.sudo, retry=True)]
         return []

@@ -13,62 +13,85 @@ import dataclasses
 import json
 import re
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from k3deploy.facts import record
+from k3deploy.facts.docker import Container
+from k3deploy.facts.guard import FIRED, WATCHING, GuardState, Incident, parse_incident, \
+    parse_pids, parse_state
 from k3deploy.node import run_settle
 from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.node import guard_config
+from k3deploy.node.context import NodeContext
+from k3deploy.node.guard_config import GuardPaths
 from k3deploy.remote import script_text
-from k3deploy.steps import node_files, probes, regroup
+from k3deploy.steps import node_files, regroup
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 BEAT_STALE = 60  # seconds: the guard rewrites its state every 10 s while alive
 START_WAIT = 150  # tenths of a second the start waits for the new guard's first state
 
 
-def _pids(out: str, code: int) -> list[int]:
-    """Guard processes from `pid ppid` lines. A guard's subprocess.run (docker wait/inspect) is,
-    between its fork and exec, a copy with the guard's own command line: a pid whose parent is
-    itself a guard is that window, not a second guard."""
-    pairs = [tuple(int(x) for x in line.split()) for line in out.splitlines()
-             if len(line.split()) == 2 and all(x.isdigit() for x in line.split())]
-    found = {pid for pid, _ in pairs}
-    return [pid for pid, ppid in pairs if ppid not in found]
+@dataclass(frozen=True)
+class GuardFacts:
+    """What both guard steps (and `status`) see of a node's guard: guard_facts' probes."""
+    guard_state: GuardState | None
+    guard_pids: tuple[int, ...]
+    now: int | None                  # the node's clock (the state's beat is on it)
+    incident: Incident | None
+    node_files: dict[str, str] | None = None   # guard: the scripts on the node, path -> sha256
+    container: Container | None = None         # guard-stop before launch: regroup's look
+
+    @property
+    def spent(self) -> bool:
+        return self.guard_state is not None and self.guard_state.phase == FIRED
+
+    def beat_age(self) -> float:
+        """Seconds since the guard last wrote its state (the node's clock); from the epoch
+        when it never did."""
+        return (self.now or 0) - (self.guard_state.beat if self.guard_state else 0)
 
 
-def process_pattern(paths: dict) -> str:
+def looked(found: Mapping[str, object], prefix: str = "") -> GuardFacts:
+    """guard_facts' values, asked under `prefix` in a batch of other facts (status)."""
+    return record(GuardFacts, {name[len(prefix):]: value for name, value in found.items()
+                               if name.startswith(prefix)})
+
+
+def process_pattern(paths: GuardPaths) -> str:
     """pgrep -f's pattern for a guard: anchored on the guard's own argv, because other facts
     of the same batch run at the same time with the guard's path in their command line
     (`sh -c 'sha256sum .../guard.py'`). The interpreter is matched by name only: a shim
     (pyenv) execs python3 by its full path."""
-    return f"^[^ ]*python[0-9.]* {re.escape(paths['script'])}( |$)"
+    return f"^[^ ]*python[0-9.]* {re.escape(paths.script)}( |$)"
 
 
 def guard_facts(inv) -> list[F.Fact]:
     """One round trip: the guard's own state file, its processes, the node's clock, incident."""
     paths = guard_config.node_paths(inv)
     pattern = process_pattern(paths)
-    return [probes.file_json("guard_state", paths["state"], sudo=True),
+    return [F.read("guard_state", paths.state, parse_state, sudo=True),
             # The parent pid from /proc/PID/stat (the field after the state, which follows
             # the parenthesised name): no `ps` per guard in every look.
             F.Fact("guard_pids", f"for p in $(pgrep -f -- {shlex.quote(pattern)}); do "
                    'if read -r s < "/proc/$p/stat"; then s=${s##*) }; set -- $s; '
-                   'echo "$p $2"; fi; done 2>/dev/null; true', _pids, sudo=True),
+                   'echo "$p $2"; fi; done 2>/dev/null; true', parse_pids, sudo=True),
             F.native("now", "now", [], F.integer),
-            probes.file_json("incident", paths["incident"], sudo=True)]
+            F.read("incident", paths.incident, parse_incident, sudo=True)]
 
 
-def healthy(found: dict, digest: str) -> bool:
-    state = found.get("guard_state") or {}
-    return (found["guard_pids"] == [state.get("pid")] and state.get("phase") == "watching"
-            and state.get("digest") == digest
-            and (found.get("now") or 0) - state.get("beat", 0) < BEAT_STALE)
+def healthy(facts: GuardFacts, digest: str) -> bool:
+    state = facts.guard_state
+    return (state is not None and facts.guard_pids == (state.pid,) and state.phase == WATCHING
+            and state.digest == digest and facts.beat_age() < BEAT_STALE)
 
 
-def stop_actions(found: dict) -> list[Action]:
-    pids = [str(p) for p in found["guard_pids"]]
+def stop_actions(facts: GuardFacts) -> list[Action]:
+    pids = [str(p) for p in facts.guard_pids]
     if not pids:
         return []
     # SIGTERM ends a guard at once and leaves the engine alone; SIGKILL if it does not.
@@ -79,67 +102,69 @@ def stop_actions(found: dict) -> list[Action]:
 RELAUNCHED_AFTER = "relaunched-after-incident"
 
 
-def archive_action(inv, tag: str = "archive-incident", incident: object = None) -> Action:
+def archive_action(inv, tag: str = "archive-incident", incident: Incident | None = None) -> Action:
     """Move the incident record away; `incident`, when the bring-up recovers from it, is kept
     in the run's ledger for the certificate (what stopped the group, how fast it came back)."""
     paths = guard_config.node_paths(inv)
-    script = (f"mkdir -p {shlex.quote(paths['archive'])} && mv -f {shlex.quote(paths['incident'])}"
-              f" {shlex.quote(paths['archive'])}/incident-$(date +%Y%m%dT%H%M%S).json")
+    script = (f"mkdir -p {shlex.quote(paths.archive)} && mv -f {shlex.quote(paths.incident)}"
+              f" {shlex.quote(paths.archive)}/incident-$(date +%Y%m%dT%H%M%S).json")
     return dataclasses.replace(cmd("archive the incident record", "sh", "-c", script, sudo=True),
                                tag=tag, note=incident)
 
 
-class StartGuard(Step):
+class StartGuard(Step[GuardFacts]):
     name = "guard"
     needs_all_nodes = True
+    Facts = GuardFacts
 
     def prepare(self, run) -> None:
         run_settle.guard_secret(run)
 
-    def config(self, node) -> dict:
+    def config(self, node: NodeContext) -> dict:
         return guard_config.with_digest(guard_config.config(node.inv, node.name),
                                     node.run.inputs.guard_secret or "")
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         paths = guard_config.node_paths(node.inv)
-        scripts = [f"{paths['dir']}/{name}" for name in guard_config.SCRIPTS]
+        scripts = [f"{paths.dir}/{name}" for name in guard_config.SCRIPTS]
         return guard_facts(node.inv) + [node_files.fact(scripts, sudo=True)]
 
-    def plan(self, facts, node):
+    def plan(self, facts: GuardFacts, node: NodeContext) -> list[Action]:
         if not node.inv.guard.enabled:
             return stop_actions(facts)
         if healthy(facts, self.config(node)["digest"]):
             return []
-        archive = ([archive_action(node.inv, RELAUNCHED_AFTER, facts["incident"])]
-                   if facts["incident"] else [])
+        archive = ([archive_action(node.inv, RELAUNCHED_AFTER, facts.incident)]
+                   if facts.incident else [])
         return (stop_actions(facts) + archive
-                + node_files.changed_only(self._start_actions(node), facts.get(node_files.FACT)))
+                + node_files.changed_only(self._start_actions(node), facts.node_files))
 
-    def _start_actions(self, node) -> list[Action]:
+    def _start_actions(self, node: NodeContext) -> list[Action]:
         paths, cfg = guard_config.node_paths(node.inv), self.config(node)
-        argv = ["python3", paths["script"], paths["config"]]
-        started = detached.start(argv, paths["log"], paths["state"], tenths=START_WAIT)
-        uploads = [upload(f"upload {name}", f"{paths['dir']}/{name}", script_text(name),
+        argv = ["python3", paths.script, paths.config]
+        started = detached.start(argv, paths.log, paths.state, tenths=START_WAIT)
+        uploads = [upload(f"upload {name}", f"{paths.dir}/{name}", script_text(name),
                           mode=0o644, sudo=True) for name in guard_config.SCRIPTS]
-        return [cmd("create the guard dir (0700)", "install", "-d", "-m", "700", paths["dir"],
+        return [cmd("create the guard dir (0700)", "install", "-d", "-m", "700", paths.dir,
                     sudo=True, retry=True),
                 *uploads,
-                upload("write the guard config", paths["config"], _json(cfg), sudo=True),
-                upload("write the guard secret (0600)", paths["secret"],
+                upload("write the guard config", paths.config, _json(cfg), sudo=True),
+                upload("write the guard secret (0600)", paths.secret,
                        f"{node.run.inputs.guard_secret or ''}\n", sudo=True),  # None: --check
                 cmd("start the guard, detached", "sh", "-c", started, sudo=True)]
 
     def inputs(self, node):
         return {"guard": node.inv.guard.model_dump(), "port": node.inv.ports.guard}
 
-    def detail(self, facts, node):
-        state = facts.get("guard_state") or {}
-        return {"pid": state.get("pid"), "digest": state.get("digest")}
+    def detail(self, facts: GuardFacts, node: NodeContext) -> dict:
+        state = facts.guard_state
+        return {"pid": state.pid if state else None, "digest": state.digest if state else None}
 
 
-class StopGuard(Step):
+class StopGuard(Step[GuardFacts]):
     name = "guard-stop"
     runs_after_failures = True
+    Facts = GuardFacts
 
     class Params(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -156,24 +181,25 @@ class StopGuard(Step):
     def settles(self) -> bool:
         return self.p.before_launch
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
+        # regroup's look fills `container` (regroup.FACT)
         return guard_facts(node.inv) + (regroup.probes_for(node.inv) if self.p.before_launch
                                         else [])
 
-    def settle(self, all_facts, run) -> regroup.Regroup:
-        states = {n: f.get(regroup.FACT) for n, f in all_facts.items()}
+    def settle(self, all_facts: dict[str, GuardFacts], run) -> regroup.Regroup:
+        states = {n: f.container for n, f in all_facts.items()}
         decided = regroup.decide(states, run.inv)
         if decided.whole and run.ui:
             run.ui.say(f"{'':>14}{decided.reason()}")
         return decided
 
-    def plan(self, facts, node):
+    def plan(self, facts: GuardFacts, node: NodeContext) -> list[Action]:
         if self.p.before_launch:
-            spent = (facts.get("guard_state") or {}).get("phase") == "fired"
             decided = node.run.ledger.decided(regroup.Regroup)
             whole = decided is not None and decided.whole
-            return stop_actions(facts) if spent or whole or node.run.option("replace") else []
-        archive = [archive_action(node.inv)] if self.p.archive and facts["incident"] else []
+            return stop_actions(facts) if facts.spent or whole or node.run.option("replace") \
+                else []
+        archive = [archive_action(node.inv)] if self.p.archive and facts.incident else []
         return stop_actions(facts) + archive
 
 

@@ -12,25 +12,28 @@ from __future__ import annotations
 
 import time
 
+from k3deploy.facts.download import WeightsStatus
+from k3deploy.node.context import RunContext
+
 MAX_HUB_RESTARTS = 3
 HEAD_RESTART_GRACE = 60.0
 START = "start-downloader"   # the start action's tag: the run's ledger counts them per node
 
 
-def starts(run, name: str) -> int:
+def starts(run: RunContext, name: str) -> int:
     """How many times this run started the node's downloader (each returned)."""
     return run.ledger.count(name, START)
 
 
-def restarts(run, name: str) -> int:
+def restarts(run: RunContext, name: str) -> int:
     """Starts after this run's first: each a restart after the Hub's errors."""
     return max(0, starts(run, name) - 1)
 
 
-def restartable(facts: dict, name: str, run) -> bool:
+def restartable(status: WeightsStatus, name: str, run: RunContext) -> bool:
     """The node's downloader died of the Hub alone and was restarted fewer than
     MAX_HUB_RESTARTS times in this run."""
-    return bool((facts.get("progress") or {}).get("transient")) and \
+    return status.progress is not None and status.progress.transient and \
         restarts(run, name) < MAX_HUB_RESTARTS
 
 
@@ -41,10 +44,10 @@ class HeadRestartGrace:
     def __init__(self):
         self.dead_since: dict[tuple[str, int], float] = {}
 
-    def waiting(self, facts: dict, run) -> bool:
+    def waiting(self, status: WeightsStatus, run: RunContext) -> bool:
         """True while the followers should keep waiting for the head's restart."""
         head = run.inv.head.name
-        if not restartable(facts, head, run):
+        if not restartable(status, head, run):
             return False
         death = (head, restarts(run, head))
         seen = self.dead_since.setdefault(death, time.monotonic())

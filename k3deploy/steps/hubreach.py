@@ -4,43 +4,46 @@ that cannot reach the CDN would only show read timeouts part-way through the dow
 
 from __future__ import annotations
 
-import json
+from typing import Protocol
 
+from k3deploy.facts.reach import Reach, parse_hub_reach
 from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext
 from k3deploy.remote import script_text
 
 PROGRAM = script_text("hub_reach.py")
 
 
-def _urls(node) -> list[str]:
+class Found(Protocol):
+    """What of a step's facts (preflight's) this reads: the fact `facts` gives."""
+
+    @property
+    def hub_reach(self) -> tuple[Reach, ...] | None: ...
+
+
+def _urls(node: NodeContext) -> list[str]:
     reach = node.run.inputs.hub_reach
     if reach is None:
         return []
     return [f"{o.scheme}://{o.host}:{o.port}" for o in reach.origins()]
 
 
-def _parse(out: str, code: int) -> dict | None:
-    try:
-        return json.loads(out.strip().splitlines()[-1]) if code == 0 else None
-    except (ValueError, IndexError):
-        return None
-
-
-def facts(node) -> list[F.Fact]:
+def facts(node: NodeContext) -> list[F.Fact]:
     urls = _urls(node)
-    return [F.python("hub_reach", PROGRAM, urls, _parse)] if urls else []
+    return [F.python("hub_reach", PROGRAM, urls, parse_hub_reach)] if urls else []
 
 
-def problems(found, node) -> list[tuple[str, str]]:
+def problems(found: Found, node: NodeContext) -> list[tuple[str, str]]:
     urls = _urls(node)
     if not urls:
         return []
-    answers = found.get("hub_reach")
+    answers = found.hub_reach
     if answers is None:
         return [("hub", f"could not probe {', '.join(urls)} from this node (python3 failed)")]
     reach = node.run.inputs.hub_reach
     names = {f"{o.scheme}://{o.host}:{o.port}": ("the Hub" if o == reach.hub else "the Hub's CDN")
              for o in reach.origins()}
-    return [("hub", f"cannot reach {names[url]} at {url.split('://', 1)[1]} ({why}): the weights "
-             "come from there; open outbound TCP to it (firewall, proxy or DNS on this node)")
-            for url, why in answers.items() if why is not True and url in names]
+    return [("hub", f"cannot reach {names[r.target]} at {r.target.split('://', 1)[1]} "
+             f"({r.why_not}): the weights come from there; open outbound TCP to it (firewall, "
+             "proxy or DNS on this node)")
+            for r in answers if not r.reached and r.target in names]

@@ -12,13 +12,12 @@ the runner's: `head_first` runs the head before the others look.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.core.errors import CommandError, DiskError
 from k3deploy.engines import image_ref
 from k3deploy.facts import docker, record
-from k3deploy.node import facts as F
 from k3deploy.remote import script_text
 from k3deploy.remote.protocol import PeerFiles
 from k3deploy.steps import probes
@@ -35,7 +34,6 @@ DISK_ERRORS = ("no space left on device", "disk quota exceeded", "read-only file
 class ImageFacts:
     cuda: str | None
     images: dict[str, docker.Image]
-    peer_images: dict[str, docker.PeerImage] = field(default_factory=dict)
     image: str = ""                     # derived: the tag this node's CUDA picks
 
     @property
@@ -47,21 +45,6 @@ class ImageFacts:
         mine = self.images.get(self.image)
         return mine.id if mine else None
 
-    @property
-    def peer(self) -> docker.PeerImage | None:
-        return self.peer_images.get(self.image)
-
-
-def peer_images(node) -> F.Fact:
-    """Which peer holds each candidate tag (probe mode of image_peers.py). Digest references
-    are left out: a loaded image carries no registry digest in the legacy store, so it would
-    never count as present."""
-    refs = [r for r in probes.candidate_images(node.inv) if not image_ref.parse(r).digest]
-    peers = [f"{n.name}={n.self_ip}" for _, n in node.inv.ranked() if n.name != node.name]
-    args = ["probe", "--refs", ",".join(refs), "--peers", ",".join(peers), "--port",
-            str(node.inv.ports.peer), "--secret-file", PeerFiles(node.inv.paths.work).secret]
-    return F.python("peer_images", SCRIPT, args, docker.parse_peer_images, sudo=True)
-
 
 class PullImage(Step[ImageFacts]):
     name = "image"
@@ -71,8 +54,7 @@ class PullImage(Step[ImageFacts]):
     def probes(self, node):
         # Ask for every tag the driver could pick (cu13, cu12, or the pinned one) together
         # with the driver's CUDA, then keep the answer for the chosen tag.
-        found = [probes.cuda(), probes.engine_images(node.inv)]
-        return found + ([peer_images(node)] if peers_enabled(node.inv) else [])
+        return [probes.cuda(), probes.engine_images(node.inv)]
 
     def observe(self, found, node):
         seen = record(ImageFacts, found)
@@ -81,16 +63,17 @@ class PullImage(Step[ImageFacts]):
     def plan(self, facts: ImageFacts, node):
         if facts.present:
             return []
-        peer = facts.peer
-        if peer:
+        peers = [f"{n.name}={n.self_ip}" for _, n in node.inv.ranked() if n.name != node.name]
+        # A digest reference is pulled: a loaded image carries no registry digest in the
+        # legacy store, so a copy would never count as present.
+        if peers and peers_enabled(node.inv) and not image_ref.parse(facts.image).digest:
             path = f"{node.inv.paths.work}/image_peers.py"
             return [upload("upload the image loader", path, SCRIPT, mode=0o644),
-                    cmd(f"load {facts.image} from {peer.node} (proven by its config, "
-                        "else from the registry)",
-                        "python3", path, "load", "--ref", facts.image, "--peer",
-                        f"{peer.addr}:{node.inv.ports.peer}", "--secret-file",
-                        PeerFiles(node.inv.paths.work).secret, "--expect-content",
-                        peer.content, sudo=True, timeout=3600)]
+                    cmd(f"load {facts.image} from a peer that holds it (proven by its config), "
+                        "else pull it", "python3", path, "fetch", "--ref", facts.image,
+                        "--peers", ",".join(peers), "--port", str(node.inv.ports.peer),
+                        "--secret-file", PeerFiles(node.inv.paths.work).secret, sudo=True,
+                        timeout=3600)]
         # A pull is safe to repeat: docker resumes layers it already has.
         return [cmd(f"pull {facts.image}", "docker", "pull", facts.image, sudo=True,
                     retry=True, timeout=3600)]

@@ -13,20 +13,64 @@ then the failure names the rank and quotes the engine's own error line.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
-from k3deploy.node import run_settle
-from k3deploy.core.digest import sha256_text
-from k3deploy import engines
-from k3deploy.node import facts as F
-from k3deploy.engines import dry_fire, spec_from_inventory, startup_log
-from k3deploy.core.errors import StepFailed
-from k3deploy.steps import compile_cache_prepare, probes, raylayout, regroup
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy.steps.base import Step, cmd, upload, wait
+from k3deploy import engines
+from k3deploy.core.digest import sha256_text
+from k3deploy.core.errors import StepFailed
+from k3deploy.engines import dry_fire, spec_from_inventory, startup_log
+from k3deploy.engines.spec import LaunchSpec
+from k3deploy.facts import docker, http, record
 from k3deploy.facts.docker import Container
-from k3deploy.facts.fabric import node_fabric
+from k3deploy.facts.fabric import IbPort
+from k3deploy.facts.nvidia_smi import Gpu
+from k3deploy.facts.ray import RayStatus
+from k3deploy.node import facts as F
+from k3deploy.node import run_settle
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.steps import compile_cache_prepare, probes, raylayout, regroup
+from k3deploy.steps.base import Action, Step, cmd, upload, wait
+from k3deploy.steps.fabric_topology import node_fabric
 from k3deploy.steps.probes import chosen_image
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What launch looks at on a node (its probes' values, by name) and what it runs there.
+    The compile-cache key's and the fabric's facts default to "not looked at": a fixture
+    gives only what a plan reads."""
+
+    cuda: str | None
+    container: Container | None
+    # the compile-cache key's inputs (compile_cache_prepare.key_probes)
+    driver: str | None = None
+    gpus: tuple[Gpu, ...] | None = None
+    images: dict[str, docker.Image] = field(default_factory=dict)
+    node_files: dict[str, str] | None = None
+    # the node's fabric (probes.fabric_facts): the HCAs the container gets
+    ib_ports: tuple[IbPort, ...] | None = None
+    ib_devices: tuple[str, ...] | None = None
+    gpudirect_rdma: bool = False
+    key_file_sha: str | None = None        # the endpoint key file's sha256; None: no file
+    # the head over Ray only (raylayout.head_probes)
+    ray: RayStatus | None = None
+    health: http.Endpoint | None = None
+    log: str | None = None                 # only while a wait looks (wait_probes)
+    # derived (observe): what this node's launch runs, and its compile-cache key's inputs
+    # (None over Ray: the ray-cluster step starts those containers, with no cache)
+    spec: LaunchSpec | None = None
+    key_inputs: dict[str, object] | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """Over Ray, on the head: its serve answers /health."""
+        return raylayout.head_healthy(self.ray, self.health)
+
+
+Seen = TypeVar("Seen", bound=LaunchFacts)
 
 
 class LaunchParams(BaseModel):
@@ -35,17 +79,16 @@ class LaunchParams(BaseModel):
     poll_seconds: float = Field(default=1.0, gt=0)
 
 
-def secret_file(spec) -> tuple[str, Callable[[str], str]]:
+def secret_file(spec: LaunchSpec) -> tuple[str, Callable[[str], str]]:
     """Where the engine's key file goes on the node, and how its content is rendered."""
     if spec.engine == "sglang":
         return engines.sglang_secret_host_path(spec), engines.sglang_secret_config
     return engines.vllm_env_host_path(spec), engines.vllm_secret_env
 
 
-
-
-class LaunchEngine(Step):
+class LaunchEngine(Step[LaunchFacts]):
     name = "launch"
+    Facts = LaunchFacts
     head_first = True
     needs_all_nodes = True
     Params = LaunchParams
@@ -56,55 +99,62 @@ class LaunchEngine(Step):
     runs_engine = True
     settles = True   # whether the group is relaunched whole, when no step before decided it
 
-    def prepare(self, run) -> None:
+    def prepare(self, run: RunContext) -> None:
         run_settle.api_key(run, create=not run.check)
         run_settle.manifest(run)
 
-    def settle(self, all_facts, run) -> regroup.Regroup | None:
+    def settle(self, all_facts: dict[str, LaunchFacts], run: RunContext) -> regroup.Regroup | None:
         if run.ledger.decided(regroup.Regroup) is None and self.runs_engine:
             # guard-stop decides it first
-            return regroup.decide({n: f["container"] for n, f in all_facts.items()}, run.inv)
+            return regroup.decide({n: f.container for n, f in all_facts.items()}, run.inv)
         return None
 
-    def spec(self, facts, node):
+    def spec(self, facts: LaunchFacts, node: NodeContext) -> LaunchSpec:
         return self.spec_and_cache_key(facts, node)[0]
 
-    def spec_and_cache_key(self, facts, node):
-        """(the launch spec with its config label, the compile cache key's inputs or None)"""
+    def spec_and_cache_key(self, facts: LaunchFacts,
+                           node: NodeContext) -> tuple[LaunchSpec, dict[str, object] | None]:
+        """(the launch spec with its config label, the compile cache key's inputs or None),
+        from the probes' values in `facts` (any launch Facts)."""
         run = node.run
         spec = self.adjust_spec(spec_from_inventory.build(
-            node.inv, node.node, node.rank, chosen_image(facts.get("cuda"), node), run.inputs.manifest.sha,
-            with_key=bool(run.inputs.api_key), node_fabric=node_fabric(facts)))
+            node.inv, node.node, node.rank, chosen_image(facts.cuda, node),
+            run.inputs.manifest.sha, with_key=bool(run.inputs.api_key),
+            node_fabric=node_fabric(facts)))
         inputs = None
         if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster
             spec, inputs = compile_cache_prepare.keyed(spec, facts, node.inv)
         return engines.with_config_label(spec, run.inputs.api_key), inputs
 
-    def adjust_spec(self, spec):
+    def adjust_spec(self, spec: LaunchSpec) -> LaunchSpec:
         """The launch's spec before its cache key and config label (the dry-fire's: dummy
         weights, steps/dry_fire.py)."""
         return spec
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         # The key file's place depends on the inventory alone, not on facts.
         key_path = spec_from_inventory.api_key_file(node.inv)
         found = [*compile_cache_prepare.key_probes(node.inv), probes.engine_container(node.inv),
                  *probes.fabric_facts(),
-                 F.native("key", "sha256_hex", [key_path], F.text, sudo=True)]
+                 F.native("key_file_sha", "sha256_hex", [key_path], F.text, sudo=True)]
         if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
             found += raylayout.head_probes(node)
         return found
 
-    def observe(self, found, node):
-        found = dict(found)
-        spec, key_inputs = self.spec_and_cache_key(found, node)
-        ray = raylayout.head_facts(found) if (
-            self.serves_over_ray and engines.uses_ray(spec) and node.is_head) else {}
-        key_file = found.pop("key") if spec.secrets_host_dir else None
-        return {**found, "spec": spec, "key_file_sha": key_file, "key_inputs": key_inputs, **ray}
+    def observe(self, found: F.Found, node: NodeContext) -> LaunchFacts:
+        return self.with_spec(record(self.Facts, found), node)
 
-    def plan(self, facts, node):
-        spec, current = facts["spec"], facts["container"]
+    def with_spec(self, seen: Seen, node: NodeContext) -> Seen:
+        """`seen` (any launch Facts: a subclass's, the seal's) with what this launch runs."""
+        spec, key_inputs = self.spec_and_cache_key(seen, node)
+        return replace(seen, spec=spec, key_inputs=key_inputs)
+
+    def _on_ray_head(self, facts: LaunchFacts, node: NodeContext) -> bool:
+        """launch over Ray, on the head: it execs the serve there and watches `ray status`."""
+        return self.serves_over_ray and node.is_head and engines.uses_ray(facts.spec)
+
+    def plan(self, facts: LaunchFacts, node: NodeContext) -> list[Action]:
+        spec, current = facts.spec, facts.container
         if self.serves_over_ray and engines.uses_ray(spec):
             return raylayout.launch_plan(facts, node)
         want = spec.labels[engines.CONFIG_LABEL]
@@ -132,76 +182,76 @@ class LaunchEngine(Step):
         return actions + [cmd(f"start rank {spec.node_rank}", *engines.node_launch_argvs(spec)[0],
                               sudo=True)]
 
-    def _secret_actions(self, facts, node):
-        spec, key = facts["spec"], node.run.inputs.api_key
+    def _secret_actions(self, facts: LaunchFacts, node: NodeContext) -> list[Action]:
+        spec, key = facts.spec, node.run.inputs.api_key
         if not spec.secrets_host_dir:
             return []
         path, render = secret_file(spec)
         content = render(key)
-        if facts["key_file_sha"] == sha256_text(content):
+        if facts.key_file_sha == sha256_text(content):
             return []
         return [cmd("create secrets dir (0700)", "install", "-d", "-m", "700",
                     spec.secrets_host_dir, sudo=True, retry=True),
                 upload("write the endpoint key (0600)", path, content, sudo=True)]
 
-    def wait_probes(self, node):
+    def wait_probes(self, node: NodeContext) -> list[F.Fact]:
         # While waiting for the start: the engine's log says how far it got, or why it died.
         return [probes.engine_log(node.inv, node.is_head, tail=40)]
 
-    def _start_wait(self, facts, node):
+    def _start_wait(self, facts: LaunchFacts, node: NodeContext) -> list[Action]:
         """Only while waiting (the log is looked at): the engine has not yet shown it is past
         its own start-up checks."""
-        log = facts.get("log")
-        if not self.runs_engine or log is None or not _logs_its_start(facts["spec"]):
+        if not self.runs_engine or facts.log is None or not _logs_its_start(facts.spec):
             return []
-        if startup_log.started(node.inv.engine.kind, log):
+        if startup_log.started(node.inv.engine.kind, facts.log):
             return []
         return [self._start_action(node)]
 
-    def _start_action(self, node):
+    def _start_action(self, node: NodeContext) -> Action:
         return wait(f"wait until rank {node.rank}'s engine is past its start-up checks",
                     f"rank {node.rank} engine started", poll=self.p.poll_seconds,
                     timeout=self.p.start_timeout,
                     hint=f"`k3deploy logs -i {node.inv.source}` saves every rank's log (how far "
                     "it got); then re-run `k3deploy up` (exited containers are replaced)")
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         super().apply(node, actions)
         if self.serves_over_ray and raylayout.in_use(node.inv):
             return   # the plan's own wait saw the serve take the GPUs
-        facts = self.run_action(node, self._start_action(node))
-        state = facts["container"]
+        facts: LaunchFacts = self.run_action(node, self._start_action(node))
+        state = facts.container
         if not state or not state.running:
-            raise _died(node, state, facts.get("log") or "")
+            raise _died(node, state, facts.log or "")
 
-    def progress(self, facts, node):
-        if "ray" in facts:   # over Ray, on the head: the detached serve may have exited
+    def progress(self, facts: LaunchFacts, node: NodeContext) -> None:
+        if self._on_ray_head(facts, node):   # the detached serve may have exited
             raylayout.check_serve_running(facts, node.inv, self.name)
         return None
 
-    def show_progress(self, facts, node):
+    def show_progress(self, facts: LaunchFacts, node: NodeContext) -> None:
         """Waiting over Ray: each new count `ray status` reports (it lags the cluster)."""
-        line = raylayout.whole_problem(facts["ray"], node.inv) if "ray" in facts else None
+        line = raylayout.whole_problem(facts.ray, node.inv) \
+            if self._on_ray_head(facts, node) else None
         if line and line != getattr(self, "_shown", None) and node.run.ui:
             node.run.ui.say(f"{'':>14}{node.name}: {line}")
             self._shown = line
 
-    def inputs(self, node):
+    def inputs(self, node: NodeContext) -> dict:
         return {"engine": node.inv.engine.model_dump(), "ports": node.inv.ports.model_dump()}
 
-    def detail(self, facts, node):
-        return {"image": facts["spec"].image, "rank": node.rank,
-                "config": facts["spec"].labels[engines.CONFIG_LABEL]}
+    def detail(self, facts: LaunchFacts, node: NodeContext) -> dict | None:
+        return {"image": facts.spec.image, "rank": node.rank,
+                "config": facts.spec.labels[engines.CONFIG_LABEL]}
 
 
-def _logs_its_start(spec) -> bool:
+def _logs_its_start(spec: LaunchSpec) -> bool:
     """The engines log their start-up lines at INFO: with a --log-level above it (SGLang's
     docs run `--log-level warning`) there is no line to wait for, so launch does not."""
     args = {str(k).lstrip("-"): v for k, v in spec.extra_args.items()}
     return str(args.get("log-level", "info")).lower() in ("debug", "info")
 
 
-def _stopped_since(node) -> StepFailed:
+def _stopped_since(node: NodeContext) -> StepFailed:
     return StepFailed(node.name, f"rank {node.rank}'s engine stopped after the group was looked "
                       "at (it ran then, with every other rank): started alone it cannot join "
                       "the ranks still running", step="launch",
@@ -209,7 +259,7 @@ def _stopped_since(node) -> StepFailed:
                       "keeping its rank")
 
 
-def _died(node, state: Container | None, log: str) -> StepFailed:
+def _died(node: NodeContext, state: Container | None, log: str) -> StepFailed:
     """The engine exited during its start-up: the rank, its exit code and its own error line."""
     said = startup_log.error_line(log)
     tail = "\n".join(log.splitlines()[-15:])

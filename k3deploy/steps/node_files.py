@@ -3,6 +3,8 @@ sha256 (in the step's batched look), and the plan keeps only the uploads that ch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from k3deploy.core.digest import sha256_text
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action
@@ -18,9 +20,7 @@ def fact(paths: list[str], sudo: bool = False) -> F.Fact:
     return F.native(FACT, "sha256_present", paths, parse, sudo=sudo)
 
 
-def changed_only(actions: list[Action], present: dict[str, str] | None) -> list[Action]:
+def changed_only(actions: list[Action], present: Mapping[str, str] | None) -> list[Action]:
     """The actions without the uploads whose content the node already has."""
     present = present or {}
     return [a for a in actions if not (a.upload_to and present.get(a.upload_to) == sha256_text(a.content))]
-
-

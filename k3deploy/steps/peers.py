@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 
 from k3deploy.core.digest import sha256_text
 from k3deploy.engines import compile_cache_key
 from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
+from k3deploy.cluster.hubmeta import Manifest
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.facts.download import PeerServer
+from k3deploy.node.context import NodeContext
 from k3deploy.remote import downloader_files, script_text
 from k3deploy.remote.protocol import PeerFiles
 from k3deploy.steps.base import Action, Step, cmd, upload
@@ -31,7 +36,7 @@ def downloader_uploads(work: str) -> list[Action]:
 
 
 class PeerPaths(PeerFiles):
-    def __init__(self, inv):
+    def __init__(self, inv: Inventory):
         super().__init__(inv.paths.work)
 
     def status_args(self) -> list[str]:
@@ -39,7 +44,8 @@ class PeerPaths(PeerFiles):
         return [self.pid, self.manifest, self.secret]
 
 
-def node_manifest(base_json: str, node, manifest, stall_seconds: float) -> str:
+def node_manifest(base_json: str, node: NodeContext, manifest: Manifest,
+                  stall_seconds: float) -> str:
     """The manifest one node's downloader and peer server read: the pinned files plus the
     split of the large ones (k3deploy.cluster.fanout)."""
     doc = json.loads(base_json)
@@ -48,14 +54,14 @@ def node_manifest(base_json: str, node, manifest, stall_seconds: float) -> str:
     return json.dumps(doc)
 
 
-def server_actions(facts: dict, node, manifest_json: str, secret: str,
+def server_actions(peer: PeerServer | None, node: NodeContext, manifest_json: str, secret: str,
                    progress: str) -> list[Action]:
     """What makes the node's peer server run with this manifest and secret; [] when it does.
     `progress` is the downloader's progress file: peers see from it whether this node's
     download still runs."""
-    peer, paths = facts.get("peer") or {}, PeerPaths(node.inv)
-    if peer.get("running") and peer.get("manifest_sha256") == sha256_text(manifest_json) \
-            and peer.get("secret_sha256") == sha256_text(secret):
+    paths = PeerPaths(node.inv)
+    if peer is not None and peer.running and peer.manifest_sha256 == sha256_text(manifest_json) \
+            and peer.secret_sha256 == sha256_text(secret):
         return []
     return [Action("create k3deploy work dir", ("mkdir", "-p", node.inv.paths.work), retry=True),
             upload("upload the peer server", paths.server, SERVER, mode=0o644),
@@ -74,7 +80,7 @@ def _stop_script(paths: PeerPaths) -> str:
             f'/proc/$p/cmdline 2>/dev/null; then {stop}; fi; rm -f {pid}')
 
 
-def _start_script(node, paths: PeerPaths, progress: str) -> str:
+def _start_script(node: NodeContext, paths: PeerPaths, progress: str) -> str:
     argv = ["python3", paths.server, "--manifest", paths.manifest, "--hf-home", node.inv.paths.hf,
             "--listen", f"{node.node.self_ip}:{node.inv.ports.peer}", "--secret-file",
             paths.secret, "--served-log", paths.served, "--test-corrupt-flag",
@@ -85,18 +91,24 @@ def _start_script(node, paths: PeerPaths, progress: str) -> str:
         argv, paths.log, paths.ready, tenths=150, pid_file=paths.pid, ready_test="-e", fail_tail=5)
 
 
-class StopPeerServer(Step):
+@dataclass(frozen=True)
+class StopPeerFacts:
+    running: bool   # the pid file's process is the peer server
+
+
+class StopPeerServer(Step[StopPeerFacts]):
     name = "stop-peer-server"
     runs_after_failures = True
+    Facts = StopPeerFacts
 
-    def probes(self, node):
+    def probes(self, node: NodeContext):
         paths = PeerPaths(node.inv)
         running = (f"p=$(cat {shlex.quote(paths.pid)}) && grep -q peer_server "
                    "/proc/$p/cmdline")
         return [F.Fact("running", running, F.exit_ok)]
 
-    def plan(self, facts, node):
-        if not facts.get("running"):
+    def plan(self, facts: StopPeerFacts, node: NodeContext):
+        if not facts.running:
             return []
         return [cmd("stop the peer server", "sh", "-c", _stop_script(PeerPaths(node.inv)),
                     retry=True)]

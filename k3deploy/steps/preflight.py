@@ -4,13 +4,24 @@ before anything is changed."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 from k3deploy.node import run_settle
 from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.node.host_facts import Route
 from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import sizing
+from k3deploy.core.errors import K3Error
 from k3deploy.engines import ImageChoiceError, inventory_image
 from k3deploy.core.units import GB
+from k3deploy.facts.docker import Container
+from k3deploy.facts.dockerd import GpuHooks
+from k3deploy.facts.fabric import IbPort
+from k3deploy.facts.http import Endpoint
+from k3deploy.facts.nvidia_smi import Gpu, LostGpu
+from k3deploy.facts.reach import Mesh, NotRun, Reach
+from k3deploy.facts.topology import Topology
 from k3deploy.remote import protocol
 from k3deploy.steps import docker_host, fabric_check, fabric_topology, hubreach, probes, shared_hf
 from k3deploy.steps.base import Step
@@ -19,8 +30,40 @@ from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, po
 from k3deploy.steps.sameness import undeclared_problems
 
 
+@dataclass(frozen=True)
+class PreflightFacts:
+    """Every probe of `Preflight.probes` by its name; the ones some nodes or runs only ask
+    (the head's /health and shared volume, the Hub's reach, a shared cache's marker, the route
+    to a peer) and the port mesh's answer (the runner's cluster look) default to None."""
+    gpus: tuple[Gpu, ...] | None
+    gpus_lost: tuple[LostGpu, ...]
+    cuda: str | None
+    driver: str | None
+    docker: str | None                  # docker info's ServerVersion; None: no daemon
+    gpu_hooks: GpuHooks
+    driver_status: str | None
+    system_containerd: bool
+    containerd_toml: str
+    hub_client: str | None              # huggingface_hub's version
+    nic: str | None                     # `ip -o -4 addr show dev NIC`
+    free_bytes: int | None
+    have_bytes: int | None
+    sudo: bool
+    ports_in_use: frozenset[int]
+    container: Container | None
+    ib_ports: tuple[IbPort, ...] | None
+    ib_devices: tuple[str, ...] | None
+    gpudirect_rdma: bool
+    gpu_nic_topology: Topology | None
+    serving: Endpoint | None = None
+    hub_reach: tuple[Reach, ...] | None = None
+    shared_marker: str | None = None
+    volume_free_bytes: int | None = None
+    route_to_peer: Route | None = None
+    mesh: Mesh | NotRun | K3Error | None = None
 
-def _facts(node) -> list[F.Fact]:
+
+def _facts(node: NodeContext) -> list[F.Fact]:
     inv, n = node.inv, node.node
     return [
         probes.gpus(), probes.lost_gpus(), probes.cuda(), probes.driver(),
@@ -36,9 +79,10 @@ def _facts(node) -> list[F.Fact]:
     ]
 
 
-class Preflight(Step):
+class Preflight(Step[PreflightFacts]):
     name = "preflight"
     read_only = True
+    Facts = PreflightFacts
 
     def gate(self, run) -> None:
         run_settle.hub_reach(run)
@@ -46,41 +90,41 @@ class Preflight(Step):
     def prepare(self, run) -> None:
         run_settle.manifest(run)
 
-    def probes(self, node):
+    def probes(self, node: NodeContext):
         volume = shared_hf.volume_free_fact(node.inv) if node.is_head else []
         return (_facts(node) + serving_facts(node) + hubreach.facts(node)
                 + shared_hf.marker_fact(node.inv) + volume + fabric_check.facts(node))
 
-    def problems(self, facts, node):
+    def problems(self, facts: PreflightFacts, node: NodeContext):
         out = []
         for check in (_gpu_problems, _software_problems, _network_problems, _disk_problems,
                       hubreach.problems, fabric_check.problems):
             out += check(facts, node)
         return out
 
-    def cluster_probes(self, all_facts, run):
+    def cluster_probes(self, all_facts: dict[str, PreflightFacts], run: RunContext):
         return mesh_probes(run, all_facts)
 
-    def cluster_problems(self, all_facts, run):
+    def cluster_problems(self, all_facts: dict[str, PreflightFacts], run: RunContext):
         return (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
                 + shared_hf.marker_problems(all_facts, run) + reachability_problems(run, all_facts)
                 + fabric_check.cluster_problems(all_facts, run))
 
-    def closing_lines(self, run, all_facts) -> list[str]:
+    def closing_lines(self, run: RunContext, all_facts: dict[str, PreflightFacts]) -> list[str]:
         return ([NOT_PROBED] if serving(run, all_facts) else []) + fabric_check.warnings(
             all_facts, run)
 
-    def detail(self, facts, node):
-        topo = facts.get(fabric_topology.FACT)
-        return {"gpus": len(facts.get("gpus") or []), "cuda": facts.get("cuda"),
-                "free_gb": round((facts.get("free_bytes") or 0) / GB, 1),
+    def detail(self, facts: PreflightFacts, node: NodeContext):
+        topo = facts.gpu_nic_topology
+        return {"gpus": len(facts.gpus or ()), "cuda": facts.cuda,
+                "free_gb": round((facts.free_bytes or 0) / GB, 1),
                 "gpu_nic": fabric_topology.summary(topo) if topo else None}
 
 
-def _gpu_problems(facts, node) -> list[tuple[str, str]]:
-    inv, gpus = node.inv, facts.get("gpus")
-    if facts.get("gpus_lost"):   # nvidia-smi then answers nothing else: one finding per GPU
-        return probes.lost_gpu_problems(facts["gpus_lost"], "gpus")
+def _gpu_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:
+    inv, gpus = node.inv, facts.gpus
+    if facts.gpus_lost:   # nvidia-smi then answers nothing else: one finding per GPU
+        return probes.lost_gpu_problems(facts.gpus_lost, "gpus")
     if gpus is None:
         return [("gpus", "nvidia-smi failed or is missing; install the NVIDIA driver")]
     out = []
@@ -89,31 +133,31 @@ def _gpu_problems(facts, node) -> list[tuple[str, str]]:
                     "rank loads the same shard layout, a mismatched node fails the group; "
                     "check `nvidia-smi -L` (a GPU that fell off the bus needs a reboot) or "
                     "replace the node"))
-    models = {(gpu_table.match_smi_name(g["name"]) or gpu_table.GpuModel(
-        "?", g["name"], 0, False, (), "")).key for g in gpus}
+    models = {(gpu_table.match_smi_name(g.name) or gpu_table.GpuModel(
+        "?", g.name, 0, False, (), "")).key for g in gpus}
     if gpus and models != {inv.gpu.model}:
-        names = sorted({g["name"] for g in gpus})
+        names = sorted({g.name for g in gpus})
         out.append(("gpus", f"GPU model {', '.join(names)}; the inventory expects {inv.gpu.model}"))
     try:
-        inventory_image(inv, facts.get("cuda"))
+        inventory_image(inv, facts.cuda)
     except ImageChoiceError as err:
         out.append(("cuda", str(err)))
     return out
 
 
-def _software_problems(facts, node) -> list[tuple[str, str]]:
+def _software_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:
     out = []
-    if not facts.get("sudo"):
+    if not facts.sudo:
         out.append(("sudo", f"user {node.conn.ep.user} cannot sudo without a password; "
                     "k3deploy needs root or passwordless sudo"))
-    if facts.get("docker") is None:
+    if facts.docker is None:
         out.append(("docker", "docker is missing or its daemon does not answer "
                     "(sudo systemctl start docker)"))
     else:
-        problems = [docker_host.gpu_access_problem(facts.get("gpu_hooks"), facts.get("docker")),
+        problems = [docker_host.gpu_access_problem(facts.gpu_hooks, facts.docker),
                     docker_host.image_store_problem(facts, node.inv.paths)]
         out += [("docker", p) for p in problems if p]
-    hub = facts.get("hub_client")
+    hub = facts.hub_client
     if hub is None:
         out.append(("python", "python3 with huggingface_hub is missing on the node "
                     "(python3 -m pip install --user 'huggingface_hub>=1.0')"))
@@ -124,8 +168,8 @@ def _software_problems(facts, node) -> list[tuple[str, str]]:
     return out
 
 
-def _network_problems(facts, node) -> list[tuple[str, str]]:
-    n, text = node.node, facts.get("nic")
+def _network_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:
+    n, text = node.node, facts.nic
     if not text:
         return [("nic", f"interface {n.nic} does not exist or has no IPv4 address; set nodes[].nic "
                  "to the interface that carries the private address (ip -br addr)")]
@@ -135,8 +179,8 @@ def _network_problems(facts, node) -> list[tuple[str, str]]:
     return []
 
 
-def _disk_problems(facts, node) -> list[tuple[str, str]]:
-    free = facts.get("free_bytes")
+def _disk_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:
+    free = facts.free_bytes
     if free is None:
         return [("disk", f"{node.inv.paths.nvme} does not exist on this node; mount the NVMe "
                  "there or set paths.nvme")]
@@ -146,7 +190,7 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
             _volume_problems(facts, node) if node.is_head else [])
     image = _image_budget(facts, node)
     need = manifest.total_bytes * 1.02 + image + node.inv.paths.reserve_gb * GB
-    have = facts.get("have_bytes") or 0
+    have = facts.have_bytes or 0
     if free + have < need:
         return [("disk", f"{free / GB:,.2f} GB free on {node.inv.paths.nvme} + {have / GB:,.2f} GB "
                  f"already downloaded < {need / GB:,.2f} GB needed (checkpoint "
@@ -156,13 +200,14 @@ def _disk_problems(facts, node) -> list[tuple[str, str]]:
     return []
 
 
-def _image_budget(facts, node) -> float:
+def _image_budget(facts: PreflightFacts, node: NodeContext) -> float:
     """The image's disk on the NVMe (the nvme step puts data-root, or a system containerd's
     root, there)."""
-    return docker_host.image_disk_bytes(node.inv.paths.image_gb * GB, facts.get("driver_status"))
+    return docker_host.image_disk_bytes(node.inv.paths.image_gb * GB, facts.driver_status)
 
 
-def _reserve_problems(free: int, facts, node) -> list[tuple[str, str]]:
+def _reserve_problems(free: int, facts: PreflightFacts,
+                      node: NodeContext) -> list[tuple[str, str]]:
     need = node.inv.paths.reserve_gb * GB + _image_budget(facts, node)
     if free >= need:
         return []
@@ -171,8 +216,8 @@ def _reserve_problems(free: int, facts, node) -> list[tuple[str, str]]:
              "paths.reserve_gb); free space there")]
 
 
-def _volume_problems(facts, node) -> list[tuple[str, str]]:
-    free, have = facts.get("volume_free_bytes"), facts.get("have_bytes") or 0
+def _volume_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:
+    free, have = facts.volume_free_bytes, facts.have_bytes or 0
     need = node.run.inputs.manifest.total_bytes * 1.02
     if free is None or free + have >= need:
         return []
@@ -181,7 +226,7 @@ def _volume_problems(facts, node) -> list[tuple[str, str]]:
              "+ 2%); free space there or use a larger volume")]
 
 
-def _unchecked(all_facts, run) -> list[tuple[str, str, str]]:
+def _unchecked(all_facts: dict[str, PreflightFacts], run: RunContext) -> list[tuple[str, str, str]]:
     """A node preflight could not look at is a problem, not a pass: it stops the bring-up
     before anything changes on the others, since launch needs every node anyway."""
     return [(n.name, "reachable", "could not be checked (see the error above); a bring-up "
@@ -189,6 +234,6 @@ def _unchecked(all_facts, run) -> list[tuple[str, str, str]]:
             for n in run.inv.nodes if n.name not in all_facts]
 
 
-def _sizing(run) -> list[tuple[str, str, str]]:
+def _sizing(run: RunContext) -> list[tuple[str, str, str]]:
     ok, message = sizing.fits_inventory_of(run.inv)
     return [] if ok else [("cluster", "sizing", message)]

@@ -14,15 +14,27 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy import engines
-from k3deploy.node import facts as F
 from k3deploy.core.errors import StepFailed
+from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import raylayout
-from k3deploy.steps.base import Step, wait
-from k3deploy.steps.launch import LaunchEngine
+from k3deploy.steps.base import Action, Step, wait
+from k3deploy.steps.launch import LaunchEngine, LaunchFacts
+
+
+@dataclass(frozen=True)
+class RayFacts(LaunchFacts):
+    """The launch's facts of this node's Ray container (its `log` a probe here: `ray start`'s
+    output), and whether `ray start` registered the node. Off the Ray layout nothing is looked
+    at: `ray_layout` False and nothing else known."""
+
+    joined: bool = False
+    ray_layout: bool = False     # derived: multi-node vLLM, the only layout over Ray
 
 
 class RayParams(BaseModel):
@@ -33,6 +45,7 @@ class RayParams(BaseModel):
 
 class RayCluster(LaunchEngine):
     name = "ray-cluster"
+    Facts = RayFacts
     Params = RayParams
     head_first = True
     one_by_one = True
@@ -40,11 +53,11 @@ class RayCluster(LaunchEngine):
     serves_over_ray = False   # LaunchEngine.plan: here, start the containers themselves
     runs_engine = False
 
-    def prepare(self, run) -> None:
+    def prepare(self, run: RunContext) -> None:
         if raylayout.in_use(run.inv):
             super().prepare(run)
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         if not raylayout.in_use(node.inv):
             return []
         name = node.inv.engine.container
@@ -56,42 +69,42 @@ class RayCluster(LaunchEngine):
             F.Fact("joined", joined, F.exit_ok, sudo=True),
             F.command("log", engines.docker_logs_argv(name, tail=40), F.raw, sudo=True)]
 
-    def observe(self, found, node):
+    def observe(self, found: F.Found, node: NodeContext) -> RayFacts:
         if not raylayout.in_use(node.inv):
-            return {"ray_layout": False}
-        return {**super().observe(found, node), "ray_layout": True, "log": found["log"] or "",
-                "joined": found["joined"]}
+            return self.Facts(cuda=None, container=None)
+        return dataclasses.replace(super().observe(found, node), ray_layout=True)
 
-    def plan(self, facts, node):
-        if not facts["ray_layout"]:
+    def plan(self, facts: RayFacts, node: NodeContext) -> list[Action]:
+        if not facts.ray_layout:
             return []
         actions = super().plan(facts, node)
         if actions:   # LaunchEngine calls it "start rank N"; say what it is here
             what = "start the Ray head" if node.is_head else f"join the Ray cluster (rank {node.rank})"
             actions[-1] = dataclasses.replace(actions[-1], description=what)
-        if actions or not facts["joined"]:
+        if actions or not facts.joined:
             actions.append(wait("wait until `ray start` registered this node",
                                 "`ray start` registered this node", poll=self.p.poll_seconds,
                                 timeout=self.p.join_timeout, hint=f"check that the node reaches "
                                 f"{node.inv.head.self_ip}:{node.inv.ports.ray} (k3deploy check)"))
         return actions
 
-    def progress(self, facts, node):
-        state = facts.get("container")
-        if facts["ray_layout"] and state and not state.running:
+    def progress(self, facts: RayFacts, node: NodeContext) -> None:
+        state = facts.container
+        if facts.ray_layout and state and not state.running:
             raise StepFailed(node.name, f"the Ray container exited ({state.exit_code}) "
-                             f"before its node registered:\n{_tail(facts['log'])}", step=self.name)
+                             f"before its node registered:\n{_tail(facts.log or '')}",
+                             step=self.name)
         return None
 
-    def _secret_actions(self, facts, node):
+    def _secret_actions(self, facts: RayFacts, node: NodeContext) -> list[Action]:
         # Only the head's container carries the endpoint key (vllm serve runs there).
         return super()._secret_actions(facts, node) if node.is_head else []
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         Step.apply(self, node, actions)   # its wait included: the next node starts after it
 
-    def detail(self, facts, node):
-        if not facts.get("ray_layout"):
+    def detail(self, facts: RayFacts, node: NodeContext) -> dict | None:
+        if not facts.ray_layout:
             return None
         return {**super().detail(facts, node), "role": "head" if node.is_head else "worker"}
 

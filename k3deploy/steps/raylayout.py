@@ -9,37 +9,34 @@ Ray can: a running serve holds the cluster's GPUs in placement groups, and `ray 
 (run in the head container) shows them reserved (and used, when its Ray workers claim them);
 they are freed when the serve exits.
 
-`ray status` lags: it prints the report the autoscaler monitor writes once per update loop
-(every AUTOSCALER_UPDATE_INTERVAL_S = 5 s; ray-2.60.0 python/ray/autoscaler/_private/monitor.py
-and constants.py), and "No cluster status. It may take a few seconds ..." before the first
-(autoscaler/_private/commands.py debug_status). A node that joined a moment ago is not in it
-yet, so launch waits (bounded) until the report counts every node and GPU.
+`ray status` lags (facts/ray.py): a node that joined a moment ago is not in its report yet,
+so launch waits (bounded) until the report counts every node and GPU.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
-from k3deploy.node import http_probe
 from k3deploy import engines
-from k3deploy.engines import startup_log
-from k3deploy.node import facts as F
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.core.errors import StepFailed
+from k3deploy.engines import startup_log
+from k3deploy.engines.layout import inventory_runs_over_ray
+from k3deploy.engines.spec import LaunchSpec
+from k3deploy.facts import http, ray
+from k3deploy.facts.docker import Container
+from k3deploy.facts.ray import RayStatus
+from k3deploy.node import facts as F
+from k3deploy.node import http_probe
+from k3deploy.node.context import NodeContext
 from k3deploy.steps import probes
 from k3deploy.steps.base import Action, cmd, wait
-from k3deploy.engines.layout import inventory_runs_over_ray
 
 RAY_STARTED = "Ray runtime started"   # printed by `ray start` once the node is registered
-NO_STATUS = "No cluster status."      # `ray status` before the monitor's first report
 # Several report intervals (5 s each) after the last worker registered: the report then
 # counts it, or the node never made it into the cluster.
 SETTLE_SECONDS = 60.0
-# ray python/ray/autoscaler/_private/util.py get_usage_report: f" {used}/{total} GPU", then
-# f" ({pg_used} used of {pg_total} reserved in placement groups)" when placement groups hold
-# some; `used` there is real use (reservations subtracted, pg_used added back).
-_GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+)\s+GPU\b(?:\s*\(([0-9.]+) used of ([0-9.]+) "
-                        r"reserved in placement groups\))?", re.M)
-_ACTIVE_NODE = re.compile(r"^\s*(\d+)\s+\S+\s*$")   # " 1 node_<id>" or " 2 <node type>"
 _EXITED = re.compile(re.escape(engines.SERVE_EXITED) + r" (\d+)")
 _ERROR_LINE = re.compile(r"\((?:\S+ )?pid=\d+(?:, ip=([0-9a-fA-F.:]+))?\) ERROR ")
 SERVE_START_SECONDS = 300.0  # real vLLM imports torch and reads the config before placing
@@ -47,103 +44,95 @@ SERVE_GONE_HINT = ("`k3deploy logs -i INV` saves the head's serve log (the exec'
                    "it to the serve-logs dir in the node's work dir); fix what it names")
 
 
-def in_use(inv) -> bool:
+def in_use(inv: Inventory) -> bool:
     """Multi-node vLLM: the only layout that runs over Ray (engines/layout.py decides)."""
     return inventory_runs_over_ray(inv)
 
 
-def parse_status(out: str, code: int) -> dict | None:
-    """`ray status` -> {"nodes": active node count, gpu_usage's keys, "reported": False
-    before the monitor's first report}; None when Ray does not answer."""
-    if code == 0 and NO_STATUS in out and "Active:" not in out:
-        return {"nodes": 0, **gpu_usage(""), "reported": False}
-    if code != 0 or "Active:" not in out:
-        return None
-    active = out.split("Active:", 1)[1].split("Pending:", 1)[0]
-    nodes = sum(int(m.group(1)) for m in map(_ACTIVE_NODE.match, active.splitlines()) if m)
-    return {"nodes": nodes, **gpu_usage(out), "reported": True}
+class RayLaunchFacts(Protocol):
+    """What launch knows on a node of a Ray layout (its Facts' fields of these names)."""
+
+    @property
+    def spec(self) -> LaunchSpec: ...
+    @property
+    def container(self) -> Container | None: ...
+    @property
+    def ray(self) -> RayStatus | None: ...      # on the head only
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def log(self) -> str | None: ...            # only while a wait looks
 
 
-def gpu_usage(out: str) -> dict:
-    """The report's GPU line: {"gpus": total, "gpus_used": in use by tasks and actors,
-    "gpus_reserved": held in placement groups}."""
-    gpu = _GPU_USAGE.search(out)
-    if not gpu:
-        return {"gpus": 0.0, "gpus_used": 0.0, "gpus_reserved": 0.0}
-    return {"gpus": float(gpu.group(2)), "gpus_used": float(gpu.group(1)),
-            "gpus_reserved": float(gpu.group(4) or 0.0)}
-
-
-def status_fact(container: str) -> F.Fact:
+def status_fact(container: str) -> F.Fact[RayStatus | None]:
     return F.command("ray", engines.docker_exec_argv(container, ["ray", "status"]),
-                     parse_status, sudo=True)
+                     ray.parse_status, sudo=True)
 
 
-def whole_problem(status: dict | None, inv) -> str | None:
+def whole_problem(status: RayStatus | None, inv: Inventory) -> str | None:
     """Why the cluster is not ready for `vllm serve`, or None when every node and GPU joined."""
     nodes, gpus = len(inv.nodes), inv.total_gpus
     if status is None:
         return "the Ray head does not answer `ray status`"
-    if not status.get("reported", True):
+    if not status.reported:
         return "`ray status` has no cluster report yet (Ray writes one every few seconds)"
-    if status["nodes"] < nodes or status["gpus"] < gpus:
-        return (f"Ray has {status['nodes']} of {nodes} nodes and {status['gpus']:g} of {gpus} "
+    if status.nodes < nodes or status.gpus < gpus:
+        return (f"Ray has {status.nodes} of {nodes} nodes and {status.gpus:g} of {gpus} "
                 "GPUs; vllm serve needs every node joined before it starts")
     return None
 
 
-def serve_running(status: dict | None, healthy: bool) -> bool:
+def serve_running(status: RayStatus | None, healthy: bool) -> bool:
     """The serve holds the cluster's GPUs: its placement groups reserve them (every vLLM over
     Ray creates them before its ranks start, and Ray frees them when the serve exits), in
     use or not: with TP 1 and DP over Ray the engine-core actors sit on the CPU bundle
     (vllm 0.33.0 v1/engine/utils.py, bundle index world_size) and `ray status` reads
     "0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)"."""
-    return healthy or bool(status and (status["gpus_used"] > 0
-                                       or status.get("gpus_reserved", 0) > 0))
+    return healthy or bool(status and status.holds_gpus)
 
 
-def head_probes(node) -> list[F.Fact]:
+def head_probes(node: NodeContext) -> list[F.Fact]:
     """On the head: the cluster (every node joined?) and whether a serve already answers."""
     return [status_fact(node.inv.engine.container),
             http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key)]
 
 
-def head_facts(found: dict) -> dict:
-    status = found.get("ray")
-    return {"ray": status, "healthy": bool(status) and http_probe.healthy(found.get("health"))}
+def head_healthy(status: RayStatus | None, health: http.Endpoint | None) -> bool:
+    """The head's serve answers /health (only where Ray answers: the serve runs in it)."""
+    return status is not None and http_probe.healthy(health)
 
 
-def _runs_this_config(facts) -> bool:
-    current, want = facts["container"], facts["spec"].labels[engines.CONFIG_LABEL]
+def _runs_this_config(facts: RayLaunchFacts) -> bool:
+    current, want = facts.container, facts.spec.labels[engines.CONFIG_LABEL]
     return bool(current and current.running
                 and current.labels.get(engines.CONFIG_LABEL) == want)
 
 
-def launch_plan(facts, node) -> list[Action]:
+def launch_plan(facts: RayLaunchFacts, node: NodeContext) -> list[Action]:
     """launch over Ray: the workers run nothing more; the head gets `vllm serve` once the
     cluster is whole, unless a serve already holds the GPUs."""
-    spec = facts["spec"]
+    spec = facts.spec
     if not _runs_this_config(facts):
         if node.run.check:   # dry run: ray-cluster has not started the containers yet
             return [serve_action(spec)] if node.is_head else []
         raise StepFailed(node.name, f"the Ray container {spec.container_name} is not running "
                          "this configuration", step="launch",
                          hint="the ray-cluster step starts it; k3deploy up runs it before launch")
-    if not node.is_head or serve_running(facts["ray"], facts["healthy"]):
+    if not node.is_head or serve_running(facts.ray, facts.healthy):
         return []
-    problem = whole_problem(facts["ray"], node.inv)
+    problem = whole_problem(facts.ray, node.inv)
     # An earlier serve's log may end in its exit line: gone before anything is awaited, so
     # the exit line launch reads while it waits is this serve's.
     serve = [clear_log_action(node.inv), serve_action(spec), serve_wait()]
     return [serve[0], settle_wait(problem, node.inv), *serve[1:]] if problem else serve
 
 
-def clear_log_action(inv) -> Action:
+def clear_log_action(inv: Inventory) -> Action:
     return cmd("clear the previous serve's log", "rm", "-f", probes.serve_log_path(inv),
                sudo=True, retry=True)
 
 
-def settle_wait(problem: str, inv) -> Action:
+def settle_wait(problem: str, inv: Inventory) -> Action:
     """Until `ray status` counts every node and GPU: its report lags the cluster by up to one
     monitor interval, more right after the head started."""
     return wait("wait until `ray status` counts every node and GPU",
@@ -153,7 +142,7 @@ def settle_wait(problem: str, inv) -> Action:
                 "(ray-cluster step); `k3deploy logs -i INV` shows each node's `ray start` output")
 
 
-def serve_action(spec) -> Action:
+def serve_action(spec: LaunchSpec) -> Action:
     return cmd("start vllm serve in the Ray head (DP ranks on every node)",
                *engines.vllm_exec_serve_argv(spec), sudo=True)
 
@@ -165,7 +154,7 @@ def serve_wait() -> Action:
                 hint=SERVE_GONE_HINT)
 
 
-def serve_alive(status: dict | None, healthy: bool, inv, log: str = "",
+def serve_alive(status: RayStatus | None, healthy: bool, inv: Inventory, log: str = "",
                 image: str | None = None) -> bool:
     """During wait: True while the serve holds the GPUs; StepFailed once it let them go
     without answering (it exited), instead of waiting out the timeout; with its error line."""
@@ -175,13 +164,13 @@ def serve_alive(status: dict | None, healthy: bool, inv, log: str = "",
                        "not answer)", "wait", log, image)
 
 
-def check_serve_running(facts: dict, inv, step: str) -> None:
+def check_serve_running(facts: RayLaunchFacts, inv: Inventory, step: str) -> None:
     """While launch waits on the head: StepFailed once the serve's log ends in its exit line
     (one that fails before Ray placed its ranks held nothing `ray status` would show)."""
-    log = facts.get("log") or ""
+    log = facts.log or ""
     code = serve_exited(log)
     if code is not None:
-        image = facts["container"].image if facts.get("container") else None
+        image = facts.container.image if facts.container else None
         raise serve_failed(inv, f"exited ({code}) during its start-up", step, log, image)
 
 
@@ -192,7 +181,7 @@ def serve_exited(log: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-def blamed_node(log: str, inv) -> str | None:
+def blamed_node(log: str, inv: Inventory) -> str | None:
     """The node of the serve log's last ERROR line when a remote Ray actor printed it: Ray
     prefixes what a remote actor prints with "(ActorName pid=N, ip=ADDR)", a local one's
     without ip= (ray python/ray/_private/worker.py print_worker_logs). None: the head's own."""
@@ -201,7 +190,8 @@ def blamed_node(log: str, inv) -> str | None:
     return by_ip.get(found[-1]) if found and found[-1] else None
 
 
-def serve_failed(inv, what: str, step: str, log: str, image: str | None):
+def serve_failed(inv: Inventory, what: str, step: str, log: str,
+                 image: str | None) -> StepFailed:
     """The serve gone: blamed on the node a Ray actor's error line names, else the head."""
     said = startup_log.error_line(log)
     node = blamed_node(log, inv) or inv.head.name

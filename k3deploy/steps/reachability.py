@@ -12,12 +12,17 @@ group that hangs on a partly open range does not answer, and is probed.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from typing import Protocol
 
-from k3deploy.core.lastjson import last_json_line
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.core.errors import K3Error
 from k3deploy.cluster.fanout import peers_enabled
+from k3deploy.facts.docker import Container
+from k3deploy.facts.http import Endpoint
+from k3deploy.facts.reach import Mesh, NotRun, parse_mesh
 from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.remote import script_text
 from k3deploy.steps import raylayout, serves
 from k3deploy.steps.base import ClusterProbe
@@ -25,13 +30,30 @@ from k3deploy.steps.base import ClusterProbe
 SCRIPT = script_text("portcheck.py")  # on stdin, not in argv (every `ps` on the node shows argv)
 MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
 SAMPLE = 2
-MESH = "mesh"      # the node's facts key for what its mesh command found
+MESH = "mesh"      # the node's facts field for what its mesh command found
 
 
 TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 
 
-def ports_in_use(out: str, code: int) -> set[int]:
+class Found(Protocol):
+    """What of a node's facts (preflight's) the mesh reads: `serving_facts`, the TCP tables
+    (`ports_in_use`), the Hub client (a node whose facts came back), and the mesh's answer
+    (the runner's cluster look puts it in the field MESH)."""
+
+    @property
+    def hub_client(self) -> str | None: ...
+    @property
+    def ports_in_use(self) -> frozenset[int]: ...
+    @property
+    def container(self) -> Container | None: ...
+    @property
+    def serving(self) -> Endpoint | None: ...
+    @property
+    def mesh(self) -> Mesh | NotRun | K3Error | None: ...
+
+
+def ports_in_use(out: str, code: int) -> frozenset[int]:
     """Local TCP ports of every socket in /proc/net/tcp and tcp6 (the node's network namespace),
     in any state: a port an outgoing connection holds (a guard's poll of its peers) cannot be
     listened on either, and its peers' probes would be refused until the mesh's deadline."""
@@ -40,10 +62,11 @@ def ports_in_use(out: str, code: int) -> set[int]:
         parts = line.split()
         if len(parts) > 3 and ":" in parts[1]:
             ports.add(int(parts[1].rsplit(":", 1)[1], 16))
-    return ports
+    return frozenset(ports)
 
 
-def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) -> list[int]:
+def _ports_for(run: RunContext, name: str, head: str, rng: random.Random,
+               busy: frozenset[int]) -> list[int]:
     """A port in use is left out: a listener's owner (a running engine's rendezvous, NCCL's
     bootstrap) must not get a stray connection, and it proves little."""
     ports = []
@@ -58,21 +81,18 @@ def _ports_for(run, name: str, head: str, rng: random.Random, busy: set[int]) ->
     return ports + [p for p in fixed if p not in busy]
 
 
-def _mesh_answer(res) -> dict:
-    found = last_json_line(res.stdout)
-    if isinstance(found, dict) and "probes" in found:
-        return found
-    return {"not_run": {"exit_code": res.exit_code,
-                        "output": failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 6)}}
+def _mesh_answer(res) -> Mesh | NotRun:
+    return parse_mesh(res.stdout) or NotRun(
+        res.exit_code, tuple(failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 6)))
 
 
-def _mesh(run, name: str, ports: list[int], targets: list[str]) -> ClusterProbe:
+def _mesh(run: RunContext, name: str, ports: list[int], targets: list[str]) -> ClusterProbe:
     me = run.inv.node(name).self_ip   # the address the others probe it at
     argv = ("python3", "-", "mesh", str(MESH_SECONDS), me, *map(str, ports), "--", *targets)
     return ClusterProbe(MESH, argv, _mesh_answer, stdin=SCRIPT, timeout=MESH_SECONDS + 60)
 
 
-def serving_facts(node) -> list[F.Fact]:
+def serving_facts(node: NodeContext) -> list[F.Fact]:
     return serves.facts(node.inv, node.is_head, node.run.inputs.api_key)
 
 
@@ -80,30 +100,31 @@ NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each oth
               "they are probed before the next launch")
 
 
-def serving(run, all_facts: dict) -> bool:
-    head = all_facts.get(run.inv.head.name) or {}
+def serving(run: RunContext, all_facts: Mapping[str, Found]) -> bool:
+    head = all_facts.get(run.inv.head.name)
     return serves.serves(len(run.inv.nodes), [
-        serves.engine_running(f.get("container"))
-        for f in all_facts.values()], head.get(serves.HEALTH))
+        serves.engine_running(f.container)
+        for f in all_facts.values()], head.serving if head else None)
 
 
-def mesh_probes(run, all_facts: dict) -> dict[str, ClusterProbe]:
+def mesh_probes(run: RunContext, all_facts: Mapping[str, Found]) -> dict[str, ClusterProbe]:
     """Every node listens and probes every other at once: one command per node, which the
     runner runs on all of them together (pure: the ports come from the run's mesh seed)."""
-    names = [n for n in all_facts if all_facts[n].get("hub_client") is not None]
+    names = [n for n, f in all_facts.items() if f.hub_client is not None]
     if len(names) < 2 or serving(run, all_facts):
         return {}
     rng = random.Random(run.inputs.mesh_seed)
-    plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].get("ports_in_use") or set())
+    plan = {n: _ports_for(run, n, run.inv.head.name, rng, all_facts[n].ports_in_use)
             for n in names}
     return {n: _mesh(run, n, plan[n], [f"{run.inv.node(m).self_ip}:{p}" for m in names
                                        if m != n for p in plan[m]])
             for n in names}
 
 
-def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
+def reachability_problems(run: RunContext,
+                          all_facts: Mapping[str, Found]) -> list[tuple[str, str, str]]:
     """What the mesh found (none when it was not run)."""
-    found = {n: f[MESH] for n, f in all_facts.items() if MESH in f}
+    found = {n: f.mesh for n, f in all_facts.items() if f.mesh is not None}
     # a node whose mesh did not run makes every other node's probes of it fail: name it alone
     failed = {n: err for n, err in found.items() if isinstance(err, K3Error)}
     if failed:
@@ -111,25 +132,27 @@ def reachability_problems(run, all_facts: dict) -> list[tuple[str, str, str]]:
     return _report(found, {n: run.inv.node(n).self_ip for n in found})
 
 
-def _unopened(found: dict, addresses: dict) -> set[str]:
+def _unopened(found: Mapping[str, Mesh], addresses: dict[str, str]) -> set[str]:
     """host:port targets their node could not listen on: a port in the ephemeral range may be
     held by one of the node's own outgoing connections at that moment (a guard's poll). A
     probe of such a port proves nothing either way."""
-    return {f"{addresses[n]}:{port}" for n, res in found.items()
-            for port, how in (res.get("ports") or {}).items() if how == "busy"}
+    return {f"{addresses[n]}:{port.port}" for n, res in found.items()
+            for port in res.listeners if port.busy}
 
 
-def _not_run(how: dict) -> str:
-    said = " | ".join(how["output"]) or "no output"
-    return f"the port check did not run: python3 exited {how['exit_code']}: {said}"
+def _not_run(how: NotRun) -> str:
+    said = " | ".join(how.output) or "no output"
+    return f"the port check did not run: python3 exited {how.exit_code}: {said}"
 
 
-def _report(found: dict, addresses: dict) -> list[tuple[str, str, str]]:
-    out = [(n, "ports", _not_run(res["not_run"])) for n, res in found.items() if "not_run" in res]
-    unopened = _unopened(found, addresses)
-    for name, res in found.items():
-        blocked = sorted(f"{t} ({why})" for t, why in (res.get("probes") or {}).items()
-                         if why is not True and t not in unopened)
+def _report(found: Mapping[str, Mesh | NotRun | K3Error],
+            addresses: dict[str, str]) -> list[tuple[str, str, str]]:
+    out = [(n, "ports", _not_run(res)) for n, res in found.items() if isinstance(res, NotRun)]
+    meshes = {n: res for n, res in found.items() if isinstance(res, Mesh)}
+    unopened = _unopened(meshes, addresses)
+    for name, res in meshes.items():
+        blocked = sorted(f"{p.target} ({p.why_not})" for p in res.probes
+                         if not p.reached and p.target not in unopened)
         if blocked:
             out.append((name, "ports", f"cannot reach {', '.join(blocked)}: open the full TCP "
                         "range between the nodes (NCCL/Gloo hang on a partial range)"))

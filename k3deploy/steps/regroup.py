@@ -21,12 +21,13 @@ cluster's (steps/ray_cluster.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.facts.docker import Container
+from k3deploy.node import facts as F
 from k3deploy.steps import probes, raylayout
-
-FACT = "container"  # probes.engine_container's name
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,11 @@ class Regroup:
                 "take a new rank: every rank is relaunched, each keeping its rank")
 
 
-def probes_for(inv) -> list:
+def probes_for(inv: Inventory) -> list[F.Fact]:
     return [] if raylayout.in_use(inv) else [probes.engine_container(inv)]
 
 
-def decide(states: dict[str, Container | None], inv) -> Regroup:
+def decide(states: Mapping[str, Container | None], inv: Inventory) -> Regroup:
     """From each node's engine container, in rank order."""
     if raylayout.in_use(inv):
         return Regroup()

@@ -10,23 +10,40 @@ and no node is blamed.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
 
-UNDECLARED = (("driver", "driver"), ("cuda", "CUDA"))  # (fact, how the message names it)
+V = TypeVar("V")
 
 
-def majority(values: dict[str, str]) -> str | None:
+class Versions(Protocol):
+    """What a node runs that the inventory does not declare (preflight's facts, init's hosts);
+    None where nvidia-smi failed."""
+
+    @property
+    def driver(self) -> str | None: ...
+    @property
+    def cuda(self) -> str | None: ...
+
+
+# (how the message names it, the value)
+UNDECLARED: tuple[tuple[str, Callable[[Versions], str | None]], ...] = (
+    ("driver", lambda v: v.driver), ("CUDA", lambda v: v.cuda))
+
+
+def majority(values: Mapping[str, V]) -> V | None:
     """The value more than half of the nodes have, or None."""
     value, votes = Counter(values.values()).most_common(1)[0]
     return value if votes * 2 > len(values) else None
 
 
-def undeclared_problems(all_facts: dict[str, dict]) -> list[tuple[str, str, str]]:
+def undeclared_problems(all_facts: Mapping[str, Versions]) -> list[tuple[str, str, str]]:
     """(node, "identical", message) rows; node "cluster" when no majority exists."""
     odd: dict[str, list[tuple[str, str, str]]] = {}
     unsettled = []
-    for fact, label in UNDECLARED:
+    for label, read in UNDECLARED:
         # A node whose nvidia-smi failed is reported by the per-node GPU check already.
-        values = {n: f[fact] for n, f in all_facts.items() if f.get(fact)}
+        values = {n: value for n, f in all_facts.items() if (value := read(f))}
         if len(set(values.values())) <= 1:
             continue
         common = majority(values)

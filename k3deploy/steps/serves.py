@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from k3deploy import engines
 from k3deploy.engines import dry_fire
 from k3deploy.facts.docker import Container
+from k3deploy.facts.http import Endpoint
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
@@ -30,7 +31,7 @@ def facts(inv, is_head: bool, api_key: str | None) -> list[F.Fact]:
     return found
 
 
-def serves(nnodes: int, running: Iterable[bool], head_health: dict | None) -> bool:
+def serves(nnodes: int, running: Iterable[bool], head_health: Endpoint | None) -> bool:
     """running: one flag per node that answered (a node that did not answer is not counted)."""
     running = list(running)
     return len(running) == nnodes and all(running) and http_probe.healthy(head_health)

@@ -5,12 +5,15 @@ answers, whatever failed before; unreachable nodes are reported (exit 3)."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
+from k3deploy.facts.docker import Container
 from k3deploy.node import run_settle
 from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
 from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.redact import redact
 from k3deploy.core.status import Status
@@ -21,18 +24,37 @@ from k3deploy.steps.base import Action, Step, cmd
 SAVE_LOGS = "save-logs"
 
 
-def guard_files(node) -> list[F.Fact]:
+@dataclass(frozen=True)
+class LogsFacts:
+    """Each log's text as it is on the node, None where there is none; each field's name is
+    the kind in the saved file's name."""
+    engine: str | None
+    download: str | None
+    guard: str | None
+    incident: str | None          # the guard's incident record (JSON), kept as written
+    serve: str | None = None      # over Ray, on the head: the serve's own log file
+    saved: tuple[str, ...] = ()   # after the save: the copies on the laptop
+
+    def found(self) -> dict[str, str]:
+        """kind -> text of every log there is, the engine's first."""
+        texts = {"engine": self.engine, "serve": self.serve, "download": self.download,
+                 "guard": self.guard, "incident": self.incident}
+        return {kind: text for kind, text in texts.items() if text}
+
+
+def guard_files(node: NodeContext) -> list[F.Fact]:
     """The guard's own log and its incident record, when there are any."""
     paths = guard_config.node_paths(node.inv)
-    wanted = {"guard": paths["log"], "incident": paths["incident"]}
+    wanted = {"guard": paths.log, "incident": paths.incident}
     return [F.Fact(kind, f"cat {shlex.quote(path)}", F.text, sudo=True)
             for kind, path in wanted.items()]
 
 
-class CollectLogs(Step):
+class CollectLogs(Step[LogsFacts]):
     name = "collect-logs"
     read_only = True
     runs_after_failures = True
+    Facts = LogsFacts
 
     def prepare(self, run):
         # Registering the key makes redact() mask it: SGLang prints server_args, key included.
@@ -40,7 +62,7 @@ class CollectLogs(Step):
         guard_config.load_or_create_secret(run.session.state_dir, create=False)
         run_settle.logs_dir(run)
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         logs = engines.docker_logs_argv(node.inv.engine.container)
         # Over Ray the head's container log is `ray start`'s; the serve's is its own file.
         serve = probes.serve_log(node.inv, node.is_head)
@@ -48,110 +70,128 @@ class CollectLogs(Step):
                 F.command("download", ["cat", WorkPaths(node.inv.paths.work).log], F.raw),
                 *guard_files(node)]
 
-    def plan(self, facts, node):
-        kinds = [kind for kind, text in facts.items() if text]
+    def plan(self, facts: LogsFacts, node: NodeContext) -> list[Action]:
+        kinds = list(facts.found())
         if not kinds:   # under --check the runner applies nothing: it reports would-change
             return []
         return [Action(f"save the {', '.join(kinds)} log(s) in {node.run.inputs.logs_dir}",
                        on_laptop=True, tag=SAVE_LOGS)]
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         facts = self.facts(node)   # the log as it is now, not as the plan saw it
         node.run.executor.done(self, node, actions[0], result=self._save(node, facts))
 
-    def recheck(self, node):
+    def recheck(self, node: NodeContext) -> tuple[LogsFacts, list[str]]:
         # A running engine's log grows between two looks: what is checked is the copies.
         done = node.run.ledger.last(node.name, SAVE_LOGS, self.label)
-        saved = list(done.result) if done else []
-        return {"saved": saved}, [f"{p} was not written" for p in saved if not Path(p).is_file()]
+        saved = tuple(done.result) if done else ()
+        copies = LogsFacts(engine=None, download=None, guard=None, incident=None, saved=saved)
+        return copies, [f"{p} was not written" for p in saved if not Path(p).is_file()]
 
-    def _save(self, node, found) -> tuple[str, ...]:
+    def _save(self, node: NodeContext, found: LogsFacts) -> tuple[str, ...]:
         out = node.run.inputs.logs_dir
         out.mkdir(parents=True, exist_ok=True)
         saved = []
-        for kind, text in found.items():
-            if text:
-                ext = "json" if kind == "incident" else "log"
-                path = out / f"{node.name}-rank{node.rank}-{kind}.{ext}"
-                path.write_text(redact(text))
-                saved.append(str(path))
+        for kind, text in found.found().items():
+            ext = "json" if kind == "incident" else "log"
+            path = out / f"{node.name}-rank{node.rank}-{kind}.{ext}"
+            path.write_text(redact(text))
+            saved.append(str(path))
         return tuple(saved)
 
-    def closing_lines(self, run, all_facts):
+    def closing_lines(self, run, all_facts: dict[str, LogsFacts]) -> list[str]:
         return [f"logs {'would be ' if run.check else ''}saved in {run.inputs.logs_dir}"]
 
-    def detail(self, facts, node):
-        return {"saved": facts.get("saved", [])}
+    def detail(self, facts: LogsFacts, node: NodeContext) -> dict:
+        return {"saved": list(facts.saved)}
 
 
-class RemoveContainers(Step):
+@dataclass(frozen=True)
+class ContainerFacts:
+    container: Container | None
+
+
+class RemoveContainers(Step[ContainerFacts]):
     name = "teardown"
     runs_after_failures = True
+    Facts = ContainerFacts
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         return [probes.engine_container(node.inv)]
 
-    def observe(self, found, node):
-        return {"container": found["container"]}
-
-    def plan(self, facts, node):
-        if not facts["container"]:
+    def plan(self, facts: ContainerFacts, node: NodeContext) -> list[Action]:
+        if not facts.container:
             return []
         return [cmd(f"remove container {node.inv.engine.container}",
                     *engines.docker_rm_argv(node.inv.engine.container), sudo=True, retry=True)]
 
-    def apply(self, node, actions):
+    def apply(self, node: NodeContext, actions: list[Action]) -> None:
         super().apply(node, actions)
         logs = node.run.inputs.logs_dir  # set when collect-logs ran first, as in `down`
         node.state.record_teardown(str(logs) if logs else None)
 
 
-class StopDownload(Step):
+@dataclass(frozen=True)
+class DownloaderFacts:
+    downloader: int | None   # its pid, while it runs
+
+
+class StopDownload(Step[DownloaderFacts]):
     """The detached downloader outlives k3deploy (by design: it survives the laptop); down
     stops it, so a torn-down spot node does not keep pulling 1.56 TB."""
 
     name = "stop-download"
     runs_after_failures = True
+    Facts = DownloaderFacts
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         pid = shlex.quote(WorkPaths(node.inv.paths.work).pid)
         # The pid file's process, only while it still is the downloader (pids are reused).
         alive = (f"p=$(cat {pid}) && tr '\\0' ' ' < /proc/$p/cmdline | grep -q fetch_weights "
                  "&& echo $p")
-        return [F.Fact("downloader", alive, F.text)]
+        return [F.Fact("downloader", alive, F.integer)]
 
-    def plan(self, facts, node):
-        pid = facts["downloader"]
-        if not pid:
+    def plan(self, facts: DownloaderFacts, node: NodeContext) -> list[Action]:
+        pid = facts.downloader
+        if pid is None:
             return []
         # SIGTERM lets it finish the file it is writing (partials resume later); KILL after 10 s.
         # The pid goes in as $1, never into the script's text.
         return [cmd(f"stop the downloader (pid {pid})", "sh", "-c",
-                    detached.stop('"$1"', tenths=100), "stop", pid)]
+                    detached.stop('"$1"', tenths=100), "stop", str(pid))]
 
 
-class WipeWeights(Step):
+@dataclass(frozen=True)
+class WipeFacts:
+    work: bool               # the k3deploy work dir is there
+    weights: bool = False    # the model's HF cache is there; asked only where this node deletes it
+
+
+class WipeWeights(Step[WipeFacts]):
     name = "wipe-weights"
     runs_after_failures = True
+    Facts = WipeFacts
 
-    def targets(self, node) -> list[str]:
+    def deletes_weights(self, node: NodeContext) -> bool:
         # A shared cache is one copy: only the head deletes it (and says so, closing_lines).
-        if not shared_hf.writer(node.inv, node.name):
-            return [node.inv.paths.work]
-        return [node.inv.model_cache, node.inv.paths.work]
+        return shared_hf.writer(node.inv, node.name)
 
-    def probes(self, node):
-        return [F.Fact(f"exists{i}", f"test -e {shlex.quote(p)}", F.exit_ok, sudo=True)
-                for i, p in enumerate(self.targets(node))]
+    def probes(self, node: NodeContext) -> list[F.Fact]:
+        wanted = {"work": node.inv.paths.work}
+        if self.deletes_weights(node):
+            wanted["weights"] = node.inv.model_cache
+        return [F.Fact(name, f"test -e {shlex.quote(path)}", F.exit_ok, sudo=True)
+                for name, path in wanted.items()]
 
-    def plan(self, facts, node):
-        present = [p for i, p in enumerate(self.targets(node)) if facts[f"exists{i}"]]
-        what = "weights and k3deploy files" if node.inv.model_cache in present else \
-            "k3deploy files"
+    def plan(self, facts: WipeFacts, node: NodeContext) -> list[Action]:
+        weights = facts.weights and self.deletes_weights(node)
+        present = ([node.inv.model_cache] if weights else []) + \
+            ([node.inv.paths.work] if facts.work else [])
+        what = "weights and k3deploy files" if weights else "k3deploy files"
         return [cmd(f"delete {what}", "rm", "-rf", "--", *present,
                     sudo=True, retry=True)] if present else []
 
-    def closing_lines(self, run, all_facts):
+    def closing_lines(self, run, all_facts: dict[str, WipeFacts]) -> list[str]:
         """Printed only when every node ran the step (the runner): the head did too."""
         if not shared_hf.shared(run.inv):
             return []

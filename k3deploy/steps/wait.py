@@ -13,15 +13,49 @@ Only global rank 0 prints the bar (sglang weight_utils.py enable_tqdm)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from k3deploy.node import run_settle
-from k3deploy.node import http_probe
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import startup_log
+from k3deploy.facts import http
 from k3deploy.facts.docker import Container
+from k3deploy.facts.nvidia_smi import Gpu
+from k3deploy.facts.ray import RayStatus
+from k3deploy.node import facts as F
+from k3deploy.node import http_probe, run_settle
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes, raylayout
-from k3deploy.steps.base import Step, wait
+from k3deploy.steps.base import Action, Step, wait
+
+
+@dataclass(frozen=True)
+class WaitFacts:
+    """A rank's engine container; on the head its /health (and `ray status` over Ray); while
+    the wait looks, its log and GPUs."""
+
+    container: Container | None
+    health: http.Endpoint | None = None    # the head only
+    ray: RayStatus | None = None           # the head over Ray only
+    log: str | None = None                 # wait_probes: only while the wait looks
+    gpus: tuple[Gpu, ...] | None = None    # wait_probes
+
+    @property
+    def healthy(self) -> bool:
+        return http_probe.healthy(self.health)
+
+    @property
+    def answers(self) -> bool:
+        return http_probe.answered(self.health)
+
+    @property
+    def gpu_used_mib(self) -> int | None:
+        return sum(g.used_mib for g in self.gpus) if self.gpus else None
+
+    @property
+    def gpu_total_mib(self) -> int | None:
+        return sum(g.total_mib for g in self.gpus) if self.gpus else None
 
 
 class WaitParams(BaseModel):
@@ -66,18 +100,19 @@ def _finished_key(state: Container | None) -> str:
     return f"{base}.{frac.ljust(9, '0')}"
 
 
-class WaitHealthy(Step):
+class WaitHealthy(Step[WaitFacts]):
     name = "wait"
+    Facts = WaitFacts
     Params = WaitParams
     needs_all_nodes = True
 
-    def prepare(self, run):
+    def prepare(self, run: RunContext) -> None:
         run_settle.api_key(run)
         self._formed, self._shown, self._marker = False, None, None
         self._signals, self._moved_at, self._view, self._shown_view = None, 0.0, None, None
         self._lines: dict[str, str] = {}
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[F.Fact]:
         name = node.inv.engine.container
         found = [probes.engine_container(node.inv)]
         if not node.is_head:
@@ -87,25 +122,16 @@ class WaitHealthy(Step):
             found.append(raylayout.status_fact(name))
         return found
 
-    def wait_probes(self, node):
+    def wait_probes(self, node: NodeContext) -> list[F.Fact]:
         # Each rank's log: the loading progress, and why a rank that exited did so; its GPUs'
         # memory in use, which grows as the weights land whatever the log shows.
         return [probes.engine_log(node.inv, node.is_head, tail=30), probes.gpus()]
 
-    def observe(self, found, node):
-        health = found.get("health")
-        gpus = found.get("gpus")
-        return {"container": found["container"],
-                "healthy": http_probe.healthy(health), "log": found.get("log") or "",
-                "answers": http_probe.answered(health), "ray": found.get("ray"),
-                "gpu_used_mib": sum(g["used_mib"] for g in gpus) if gpus else None,
-                "gpu_total_mib": sum(g["total_mib"] for g in gpus) if gpus else None}
-
-    def plan(self, facts, node):
-        state = facts["container"]
+    def plan(self, facts: WaitFacts, node: NodeContext) -> list[Action]:
+        state = facts.container
         if not state:
             raise StepFailed(node.name, "no engine container; run launch first", step=self.name)
-        if node.is_head and not facts["healthy"]:
+        if node.is_head and not facts.healthy:
             # Also when rank 0 itself exited: the wait's first poll looks at every rank and
             # blames the one that exited first (ranks abort when a peer dies), with its log.
             return [wait("wait until rank 0 answers /health", "rank 0 answers /health",
@@ -118,10 +144,11 @@ class WaitHealthy(Step):
                              "replaced)")
         return []
 
-    def check_cluster(self, all_facts, run, waited, looked_at):
+    def check_cluster(self, all_facts: dict[str, WaitFacts], run: RunContext, waited: float,
+                      looked_at: float) -> None:
         """Fails fast: a rank's container exited, the ranks cannot form one group, or rank 0
         did not get past torch distributed init in time; instead of sitting out the timeout."""
-        states = {n: f["container"] for n, f in all_facts.items()}
+        states = {n: f.container for n, f in all_facts.items()}
         gone = [n for n, state in states.items() if not state or not state.running]
         if gone:
             raise _exited(run, gone, all_facts)
@@ -132,9 +159,9 @@ class WaitHealthy(Step):
         if raylayout.in_use(run.inv):
             # Its ranks being placed on every node (Ray holds the GPUs) is the sign the
             # group formed, and losing them without answering means the serve exited.
-            image = head["container"].image if head["container"] else None
-            self._formed = raylayout.serve_alive(head["ray"], head["healthy"], run.inv,
-                                                 head["log"], image) or self._formed
+            image = head.container.image if head.container else None
+            self._formed = raylayout.serve_alive(head.ray, head.healthy, run.inv,
+                                                 head.log or "", image) or self._formed
         if not self._formed and looked_at - self._moved_at > self.p.form_timeout:
             raise StepFailed(run.inv.head.name, "the process group did not form within "
                              f"{self.p.form_timeout:.0f}s (rank 0 never got past torch "
@@ -143,29 +170,30 @@ class WaitHealthy(Step):
                              f"{run.inv.head.self_ip}:{run.inv.ports.dist_init} and the "
                              "ranks are 0..N-1 (k3deploy check)")
 
-    def _note_signals(self, all_facts, run, looked_at) -> None:
+    def _note_signals(self, all_facts: dict[str, WaitFacts], run: RunContext,
+                      looked_at: float) -> None:
         """What shows the start-up moving on any rank: rank 0's last progress line, every
         rank's last log line, every rank's GPU memory in use (the loading bar reaches `docker
         logs` only when the load is done). Any of them changing is progress."""
         head = all_facts[run.inv.head.name]
-        self._marker = startup_log.progress_marker(head["log"]) or self._marker
+        self._marker = startup_log.progress_marker(head.log or "") or self._marker
         for n in run.inv.nodes:   # a line pushed out of the tail by /health polls is no news
-            self._lines[n.name] = _last_line(all_facts[n.name].get("log") or "") or \
+            self._lines[n.name] = _last_line(all_facts[n.name].log or "") or \
                 self._lines.get(n.name, "")
         lines = tuple(self._lines[n.name] for n in run.inv.nodes)
-        memory = tuple(all_facts[n.name].get("gpu_used_mib") for n in run.inv.nodes)
+        memory = tuple(all_facts[n.name].gpu_used_mib for n in run.inv.nodes)
         signals = (self._marker, lines, memory)
         if signals != self._signals:
             self._signals, self._moved_at = signals, looked_at
-        totals = [all_facts[n.name].get("gpu_total_mib") for n in run.inv.nodes]
+        totals = [all_facts[n.name].gpu_total_mib for n in run.inv.nodes]
         self._view = memory_view(run, memory, totals)
 
-    def progress(self, facts, node):
+    def progress(self, facts: WaitFacts, node: NodeContext) -> object:
         # None until the group formed: the form timeout judges that phase (as silence).
         return self._signals if self._formed else None
 
-    def show_progress(self, facts, node):
-        line = startup_log.progress_marker(facts["log"])
+    def show_progress(self, facts: WaitFacts, node: NodeContext) -> None:
+        line = startup_log.progress_marker(facts.log or "")
         if line and line != self._shown and node.run.ui:
             node.run.ui.say(f"{'':>14}{node.name}: {line[:120]}")
             self._shown = line
@@ -174,7 +202,8 @@ class WaitHealthy(Step):
             self._shown_view = self._view
 
 
-def memory_view(run, memory, totals=None) -> str | None:
+def memory_view(run: RunContext, memory: tuple[int | None, ...],
+                totals: list[int | None] | None = None) -> str | None:
     """GPU memory in use per rank, of its GPUs' total, the load's progress while its bar is
     not in the log (each rank's weights are copied to its GPUs as they are read)."""
     if not any(memory):
@@ -198,21 +227,20 @@ def _last_line(log: str) -> str:
     return lines[-1] if lines else ""
 
 
-def formed(head: dict) -> bool:
+def formed(head: WaitFacts) -> bool:
     """Rank 0 is past torch distributed init, loads weights (its bar, printed by global rank 0
     only), is ready, or its HTTP server answers at all (503 during warm-up): every scheduler
     is past the rendezvous."""
-    log = head.get("log") or ""
-    return startup_log.formed(log) or bool(head.get("answers"))
+    return startup_log.formed(head.log or "") or head.answers
 
 
-def _stall_hint(node) -> str:
+def _stall_hint(node: NodeContext) -> str:
     return (f"rank 0 ({node.name}) printed no new loading or start-up line for that long; "
             f"`k3deploy logs -i {node.inv.source}` saves every rank's log (a slow disk: raise "
             "the wait step's stall_seconds)")
 
 
-def _check_ranks(run, states: dict) -> None:
+def _check_ranks(run: RunContext, states: dict[str, Container | None]) -> None:
     name = run.inv.engine.container
     cmds = {n: list(state.cmd) for n, state in states.items()}
     found = rank_problem(cmds, {n.name: run.inv.rank_of(n.name) for n in run.inv.nodes})
@@ -225,11 +253,11 @@ def _check_ranks(run, states: dict) -> None:
                          hint=hint)
 
 
-def _exited(run, gone: list[str], all_facts: dict) -> StepFailed:
+def _exited(run: RunContext, gone: list[str], all_facts: dict[str, WaitFacts]) -> StepFailed:
     # One rank dying makes the others abort (NCCL): the first to exit is the cause.
-    states = {n: f["container"] for n, f in all_facts.items()}
+    states = {n: f.container for n, f in all_facts.items()}
     first = min(gone, key=lambda n: _finished_key(states[n]))
-    log = all_facts[first]["log"]
+    log = all_facts[first].log or ""
     tail = "\n".join(log.splitlines()[-15:])
     what = (f"container exited ({states[first].exit_code})" if states[first]
             else "container is gone")

@@ -1,5 +1,5 @@
 """The engine image from a peer, on loopback: the peer server's `/image?ref=` (HEAD: the ID;
-GET: `docker save`) and remote/image_peers.py's probe and load, against the docker stand-in's
+GET: `docker save`) and remote/image_peers.py's fetch and load, against the docker stand-in's
 save/load (two stand-in nodes, no testbed)."""
 
 from __future__ import annotations
@@ -63,24 +63,19 @@ def test_a_node_loads_the_image_from_the_peer_that_holds_it(nodes, docker_pair, 
     assert request(peer_a, "HEAD", "/image?ref=lmsysorg/sglang:nope")[0] == 404
     assert request(peer_a, "HEAD", "/image?ref=--help")[0] == 404   # never reaches docker's argv
 
-    peers = f"node0={peer_a.ip},node9=127.0.0.250"
-    probe = image_peers(taker, "probe", "--refs", f"{IMAGE},lmsysorg/sglang:kimi-k3-cu12",
-                        "--peers", peers, "--port", str(PORT), "--secret-file",
-                        str(peer_b.secret_file))
-    found = json.loads(probe.stdout)
-    assert found == {IMAGE: {"node": "node0", "addr": peer_a.ip, "id": image_id(holder),
-                             "content": content(holder)}}
-
-    load = image_peers(taker, "load", "--ref", IMAGE, "--peer", f"{peer_a.ip}:{PORT}",
-                       "--secret-file", str(peer_b.secret_file), "--expect-content", content(holder))
+    # The first peer in the list is gone: the next one that holds it is asked.
+    peers = f"node9=127.0.0.250,node0={peer_a.ip}"
+    load = image_peers(taker, "fetch", "--ref", IMAGE, "--peers", peers, "--port", str(PORT),
+                       "--secret-file", str(peer_b.secret_file))
     assert load.returncode == 0, load.stderr
-    assert f"Loaded image: {IMAGE}" in load.stdout and image_id(taker) == image_id(holder)
-    assert not any(c["argv"][1:2] == ["pull"] for c in calls(taker))
-    # Holding a candidate now, the taker asks no peer (each run looks at this fact).
-    again = image_peers(taker, "probe", "--refs", f"{IMAGE},lmsysorg/sglang:kimi-k3-cu12",
-                        "--peers", peers, "--port", str(PORT), "--secret-file",
-                        str(peer_b.secret_file))
-    assert json.loads(again.stdout) == {}
+    assert f"node0 holds {IMAGE}" in load.stdout and f"Loaded image: {IMAGE}" in load.stdout
+    assert "verified" in load.stdout and image_id(taker) == image_id(holder)
+    assert registry_pulls(taker) == 0
+    # A tag no peer holds (the other CUDA build) comes from its registry.
+    cu12 = image_peers(taker, "fetch", "--ref", "lmsysorg/sglang:kimi-k3-cu12", "--peers", peers,
+                       "--port", str(PORT), "--secret-file", str(peer_b.secret_file))
+    assert cu12.returncode == 0 and "no peer holds" in cu12.stdout
+    assert registry_pulls(taker) == 1
     log = peer_a.stop_server()
     served = [json.loads(line) for line in log.splitlines() if line.startswith('{"t"')]
     assert [(s["image"], s["complete"]) for s in served] == [(IMAGE, True)]

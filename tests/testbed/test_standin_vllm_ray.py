@@ -155,6 +155,7 @@ def test_profile_ray_gpus_reserved_prints_reserved_unused_gpus_and_the_serve_sti
     groups reserving every GPU with none in use, as Ray prints that shape
     (tests/fixtures/real/ray/2.x/status-gpus-reserved-unused.txt); launch reads it as the
     serve holding the GPUs, and their release as the serve gone."""
+    from k3deploy.facts.ray import parse_status
     from k3deploy.steps import raylayout
     head_run = make_node(tmp_path, "node0", gpu="b200")
     worker_run = make_node(tmp_path, "node1", gpu="b200")
@@ -172,9 +173,9 @@ def test_profile_ray_gpus_reserved_prints_reserved_unused_gpus_and_the_serve_sti
     wait_health(port, vllm)
     held = cluster.run(head_run, ["ray", "status"], exec_in=head.config).stdout
     assert " 0.0/16.0 GPU (0.0 used of 16.0 reserved in placement groups)" in held, held
-    assert raylayout.serve_running(raylayout.parse_status(held, 0), healthy=False)
+    assert raylayout.serve_running(parse_status(held, 0), healthy=False)
     os.killpg(vllm.pid, signal.SIGKILL)
     vllm.wait()
-    wait_until(lambda: not raylayout.serve_running(raylayout.parse_status(cluster.run(
+    wait_until(lambda: not raylayout.serve_running(parse_status(cluster.run(
         head_run, ["ray", "status"], exec_in=head.config).stdout, 0), healthy=False), 20,
         "Ray to free the killed serve's placement groups")

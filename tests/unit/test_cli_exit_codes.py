@@ -5,6 +5,7 @@ replaced by a canned report (real steps, real partial rule, no SSH)."""
 
 from __future__ import annotations
 
+from k3deploy.facts import http
 from k3deploy.facts.nvidia_smi import Gpu
 
 from pathlib import Path
@@ -91,7 +92,7 @@ def _live(running: bool, reachable: bool = True) -> dict:
     if not reachable:
         return {"reachable": False, "error": "cannot reach"}
     return {"reachable": True, "incident": None, "download": None, "identity": {}, "gpus": [],
-            "guard": "watching", "health": {"health": {"status": 200 if running else None}},
+            "guard": "watching", "health": http.Endpoint(health=http.Answer(200 if running else None)),
             "container": container(running)}
 
 

@@ -2,10 +2,15 @@
 and variables, and the node-side check / seal / prepare on a real directory."""
 
 import json
+from types import SimpleNamespace
 
 from k3deploy import engines
 from k3deploy.engines import compile_cache_key as cc
+from k3deploy.facts.docker import Image
+from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.remote import compile_cache_dir as node_cache
+from k3deploy.steps import compile_cache_prepare as prepare
+from tests.unit.looked import looked
 from tests.unit.test_engines import h100_spec
 
 ARGV = ["sglang", "serve", "--model-path", "m", "--tp-size", "32", "--ep-size", "32",
@@ -101,15 +106,38 @@ def test_the_peer_server_serves_only_what_a_sealed_dir_lists(tmp_path):
 
 def test_seal_only_an_open_dir_of_this_launchs_key(tmp_path):
     from k3deploy.steps.compile_cache_seal import SealCompileCache
-    from tests.unit.test_step_plans import launch_facts
-    _, ctx, facts = launch_facts(tmp_path)
-    key = facts["spec"].compile_cache_host_dir.rsplit("/", 1)[-1]
-    facts["key_inputs"] = {"engine": "sglang"}
+    from tests.unit.test_step_plans import manifest, node_ctx
+    ctx = node_ctx(tmp_path, manifest=manifest(), api_key="k3-testkey-0123456789")
     step = SealCompileCache()
+
+    def facts(caches):
+        return looked(step, ctx, cuda="13.0", driver="580.65.06", compile_caches=caches)
+    spec = facts({}).spec
+    key = spec.compile_cache_host_dir.rsplit("/", 1)[-1]
     for caches in ({}, {key: "sealed"}, {"0000000000000000": "open"}):
-        assert step.plan({**facts, "compile_caches": caches}, ctx) == [], caches
-    actions = step.plan({**facts, "compile_caches": {key: "open"}}, ctx)
+        assert step.plan(facts(caches), ctx) == [], caches
+    found = facts({key: "open"})
+    actions = step.plan(found, ctx)
     assert [a.description for a in actions] == ["upload compile_cache_dir.py",
                                                  "seal the compile cache"]
-    assert list(actions[-1].argv[-2:]) == [facts["spec"].compile_cache_host_dir,
-                                           '{"engine": "sglang"}']
+    # sealed with what its key is made of
+    assert list(actions[-1].argv[-2:]) == [spec.compile_cache_host_dir,
+                                           json.dumps(found.key_inputs, sort_keys=True)]
+    assert found.key_inputs["driver"] == "580.65.06"
+
+
+def test_the_key_is_made_of_the_nodes_image_gpu_driver_and_cuda(tmp_path):
+    from k3deploy.steps.launch import LaunchEngine
+    from tests.unit.test_step_plans import manifest, node_ctx
+    ctx = node_ctx(tmp_path, manifest=manifest(), api_key="k3-testkey-0123456789")
+    spec = looked(LaunchEngine(), ctx, cuda="13.0").spec
+    gpu = Gpu("NVIDIA H100 80GB HBM3", 81559, 0)
+    found = SimpleNamespace(cuda="13.0", driver="580.65.06", gpus=(gpu, gpu),
+                            images={spec.image: Image("sha256:aa")}, node_files=None)
+    keyed, inputs = prepare.keyed(spec, found, ctx.inv)
+    assert inputs == cc.cache_inputs("sglang", "sha256:aa", gpu.name, "580.65.06", "13.0",
+                                     engines.node_launch_argvs(spec)[0])
+    assert keyed.compile_cache_host_dir == cc.cache_dir(ctx.inv, cc.cache_key(inputs))
+    # nvidia-smi failed and the image is missing: a key all the same (the engine compiles)
+    none = SimpleNamespace(cuda=None, driver=None, gpus=None, images={}, node_files=None)
+    assert prepare.keyed(spec, none, ctx.inv)[1]["gpu"] is None

@@ -1,5 +1,5 @@
 """The helpers that had copies: sha256 of text (core/digest.py) equals what `sha256sum` prints
-for the same bytes; the last-JSON-line parser (core/lastjson.py) reads what node programs print
+for the same bytes; the last-JSON-line parser (facts/lastjson.py) reads what node programs print
 after their log lines."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from k3deploy.core.digest import sha256_text
-from k3deploy.core.lastjson import last_json_line
+from k3deploy.facts.lastjson import last_json_line
 
 
 def test_sha256_text_is_what_sha256sum_prints_for_the_file():

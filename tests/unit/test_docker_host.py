@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from k3deploy.engines import image_ref
+from k3deploy.facts.dockerd import DaemonJson, GpuHooks, parse_daemon_json, parse_gpu_hooks
 from k3deploy.steps import containerd_config, docker_host
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,7 +20,7 @@ from tb.nodefs import CONTAINERD_TOML  # noqa: E402  (containerd.io's shipped co
 
 def hooks(*paths, cdi=()):
     out = "".join(f"hook {p}\n" for p in paths) + "".join(f"cdi {p}\n" for p in cdi)
-    return docker_host.parse_gpu_hooks(out, 0)
+    return parse_gpu_hooks(out, 0)
 
 
 @pytest.mark.parametrize("found, version, works", [
@@ -29,7 +31,7 @@ def hooks(*paths, cdi=()):
     (hooks("/usr/bin/nvidia-cdi-hook", cdi=["/var/run/cdi/nvidia.yaml"]), "29.1.2", False),
     (hooks("/usr/bin/nvidia-cdi-hook", cdi=["/var/run/cdi/nvidia.yaml"]), "29.2.0", True),
     (hooks("/usr/bin/nvidia-cdi-hook"), "29.7.2", False),
-    (None, None, False),
+    (hooks(), None, False),
 ])
 def test_gpu_access_is_judged_by_the_hook_on_dockerds_path(found, version, works):
     problem = docker_host.gpu_access_problem(found, version)
@@ -37,6 +39,13 @@ def test_gpu_access_is_judged_by_the_hook_on_dockerds_path(found, version, works
     if problem:
         assert "nvidia-container-runtime-hook is not on dockerd's PATH" in problem
         assert "apt-get install nvidia-container-toolkit" in problem and "restart docker" in problem
+
+
+def test_the_hook_probes_lines_are_typed_paths():
+    found = hooks("/usr/bin/nvidia-cdi-hook", cdi=["/etc/cdi/nvidia.yaml"])
+    assert found == GpuHooks(("/usr/bin/nvidia-cdi-hook",), ("/etc/cdi/nvidia.yaml",))
+    assert found.hook_names == {"nvidia-cdi-hook"}
+    assert parse_gpu_hooks("", 0) == GpuHooks()
 
 
 def test_the_hook_probe_looks_where_dockerd_looks():
@@ -87,3 +96,16 @@ def test_containerd_root_replaced_before_tables_and_in_empty_files():
 ])
 def test_image_reference_forms(ref, field, listed):
     assert image_ref.parse(ref).wanted == (field, listed)
+
+
+def test_daemon_json_is_kept_whole_and_refused_when_not_an_object():
+    text = '{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}, "data-root": "/d"}\n'
+    found = parse_daemon_json(text, 0)
+    assert found.data_root == "/d"
+    assert json.loads(found.with_data_root("/mnt/nvme/docker")) == {
+        "runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}, "data-root": "/mnt/nvme/docker"}
+    assert parse_daemon_json("cat: /etc/docker/daemon.json: No such file or directory\n", 1) == \
+        DaemonJson()
+    assert parse_daemon_json("", 0) == DaemonJson()
+    assert parse_daemon_json("{not json", 0) is None
+    assert parse_daemon_json("[]", 0) is None

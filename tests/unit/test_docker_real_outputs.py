@@ -93,6 +93,7 @@ def test_the_image_budget_is_what_each_store_keeps_from_its_docker_info():
 def test_preflight_keeps_room_for_the_image_as_the_nodes_store_holds_it(tmp_path):
     from k3deploy.steps.preflight import _disk_problems
     from tests.unit.invdata import four_nodes
+    from tests.unit.preflight_facts import preflight_facts
     from tests.unit.test_shared_hf_plans import ctx
     gb = 10 ** 9
     node = ctx(tmp_path, rank=1, doc=four_nodes())
@@ -100,9 +101,10 @@ def test_preflight_keeps_room_for_the_image_as_the_nodes_store_holds_it(tmp_path
     free = int(checkpoint + 40 * gb)    # the checkpoint, 7 GB kept free and 33 GB for the image
     overlay2 = info_field(raw("28.5.1/info-overlay2.json"), "DriverStatus")
     containerd = info_field(raw("29.1.2/info-containerd.json"), "DriverStatus")
-    assert _disk_problems({"free_bytes": free, "have_bytes": 0, "driver_status": overlay2}, node) == []
-    [(check, message)] = _disk_problems({"free_bytes": free, "have_bytes": 0,
-                                         "driver_status": containerd}, node)
+    def disk(status: str | None):
+        return preflight_facts(free_bytes=free, have_bytes=0, driver_status=status)
+    assert _disk_problems(disk(overlay2), node) == []
+    [(check, message)] = _disk_problems(disk(containerd), node)
     assert check == "disk" and "37.14 GB for the image in this node's image store" in message
 
 

@@ -5,7 +5,7 @@ its start limit, the step failed naming the node, the step and dockerd's words."
 from pathlib import Path
 
 import pytest
-from test_step_plans import NVME_DONE, node_ctx
+from test_step_plans import node_ctx, nvme_facts
 
 from k3deploy.core.errors import StepFailed
 from k3deploy.steps import docker_rollback as R
@@ -14,7 +14,7 @@ from k3deploy.steps.nvme import MoveToNvme
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 DTYPE = (REAL / "docker" / "28.5.1" / "journal-start-no-dtype.txt").read_text()
 DTYPE_LINE = DTYPE.splitlines()[3].split("]: ", 1)[1]
-MOVING = {**NVME_DONE, "daemon_json": {"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}},
+MOVING = {"daemon_json": {"settings": {"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}},
           "daemon_json_present": True, "docker_root": "/var/lib/docker"}
 
 
@@ -33,12 +33,12 @@ def test_a_journal_of_systemd_lines_only_names_no_dockerd_error():
 
 
 def test_nvme_keeps_the_previous_daemon_json_before_it_writes_the_new_one(tmp_path):
-    actions = MoveToNvme().plan(MOVING, node_ctx(tmp_path))
+    actions = MoveToNvme().plan(nvme_facts(**MOVING), node_ctx(tmp_path))
     assert [a.argv for a in actions[:1]] == [("cp", "-p", R.DAEMON_JSON, R.PREVIOUS)]
     assert actions[1].upload_to == R.DAEMON_JSON
     assert [a.tag for a in actions if a.tag] == [R.BACKUP, R.START]
-    absent = MoveToNvme().plan({**MOVING, "daemon_json": {}, "daemon_json_present": False},
-                               node_ctx(tmp_path))
+    absent = MoveToNvme().plan(nvme_facts(**{**MOVING, "daemon_json": {},
+                                             "daemon_json_present": False}), node_ctx(tmp_path))
     assert absent[0].upload_to == R.DAEMON_JSON
 
 
@@ -71,7 +71,7 @@ def rolled_back(tmp_path, facts, answers):
 
 
 def test_a_refused_start_puts_the_previous_file_back_and_docker_runs(tmp_path):
-    commands, err = rolled_back(tmp_path, MOVING, StartFails(1))
+    commands, err = rolled_back(tmp_path, nvme_facts(**MOVING), StartFails(1))
     after = commands[commands.index("systemctl start docker") + 1:]
     assert after == ["journalctl -u docker -n 30 --no-pager",
                      f"mv -f {R.DAEMON_JSON} {R.FAILED}", f"mv -f {R.PREVIOUS} {R.DAEMON_JSON}",
@@ -86,7 +86,7 @@ def test_a_refused_start_puts_the_previous_file_back_and_docker_runs(tmp_path):
 
 
 def test_without_a_previous_file_the_refused_one_goes_aside_and_none_comes_back(tmp_path):
-    facts = {**MOVING, "daemon_json": {}, "daemon_json_present": False}
+    facts = nvme_facts(**{**MOVING, "daemon_json": {}, "daemon_json_present": False})
     commands, err = rolled_back(tmp_path, facts, StartFails(1))
     assert f"mv -f {R.DAEMON_JSON} {R.FAILED}" in commands
     assert not any(R.PREVIOUS in c for c in commands)
@@ -94,14 +94,14 @@ def test_without_a_previous_file_the_refused_one_goes_aside_and_none_comes_back(
 
 
 def test_a_second_refusal_says_docker_is_down_and_how_to_start_it(tmp_path):
-    commands, err = rolled_back(tmp_path, MOVING, StartFails(2))
+    commands, err = rolled_back(tmp_path, nvme_facts(**MOVING), StartFails(2))
     assert commands[-1] == "systemctl is-active docker"
     text = "\n".join(err.lines())
     assert "docker is DOWN" in text and "systemctl reset-failed docker" in err.hint, text
 
 
 def test_a_restart_without_a_new_daemon_json_leaves_the_users_file_alone(tmp_path):
-    facts = {**NVME_DONE, "docker_root": "/var/lib/docker", "daemon_json_present": True}
+    facts = nvme_facts(docker_root="/var/lib/docker", daemon_json_present=True)
     unknown = DTYPE.replace(DTYPE_LINE, "unable to configure the Docker daemon with file "
                             "/etc/docker/daemon.json: the following directives don't match any "
                             "configuration option: gpus")

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from test_step_plans import NVME_DONE, node_ctx
+from test_step_plans import daemon_json, node_ctx, nvme_facts
 
 from k3deploy.core.errors import StepFailed
 from k3deploy.steps import docker_unit
@@ -28,8 +28,8 @@ def test_the_shipped_unit_alone_and_a_cleared_exec_start_give_no_flag():
 
 
 def test_nvme_refuses_before_touching_daemon_json_or_docker(tmp_path):
-    facts = {**NVME_DONE, "daemon_json": {"log-driver": "json-file"}, "docker_unit": CAT,
-             "docker_root": "/data/docker"}
+    facts = nvme_facts(daemon_json=daemon_json(log_driver="json-file"), docker_unit=CAT,
+                       docker_root="/data/docker")
     with pytest.raises(StepFailed) as err:
         MoveToNvme().plan(facts, node_ctx(tmp_path))
     text = str(err.value) + err.value.hint
@@ -41,11 +41,11 @@ def test_nvme_refuses_before_touching_daemon_json_or_docker(tmp_path):
 
 def test_a_flag_already_on_the_nvme_keeps_data_root_out_of_daemon_json(tmp_path):
     on_nvme = CAT.replace("/data/docker", "/mnt/nvme/docker")
-    facts = {**NVME_DONE, "daemon_json": {"log-driver": "json-file"}, "docker_unit": on_nvme}
+    facts = nvme_facts(daemon_json=daemon_json(log_driver="json-file"), docker_unit=on_nvme)
     assert MoveToNvme().plan(facts, node_ctx(tmp_path)) == []
 
 
 def test_a_restart_clears_earlier_failed_starts_first(tmp_path):
-    facts = {**NVME_DONE, "docker_root": "/var/lib/docker"}
+    facts = nvme_facts(docker_root="/var/lib/docker")
     names = [a.description for a in MoveToNvme().plan(facts, node_ctx(tmp_path))]
     assert names == ["stop docker", "clear docker's failed starts", "start docker"]

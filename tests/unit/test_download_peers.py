@@ -10,8 +10,9 @@ from k3deploy.node.run_inputs import RunInputs
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.remote import protocol
 from k3deploy.steps.download import DownloadWeights
-from k3deploy.steps.download_report import hub_summary
-from k3deploy.steps.peers import StopPeerServer
+from k3deploy.steps.download_report import Detail, hub_summary
+from k3deploy.steps.peers import StopPeerFacts, StopPeerServer
+from tests.unit.download_facts import facts as download_facts
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
 
@@ -50,7 +51,7 @@ def test_each_node_manifest_carries_the_same_split_and_its_own_name(tmp_path):
 
 def test_start_runs_the_peer_server_first_with_the_secret_in_a_0600_file(tmp_path):
     node = ctx(tmp_path)
-    actions = DownloadWeights({"wait": False}).plan({"missing_count": 4, "running": False}, node)
+    actions = DownloadWeights({"wait": False}).plan(download_facts(), node)
     names = [a.description for a in actions]
     assert names.index("(re)start the peer server, detached") < names.index("start the downloader, detached")
     assert names.count("upload fetch_weights.py") == 1 and names.count("upload fetch_hub.py") == 1
@@ -65,10 +66,10 @@ def test_start_runs_the_peer_server_first_with_the_secret_in_a_0600_file(tmp_pat
 
 def test_peer_server_restarted_when_secret_or_manifest_differ_and_left_alone_otherwise(tmp_path):
     node = ctx(tmp_path)
-    done = {"missing_count": 0, "running": False, "peer": serving(node)}
+    done = download_facts(missing_count=0, peer=serving(node))
     assert DownloadWeights({"wait": False}).plan(done, node) == []
     for stale in ({"secret_sha256": sha("old")}, {"manifest_sha256": sha("{}")}, {"running": False}):
-        facts = {**done, "peer": {**serving(node), **stale}}
+        facts = download_facts(missing_count=0, peer={**serving(node), **stale})
         names = [a.description for a in DownloadWeights({"wait": False}).plan(facts, node)]
         assert names[-1] == "(re)start the peer server, detached", stale
 
@@ -78,7 +79,7 @@ def test_download_start_promises_nothing_about_what_the_downloader_finishes(tmp_
     # removing it belongs to the waiting step, so download-start's re-check plans nothing.
     for doc in (four_nodes(download={"peers": False}), four_nodes()):
         node = ctx(tmp_path, doc=doc)
-        facts = {"missing_count": 0, "running": False, "token_file": True, "peer": serving(node)}
+        facts = download_facts(missing_count=0, token_file=True, peer=serving(node))
         assert DownloadWeights({"wait": False}).plan(facts, node) == []
         (remove,) = DownloadWeights().plan(facts, node)
         assert remove.argv == ("rm", "-f", "/mnt/nvme/.k3deploy/hf.env")
@@ -88,7 +89,7 @@ def test_single_node_cluster_is_unchanged(tmp_path):
     doc = four_nodes(nodes=[{"name": "solo", "address": "10.0.0.9"}])
     node = ctx(tmp_path, rank=0, doc=doc)
     assert "peers" not in json.loads(DownloadWeights()._manifest_json(node))
-    actions = DownloadWeights({"wait": False}).plan({"missing_count": 4, "running": False}, node)
+    actions = DownloadWeights({"wait": False}).plan(download_facts(), node)
     # the peer_*.py modules are among the downloader's files; without a peers block they are
     # never imported, and no peer server is started
     shipped = {f"upload {name}" for name in protocol.DOWNLOADER_FILES}
@@ -97,18 +98,18 @@ def test_single_node_cluster_is_unchanged(tmp_path):
 
 def test_stop_peer_server_only_when_running(tmp_path):
     node = ctx(tmp_path)
-    assert StopPeerServer().plan({"running": False}, node) == []
-    (stop,) = StopPeerServer().plan({"running": True}, node)
+    assert StopPeerServer().plan(StopPeerFacts(running=False), node) == []
+    (stop,) = StopPeerServer().plan(StopPeerFacts(running=True), node)
     assert "grep -q peer_server /proc/$p/cmdline" in stop.argv[2] and "kill -TERM $p" in stop.argv[2]
 
 
 def test_hub_summary_states_hub_bytes_against_the_repo():
-    line = hub_summary([{"hub_bytes": 30e9, "peer_bytes": 90e9}, {"hub_bytes": 0.5e9},
-                        {}], 30e9)
+    line = hub_summary([Detail.from_state(d) for d in ({"hub_bytes": 30e9, "peer_bytes": 90e9},
+                                                        {"hub_bytes": 0.5e9}, {})], 30e9)
     assert line.startswith("weights: the Hub served 30.50 GB for a 30.00 GB repo (1.02x), "
                            "peers 90.00 GB")
     assert "served 28.8 MB for a 28.8 MB repo (1.00x), peers 0.0 MB" in hub_summary(
-        [{"hub_bytes": 28.8e6, "peer_bytes": None}], 28.8e6)
+        [Detail.from_state({"hub_bytes": 28.8e6, "peer_bytes": None})], 28.8e6)
 
 
 def test_preflight_opens_the_peer_port_on_every_node_only_with_fan_out():
@@ -125,3 +126,46 @@ def test_preflight_opens_the_peer_port_on_every_node_only_with_fan_out():
     ports = _ports_for(run, "node0", "node0", random.Random(1), {8951, 20000})
     assert 8951 not in ports and 20000 not in ports and len(ports) == 2
     assert 20000 in _ports_for(run, "node0", "node0", random.Random(1), {8951})
+
+
+def test_the_state_file_keeps_the_same_detail_and_the_closing_line_reads_it_back(tmp_path):
+    node = ctx(tmp_path)
+    facts = download_facts(missing_count=0, verified_bytes=406, progress={
+        "hub_bytes": 100, "peer_bytes": 306, "bad_peers": ["node2"]})
+    kept = DownloadWeights().detail(facts, node)
+    assert kept == {"sha": "a" * 40, "files": 4, "verified": 4, "verified_bytes": 406,
+                    "hub_bytes": 100, "peer_bytes": 306, "bad_peers": ["node2"]}
+    assert Detail.from_state(json.loads(json.dumps(kept))) == Detail.of(facts.status, "a" * 40)
+    fresh = DownloadWeights().detail(download_facts(), node)
+    assert (fresh["hub_bytes"], fresh["peer_bytes"], fresh["bad_peers"]) == (None, None, [])
+
+
+def test_the_progress_bar_reads_the_typed_progress(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from k3deploy.run.ui import Ui
+    out = io.StringIO()
+    ui = Ui(Console(file=out, width=160, force_terminal=False))
+    node = ctx(tmp_path)
+    node.run.ui = ui
+    facts = download_facts(progress={"bytes_total": 4000, "bytes_done": 1000, "shards_total": 4,
+                                     "shards_done": 1, "hub_bytes": 400, "peer_bytes": 600})
+    DownloadWeights().show_progress(facts, node)
+    DownloadWeights().show_progress(download_facts(), node)   # no progress yet: nothing to show
+    ui.stop_progress()
+    assert "1/4 shards, hub 0.0 MB, peers 0.0 MB" in out.getvalue()
+
+
+def test_the_closing_lines_read_every_nodes_kept_detail(tmp_path):
+    node = ctx(tmp_path)
+    step = DownloadWeights()
+    for rank, bad in enumerate(([], ["node3"], ["node3"], [])):
+        facts = download_facts(missing_count=0, progress={"hub_bytes": 100, "peer_bytes": 300,
+                                                          "bad_peers": bad})
+        kept = step.detail(facts, ctx(tmp_path, rank=rank))
+        node.run.session.states[f"node{rank}"].step("download")["detail"] = kept
+    summary, bad = step.closing_lines(node.run, {})
+    assert summary.startswith("weights: the Hub served 0.0 MB") and "peers 0.0 MB" in summary
+    assert bad.startswith("peer node3 served bytes failing their checksum (seen by node1, node2)")

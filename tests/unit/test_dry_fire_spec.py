@@ -10,18 +10,20 @@ from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.engines import compile_cache_key as cc
 from k3deploy.engines import dry_fire, startup_phases
 from tests.unit.docker_facts import container
+from tests.unit.looked import looked
 from tests.unit.test_step_fixtures import node_ctx
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang" / "0.5.16"
-FACTS = {"cuda": "13.0", "container": None, "key_file_sha": None}
 
 
 def test_the_dry_fire_runs_the_real_argv_plus_dummy_weights_with_the_same_cache_key(tmp_path):
     from k3deploy.steps.dry_fire import DryFireLaunch
     from k3deploy.steps.launch import LaunchEngine
     ctx = node_ctx({"rank": 1}, tmp_path)
-    real, real_key = LaunchEngine().spec_and_cache_key(FACTS, ctx)
-    dry, dry_key = DryFireLaunch().spec_and_cache_key(FACTS, ctx)
+    real = looked(LaunchEngine(), ctx, cuda="13.0")
+    dry = looked(DryFireLaunch(), ctx, cuda="13.0")
+    assert dry.real_config == real.spec.labels[engines.CONFIG_LABEL]
+    (real, real_key), (dry, dry_key) = ((f.spec, f.key_inputs) for f in (real, dry))
     real_argv, dry_argv = (engines.node_launch_argvs(s)[0] for s in (real, dry))
     i = dry_argv.index("--load-format")
     assert dry_argv[i + 1] == "dummy" and "--load-format" not in real_argv

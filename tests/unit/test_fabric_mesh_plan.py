@@ -8,7 +8,8 @@ import pytest
 
 from k3deploy.cluster import inventory, mesh_plan
 from k3deploy.serving import certificate
-from k3deploy.steps.fabric_mesh import KEY, FabricMesh, kept, schedule_seconds
+from k3deploy.facts.fabric_mesh import MeshCount, MeshFailed, Received, parse_answer
+from k3deploy.steps.fabric_mesh import FabricMesh, FabricMeshFacts, kept, schedule_seconds
 from tests.unit.invdata import four_nodes
 
 GB = 1e9 / 8   # bytes per second in one Gbit/s
@@ -123,6 +124,27 @@ def test_a_link_that_carried_nothing_is_slow_and_says_why():
     assert "ConnectionRefusedError" in links[0].error
 
 
+def meshed(docs: dict) -> dict[str, FabricMeshFacts]:
+    """Each node's facts after the mesh: its program's last line, parsed."""
+    return {n: FabricMeshFacts("", fabric_mesh=parse_answer(f"some log line\n{json.dumps(d)}\n"))
+            for n, d in docs.items()}
+
+
+def unmeshed(inv) -> dict[str, FabricMeshFacts]:
+    return {n.name: FabricMeshFacts("") for n in inv.nodes}
+
+
+def test_the_programs_answer_is_typed():
+    out = json.dumps({"received": {"node1": {"bytes": 375000000, "seconds": 3.0}},
+                      "sent": {"node1": 375000000}, "errors": {"node2": "TimeoutError"}})
+    assert parse_answer(out) == MeshCount({"node1": Received(375000000, 3.0)},
+                                          {"node1": 375000000}, {"node2": "TimeoutError"})
+    assert parse_answer('{"error": "cannot listen on 10.0.0.3:8953"}') == \
+        MeshFailed("cannot listen on 10.0.0.3:8953")
+    assert parse_answer("Traceback (most recent call last):") is None
+    assert parse_answer('{"probes": {}}') is None
+
+
 class Run:
     def __init__(self, inv, **options):
         self.inv, self.options = inv, options
@@ -134,14 +156,14 @@ class Run:
 def test_the_step_plans_one_command_per_node_and_names_node1():
     inv = inventory.parse(four_nodes())
     run, step = Run(inv), FabricMesh()
-    probes = step.cluster_probes({n.name: {} for n in inv.nodes}, run)
+    probes = step.cluster_probes(unmeshed(inv), run)
     plan = json.loads(probes["node0"].argv[2])
     assert set(probes) == {"node0", "node1", "node2", "node3"}
     assert plan["port"] == inv.ports.mesh and len(plan["rounds"]) == 3
     # a partner may start its push a whole handshake late: the round outlasts that and the push
     assert plan["round_limit"] > plan["deadline"] + plan["seconds"]
     assert probes["node0"].timeout > schedule_seconds(inv, 4) == 3 * plan["round_limit"]
-    found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
+    found = meshed(answers(four_node_rates("node1")))
     problems = step.cluster_problems(found, run)
     assert {node for node, _, _ in problems} == {"node1"} and len(problems) == 6
     assert all("Gbit/s" in text and "every link of node1" in text for _, _, text in problems)
@@ -149,20 +171,20 @@ def test_the_step_plans_one_command_per_node_and_names_node1():
 
 def test_a_node_whose_program_failed_is_named_alone():
     inv = inventory.parse(four_nodes())
-    found = {n: {KEY: v} for n, v in answers(four_node_rates()).items()}
-    found["node2"] = {KEY: {"error": "cannot listen on 10.0.0.3:8953: [Errno 98] Address in use"}}
-    assert FabricMesh().cluster_problems(found, Run(inv)) == [
+    docs = answers(four_node_rates())
+    docs["node2"] = {"error": "cannot listen on 10.0.0.3:8953: [Errno 98] Address in use"}
+    assert FabricMesh().cluster_problems(meshed(docs), Run(inv)) == [
         ("node2", "fabric", "cannot listen on 10.0.0.3:8953: [Errno 98] Address in use")]
 
 
 def test_one_node_has_no_mesh():
     inv = inventory.parse(four_nodes())
-    assert FabricMesh().cluster_probes({"node0": {}}, Run(inv)) == {}
+    assert FabricMesh().cluster_probes({"node0": FabricMeshFacts("")}, Run(inv)) == {}
 
 
 def test_the_figures_kept_name_every_link_the_slow_ones_and_no_ib():
     inv = inventory.parse(four_nodes())
-    found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
+    found = meshed(answers(four_node_rates("node1")))
     detail = FabricMesh().cluster_detail(found, Run(inv))["fabric"]
     assert len(detail["links"]) == 12 and detail["ib_measured"] is False
     assert {"a": "node0", "b": "node1", "gbps": 0.2} in detail["links"]
@@ -178,19 +200,20 @@ def test_the_figures_kept_name_every_link_the_slow_ones_and_no_ib():
 
 def test_a_mesh_that_did_not_run_keeps_nothing():
     inv = inventory.parse(four_nodes())
-    assert FabricMesh().cluster_detail({n.name: {} for n in inv.nodes}, Run(inv)) is None
+    assert FabricMesh().cluster_detail(unmeshed(inv), Run(inv)) is None
 
 
 def test_up_warns_of_a_link_slow_against_the_others_and_stops_on_the_floor_or_nothing():
     inv = inventory.parse(four_nodes())
     up = FabricMesh({"unless_serving": True, "relative_is_warning": True})
-    found = {n: {KEY: v} for n, v in answers(four_node_rates("node1")).items()}
+    docs = answers(four_node_rates("node1"))
+    found = meshed(docs)
     assert up.cluster_problems(found, Run(inv)) == []
     warned = [ln for ln in up.closing_lines(Run(inv), found) if ln.startswith("warning: ")]
     assert len(warned) == 6 and all("node1" in ln and "0.20 Gbit/s" in ln for ln in warned)
     assert FabricMesh().cluster_problems(found, Run(inv))          # check --fabric still fails
     floor = inventory.parse(four_nodes(fabric={"min_gbps": 1}))
     assert {n for n, _, _ in up.cluster_problems(found, Run(floor))} == {"node1"}
-    found["node0"][KEY]["received"].pop("node1")                   # node1->node0 carried nothing
-    assert [t for _, _, t in up.cluster_problems(found, Run(inv))] == [
+    docs["node0"]["received"].pop("node1")                         # node1->node0 carried nothing
+    assert [t for _, _, t in up.cluster_problems(meshed(docs), Run(inv))] == [
         "link node1->node0: nothing measured (node0 received nothing from node1)"]

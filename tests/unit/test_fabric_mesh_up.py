@@ -14,7 +14,7 @@ from k3deploy.facts.docker import Container, parse_inspect
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.run_steps import playbook_steps
-from k3deploy.steps.fabric_mesh import FabricMesh
+from k3deploy.steps.fabric_mesh import FabricMesh, FabricMeshFacts
 from k3deploy.steps.launch import LaunchEngine
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
@@ -38,18 +38,19 @@ def inspect(label: str, running: bool = True) -> Container | None:
     return parse_inspect(json.dumps([doc]))
 
 
-def looked(step, ctx, other: bool = False) -> dict:
+def looked(step, ctx, other: bool = False) -> FabricMeshFacts:
     """The step's facts on a node whose container runs the launch's configuration (or not)."""
-    found = {"cuda": "13.0", "perftest": ""}
-    label = LaunchEngine().spec(found, ctx).labels[engines.CONFIG_LABEL]
-    return step.observe({**found, "container": inspect("other" if other else label)}, ctx)
+    label = LaunchEngine().observe({"cuda": "13.0", "container": None}, ctx).spec.labels[
+        engines.CONFIG_LABEL]
+    return step.observe({"perftest": "", "cuda": "13.0",
+                         "container": inspect("other" if other else label)}, ctx)
 
 
 def test_a_group_running_this_configuration_gets_no_traffic(tmp_path):
     ctxs = nodes(tmp_path)
     step = FabricMesh({"unless_serving": True})
     facts = {c.name: looked(step, c) for c in ctxs}
-    assert all(f["runs_configuration"] for f in facts.values())
+    assert all(f.runs_configuration for f in facts.values())
     assert step.cluster_probes(facts, ctxs[0].run) == {}
     assert step.closing_lines(ctxs[0].run, facts) == [
         "fabric: not measured (the group already runs this configuration: no traffic is "
@@ -60,7 +61,7 @@ def test_one_node_on_another_configuration_is_measured(tmp_path):
     ctxs = nodes(tmp_path)
     step = FabricMesh({"unless_serving": True})
     facts = {c.name: looked(step, c, other=c.name == "node2") for c in ctxs}
-    assert [f["runs_configuration"] for f in facts.values()] == [True, True, False, True]
+    assert [f.runs_configuration for f in facts.values()] == [True, True, False, True]
     assert set(step.cluster_probes(facts, ctxs[0].run)) == {c.name for c in ctxs}
 
 
@@ -78,6 +79,13 @@ def test_check_fabric_measures_a_serving_group(tmp_path):
     step = FabricMesh()
     facts = {c.name: step.observe({"perftest": ""}, c) for c in ctxs}
     assert set(step.cluster_probes(facts, ctxs[0].run)) == {c.name for c in ctxs}
+
+
+def test_a_misspelt_fabric_mesh_fact_fails(tmp_path):
+    ctx = nodes(tmp_path)[0]
+    with pytest.raises(TypeError, match="perftests"):
+        FabricMesh().observe({"perftests": ""}, ctx)
+    assert FabricMesh().observe({"perftest": ""}, ctx) == FabricMeshFacts(perftest="")
 
 
 def test_no_fabric_measures_nothing_and_says_so(tmp_path):

@@ -3,12 +3,17 @@ and the fix."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+
+import pytest
 from types import SimpleNamespace as NS
 
 from k3deploy.facts import fabric
 from k3deploy.node.host_facts import parse_route
 from k3deploy.steps import fabric_check
+from k3deploy.steps.preflight import PreflightFacts
+from tests.unit.preflight_facts import preflight_facts
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -17,10 +22,10 @@ def sysfs(name: str) -> tuple:
     return fabric.parse_ports((REAL / "linux-sysfs" / "6.x" / f"{name}.txt").read_text(), 0)
 
 
-def facts(ports=(), devices=("uverbs0",), peermem=True, route="route-get-peer") -> dict:
+def facts(ports=(), devices=("uverbs0",), peermem=True, route="route-get-peer") -> PreflightFacts:
     text = (REAL / "iproute2" / "6.1.0" / f"{route}.txt").read_text()
-    return {"ib_ports": ports, "ib_devices": devices, "gpudirect_rdma": peermem,
-            "route_to_peer": parse_route(text, 0)}
+    return preflight_facts(ib_ports=ports, ib_devices=devices, gpudirect_rdma=peermem,
+                           route_to_peer=parse_route(text, 0))
 
 
 def inv(mode="auto", env=None):
@@ -66,3 +71,25 @@ def test_hcas_on_some_nodes_only_rates_differ_and_gpudirect_off():
     assert "node0: 400 Gb/s; node1: 56 Gb/s" in fabric_check.cluster_problems(rates, run)[0][2]
     assert "GPUDirect RDMA is off on node1" in fabric_check.warnings(rates, run)[0]
     assert fabric_check.cluster_problems(some, NS(inv=inv("socket"))) == []
+
+
+def test_a_misspelt_preflight_fact_fails():
+    with pytest.raises(TypeError, match="ib_port"):
+        preflight_facts(ib_port=())
+    with pytest.raises(TypeError, match="hook"):
+        preflight_facts(gpu_hooks={"hook": [], "cdi": []})
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_probe_of_preflight_and_nvme_has_its_field(tmp_path, rank):
+    """The runner builds the Facts from the probes' values: each has a field, and each field
+    without a default has a probe (the shared cache's marker and volume on the head too)."""
+    from tests.unit.test_shared_hf_plans import ctx
+    from k3deploy.steps.nvme import MoveToNvme
+    from k3deploy.steps.preflight import Preflight
+    node = ctx(tmp_path, rank=rank)
+    for step in (Preflight(), MoveToNvme()):
+        names = {f.name for f in step.probes(node)}
+        fields = dataclasses.fields(step.Facts)
+        assert names <= {f.name for f in fields}
+        assert {f.name for f in fields if f.default is dataclasses.MISSING} <= names

@@ -12,7 +12,9 @@ import pytest
 from k3deploy.facts import fabric
 from k3deploy.facts.topology import GpuNic, Topology, parse_topology
 from k3deploy.steps import fabric_check, fabric_topology
+from k3deploy.steps.preflight import PreflightFacts
 from tests.realfix import real
+from tests.unit.preflight_facts import preflight_facts
 
 H100_8HCA = "570.133.20/topo-m-h100-8x-8hca"
 A100_10NIC = "525.105.17/topo-m-a100-8x-10nic"
@@ -26,11 +28,11 @@ def topo(name: str) -> Topology:
     return parsed
 
 
-def hca_facts(name: str | None, hcas: int = 8, peermem: bool = True) -> dict:
+def hca_facts(name: str | None, hcas: int = 8, peermem: bool = True) -> PreflightFacts:
     """A node's preflight facts: `hcas` active ports in sysfs and the topology transcript."""
     ports = tuple(fabric.IbPort(f"mlx5_{i}", 1, "ACTIVE", 400.0, "InfiniBand") for i in range(hcas))
-    return {"ib_ports": ports, "ib_devices": ("uverbs0",), "gpudirect_rdma": peermem,
-            "gpu_nic_topology": topo(name) if name else None}
+    return preflight_facts(ib_ports=ports, ib_devices=("uverbs0",), gpudirect_rdma=peermem,
+                           gpu_nic_topology=topo(name) if name else None)
 
 
 def test_nic_legend_names_the_hcas_and_each_gpu_has_its_pix_hca():

@@ -2,9 +2,11 @@
 cluster state `status` derives. Facts in, decisions out; no I/O."""
 
 import dataclasses
+import json
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,15 +15,19 @@ from k3deploy.node import guard_config
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.core.errors import InventoryError
+from k3deploy.facts import http
+from k3deploy.facts.guard import GuardState, Incident, parse_incident, parse_pids
 from k3deploy.remote import guard as node_guard
 from k3deploy.remote import guard_record
 from k3deploy.steps import guard as guard_step
-from k3deploy.steps.guard import StartGuard, StopGuard, healthy
+from k3deploy.steps.guard import GuardFacts, StartGuard, StopGuard, healthy
+from tests.unit import typed
 from tests.unit.fakes import FakeSession
 from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
 
 SECRET = "guard-secret-value-0123456789"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "steps"
 
 
 def node_ctx(tmp_path, rank=0, options=None, doc=None):
@@ -62,11 +68,22 @@ def test_guard_port_may_not_collide():
 
 
 # -- the guard step ------------------------------------------------------------------------
-def facts(pids, digest, phase="watching", beat_age=1.0, incident=None):
+def facts(pids, digest, phase="watching", beat_age=1.0, incident=None) -> GuardFacts:
     now = 1_000_000
-    state = {"pid": pids[0] if pids else 99, "digest": digest, "phase": phase,
-             "beat": now - beat_age}
-    return {"guard_state": state, "guard_pids": pids, "now": now, "incident": incident}
+    state = GuardState(pid=pids[0] if pids else 99, digest=digest, phase=phase,
+                       beat=now - beat_age)
+    return GuardFacts(guard_state=state, guard_pids=tuple(pids), now=now, incident=incident)
+
+
+def an_incident() -> Incident:
+    """An incident record as the guard writes it (guard_record), read as the step reads it."""
+    inv = inventory.parse(four_nodes())
+    cfg = guard_config.config(inv, inv.ranked()[2][1].name)
+    doc = guard_record.incident(cfg, guard_record.failure(cfg["node"], 2, "exited",
+                                                          exit_code=137), cfg["node"])
+    found = parse_incident(json.dumps(doc), 0)
+    assert found is not None and found.failure is not None
+    return found
 
 
 def test_a_healthy_guard_with_the_same_config_is_left_alone(tmp_path):
@@ -83,16 +100,30 @@ def test_changed_config_spent_guard_or_stale_beat_is_replaced(tmp_path):
         assert not healthy(found, digest)
         actions = StartGuard().plan(found, node)
         assert actions[-1].description == "start the guard, detached"
-        if found["guard_pids"]:
+        if found.guard_pids:
             assert actions[0].description.startswith("stop the guard (pid 41")
+
+
+def test_a_misspelt_field_in_a_guard_fixture_fails():
+    case = json.loads((FIXTURES / "guard-fired-with-incident.json").read_text())
+    found = case["facts"]
+    assert typed.facts(StartGuard, found).incident.failure.rank == 2
+    incident = {("seenby" if k == "seen_by" else k): v for k, v in found["incident"].items()}
+    with pytest.raises(TypeError, match="seenby"):
+        typed.facts(StartGuard, {**found, "incident": incident})
+    with pytest.raises(TypeError, match="guard_pid"):
+        typed.facts(StopGuard, {**found, "guard_pid": found["guard_pids"]})
 
 
 def test_restart_after_an_incident_archives_it_and_keeps_the_secret_off_argv(tmp_path):
     node = node_ctx(tmp_path)
-    actions = StartGuard().plan(facts([41], "x", phase="fired", incident={"failure": {}}), node)
+    incident = an_incident()
+    actions = StartGuard().plan(facts([41], "x", phase="fired", incident=incident), node)
     described = [a.description for a in actions]
     assert described.index("archive the incident record") < described.index(
         "start the guard, detached")
+    # kept for the certificate: what stopped the group
+    assert next(a.note for a in actions if a.tag == guard_step.RELAUNCHED_AFTER) is incident
     secret_writes = [a for a in actions if a.content and SECRET in a.content]
     assert [(a.upload_to, a.mode) for a in secret_writes] == [
         ("/mnt/nvme/.k3deploy/guard/secret", 0o600)]
@@ -115,10 +146,10 @@ def test_guard_stop_before_launch_stops_spent_guards_or_all_with_replace(tmp_pat
     assert len(step.plan(found, node_ctx(tmp_path, options={"replace": True}))) == 1
     # Seen in CI: a spent guard still alive after the relaunch served its old incident to a
     # new guard on another node, which adopted it and stopped the freshly verified group.
-    spent = facts([7], "x", phase="fired", incident={"failure": {}})
+    spent = facts([7], "x", phase="fired", incident=an_incident())
     assert [a.description for a in step.plan(spent, node_ctx(tmp_path))] == [
         "stop the guard (pid 7)"]  # the incident stays on record until verify has passed
-    down = StopGuard().plan({**found, "incident": {"failure": {}}}, node_ctx(tmp_path))
+    down = StopGuard().plan(dataclasses.replace(found, incident=an_incident()), node_ctx(tmp_path))
     assert [a.description for a in down] == ["stop the guard (pid 7)",
                                              "archive the incident record"]
 
@@ -201,7 +232,7 @@ def live(running=True, incident=None, reachable=True):
             else None, "incident": incident}
 
 
-HEALTHY = {"health": {"status": 200}}
+HEALTHY = http.Endpoint(health=http.Answer(200))
 
 
 def test_cluster_states():
@@ -301,9 +332,9 @@ def test_head_serving_port_refusing_past_the_timeout_is_not_serving(monkeypatch)
 def test_a_guard_mid_fork_is_not_a_second_guard():
     # 471 is the guard's own subprocess between fork and exec (same command line, parent 464);
     # 502 is a second guard (parent 1): only that one makes the node unhealthy.
-    assert guard_step._pids("464 1\n471 464\n", 0) == [464]
-    assert guard_step._pids("464 1\n502 1\n", 0) == [464, 502]
-    assert guard_step._pids("", 0) == [] and guard_step._pids("464\n", 0) == []
+    assert parse_pids("464 1\n471 464\n", 0) == (464,)
+    assert parse_pids("464 1\n502 1\n", 0) == (464, 502)
+    assert parse_pids("", 0) == () and parse_pids("464\n", 0) == ()
 
 
 def test_only_the_guard_itself_counts_as_a_guard_process(tmp_path):
@@ -312,10 +343,10 @@ def test_only_the_guard_itself_counts_as_a_guard_process(tmp_path):
     paths = guard_config.node_paths(node_ctx(tmp_path).inv)
     pattern = re.compile(guard_step.process_pattern(paths))
     for guard in ("python3", "/usr/bin/python3", "/root/.pyenv/versions/3.11.7/bin/python3"):
-        assert pattern.search(f"{guard} {paths['script']} {paths['config']}"), guard
-    for other in (f"sha256sum {paths['script']}", f"sh -c sha256sum {paths['script']} {paths['dir']}/guard_record.py",
-                  f"sudo -n sh -c setsid nohup python3 {paths['script']} {paths['config']}",
-                  f"python3 {paths['script']}.bak", f"python3 {paths['dir']}/xguard.py"):
+        assert pattern.search(f"{guard} {paths.script} {paths.config}"), guard
+    for other in (f"sha256sum {paths.script}", f"sh -c sha256sum {paths.script} {paths.dir}/guard_record.py",
+                  f"sudo -n sh -c setsid nohup python3 {paths.script} {paths.config}",
+                  f"python3 {paths.script}.bak", f"python3 {paths.dir}/xguard.py"):
         assert not pattern.search(other), other
 
 

@@ -1,6 +1,9 @@
 """The laptop's gate check: which file it resolves, what it learns from the redirect, and what a
 refusal says (cluster/hubgate.py)."""
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
 from k3deploy.cluster import hubgate
@@ -87,7 +90,6 @@ def test_a_gate_refusal_on_any_hop_is_bad_input(monkeypatch):
 
 
 def _node(reach):
-    from types import SimpleNamespace
     return SimpleNamespace(run=SimpleNamespace(inputs=SimpleNamespace(hub_reach=reach)))
 
 
@@ -98,9 +100,12 @@ def test_preflight_names_what_a_node_cannot_reach():
     node = _node(hubgate.HubReach(hub, cdn))
     (fact,) = hubreach.facts(node)
     assert fact.program[1] == ("https://huggingface.co:443", "https://cas-bridge.xethub.hf.co:443")
-    found = {"hub_reach": {"https://huggingface.co:443": True,
-                           "https://cas-bridge.xethub.hf.co:443": "TimeoutError: timed out"}}
+    printed = json.dumps({"https://huggingface.co:443": True,
+                          "https://cas-bridge.xethub.hf.co:443": "TimeoutError: timed out"})
+    found = SimpleNamespace(hub_reach=fact.parse(printed + "\n", 0))
     (problem,) = hubreach.problems(found, node)
     assert problem[0] == "hub" and "the Hub's CDN at cas-bridge.xethub.hf.co:443 (TimeoutError" in problem[1]
-    assert hubreach.problems({"hub_reach": None}, node)[0][1].startswith("could not probe")
-    assert hubreach.facts(_node(None)) == [] and hubreach.problems({}, _node(None)) == []
+    failed = SimpleNamespace(hub_reach=fact.parse("Traceback ...\n", 1))
+    assert hubreach.problems(failed, node)[0][1].startswith("could not probe")
+    unasked = SimpleNamespace(hub_reach=None)
+    assert hubreach.facts(_node(None)) == [] and hubreach.problems(unasked, _node(None)) == []

@@ -7,7 +7,7 @@ import shutil
 import shlex
 import subprocess
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -23,8 +23,16 @@ from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
 
 
-class Asks(Step):
+@dataclass(frozen=True)
+class Said:
+    value: str | None
+    own: str | None = None
+
+
+class Asks(Step[Said]):
     """Looks at `cat /<name>`; wants it to say "yes"."""
+
+    Facts = Said
 
     def __init__(self, name: str):
         super().__init__()
@@ -34,7 +42,7 @@ class Asks(Step):
         return [F.command("value", ["cat", f"/{self.name}"])]
 
     def plan(self, facts, node):
-        return [] if facts["value"] == "yes" else [cmd(f"set {self.name}", "set", self.name)]
+        return [] if facts.value == "yes" else [cmd(f"set {self.name}", "set", self.name)]
 
 
 class World(FakeConn):
@@ -79,7 +87,7 @@ class AsksTwoOneOnItsOwn(Asks):
                 replace(F.command("own", ["cat", "/chat"]), ahead=False)]
 
     def plan(self, facts, node):
-        return [] if facts["value"] == facts["own"] == "yes" else [cmd("set", "set", "chat")]
+        return [] if facts.value == facts.own == "yes" else [cmd("set", "set", "chat")]
 
 
 class Recording(World):
@@ -301,18 +309,31 @@ def engine(running=True, rank=0, finished=None, code=0):
                      cmd=("python3", "-m", "sglang.launch_server", "--node-rank", str(rank)))
 
 
+def ranks_waiting(**more):
+    """Every rank's wait facts (steps/wait.py WaitFacts) as a wait's look gives them: its
+    engine running, its log (empty), no /health answer."""
+    from k3deploy.steps.wait import WaitFacts
+    return {f"node{i}": WaitFacts(engine(rank=i), log="", **more) for i in range(4)}
+
+
+def gpus(used_mib, total_mib=8 * 81559):
+    """A rank's GPUs as nvidia-smi gives them (one record holding their sums); None: it did
+    not answer."""
+    from k3deploy.facts.nvidia_smi import Gpu
+    return None if used_mib is None else (Gpu("NVIDIA H100 80GB HBM3", total_mib, used_mib),)
+
+
 def test_the_endpoint_wait_blames_the_rank_that_exited_first_with_its_log(tmp_path):
     from k3deploy.steps.wait import WaitHealthy
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy()
     step.prepare(run)
-    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
-            for i in range(4)}
+    seen = ranks_waiting()
     step.check_cluster(seen, run, waited=1.0, looked_at=0.0)   # all running, none loading yet: keep waiting
-    seen["node3"]["container"] = engine(False, 3, "2026-11-30T10:00:02.5Z", 1)
-    seen["node1"] = {**seen["node1"], "container": engine(False, 1, "2026-11-30T10:00:02.25Z", 1),
-                     "log": "loading\nCUDA error: an illegal memory access"}
+    seen["node3"] = replace(seen["node3"], container=engine(False, 3, "2026-11-30T10:00:02.5Z", 1))
+    seen["node1"] = replace(seen["node1"], container=engine(False, 1, "2026-11-30T10:00:02.25Z", 1),
+                            log="loading\nCUDA error: an illegal memory access")
     with pytest.raises(StepFailed) as err:
         step.check_cluster(seen, run, waited=2.0, looked_at=0.0)
     assert err.value.node == "node1" and "illegal memory access" in str(err.value)
@@ -325,13 +346,13 @@ def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy({"form_timeout": 5})
     step.prepare(run)
-    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None}
-            for i in range(4)}
+    seen = ranks_waiting()
     step.check_cluster(seen, run, waited=0.0, looked_at=100.0)     # the clock starts
     with pytest.raises(StepFailed, match="the process group did not form within 5s"):
         step.check_cluster(seen, run, waited=6.0, looked_at=106.0)  # 6 s of silence
     # SGLang >= 0.5.10's bar, on global rank 0 (the head) only: the group formed.
-    seen["node0"]["log"] = "Multi-thread loading shards:   0% Completed | 0/96 [00:00<?, ?it/s]\n"
+    seen["node0"] = replace(seen["node0"], log="Multi-thread loading shards:   0% Completed | "
+                            "0/96 [00:00<?, ?it/s]\n")
     fresh = WaitHealthy({"form_timeout": 5})
     fresh.prepare(run)
     fresh.check_cluster(seen, run, waited=0.0, looked_at=100.0)
@@ -346,10 +367,9 @@ def test_the_form_timeout_bounds_silence_not_the_time_the_ranks_take(tmp_path):
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy({"form_timeout": 5})
     step.prepare(run)
-    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None,
-                         "gpu_used_mib": 0} for i in range(4)}
+    seen = ranks_waiting(gpus=gpus(0))
     for t in range(0, 16):                        # 15 s = 3 x form_timeout, memory growing
-        seen["node1"]["gpu_used_mib"] = 1000 * t
+        seen["node1"] = replace(seen["node1"], gpus=gpus(1000 * t))
         step.check_cluster(seen, run, waited=float(t), looked_at=100.0 + t)
     step.check_cluster(seen, run, waited=20.0, looked_at=120.0)   # 5 s still: not yet over
     with pytest.raises(StepFailed, match="did not form within 5s"):
@@ -458,22 +478,21 @@ def test_the_endpoint_wait_is_judged_by_rank0_progress_once_formed(tmp_path):
     step = WaitHealthy({"form_timeout": 5, "stall_seconds": 60})
     step.prepare(run)
     node0 = Runner(run, [step]).contexts[0]
-    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None,
-                         "answers": False} for i in range(4)}
+    seen = ranks_waiting()
     assert step.progress(seen["node0"], node0) is None          # forming: the form timeout
-    seen["node0"]["log"] = BAR.format(p=0, n=0)
+    seen["node0"] = replace(seen["node0"], log=BAR.format(p=0, n=0))
     step.check_cluster(seen, run, waited=300.0, looked_at=0.0)   # long past the form timeout: formed
     first = step.progress(seen["node0"], node0)
-    seen["node0"]["log"] += BAR.format(p=1, n=1)
+    seen["node0"] = replace(seen["node0"], log=seen["node0"].log + BAR.format(p=1, n=1))
     step.check_cluster(seen, run, waited=301.0, looked_at=1.0)   # each poll looks, then asks
     assert step.progress(seen["node0"], node0) not in (first, None)   # the bar advanced
     # Warm-up: our own /health polls push the bar out of the log tail; no new progress.
     last = step.progress(seen["node0"], node0)
-    seen["node0"]["log"] = '[2026-05-28 05:58:29] INFO:     127.0.0.1:50078 - "GET /health ' \
-                           'HTTP/1.1" 503\n' * 30
+    seen["node0"] = replace(seen["node0"], log='[2026-05-28 05:58:29] INFO:     127.0.0.1:50078 '
+                            '- "GET /health HTTP/1.1" 503\n' * 30)
     step.check_cluster(seen, run, waited=302.0, looked_at=2.0)
     assert step.progress(seen["node0"], node0) == last
-    seen["node2"]["gpu_used_mib"] = 4096                         # a rank's GPUs fill: progress
+    seen["node2"] = replace(seen["node2"], gpus=gpus(4096))     # a rank's GPUs fill: progress
     step.check_cluster(seen, run, waited=303.0, looked_at=3.0)
     assert step.progress(seen["node0"], node0) != last
     wait_action = step.plan(seen["node0"], node0)[0].wait
@@ -481,10 +500,14 @@ def test_the_endpoint_wait_is_judged_by_rank0_progress_once_formed(tmp_path):
 
 
 def test_rank0_answering_at_all_means_the_group_formed(tmp_path):
-    from k3deploy.steps.wait import formed
-    assert formed({"log": "", "answers": True})          # SGLang: 503 during warm-up
-    assert not formed({"log": "[2026-02-25 15:39:24 TP8] Init torch distributed begin.\n",
-                       "answers": False})
+    from k3deploy.facts import http
+    from k3deploy.steps.wait import WaitFacts, formed
+    warming = http.Endpoint(health=http.Answer(503))      # SGLang: 503 during warm-up
+    assert formed(WaitFacts(engine(), health=warming, log=""))
+    assert not formed(WaitFacts(engine(), log="[2026-02-25 15:39:24 TP8] Init torch distributed "
+                                "begin.\n"))
+    refused = http.Endpoint(health=http.Answer(None, error="refused"))
+    assert not formed(WaitFacts(engine(), health=refused))
 
 
 def _assert_avail_bytes_between_two_df_reads(path, parse):
@@ -537,12 +560,11 @@ def test_the_user_sees_each_rank_fill_its_gpus_during_the_load(tmp_path):
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy({"form_timeout": 5})
     step.prepare(run)
-    seen = {f"node{i}": {"container": engine(rank=i), "log": "", "healthy": False, "ray": None,
-                         "gpu_used_mib": 8 * 1024, "gpu_total_mib": 8 * 81559} for i in range(4)}
+    seen = ranks_waiting(gpus=gpus(8 * 1024))
     views = []
     for t in range(3):
-        seen["node2"]["gpu_used_mib"] = 8 * 1024 + 65536 * t
-        seen["node3"]["gpu_used_mib"] = None          # its nvidia-smi did not answer this poll
+        seen["node2"] = replace(seen["node2"], gpus=gpus(8 * 1024 + 65536 * t))
+        seen["node3"] = replace(seen["node3"], gpus=None)  # its nvidia-smi did not answer this poll
         step.check_cluster(seen, run, waited=float(t), looked_at=100.0 + t)
         views.append(step._view)
     assert views[0] == ("GPU memory in use: rank 0 8.0/637 GiB (1%), rank 1 8.0/637 GiB (1%), "

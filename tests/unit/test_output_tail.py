@@ -13,6 +13,7 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.node.transport import Result
 from k3deploy.steps.download import DownloadWeights
+from tests.unit.download_facts import facts as download_facts
 from tests.unit.test_reachability_serving import MeshConn, facts, reachability_problems, run_ctx
 
 TRACEBACK = (Path(__file__).resolve().parents[1] / "fixtures" / "real" / "python" / "3.11"
@@ -72,8 +73,8 @@ def test_a_missing_python3_is_shown_as_the_shell_said_it(tmp_path):
 
 def test_a_downloader_that_died_with_a_traceback_keeps_it_in_the_error():
     node = SimpleNamespace(name="node2", inv=SimpleNamespace(source="inv.yaml"))
-    found = {"log": "verified config.json\n" + TRACEBACK, "progress": {"error": None},
-             "missing_count": 96, "total": 100}
+    found = download_facts(log="verified config.json\n" + TRACEBACK, progress={"error": None},
+                           missing_count=96, total=100)
     with pytest.raises(StepFailed) as err:
         DownloadWeights()._failed(node, found)
     text = str(err.value)

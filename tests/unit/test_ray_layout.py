@@ -15,6 +15,8 @@ from k3deploy.node.run_inputs import RunInputs
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.engines import startup_log
+from k3deploy.facts import http
+from k3deploy.facts.ray import RayStatus, parse_status
 from k3deploy.steps import raylayout
 from k3deploy.steps.launch import LaunchEngine
 from k3deploy.steps.ray_cluster import RayCluster
@@ -22,6 +24,7 @@ from k3deploy.steps.verify import endpoint_problems, reasoning_field
 from tests.realfix import real
 from tests.unit.docker_facts import container
 from tests.unit.fakes import FakeSession
+from tests.unit.looked import looked
 
 SHA = "a" * 40
 KEY = "k3-testkey-0123456789"
@@ -54,36 +57,51 @@ def ctx_for(tmp_path, rank=0, doc=None, check=False, conns=None):
     return NodeContext(run, inv.ranked()[rank][1], rank)
 
 
-def facts_for(ctx, running=True, ray=None, healthy=False, label=None, joined=True):
-    spec = LaunchEngine().spec({"cuda": "13.0"}, ctx)
+def health(ok: bool) -> http.Endpoint:
+    return http.Endpoint(health=http.Answer(200) if ok else http.Answer(None, error="refused"))
+
+
+def facts_for(ctx, running=True, ray=None, healthy=False, label=None, joined=True,
+              step=None, log=None):
+    """`step`'s facts (launch's by default) on a Ray layout node with a CUDA 13 driver: its
+    container running this configuration (`label`: another's; running None: no container),
+    the head's `ray status` and /health; `log` for a wait's look."""
+    step = step or LaunchEngine()
+    spec = looked(step, ctx, cuda="13.0").spec
     want = label or spec.labels[engines.CONFIG_LABEL]
     found = container(running, labels={engines.CONFIG_LABEL: want}) if running \
         is not None else None
-    return {"spec": spec, "container": found, "key_file_sha": None, "ray": ray,
-            "healthy": healthy, "ray_layout": True, "joined": joined, "log": ""}
+    waiting = log is not None
+    asked = {f.name for f in [*step.probes(ctx), *(step.wait_probes(ctx) if waiting else [])]}
+    values = {"cuda": "13.0", "container": found, "ray": ray, "health": health(healthy),
+              "joined": joined, "log": log}
+    # each where the step asks it: the head's `ray status` and /health, ray-cluster's joined
+    return looked(step, ctx, waiting, **{k: v for k, v in values.items() if k in asked})
+
+
+def status(nodes: int, gpus: float, used: float = 0.0, reserved: float = 0.0,
+           reported: bool = True) -> RayStatus:
+    return RayStatus(gpus, used, reserved, nodes=nodes, reported=reported)
 
 
 # -- ray status ---------------------------------------------------------------------------
 def test_parse_status_counts_nodes_and_gpus():
-    assert raylayout.parse_status(status_text(2, 16.0), 0) == \
-        {"nodes": 2, "gpus": 16.0, "gpus_used": 0.0, "gpus_reserved": 0.0, "reported": True}
-    assert raylayout.parse_status(status_text(2, 16.0, 16.0), 0)["gpus_used"] == 16.0
-    assert raylayout.parse_status("ConnectionError: Could not find any running Ray", 1) is None
+    assert parse_status(status_text(2, 16.0), 0) == status(2, 16.0)
+    assert parse_status(status_text(2, 16.0, 16.0), 0) == status(2, 16.0, 16.0, 16.0)
+    assert parse_status("ConnectionError: Could not find any running Ray", 1) is None
 
 
 def test_whole_problem_names_what_is_missing(tmp_path):
     inv = ctx_for(tmp_path).inv
-    assert raylayout.whole_problem({"nodes": 2, "gpus": 16.0, "gpus_used": 0}, inv) is None
-    assert "1 of 2 nodes and 8 of 16 GPUs" in raylayout.whole_problem(
-        {"nodes": 1, "gpus": 8.0, "gpus_used": 0}, inv)
+    assert raylayout.whole_problem(status(2, 16.0), inv) is None
+    assert "1 of 2 nodes and 8 of 16 GPUs" in raylayout.whole_problem(status(1, 8.0), inv)
     assert "does not answer" in raylayout.whole_problem(None, inv)
 
 
 # -- launch over Ray ----------------------------------------------------------------------
 def test_launch_execs_serve_on_the_head_once_every_node_joined(tmp_path):
     ctx = ctx_for(tmp_path)
-    actions = LaunchEngine().plan(facts_for(ctx, ray={"nodes": 2, "gpus": 16.0,
-                                                      "gpus_used": 0.0}), ctx)
+    actions = LaunchEngine().plan(facts_for(ctx, ray=status(2, 16.0)), ctx)
     clear, serve, placed = actions
     # An earlier serve's exit line is gone before this serve is awaited.
     assert clear.argv[:2] == ("rm", "-f") and clear.argv[2].endswith("/vllm-serve.log")
@@ -98,22 +116,21 @@ def test_launch_waits_for_ray_status_to_count_every_node_before_serving(tmp_path
     """`ray status` lags the cluster (one report every 5 s): a partial count is a wait the
     runner executes, bounded, with the serve after it, not a failure."""
     ctx = ctx_for(tmp_path)
-    clear, settle, serve, placed = LaunchEngine().plan(
-        facts_for(ctx, ray={"nodes": 1, "gpus": 8.0, "gpus_used": 0}), ctx)
+    clear, settle, serve, placed = LaunchEngine().plan(facts_for(ctx, ray=status(1, 8.0)), ctx)
     assert clear.argv[:2] == ("rm", "-f")
     assert settle.wait and settle.wait.timeout == raylayout.SETTLE_SECONDS
     assert "2 nodes and 16 GPUs" in settle.wait.until and "Ray has 1 of 2 nodes" in settle.wait.hint
     assert list(serve.argv[8:10]) == ["vllm", "serve"] and placed.wait
-    fresh = {"nodes": 0, "gpus": 0.0, "gpus_used": 0.0, "reported": False}
+    fresh = status(0, 0.0, reported=False)
     assert LaunchEngine().plan(facts_for(ctx, ray=fresh), ctx)[1].waits_for(settle.wait)
 
 
 def test_launch_leaves_a_running_serve_alone_and_workers_run_nothing(tmp_path):
     ctx = ctx_for(tmp_path)
-    held = {"nodes": 2, "gpus": 16.0, "gpus_used": 16.0}
-    assert LaunchEngine().plan(facts_for(ctx, ray=held), ctx) == []
-    assert LaunchEngine().plan(facts_for(ctx, ray={**held, "gpus_used": 0}, healthy=True),
-                               ctx) == []
+    assert LaunchEngine().plan(facts_for(ctx, ray=status(2, 16.0, 16.0)), ctx) == []
+    assert LaunchEngine().plan(facts_for(ctx, ray=status(2, 16.0), healthy=True), ctx) == []
+    # /health is asked of the serve only where Ray answers: the serve runs in its container
+    assert not facts_for(ctx, ray=None, healthy=True).healthy
     worker = ctx_for(tmp_path, rank=1)
     assert LaunchEngine().plan(facts_for(worker), worker) == []
 
@@ -124,12 +141,11 @@ def test_a_serve_whose_placement_groups_reserve_idle_gpus_holds_them_through_its
     is over (nothing left to plan) and wait's liveness check keeps waiting, never 'not
     running'."""
     ctx = ctx_for(tmp_path)
-    reserved = {"nodes": 2, "gpus": 16.0, "gpus_used": 0.0, "gpus_reserved": 16.0,
-                "reported": True}
+    reserved = status(2, 16.0, reserved=16.0)
     assert LaunchEngine().plan(facts_for(ctx, ray=reserved, healthy=False), ctx) == []
     assert raylayout.serve_alive(reserved, healthy=False, inv=b200())
     with pytest.raises(StepFailed, match="not running"):
-        raylayout.serve_alive({**reserved, "gpus_reserved": 0.0}, healthy=False, inv=b200())
+        raylayout.serve_alive(status(2, 16.0), healthy=False, inv=b200())
 
 
 def test_launch_without_the_ray_container_points_at_ray_cluster(tmp_path):
@@ -151,13 +167,13 @@ def test_ray_cluster_plans_nothing_and_probes_nothing_off_the_ray_layout(tmp_pat
         step = RayCluster()
         step.prepare(ctx.run)
         facts = step.facts(ctx)
-        assert facts == {"ray_layout": False} and step.plan(facts, ctx) == []
+        assert step.plan(facts, ctx) == []
         assert ctx.conn.commands == [] and step.detail(facts, ctx) is None
 
 
 def test_ray_cluster_starts_the_head_with_the_key_file_and_workers_without(tmp_path):
     head = ctx_for(tmp_path)
-    actions = RayCluster().plan(facts_for(head, running=None), head)
+    actions = RayCluster().plan(facts_for(head, running=None, step=RayCluster()), head)
     assert [a.description for a in actions] == ["create secrets dir (0700)",
                                                  "write the endpoint key (0600)",
                                                  "start the Ray head",
@@ -167,26 +183,28 @@ def test_ray_cluster_starts_the_head_with_the_key_file_and_workers_without(tmp_p
     assert run[run.index("--entrypoint") + 1] == "ray" and "--head" in run
     assert "--env-file" in run and KEY not in " ".join(run)
     worker = ctx_for(tmp_path, rank=1)
-    join, registered = RayCluster().plan(facts_for(worker, running=None), worker)
+    join, registered = RayCluster().plan(facts_for(worker, running=None, step=RayCluster()),
+                                         worker)
     assert join.description == "join the Ray cluster (rank 1)" and registered.wait
     assert "--address=10.0.0.10:6379" in join.argv and "--env-file" not in join.argv
 
 
 def test_ray_cluster_same_config_is_left_alone_other_needs_replace(tmp_path):
     ctx = ctx_for(tmp_path, rank=1)
-    assert RayCluster().plan(facts_for(ctx), ctx) == []
+    step = RayCluster()
+    assert step.plan(facts_for(ctx, step=step), ctx) == []
     # Started (by a run that was cut short) but not registered yet: only the wait is left.
-    (left,) = RayCluster().plan(facts_for(ctx, joined=False), ctx)
+    (left,) = step.plan(facts_for(ctx, joined=False, step=step), ctx)
     assert left.wait.until == "`ray start` registered this node"
     with pytest.raises(StepFailed, match="runs another configuration"):
-        RayCluster().plan(facts_for(ctx, label="old"), ctx)
+        step.plan(facts_for(ctx, label="old", step=step), ctx)
 
 
 def test_wait_fails_fast_once_the_serve_let_go_of_the_gpus():
-    held = raylayout.parse_status(status_text(2, 16.0, 16.0), 0)
+    held = parse_status(status_text(2, 16.0, 16.0), 0)
     assert raylayout.serve_alive(held, False, b200()) is True
-    assert raylayout.serve_alive(raylayout.parse_status(status_text(2, 16.0), 0), True, b200())
-    gone = raylayout.parse_status(status_text(2, 16.0), 0)
+    assert raylayout.serve_alive(parse_status(status_text(2, 16.0), 0), True, b200())
+    gone = parse_status(status_text(2, 16.0), 0)
     with pytest.raises(StepFailed, match="vllm serve in the Ray head is not running"):
         raylayout.serve_alive(gone, False, b200())
     # The serve log (its own output, from the serve-logs file) names why: the exception
@@ -225,41 +243,42 @@ def test_launch_fails_once_the_serve_log_ends_in_its_exit_line(tmp_path):
     exit line its shell appends (engines.vllm.SERVE_EXITED) ends launch's wait at once, blamed
     on the node whose rank failed."""
     ctx = ctx_for(tmp_path)
-    whole = raylayout.parse_status(status_text(2, 16.0), 0)
+    whole = parse_status(status_text(2, 16.0), 0)
     log = ("(APIServer pid=7) (DPEngineCoreActor pid=9, ip=10.0.0.11) ERROR 12-04 10:00:00 "
            "[core.py:708] EngineCore failed to start.\n(APIServer pid=7) (DPEngineCoreActor "
            "pid=9, ip=10.0.0.11) ValueError: No available memory for the cache blocks.\n"
            f"{engines.SERVE_EXITED} 1\n")
-    facts = {**facts_for(ctx, ray=whole, healthy=False), "log": log}
+    facts = facts_for(ctx, ray=whole, healthy=False, log=log)
     with pytest.raises(StepFailed, match=r"exited \(1\) during its start-up") as failed:
         LaunchEngine().progress(facts, ctx)
     assert failed.value.node == "node1" and "No available memory" in str(failed.value)
     assert raylayout.serve_exited(log) == 1 and raylayout.serve_exited(log[:-30]) is None
-    assert LaunchEngine().progress({**facts, "log": log[:-30]}, ctx) is None
+    still = facts_for(ctx, ray=whole, healthy=False, log=log[:-30])
+    assert LaunchEngine().progress(still, ctx) is None
 
 
 # -- verify: vLLM's reply shapes ----------------------------------------------------------
-def reply(message: dict, status: int = 200) -> dict:
-    return {"status": status, "body": {"choices": [{"message": message}]}}
+def reply(message: dict, status: int = 200) -> http.Answer:
+    return http.answer({"status": status, "body": {"choices": [{"message": message}]}})
 
 
-MODELS = {"status": 200, "body": {"data": [{"id": "moonshotai/Kimi-K3"}]}}
+MODELS = http.answer({"status": 200, "body": {"data": [{"id": "moonshotai/Kimi-K3"}]}})
 CALL = {"tool_calls": [{"function": {"name": "get_weather"}}]}
 
 
 @pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
 def test_verify_accepts_reasoning_under_either_name(field):
     msg = {"content": "answer", field: "thinking"}
-    assert reasoning_field(msg) == field
-    assert endpoint_problems({"models": MODELS, "chat": reply(msg), "tools": reply(CALL)},
+    assert reasoning_field(reply(msg).message) == field
+    assert endpoint_problems(http.Endpoint(models=MODELS, chat=reply(msg), tools=reply(CALL)),
                              "moonshotai/Kimi-K3") == []
 
 
 def test_verify_still_catches_a_k2_parser_and_explains_a_refused_tool_call():
     leaked = reply({"content": "<think>x</think>answer", "reasoning": None})
-    refused = {"status": 400, "body": {"error": {"message": "\"auto\" tool choice requires "
-                                                 "--enable-auto-tool-choice"}}}
-    found = dict(endpoint_problems({"models": MODELS, "chat": leaked, "tools": refused},
+    refused = http.answer({"status": 400, "body": {"error": {
+        "message": "\"auto\" tool choice requires --enable-auto-tool-choice"}}})
+    found = dict(endpoint_problems(http.Endpoint(models=MODELS, chat=leaked, tools=refused),
                                    "moonshotai/Kimi-K3"))
     assert "kimi_k2" in found["reasoning"]
     assert "answered 400" in found["tools"] and "--enable-auto-tool-choice" in found["tools"]
@@ -276,12 +295,11 @@ def test_the_runner_waits_through_ray_status_lag_then_serves(tmp_path, monkeypat
 
     class Lagging(LaunchEngine):
         def facts(self, node, waiting=False):
-            return facts_for(node, ray=raylayout.parse_status(reports.pop(0), 0))
+            return facts_for(node, ray=parse_status(reports.pop(0), 0))
 
     step = Lagging()
-    settle = step.plan(facts_for(ctx, ray={"nodes": 0, "gpus": 0.0, "gpus_used": 0.0,
-                                           "reported": False}), ctx)[1]
+    settle = step.plan(facts_for(ctx, ray=status(0, 0.0, reported=False)), ctx)[1]
     seen = ctx.run.executor.waiter(step, ctx, settle.wait)
-    assert reports == [] and seen["ray"]["nodes"] == 2
+    assert reports == [] and seen.ray.nodes == 2
     assert [a.argv[8:10] for a in step.plan(seen, ctx) if a.argv and a.argv[0] == "docker"] \
         == [("vllm", "serve")]

@@ -6,20 +6,28 @@ fake connections receive out, run by the runner's cluster look (run/cluster_look
 Preflight's own hooks (plan, problems, cluster_probes, cluster_problems, closing_lines) touch no
 connection: the test with a connection that raises on any use says so."""
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
 
 from k3deploy.cluster import inventory
+from k3deploy.core.errors import K3Error
+from k3deploy.facts import http
+from k3deploy.facts.docker import Container
+from k3deploy.facts.reach import Mesh, NotRun
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.cluster_look import look_across
 from k3deploy.steps.preflight import Preflight
+from k3deploy.steps import reachability
 from k3deploy.steps.reachability import MESH, NOT_PROBED, mesh_probes
 from tests.unit.docker_facts import container
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes
+from tests.unit.typed import facts as typed_facts
 from tests.unit.test_step_fixtures import manifest
 
 RUNNING = container()
@@ -43,17 +51,38 @@ def run_ctx(tmp_path):
     return run, conns
 
 
+@dataclass(frozen=True)
+class Seen:
+    """What the mesh reads of a node's facts (reachability.Found): preflight's fields."""
+    hub_client: str | None
+    ports_in_use: frozenset[int]
+    container: Container | None
+    serving: http.Endpoint | None = None
+    mesh: Mesh | NotRun | K3Error | None = None
+
+
+class MeshStep:
+    """Preflight's share of the cluster hooks: the mesh, and what it found."""
+    name = "preflight"
+
+    def cluster_probes(self, all_facts, run):
+        return mesh_probes(run, all_facts)
+
+    def cluster_problems(self, all_facts, run):
+        return reachability.reachability_problems(run, all_facts)
+
+
 def facts(run, engine=RUNNING, health=200):
+    """health None: the head's /health got no answer (nothing listens)."""
     head = run.inv.head.name
-    out = {n.name: {"hub_client": "1.0", "ports_in_use": set(), "container": engine}
-           for n in run.inv.nodes}
-    out[head]["serving"] = {"health": {"status": health}} if health else None
+    out = {n.name: Seen("1.0", frozenset(), engine) for n in run.inv.nodes}
+    out[head] = dataclasses.replace(out[head], serving=http.Endpoint(health=http.Answer(health)))
     return out
 
 
 def reachability_problems(run, found):
     """What preflight reports on the ports after the runner ran its cluster probes."""
-    step = Preflight()
+    step = MeshStep()
     looked = look_across(step, found, {n: SimpleNamespace(conn=c)
                                        for n, c in run.session.connections.items()}, run)
     return [p for p in step.cluster_problems(looked, run) if p[1] == "ports"]
@@ -79,7 +108,8 @@ def test_running_containers_whose_head_does_not_answer_are_probed(tmp_path):
 def test_a_rank_whose_container_exited_means_the_mesh_runs(tmp_path):
     run, conns = run_ctx(tmp_path)
     found = facts(run)
-    found[run.inv.nodes[-1].name]["container"] = EXITED
+    last = run.inv.nodes[-1].name
+    found[last] = dataclasses.replace(found[last], container=EXITED)
     reachability_problems(run, found)
     assert meshes(conns) == len(run.inv.nodes)
 
@@ -105,13 +135,28 @@ def test_preflight_asks_the_head_for_health_with_the_endpoint_key(tmp_path):
     assert "serving" not in [f.name for f in Preflight().probes(worker)]
 
 
+def preflight_facts(run, health, **values) -> dict:
+    """Preflight's typed facts on every node, as a real look gives them: each probe's parse of
+    a command that printed nothing and failed, unless given; the head's /health answering
+    `health`."""
+    out = {}
+    for rank, node in run.inv.ranked():
+        ctx = NodeContext(run, node, rank)
+        doc = {f.name: f.parse("", 255) for f in Preflight().probes(ctx)}
+        doc.update(hub_client="1.0", ports_in_use=frozenset(), container=RUNNING, **values)
+        if ctx.is_head:
+            doc["serving"] = http.Endpoint(health=http.Answer(health))
+        out[node.name] = typed_facts(Preflight, doc)
+    return out
+
+
 def test_preflight_says_when_it_left_the_ports_unprobed(tmp_path):
     run, conns = run_ctx(tmp_path)
     step = Preflight()
-    assert step.closing_lines(run, facts(run)) == [NOT_PROBED]
-    assert step.cluster_probes(facts(run), run) == {}
-    assert step.closing_lines(run, facts(run, health=503)) == []
-    assert set(step.cluster_probes(facts(run, health=503), run)) == set(conns)
+    assert step.closing_lines(run, preflight_facts(run, 200)) == [NOT_PROBED]
+    assert step.cluster_probes(preflight_facts(run, 200), run) == {}
+    assert step.closing_lines(run, preflight_facts(run, 503)) == []
+    assert set(step.cluster_probes(preflight_facts(run, 503), run)) == set(conns)
 
 
 class Untouchable(FakeConn):
@@ -128,10 +173,9 @@ def test_preflights_hooks_never_touch_a_connection(tmp_path, health):
     conns = {n.name: Untouchable(n.name) for n in inv.nodes}
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns),
                      inputs=RunInputs(api_key="k3-key", settled=frozenset({"token"}), manifest=manifest(10**9)))
-    found = facts(run, health=health)
-    for name in found:   # the facts a real look gives; each hook only reads them
-        found[name].update(gpus=[], cuda="12.8", docker="29.0", nic="", free_bytes=10**12,
-                           have_bytes=0, sudo=True)
+    # the facts a real look gives; each hook only reads them
+    found = preflight_facts(run, health, gpus=(), cuda="12.8", docker="29.0", nic="",
+                            free_bytes=10**12, have_bytes=0, sudo=True)
     step = Preflight()
     for rank, node in inv.ranked():
         ctx = NodeContext(run, node, rank)
@@ -139,7 +183,7 @@ def test_preflights_hooks_never_touch_a_connection(tmp_path, health):
         assert step.problems(found[node.name], ctx)   # no GPUs: found without asking the node
     probes = step.cluster_probes(found, run)
     assert bool(probes) == (health != 200)
-    answered = {n: {**f, MESH: {"ports": {}, "probes": {}}} for n, f in found.items()}
+    answered = {n: dataclasses.replace(f, **{MESH: Mesh((), ())}) for n, f in found.items()}
     assert step.cluster_problems(answered if probes else found, run) is not None
     step.closing_lines(run, found)
     assert all(not c.commands for c in conns.values())

@@ -8,10 +8,13 @@ import pytest
 from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import inventory
 from k3deploy.facts import nvidia_smi
+from k3deploy.facts import ray
+from k3deploy.facts.ray import GpuUsage, RayStatus
 from k3deploy.steps import raylayout
 from k3deploy.steps.preflight import _gpu_problems
-from k3deploy.steps.verify import VerifyEndpoint
+from k3deploy.steps.verify import VerifyEndpoint, VerifyFacts
 from tests.realfix import real as real_file
+from tests.unit.preflight_facts import preflight_facts
 
 
 def real(tool: str, name: str) -> str:
@@ -25,25 +28,25 @@ def real(tool: str, name: str) -> str:
     ("status-pending-placement-group.txt", 2, 0.0, 0.0, 0.0, True),
 ])
 def test_ray_status(name, nodes, gpus, used, reserved, reported):
-    status = raylayout.parse_status(real("ray/2.x", name), 0)
-    assert status == {"nodes": nodes, "gpus": gpus, "gpus_used": used,
-                      "gpus_reserved": reserved, "reported": reported}
+    status = ray.parse_status(real("ray/2.x", name), 0)
+    assert status == RayStatus(gpus, used, reserved, nodes=nodes, reported=reported)
 
 
 def test_gpus_reserved_in_placement_groups_and_unused_are_a_running_serve():
     """A serve whose ranks claim no GPU of their placement groups (TP 1, DP over Ray) holds
     them all the same; an unplaced group reserves nothing and is no serve."""
-    found = raylayout.gpu_usage(real("ray/2.x", "status-gpus-reserved-unused.txt"))
-    assert found == {"gpus": 2.0, "gpus_used": 0.0, "gpus_reserved": 1.0}
-    assert raylayout.serve_running({"nodes": 1, **found, "reported": True}, healthy=False)
-    pending = raylayout.parse_status(real("ray/2.x", "status-pending-placement-group.txt"), 0)
+    found = ray.gpu_usage(real("ray/2.x", "status-gpus-reserved-unused.txt"))
+    assert found == GpuUsage(gpus=2.0, gpus_used=0.0, gpus_reserved=1.0)
+    assert raylayout.serve_running(RayStatus(found.gpus, found.gpus_used, found.gpus_reserved,
+                                             nodes=1), healthy=False)
+    pending = ray.parse_status(real("ray/2.x", "status-pending-placement-group.txt"), 0)
     assert not raylayout.serve_running(pending, healthy=False)
 
 
 def test_ray_status_without_a_cluster_is_no_answer():
     out = ("ConnectionError: Could not find any running Ray instance. Please specify the one to "
            "connect to by setting `--address` flag or `RAY_ADDRESS` environment variable.")
-    assert raylayout.parse_status(out, 1) is None
+    assert ray.parse_status(out, 1) is None
 
 
 def test_a_fresh_head_is_a_wait_not_a_missing_node():
@@ -51,11 +54,11 @@ def test_a_fresh_head_is_a_wait_not_a_missing_node():
                            "gpu": {"model": "b200", "count": 8},
                            "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"}
                                      for i in range(2)]})
-    fresh = raylayout.parse_status(real("ray/2.x", "status-no-report-yet.txt"), 0)
+    fresh = ray.parse_status(real("ray/2.x", "status-no-report-yet.txt"), 0)
     assert "no cluster report yet" in raylayout.whole_problem(fresh, inv)
-    settled = raylayout.parse_status(real("ray/2.x", "status-2nodes-16gpu.txt"), 0)
+    settled = ray.parse_status(real("ray/2.x", "status-2nodes-16gpu.txt"), 0)
     assert raylayout.whole_problem(settled, inv) is None
-    held = raylayout.parse_status(real("ray/2.x", "status-2nodes-16gpu-placement-groups.txt"), 0)
+    held = ray.parse_status(real("ray/2.x", "status-2nodes-16gpu-placement-groups.txt"), 0)
     assert raylayout.serve_running(held, healthy=False)
 
 
@@ -95,8 +98,8 @@ def test_preflight_names_the_lost_gpu_and_says_reboot():
                            "gpu": {"model": "h100", "count": 8},
                            "nodes": [{"name": "node1", "address": "10.0.0.11"}]})
     out = real("nvidia-smi", "560/lost-gpu-unknown-error.txt")
-    facts = {"gpus": nvidia_smi.parse_gpus(out, 255), "gpus_lost": nvidia_smi.parse_lost(out, 255),
-             "cuda": None}
+    facts = preflight_facts(gpus=nvidia_smi.parse_gpus(out, 255),
+                            gpus_lost=nvidia_smi.parse_lost(out, 255), cuda=None)
     (check, message), = _gpu_problems(facts, _Node(inv))
     assert check == "gpus" and "0000:17:00.0" in message and "reboot" in message
     assert "install the NVIDIA driver" not in message
@@ -124,6 +127,7 @@ def test_verify_names_a_gpu_lost_after_bring_up():
     node = _Node(inv)
     node.is_head, node.rank = False, 1
     out = real("nvidia-smi", "520.61.05/lost-gpu-unknown-error.txt")
-    facts = {"gpus": nvidia_smi.parse_gpus(out, 255), "gpus_lost": nvidia_smi.parse_lost(out, 255)}
+    facts = VerifyFacts(None, {}, nvidia_smi.parse_gpus(out, 255), None,
+                        gpus_lost=nvidia_smi.parse_lost(out, 255))
     (check, message), = VerifyEndpoint().problems(facts, node)
     assert check == "memory" and "GPU 0000:0B:00.0 is lost" in message and "reboot" in message

@@ -3,6 +3,11 @@ machine) cannot join their formed group: the group is relaunched whole, each nod
 rank. One decision (steps/regroup.py), made before guard-stop from every node's engine, read by
 guard-stop (every guard goes) and launch (every rank removed and started again)."""
 
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
 import pytest
 
 from k3deploy import engines
@@ -53,24 +58,22 @@ def test_a_container_started_by_hand_with_another_rank_is_not_relaunched_as_ours
 
 def test_launch_relaunches_a_survivor_with_the_same_rank_then_leaves_the_new_engine(tmp_path):
     step, ctx, facts = launch_facts(tmp_path, rank=1)
-    label = facts["spec"].labels[engines.CONFIG_LABEL]
+    label = facts.spec.labels[engines.CONFIG_LABEL]
     ctx.run.ledger.decide(regroup.decide(
         {**{n: engine(label=label) for n in NAMES}, NAMES[2]: None}, INV))
-    facts["container"] = engine(label=label)
-    actions = step.plan(facts, ctx)
+    actions = step.plan(dataclasses.replace(facts, container=engine(label=label)), ctx)
     assert "remove old container k3" in [a.description for a in actions]
     run = list(actions[-1].argv)
     assert actions[-1].description == "start rank 1" and run[run.index("--node-rank") + 1] == "1"
-    facts["container"] = engine(cid="c-new", label=label)   # the one launch started
-    assert step.plan(facts, ctx) == []
+    started = engine(cid="c-new", label=label)   # the one launch started
+    assert step.plan(dataclasses.replace(facts, container=started), ctx) == []
 
 
 def test_a_rank_that_stopped_after_the_look_fails_launch_naming_it_not_started_alone(tmp_path):
     step, ctx, facts = launch_facts(tmp_path, rank=3)
     ctx.run.ledger.decide(regroup.decide({n: engine() for n in NAMES}, INV))  # all ran
-    facts["container"] = engine(running=False)
     with pytest.raises(StepFailed, match="started alone it cannot join") as err:
-        step.plan(facts, ctx)
+        step.plan(dataclasses.replace(facts, container=engine(running=False)), ctx)
     assert err.value.node == NAMES[3] and "relaunches the whole group" in err.value.hint
 
 
@@ -94,22 +97,28 @@ class Settles(Asks):
 
     def settle(self, all_facts, run):
         assert not self.planned
-        self.seen = {n: f["value"] for n, f in all_facts.items()}
+        self.seen = {n: f.value for n, f in all_facts.items()}
 
     def plan(self, facts, node):
         self.planned.append(node.name)
         return super().plan(facts, node)
 
 
-class Later(Step):
+@dataclass(frozen=True)
+class Slow:
+    slow: str | None = None
+
+
+class Later(Step[Slow]):
     name = "later"
+    Facts = Slow
     seen: list = []
 
     def probes(self, node):
         return [F.Fact("slow", "cat /a", lambda out, code: out.strip(), ahead=False)]
 
     def plan(self, facts, node):
-        self.seen.append(facts.get("slow"))
+        self.seen.append(facts.slow)
         return []
 
 

@@ -1,18 +1,21 @@
 """Which node preflight blames when the nodes differ: facts in, problems out."""
 
+from k3deploy.cli.init_findings import Host
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps.preflight import _gpu_problems
 from k3deploy.steps.sameness import majority, undeclared_problems
 from tests.unit.invdata import four_nodes
+from tests.unit.preflight_facts import preflight_facts
 
 H100 = "NVIDIA H100 80GB HBM3"
 CU13, CU12 = ("580.65.06", "13.0"), ("570.133.20", "12.8")
 
 
 def facts(gpus=8, name=H100, driver=CU13):
-    return {"gpus": [{"name": name, "total_mib": 81559, "used_mib": 0}] * gpus,
-            "driver": driver[0], "cuda": driver[1]}
+    """A node's preflight facts (facts/nvidia_smi.Gpu records) with these GPUs and driver."""
+    return preflight_facts(gpus=[{"name": name, "total_mib": 81559, "used_mib": 0}] * gpus,
+                           driver=driver[0], cuda=driver[1])
 
 
 def two_nodes():
@@ -79,5 +82,13 @@ def test_same_cuda_other_driver_is_still_named():
 
 
 def test_a_node_whose_nvidia_smi_failed_is_left_to_the_per_node_check():
-    all_facts = {"node0": facts(), "node1": {"gpus": None, "driver": None, "cuda": None}}
+    all_facts = {"node0": facts(), "node1": preflight_facts(gpus=None, driver=None, cuda=None)}
     assert undeclared_problems(all_facts) == []
+
+
+def test_init_names_the_odd_host_as_preflight_names_the_odd_node():
+    """init compares the hosts it found (cli/init_findings.py) by the same rule."""
+    hosts = {f"h{i}": Host(f"10.0.0.{i}", f"h{i}", None, H100, "h100", 8, *CU13, None)
+             for i in range(3)}
+    hosts["h1"] = Host("10.0.0.1", "h1", None, H100, "h100", 8, *CU12, None)
+    assert [(n, c) for n, c, _ in undeclared_problems(hosts)] == [("h1", "identical")]

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from k3deploy.cli import cluster_state
+from k3deploy.facts import http
 from k3deploy.facts.docker import Container
-from k3deploy.steps import reachability, serves
+from k3deploy.steps import reachability
 from tests.unit.docker_facts import container
 
 NAMES = ("n0", "n1", "n2")
@@ -22,23 +23,26 @@ def _inspect(running: bool | None) -> Container | None:
     return None if running is None else container(running)
 
 
+def _node(running: bool | None, health: int | None = None, head: bool = False):
+    """What both read of a node (reachability.Found): the head's /health answering
+    `health` (None: no answer)."""
+    serving = http.Endpoint(health=http.Answer(health)) if head else None
+    return SimpleNamespace(container=_inspect(running), serving=serving)
+
+
 CASES = list(itertools.product([True, False, None], [True, False, None], [200, 503, None]))
 
 
 @pytest.mark.parametrize("head, other, health", CASES)
 def test_preflight_and_status_agree(head, other, health):
-    answer = None if health is None else {"health": {"status": health}}
-    facts = {"n0": {"container": _inspect(head), serves.HEALTH: answer},
-             "n1": {"container": _inspect(other)}, "n2": {"container": _inspect(True)}}
-    lives = {n: {"reachable": True, "incident": None,
-                 "container": f["container"],
-                 "health": f.get(serves.HEALTH)} for n, f in facts.items()}
+    facts = {"n0": _node(head, health, head=True), "n1": _node(other), "n2": _node(True)}
+    lives = {n: {"reachable": True, "incident": None, "container": f.container,
+                 "health": f.serving} for n, f in facts.items()}
     pre = reachability.serving(RUN, facts)
     status = cluster_state.summarize(lives)["state"] == cluster_state.SERVING
     assert pre == status == (head is True and other is True and health == 200)
 
 
 def test_a_node_that_did_not_answer_is_not_serving():
-    facts = {"n0": {"container": _inspect(True), serves.HEALTH: {"health": {"status": 200}}},
-             "n1": {"container": _inspect(True)}}
+    facts = {"n0": _node(True, 200, head=True), "n1": _node(True)}
     assert not reachability.serving(RUN, facts)

@@ -3,7 +3,9 @@ the others wait and verify; no fan-out; the docker data-root stays local; wipe-w
 the copy once; preflight names a node that does not see the head's marker. Facts in, actions
 (or findings) out."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,16 +21,18 @@ from k3deploy.steps.download import DownloadWeights
 from k3deploy.steps.hub_restart import START
 from k3deploy.steps.nvme import MoveToNvme
 from k3deploy.steps.preflight import Preflight
-from k3deploy.steps.teardown import WipeWeights
+from k3deploy.steps.teardown import WipeFacts, WipeWeights
+from tests.unit.download_facts import facts as download_facts
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
+from tests.unit import typed
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "steps"
 SHARED = "/mnt/shared/hf"
 FILES = tuple(RepoFile(f"model-0000{i}.safetensors", 100 + i, f"{i:064x}", "c" * 40) for i in range(4))
 MANIFEST = Manifest("moonshotai/Kimi-K3", "main", "a" * 40, "http://hub", FILES)
-MISSING = {"total": 4, "missing_count": 4, "missing": [], "partial_bytes": 0, "verified_bytes": 0,
-           "running": False, "progress": None, "token_file": False, "log": ""}
-DONE = {**MISSING, "missing_count": 0, "verified_bytes": 406}
+MISSING = download_facts()
+DONE = download_facts(missing_count=0, verified_bytes=406)
 
 
 def shared_doc(**paths):
@@ -44,7 +48,13 @@ def ctx(tmp_path, rank=0, doc=None):
 
 
 def marked(facts, node):
-    return {**facts, shared_hf.FACT: shared_hf.marker_text(node.inv)}
+    return dataclasses.replace(facts, shared_marker=shared_hf.marker_text(node.inv))
+
+
+@dataclasses.dataclass(frozen=True)
+class Marker:
+    """What shared_hf reads of any step's facts: the marker as the node read it."""
+    shared_marker: str | None
 
 
 def test_inventory_rules_for_a_shared_cache():
@@ -83,16 +93,16 @@ def test_a_follower_without_the_marker_is_named(tmp_path):
     node = ctx(tmp_path, rank=2)
     for step in (DownloadWeights({"wait": False}), DownloadWeights()):
         with pytest.raises(StepFailed) as err:
-            step.plan({**MISSING, shared_hf.FACT: ""}, node)
+            step.plan(dataclasses.replace(MISSING, shared_marker=""), node)
         assert err.value.node == "node2" and "does not see the shared HF cache" in str(err.value)
     node.run.check = True   # --check on a fresh volume: the head has written no marker yet
-    assert len(DownloadWeights().plan({**MISSING, shared_hf.FACT: ""}, node)) == 1
+    assert len(DownloadWeights().plan(dataclasses.replace(MISSING, shared_marker=""), node)) == 1
 
 
 def test_a_follower_wait_fails_on_the_head_when_its_downloader_died(tmp_path):
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
-    dead = {**MISSING, "progress": {"error": "disk full"}}
+    dead = download_facts(progress={"error": "disk full"})
     seen = {"node0": dead, "node1": marked(MISSING, node)}
     step.check_cluster(seen, run, 1.0, looked_at=100.0)  # not started yet
     run.ledger.record("node0", "download", START, at=100.5)
@@ -101,12 +111,17 @@ def test_a_follower_wait_fails_on_the_head_when_its_downloader_died(tmp_path):
     with pytest.raises(StepFailed) as err:             # a look begun after it: a death
         step.check_cluster(seen, run, 2.0, looked_at=101.0)
     assert err.value.node == "node0" and "disk full" in str(err.value)
-    assert step.progress(marked({**MISSING, "partial_bytes": 7}, node), node) == 7
+    assert step.progress(marked(download_facts(partial_bytes=7), node), node) == 7
+
+
+def fixture_facts(step, name: str, **changed):
+    """A step's typed facts from tests/fixtures/steps/NAME.json, with `changed` fields."""
+    doc = json.loads((FIXTURES / f"{name}.json").read_text())["facts"]
+    return dataclasses.replace(typed.facts(step, doc), **changed)
 
 
 def test_nvme_marks_the_cache_on_the_head_and_leaves_it_alone_elsewhere(tmp_path):
-    base = {"login_user": "root", "docker_dir": True, "daemon_json": {},
-            "docker_root": "/var/lib/docker", "docker_root_wanted": "/mnt/nvme/docker"}
+    base = fixture_facts(MoveToNvme, "nvme-fresh", login_user="root", docker_dir=True)
     head, other = ctx(tmp_path, rank=0), ctx(tmp_path, rank=3)
     shown = [a.shown() for a in MoveToNvme().plan(base, head)]
     assert any(SHARED + "/hub" in s and s.startswith("create HF cache") for s in shown)
@@ -117,10 +132,8 @@ def test_nvme_marks_the_cache_on_the_head_and_leaves_it_alone_elsewhere(tmp_path
     assert [a.upload_to for a in actions if a.upload_to] == ["/etc/docker/daemon.json"]
     daemon = next(a for a in actions if a.upload_to == "/etc/docker/daemon.json")
     assert json.loads(daemon.content)["data-root"] == "/mnt/nvme/docker"   # local, not shared
-    assert MoveToNvme().plan(marked({**base, "hf_owner": "root", "hf_writable": True,
-                                     "docker_root": "/mnt/nvme/docker",
-                                     "daemon_json": {"data-root": "/mnt/nvme/docker"}}, head),
-                             head) == []
+    done = fixture_facts(MoveToNvme, "nvme-done")
+    assert MoveToNvme().plan(marked(done, head), head) == []
 
 
 def test_wipe_weights_deletes_the_shared_copy_once(tmp_path):
@@ -129,7 +142,8 @@ def test_wipe_weights_deletes_the_shared_copy_once(tmp_path):
     for rank in range(4):
         node = ctx(tmp_path, rank=rank)
         step = WipeWeights()
-        facts = {f"exists{i}": True for i in range(len(step.targets(node)))}
+        # every node finds both: only the head's plan deletes the shared copy
+        facts = WipeFacts(weights=True, work=True)
         plans[node.name] = [a.argv for a in step.plan(facts, node)]
     assert [n for n, argvs in plans.items() if any(cache in a for a in argvs)] == ["node0"]
     assert all(argvs == [("rm", "-rf", "--", "/mnt/nvme/.k3deploy")]
@@ -143,31 +157,32 @@ def test_wipe_weights_deletes_the_shared_copy_once(tmp_path):
 def test_preflight_names_nodes_that_do_not_see_the_heads_marker(tmp_path):
     run = ctx(tmp_path).run
     text = shared_hf.marker_text(run.inv)
-    seen = {"node0": {shared_hf.FACT: text}, "node1": {shared_hf.FACT: text},
-            "node2": {shared_hf.FACT: ""}, "node3": {shared_hf.FACT: "k3deploy shared HF cache "
-                                                     "of cluster other, written by its head x"}}
+    seen = {"node0": Marker(text), "node1": Marker(text), "node2": Marker(""),
+            "node3": Marker("k3deploy shared HF cache of cluster other, written by its head x")}
     found = shared_hf.marker_problems(seen, run)
     assert [(n, c) for n, c, _ in found] == [("node2", "shared-hf"), ("node3", "shared-hf")]
     assert f"mount the shared volume at {SHARED} on node2" in found[0][2]
     # Before the first bring-up the head has no marker either: nothing can be told yet.
-    assert shared_hf.marker_problems({n: {shared_hf.FACT: ""} for n in seen}, run) == []
+    assert shared_hf.marker_problems({n: Marker("") for n in seen}, run) == []
     assert any(f.name == shared_hf.FACT for f in Preflight().probes(ctx(tmp_path, rank=2)))
     plain = ctx(tmp_path, doc=four_nodes())
-    assert shared_hf.marker_problems({"node0": {}}, plain.run) == []
+    assert shared_hf.marker_problems({"node0": Marker(None)}, plain.run) == []
     assert not any(f.name == shared_hf.FACT for f in Preflight().probes(plain))
 
 
 def test_preflight_disk_check_counts_the_checkpoint_against_the_shared_volume(tmp_path):
     from k3deploy.steps.preflight import _disk_problems
     gb = 10 ** 9
-    small_nvme = {"free_bytes": 40 * gb, "have_bytes": 0}   # > reserve + image (31 GB), < the rest
+    def disk(**found):
+        return fixture_facts(Preflight, "preflight-all-good", have_bytes=0, **found)
+    small_nvme = {"free_bytes": 40 * gb}   # > reserve + image (31 GB), < the rest
     for rank in (1, 2):
-        assert _disk_problems(small_nvme, ctx(tmp_path, rank=rank)) == []
+        assert _disk_problems(disk(**small_nvme), ctx(tmp_path, rank=rank)) == []
     head = ctx(tmp_path, rank=0)
-    assert _disk_problems({**small_nvme, "volume_free_bytes": 10 ** 12}, head) == []
-    [(check, message)] = _disk_problems({**small_nvme, "volume_free_bytes": 100}, head)
+    assert _disk_problems(disk(**small_nvme, volume_free_bytes=10 ** 12), head) == []
+    [(check, message)] = _disk_problems(disk(**small_nvme, volume_free_bytes=100), head)
     assert check == "disk" and "shared volume (/mnt/shared/hf)" in message
-    [(check, message)] = _disk_problems({"free_bytes": gb, "have_bytes": 0}, ctx(tmp_path, rank=3))
+    [(check, message)] = _disk_problems(disk(free_bytes=gb), ctx(tmp_path, rank=3))
     assert "paths.reserve_gb" in message
     assert any(f.name == "volume_free_bytes" for f in Preflight().probes(head))
     assert not any(f.name == "volume_free_bytes" for f in Preflight().probes(ctx(tmp_path, rank=1)))
@@ -181,7 +196,8 @@ def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
     run.ledger.record("node0", "download", START, at=0.0)   # long before the clock's looks
-    hub_dead = {**MISSING, "progress": {"error": "no new byte for 900s (retry budget)", "transient": True}}
+    hub_dead = download_facts(progress={"error": "no new byte for 900s (retry budget)",
+                                        "transient": True})
     seen = {"node0": hub_dead, "node1": marked(MISSING, node)}
     clock = [1000.0]
     monkeypatch.setattr(download.time, "monotonic", lambda: clock[0])

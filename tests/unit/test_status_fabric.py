@@ -41,11 +41,16 @@ def test_sockets_with_hcas_warn_on_two_nodes_not_on_one():
 
 def test_verify_says_the_transport_and_warns_for_sockets_with_hcas():
     from k3deploy.steps import fabric_check
-    ib = found("2.19.3/init-ib-roce.txt", "ib-ports-cx7-ndr")
+    from k3deploy.steps.verify import VerifyFacts
+
+    def verify_facts(found: dict) -> VerifyFacts:
+        return VerifyFacts(container=None, images={}, gpus=None, **found)
+    ib = verify_facts(found("2.19.3/init-ib-roce.txt", "ib-ports-cx7-ndr"))
     assert fabric_check.transport_lines({"node0": ib, "node1": ib}) == [
         "NCCL transport: IB over mlx5_10:1/RoCE, mlx5_11:1/RoCE"]
-    sock = found("2.x/init-socket-ib-disabled.txt", "ib-ports-cx7-ndr")
+    sock = verify_facts(found("2.x/init-socket-ib-disabled.txt", "ib-ports-cx7-ndr"))
     lines = fabric_check.transport_lines({"node0": sock, "node1": sock})
     assert lines[0] == "NCCL transport: Socket over ib0, ibs85f0"
     assert lines[1].startswith("warning: NCCL uses sockets while node0, node1 have HCAs")
-    assert fabric_check.transport_lines({"node0": {"nccl": None}}) == []
+    unstarted = VerifyFacts(container=None, images={}, gpus=None, nccl=None)
+    assert fabric_check.transport_lines({"node0": unstarted}) == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 from k3deploy.cli import status_cmd, status_view
 from k3deploy.cluster import inventory
 from k3deploy.core.units import GB
+from k3deploy.facts.guard import GuardState
+from k3deploy.steps import guard as guard_step
 from tests.unit.invdata import four_nodes
 
 ORDER = ["preflight", "nvme", "download-start", "image", "download", "guard-stop", "launch",
@@ -102,13 +104,19 @@ def _inv(kind: str, nodes: int):
 
 
 def test_guard_label():
-    alive = {"guard.guard_pids": [7], "guard.guard_state": {"phase": "watching", "beat": 100},
-             "guard.now": 110}
-    assert status_cmd.guard_label(alive, True) == "watching"
-    assert status_cmd.guard_label({**alive, "guard.now": 1000}, True) == "stale"
-    assert status_cmd.guard_label({"guard.guard_pids": [], "guard.guard_state": None}, True) == \
+    def label(found: dict, enabled: bool = True) -> str:
+        # as status asks them: the guard's facts under their prefix, among the node's others
+        found = {"incident": None, "guard.incident": None, **found}
+        return status_cmd.guard_label(guard_step.looked(found, status_cmd.GUARD), enabled)
+    state = GuardState(pid=7, digest="d", beat=100, phase="watching")
+    alive = {"guard.guard_pids": (7,), "guard.guard_state": state, "guard.now": 110}
+    assert label(alive) == "watching"
+    assert label({**alive, "guard.now": 1000}) == "stale"
+    assert label({"guard.guard_pids": (), "guard.guard_state": None, "guard.now": 110}) == \
         "not running"
-    assert status_cmd.guard_label(alive, False) == "off"
+    assert label({**alive, "guard.guard_pids": (), "guard.guard_state": GuardState(
+        pid=7, digest="d", beat=100, phase="fired")}) == "fired"
+    assert label(alive, False) == "off"
 
 
 def test_status_shows_the_ray_steps_for_vllm_over_ray_only():

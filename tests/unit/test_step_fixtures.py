@@ -3,8 +3,8 @@ tests/fixtures/steps/*.json, each {"step", "inventory_file" (a reference invento
 inventories/, optional), "inventory" (overrides, optional), "rank", "params" (the playbook's
 `with:`), "options", "facts", "expect", "source" (where a value in the facts comes from)}.
 
-Facts in (as the step's observe gives them, typed where the fact is: TYPED), actions or
-problems out; no SSH. `expect` is
+Facts in (built into the step's Facts strictly by tests/unit/typed.py: a misspelt or missing
+field fails), actions or problems out; no SSH. `expect` is
 exact: {"actions": [shown lines]}, {"action_descriptions": [...]} (for argvs too long to spell
 out), {"problems": [[kind, a fragment of the message], ...]} in order, or {"error": a fragment
 of the StepFailed the plan raises}; an empty list means "nothing to do". "step" is a registry
@@ -25,7 +25,7 @@ from k3deploy.cluster import inventory
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import CONFIG_LABEL
-from k3deploy.facts.docker import Container
+from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import REGISTRY, step_class
@@ -33,9 +33,9 @@ from k3deploy.steps.launch import LaunchEngine, secret_file
 from k3deploy.steps.preflight import Preflight
 from k3deploy.steps.verify import memory_problems
 from k3deploy.steps.wait import rank_problem
-from k3deploy.steps.base import NoFacts
+from k3deploy.steps.compile_cache_seal import SealFacts
 from tests.unit.fakes import FakeSession
-from tests.unit.typed import facts as typed_facts
+from tests.unit.typed import build, facts as typed_facts
 from tests.unit.invdata import four_nodes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,14 +70,15 @@ def node_ctx(case: dict, tmp_path) -> NodeContext:
 
 
 def preflight(facts, ctx, case):
-    return Preflight().problems(facts, ctx)
+    return Preflight().problems(typed_facts(Preflight, facts), ctx)
 
 
 def preflight_cluster(facts, ctx, case):
     """Every checked node reports the same facts; a node left out of "checked" could not be
-    reached. Without hub_client in the facts the port check (which needs SSH) is not run."""
+    reached. With hub_client null the port check (which needs SSH) is not run."""
     checked = case.get("checked", [n.name for n in ctx.inv.nodes])
-    rows = Preflight().cluster_problems({n: dict(facts) for n in checked}, ctx.run)
+    seen = typed_facts(Preflight, facts)
+    rows = Preflight().cluster_problems({n: seen for n in checked}, ctx.run)
     return [(f"{node}:{kind}", message) for node, kind, message in rows]
 
 
@@ -88,75 +89,75 @@ def ranks(facts, ctx, case):
 
 
 def memory(facts, ctx, case):
-    return memory_problems(facts["gpus"], ctx.inv, ctx.rank)
+    """verify's memory rule alone: the fixture gives nvidia-smi's GPUs (facts.nvidia_smi.Gpu)."""
+    return memory_problems(build(tuple[Gpu, ...] | None, facts["gpus"]), ctx.inv, ctx.rank)
 
 
-def launch_facts(facts, ctx) -> dict:
-    """The launch's facts with what only the code computes from this inventory: the spec and
-    the compile cache key's inputs, always; "<config>" (a container label), "<key-file>" (the
-    key file's hash) and "<cache-key>" (a compile-cache dir's key) stand for those values, so a
-    done node is one whose container, file or cache match them."""
-    spec, key_inputs = LaunchEngine().spec_and_cache_key(facts, ctx)
-    container = facts.get("container")
+def launch_facts(step, facts, ctx):
+    """The step's typed launch facts with what only the code computes from this inventory: the
+    real launch's spec and compile cache key's inputs, always; "<config>" (a container label),
+    "<key-file>" (the key file's hash) and "<cache-key>" (a compile-cache dir's key) stand for
+    those values, so a done node is one whose container, file or cache match them."""
+    seen = typed_facts(step, facts)
+    spec, key_inputs = LaunchEngine().spec_and_cache_key(seen, ctx)
+    container = seen.container
     if container and container.labels.get(CONFIG_LABEL) == "<config>":
         container = dataclasses.replace(container, labels={CONFIG_LABEL: spec.labels[CONFIG_LABEL]})
-    key_sha = facts.get("key_file_sha")
+    key_sha = seen.key_file_sha
     if key_sha == "<key-file>":
         key_sha = hashlib.sha256(secret_file(spec)[1](KEY).encode()).hexdigest()
+    seen = dataclasses.replace(seen, spec=spec, key_inputs=key_inputs, container=container,
+                               key_file_sha=key_sha)
+    if not isinstance(seen, SealFacts):
+        return seen
     key = (spec.compile_cache_host_dir or "").rsplit("/", 1)[-1]
-    caches = {key if k == "<cache-key>" else k: v for k, v in facts.get("compile_caches", {}).items()}
-    return {**facts, "spec": spec, "key_inputs": key_inputs, "container": container,
-            "key_file_sha": key_sha, "compile_caches": caches}
+    caches = {key if k == "<cache-key>" else k: v for k, v in seen.compile_caches.items()}
+    return dataclasses.replace(seen, compile_caches=caches)
 
 
 def launch_plan(facts, ctx, case):
     """launch and the steps that share its spec (ray-cluster starts the same containers,
-    compile-cache-seal seals the launch's cache)."""
+    compile-cache-seal seals the launch's cache, the dry-fire's verdict seals its own)."""
     step = step_class(case["step"])(case.get("params"))
-    return step.plan(launch_facts(facts, ctx), ctx)
+    return step.plan(launch_facts(step, facts, ctx), ctx)
 
 
 def dry_fire_launch_plan(facts, ctx, case):
     """dry-fire-launch and dry-fire-ray-cluster: the launch's facts for the dummy-weights spec;
-    "<dry-config>" stands for that spec's config label, "<config>" for the real launch's."""
+    "<dry-config>" stands for that spec's config label (a container's, a passed dry-fire's),
+    "<config>" for the real launch's."""
     step = step_class(case["step"])(case.get("params"))
     step._launched = set()
-    spec, key_inputs = step.spec_and_cache_key(facts, ctx)
-    real = LaunchEngine().spec(facts, ctx).labels[CONFIG_LABEL]
-    facts = launch_facts(facts, ctx)   # the real spec's values for "<config>", "<key-file>"
-    container = facts.get("container")
+    seen = launch_facts(step, facts, ctx)   # the real spec's values for "<config>", "<key-file>"
+    spec, key_inputs = step.spec_and_cache_key(seen, ctx)
+    dry = spec.labels[CONFIG_LABEL]
+    container = seen.container
     if container and container.labels.get(CONFIG_LABEL) == "<dry-config>":
-        container = dataclasses.replace(container, labels={**container.labels,
-                                                           CONFIG_LABEL: spec.labels[CONFIG_LABEL]})
-    return step.plan({**facts, "spec": spec, "key_inputs": key_inputs, "container": container,
-                      "real_config": real,
-                      "dry_fire_passed": facts.get("dry_fire_passed", False)}, ctx)
+        container = dataclasses.replace(container, labels={**container.labels, CONFIG_LABEL: dry})
+    passed = tuple(dry if c == "<dry-config>" else c for c in seen.dry_fire_passed)
+    return step.plan(dataclasses.replace(
+        seen, spec=spec, key_inputs=key_inputs, container=container,
+        real_config=seen.spec.labels[CONFIG_LABEL], dry_fire_passed=passed), ctx)
 
 
 def guard_facts(facts, ctx, case):
     """"<digest>" in the guard's state stands for this inventory's guard config digest."""
     step = step_class("guard")(case.get("params"))
-    state = facts.get("guard_state")
-    if state and state.get("digest") == "<digest>":
-        facts = {**facts, "guard_state": {**state, "digest": step.config(ctx)["digest"]}}
-    return step.plan(facts, ctx)
+    seen = typed_facts(step, facts)
+    state = seen.guard_state
+    if state and state.digest == "<digest>":
+        state = dataclasses.replace(state, digest=step.config(ctx)["digest"])
+        seen = dataclasses.replace(seen, guard_state=state)
+    return step.plan(seen, ctx)
 
 
 def registered(facts, ctx, case):
     """A registered step as the runner asks it: its problems (read-only findings), else its plan."""
     step = step_class(case["step"])(case.get("params"))
-    facts = step_facts(step, facts)
+    facts = typed_facts(step, facts)
     if "problems" in case["expect"]:
         return step.problems(facts, ctx)
     return step.plan(facts, ctx)
-
-
-def step_facts(step, facts: dict):
-    """The step's typed facts (steps/base.py Facts) from the fixture's: a misspelt or missing
-    field anywhere fails."""
-    if step.Facts is NoFacts:   # TRANSITION: removed once every step declares Facts
-        return facts
-    return typed_facts(step, facts)
 
 
 RULES = {**{name: registered for name in REGISTRY},
@@ -168,19 +169,6 @@ RULES = {**{name: registered for name in REGISTRY},
 COVERS = {"preflight-cluster": "preflight", "rank": "wait", "memory": "verify"}
 # The steps whose plan differs by engine: each has a fixture on a vLLM inventory too.
 BY_ENGINE = {"preflight", "ray-cluster", "launch", "wait", "verify", "compile-cache-seal"}
-
-
-def typed_container(doc: dict | None) -> Container | None:
-    """Every field of facts.docker.Container, by name: a misspelt or missing one fails."""
-    return None if doc is None else Container(**{**doc, "cmd": tuple(doc["cmd"])})
-
-
-# fact name -> its typed value from the fixture's JSON
-TYPED = {"container": typed_container}
-
-
-def typed(facts: dict) -> dict:
-    return {k: TYPED[k](v) if k in TYPED else v for k, v in facts.items()}
 
 
 def _cases() -> list[dict]:
@@ -200,21 +188,25 @@ def test_the_steps_that_differ_by_engine_have_vllm_fixtures():
     assert BY_ENGINE <= with_vllm, BY_ENGINE - with_vllm
 
 
-def test_a_misspelt_or_missing_container_field_in_a_fixture_fails():
+def test_a_misspelt_or_missing_field_in_any_fixture_fails():
+    """Every fixture is built into its step's Facts strictly, nested records included."""
     case = json.loads((FIXTURES / "launch-done.json").read_text())
     doc = case["facts"]["container"]
-    assert typed(case["facts"])["container"].running is True
+    step = LaunchEngine()
+    assert typed_facts(step, case["facts"]).container.running is True
     misspelt = {("runing" if k == "running" else k): v for k, v in doc.items()}
     with pytest.raises(TypeError, match="runing"):
-        typed({"container": misspelt})
+        typed_facts(step, {**case["facts"], "container": misspelt})
     with pytest.raises(TypeError, match="image_id"):
-        typed({"container": {k: v for k, v in doc.items() if k != "image_id"}})
+        typed_facts(step, {**case["facts"],
+                           "container": {k: v for k, v in doc.items() if k != "image_id"}})
+    with pytest.raises(TypeError, match="contaner"):
+        typed_facts(step, {**case["facts"], "contaner": doc})
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_fixture(path, tmp_path):
     case = json.loads(path.read_text())
-    case["facts"] = typed(case["facts"])
     ctx = node_ctx(case, tmp_path)
     expect = case["expect"]
     if "error" in expect:

@@ -14,17 +14,20 @@ from k3deploy.node.run_ledger import RunLedger
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.steps.download import DownloadWeights
-from k3deploy.steps.files import EnsureFile
-from k3deploy.facts.docker import PeerImage
+from k3deploy.steps.files import EnsureFile, FileFacts
+from k3deploy.facts.docker import Image
 from k3deploy.steps.image import SCRIPT, PullImage
 from k3deploy.steps.peers import PeerPaths
 from k3deploy.steps.launch import LaunchEngine
 from k3deploy.steps.nvme import MoveToNvme
-from k3deploy.steps.teardown import RemoveContainers, WipeWeights
+from k3deploy.steps.teardown import ContainerFacts, RemoveContainers, StopDownload, WipeFacts, \
+    WipeWeights
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
 from tests.unit import typed
+from tests.unit.download_facts import facts as download_facts
 from tests.unit.docker_facts import container
+from tests.unit.looked import looked
 
 SHA = "a" * 40
 
@@ -42,40 +45,54 @@ def shown(actions):
 
 # -- nvme ---------------------------------------------------------------------------------
 NVME_DONE = {"hf_owner": "root", "hf_writable": True, "login_user": "root", "docker_dir": True,
-             "daemon_json": {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"},
-             "docker_root": "/mnt/nvme/docker", "docker_root_wanted": "/mnt/nvme/docker"}
+             "daemon_json": {"settings": {"data-root": "/mnt/nvme/docker",
+                                          "log-driver": "json-file"}},
+             "daemon_json_present": True, "docker_root": "/mnt/nvme/docker",
+             "docker_root_wanted": "/mnt/nvme/docker", "driver_status": None,
+             "system_containerd": False, "containerd_toml": "", "docker_unit": None}
+
+
+def nvme_facts(**changes):
+    """The nvme step's typed facts: NVME_DONE with `changes` (JSON-like, as a fixture's)."""
+    return typed.facts(MoveToNvme, {**NVME_DONE, **changes})
+
+
+def daemon_json(**settings):
+    return {"settings": {k.replace("_", "-"): v for k, v in settings.items()}}
 
 
 def test_nvme_done_plans_nothing(tmp_path):
-    assert MoveToNvme().plan(NVME_DONE, node_ctx(tmp_path)) == []
+    assert MoveToNvme().plan(nvme_facts(), node_ctx(tmp_path)) == []
 
 
 def test_nvme_merges_daemon_json_and_restarts(tmp_path):
-    facts = {**NVME_DONE, "daemon_json": {"log-driver": "json-file", "data-root": "/var/lib/docker"},
-             "docker_root": "/var/lib/docker"}
+    facts = nvme_facts(daemon_json=daemon_json(log_driver="json-file", data_root="/var/lib/docker"),
+                       docker_root="/var/lib/docker")
     actions = MoveToNvme().plan(facts, node_ctx(tmp_path))
-    write = actions[0]
+    assert actions[0].argv == ("cp", "-p", "/etc/docker/daemon.json",
+                               "/etc/docker/daemon.json.k3deploy-previous")
+    write = actions[1]
     assert write.upload_to == "/etc/docker/daemon.json" and write.sudo
     assert json.loads(write.content) == {"data-root": "/mnt/nvme/docker", "log-driver": "json-file"}
-    assert shown(actions[1:]) == ["stop docker: sudo systemctl stop docker docker.socket",
+    assert shown(actions[2:]) == ["stop docker: sudo systemctl stop docker docker.socket",
                                   "clear docker's failed starts: sudo systemctl reset-failed "
                                   "docker.service docker.socket",
                                   "start docker: sudo systemctl start docker"]
 
 
 def test_nvme_file_right_but_daemon_not_restarted(tmp_path):
-    facts = {**NVME_DONE, "docker_root": "/var/lib/docker"}
+    facts = nvme_facts(docker_root="/var/lib/docker")
     assert [a.description for a in MoveToNvme().plan(facts, node_ctx(tmp_path))] == \
         ["stop docker", "clear docker's failed starts", "start docker"]
 
 
 def test_nvme_refuses_unparseable_daemon_json(tmp_path):
     with pytest.raises(StepFailed, match="not valid JSON"):
-        MoveToNvme().plan({**NVME_DONE, "daemon_json": None}, node_ctx(tmp_path))
+        MoveToNvme().plan(nvme_facts(daemon_json=None), node_ctx(tmp_path))
 
 
 def test_nvme_gives_cache_to_login_user(tmp_path):
-    facts = {**NVME_DONE, "hf_owner": "root", "login_user": "ubuntu", "docker_dir": False}
+    facts = nvme_facts(hf_owner="root", login_user="ubuntu", docker_dir=False)
     out = shown(MoveToNvme().plan(facts, node_ctx(tmp_path)))
     assert out == ["create docker data-root: sudo mkdir -p /mnt/nvme/docker",
                    "create HF cache and k3deploy work dirs: sudo mkdir -p /mnt/nvme/hf/hub "
@@ -84,9 +101,16 @@ def test_nvme_gives_cache_to_login_user(tmp_path):
                    "/mnt/nvme/.k3deploy"]
 
 
+def test_a_misspelt_nvme_fact_fails():
+    with pytest.raises(TypeError, match="docker_roots"):
+        nvme_facts(docker_roots="/mnt/nvme/docker")
+    with pytest.raises(TypeError, match="data-root"):
+        nvme_facts(daemon_json={"data-root": "/mnt/nvme/docker"})
+
+
 # -- image --------------------------------------------------------------------------------
 def test_image_pull_only_when_missing(tmp_path):
-    step, ctx = PullImage(), node_ctx(tmp_path)
+    step, ctx = PullImage(), node_ctx(tmp_path, doc=four_nodes(download={"peers": False}))
     present = {"lmsysorg/sglang:kimi-k3": {"id": IMAGE_ID}}
     assert step.plan(typed.facts(step, {"cuda": "13.0", "images": present,
                                         "image": "lmsysorg/sglang:kimi-k3"}), ctx) == []
@@ -96,45 +120,45 @@ def test_image_pull_only_when_missing(tmp_path):
 
 
 IMAGE_ID = "sha256:" + "ab" * 32
-CONTENT = "sha256:" + "cd" * 32
 
 
-def test_image_loads_from_the_peer_that_holds_it(tmp_path):
+def test_image_fetched_from_a_peer_else_pulled(tmp_path):
+    """A missing image is asked of every other node's peer server (the first that holds it
+    sends it, proven by its config), else pulled: no look at the peers while it is present."""
     step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
-    peer = {"node": "node1", "addr": "10.0.0.11", "id": IMAGE_ID, "content": CONTENT}
-    missing = {"cuda": "13.0", "images": {}, "image": "lmsysorg/sglang:kimi-k3",
-               "peer_images": {"lmsysorg/sglang:kimi-k3": peer}}
-    up, load = step.plan(typed.facts(step, missing), ctx)
+    missing = {"cuda": "13.0", "images": {}, "image": "lmsysorg/sglang:kimi-k3"}
+    up, fetch = step.plan(typed.facts(step, missing), ctx)
     assert up.upload_to.endswith("/image_peers.py") and up.content == SCRIPT
-    assert load.sudo and load.argv[:3] == ("python3", up.upload_to, "load")
-    args = dict(zip(load.argv[3::2], load.argv[4::2]))
-    assert args == {"--ref": "lmsysorg/sglang:kimi-k3", "--peer": f"10.0.0.11:{ctx.inv.ports.peer}",
-                    "--secret-file": PeerPaths(ctx.inv).secret, "--expect-content": CONTENT}
-    assert "pull" not in " ".join(shown([up, load]))
-    # a node that has it does nothing, whoever else holds it
+    assert fetch.sudo and fetch.argv[:3] == ("python3", up.upload_to, "fetch")
+    args = dict(zip(fetch.argv[3::2], fetch.argv[4::2]))
+    others = [f"{n.name}={n.self_ip}" for _, n in ctx.inv.ranked() if n.name != ctx.name]
+    assert args == {"--ref": "lmsysorg/sglang:kimi-k3", "--peers": ",".join(others),
+                    "--port": str(ctx.inv.ports.peer), "--secret-file": PeerPaths(ctx.inv).secret}
     present = {**missing, "images": {"lmsysorg/sglang:kimi-k3": {"id": IMAGE_ID}}}
     assert step.plan(typed.facts(step, present), ctx) == []
+    assert [f.name for f in step.probes(ctx)] == ["cuda", "images"]
 
 
-def test_image_from_the_registry_when_no_peer_holds_it(tmp_path):
-    step, ctx = PullImage(), node_ctx(tmp_path, rank=2)
-    (pull,) = step.plan(typed.facts(step, {"cuda": "13.0", "images": {},
-                                           "image": "lmsysorg/sglang:kimi-k3"}), ctx)
+def test_image_from_the_registry_without_peers(tmp_path):
+    step = PullImage()
+    solo = node_ctx(tmp_path, doc=four_nodes(download={"peers": False}))
+    missing = {"cuda": "13.0", "images": {}, "image": "lmsysorg/sglang:kimi-k3"}
+    (pull,) = step.plan(typed.facts(step, missing), solo)
     assert pull.argv == ("docker", "pull", "lmsysorg/sglang:kimi-k3")
+    pinned = {**missing, "image": "lmsysorg/sglang@sha256:" + "ef" * 32}
+    (pull,) = step.plan(typed.facts(step, pinned), node_ctx(tmp_path, rank=1))
+    assert pull.argv[:2] == ("docker", "pull")
 
 
-def test_image_facts_pick_the_chosen_tags_peer(tmp_path):
+def test_image_facts_pick_the_chosen_tag(tmp_path):
     step, ctx = PullImage(), node_ctx(tmp_path, rank=1)
     assert step.head_first
-    peer = PeerImage("node1", "10.0.0.11", IMAGE_ID, CONTENT)
-    found = {"cuda": "13.0", "images": {}, "peer_images": {"lmsysorg/sglang:kimi-k3": peer}}
+    found = {"cuda": "13.0", "images": {"lmsysorg/sglang:kimi-k3": Image(IMAGE_ID)}}
     facts = step.observe(found, ctx)
-    assert facts.image == "lmsysorg/sglang:kimi-k3" and facts.peer == peer
-    assert step.observe({**found, "cuda": "12.8"}, ctx).peer is None  # cu12 tag: none holds it
-    names = [f.name for f in step.probes(ctx)]
-    assert "peer_images" in names
-    solo = node_ctx(tmp_path, doc=four_nodes(download={"peers": False}))
-    assert "peer_images" not in [f.name for f in step.probes(solo)]
+    assert facts.image == "lmsysorg/sglang:kimi-k3" and facts.present and facts.id == IMAGE_ID
+    assert not step.observe({**found, "cuda": "12.8"}, ctx).present   # the cu12 tag
+    with pytest.raises(TypeError, match="peer_images"):
+        step.observe({**found, "peer_images": {}}, ctx)
 
 
 # -- download -----------------------------------------------------------------------------
@@ -148,12 +172,12 @@ def manifest():
 
 def test_download_complete_plans_nothing(tmp_path):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
-    assert DownloadWeights().plan({"missing_count": 0, "running": False}, ctx) == []
+    assert DownloadWeights().plan(download_facts(missing_count=0), ctx) == []
 
 
 def test_download_start_uploads_token_file_and_detaches(tmp_path):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
-    actions = DownloadWeights().plan({"missing_count": 3, "running": False}, ctx)
+    actions = DownloadWeights().plan(download_facts(missing_count=3), ctx)
     env = next(a for a in actions if a.upload_to == "/mnt/nvme/.k3deploy/hf.env")
     assert env.content == "HF_TOKEN=hf_tok\n" and env.mode == 0o600
     start, waiting, remove = actions[-3:]
@@ -169,23 +193,24 @@ def test_download_start_uploads_token_file_and_detaches(tmp_path):
 
 def test_download_running_is_reattached_not_restarted(tmp_path):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
-    assert shown(DownloadWeights().plan({"missing_count": 3, "running": True}, ctx)) == \
+    assert shown(DownloadWeights().plan(download_facts(missing_count=3, running=True), ctx)) == \
         ["wait until every file is verified",
          "remove the HF token file (download complete): rm -f /mnt/nvme/.k3deploy/hf.env"]
-    assert DownloadWeights({"wait": False}).plan({"missing_count": 3, "running": True}, ctx) == []
+    assert DownloadWeights({"wait": False}).plan(download_facts(missing_count=3, running=True),
+                                                 ctx) == []
 
 
 class LooksCounted(DownloadWeights):
     """The download step whose looks are counted; the wait (the runner's Waiter) returns
     `done` and commands go to the session's FakeConn: Step.run_action itself runs."""
 
-    def __init__(self, done: dict):
+    def __init__(self, done):
         super().__init__()
         self.done, self.looks = done, 0
 
     def facts(self, node, waiting=False):
         self.looks += 1
-        return {**self.done, "token_file": False}
+        return dataclasses.replace(self.done, token_file=False)
 
 
 @pytest.mark.parametrize("token_left", [False, True])
@@ -194,14 +219,14 @@ def test_after_the_wait_its_last_look_plans_and_rechecks(tmp_path, token_left):
     after it, so does the re-check (each look spared is a round trip on every node). An action
     after it (the token's removal) makes the re-check look again."""
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
-    step = LooksCounted({"missing_count": 0, "running": False, "token_file": token_left})
+    step = LooksCounted(download_facts(missing_count=0, token_file=token_left))
     waits = []
     ctx.run.executor.waiter = lambda s, node, w: waits.append(w.until) or step.done
-    step.apply(ctx, step.plan({"missing_count": 3, "running": True}, ctx))
+    step.apply(ctx, step.plan(download_facts(missing_count=3, running=True), ctx))
     facts, left = step.recheck(ctx)
     assert waits == ["every file verified (start 1)"]
     assert ctx.conn.commands == ["rm -f /mnt/nvme/.k3deploy/hf.env"] * token_left
-    assert (step.looks, left, facts["missing_count"]) == (int(token_left), [], 0)
+    assert (step.looks, left, facts.status.missing_count) == (int(token_left), [], 0)
     assert step.recheck(ctx)[0] is not step.done and step.looks == int(token_left) + 1
 
 
@@ -217,8 +242,7 @@ def started_downloads(ctx, times: int) -> None:
 def launch_facts(tmp_path, rank=0, container=None, key="k3-testkey-0123456789", options=None):
     ctx = node_ctx(tmp_path, rank=rank, options=options, manifest=manifest(), api_key=key)
     step = LaunchEngine()
-    spec = step.spec({"cuda": "13.0"}, ctx)
-    return step, ctx, {"spec": spec, "container": container, "key_file_sha": None}
+    return step, ctx, looked(step, ctx, cuda="13.0", container=container)
 
 
 def test_launch_fresh_node_writes_key_file_then_runs_its_rank(tmp_path):
@@ -239,23 +263,23 @@ def test_launch_fresh_node_writes_key_file_then_runs_its_rank(tmp_path):
 
 def test_launch_same_config_running_is_left_alone(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
-    label = facts["spec"].labels[engines.CONFIG_LABEL]
-    facts["container"] = container(labels={engines.CONFIG_LABEL: label})
+    label = facts.spec.labels[engines.CONFIG_LABEL]
+    facts = dataclasses.replace(facts, container=container(labels={engines.CONFIG_LABEL: label}))
     assert step.plan(facts, ctx) == []
 
 
 def test_launch_other_config_needs_replace(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
-    bare = dataclasses.replace(facts["spec"], labels={})
+    bare = dataclasses.replace(facts.spec, labels={})
     running = engines.with_config_label(dataclasses.replace(
         bare, extra_args={**bare.extra_args, "max-running-requests": 48}), ctx.run.inputs.api_key)
-    facts["container"] = container(labels=dict(running.labels))
+    facts = dataclasses.replace(facts, container=container(labels=dict(running.labels)))
     with pytest.raises(StepFailed, match="runs another configuration") as err:
         step.plan(facts, ctx)
     assert "--replace" in err.value.hint
     assert "engine.args.max-running-requests: 48 -> unset" in str(err.value)
-    step, ctx, facts = launch_facts(tmp_path, options={"replace": True})
-    facts["container"] = container(labels={engines.CONFIG_LABEL: "old"})
+    step, ctx, facts = launch_facts(tmp_path, options={"replace": True},
+                                    container=container(labels={engines.CONFIG_LABEL: "old"}))
     assert [a.description for a in step.plan(facts, ctx)][-4:] == [
         "remove old container k3", "upload compile_cache_dir.py",
         "check the compile cache (a peer's when there is none)", "start rank 0"]
@@ -263,33 +287,41 @@ def test_launch_other_config_needs_replace(tmp_path):
 
 def test_launch_picks_cu12_image_from_driver(tmp_path):
     ctx = node_ctx(tmp_path, manifest=manifest(), api_key=None)
-    spec = LaunchEngine().spec({"cuda": "12.8"}, ctx)
+    spec = looked(LaunchEngine(), ctx, cuda="12.8").spec
     assert spec.image == "lmsysorg/sglang:kimi-k3-cu12" and spec.secrets_host_dir is None
 
 
 # -- teardown and files -------------------------------------------------------------------
 def test_teardown_removes_only_existing_container(tmp_path):
     ctx = node_ctx(tmp_path)
-    assert RemoveContainers().plan({"container": None}, ctx) == []
-    assert shown(RemoveContainers().plan({"container": container(False)}, ctx)) == \
+    assert RemoveContainers().plan(ContainerFacts(container=None), ctx) == []
+    assert shown(RemoveContainers().plan(ContainerFacts(container=container(False)), ctx)) == \
         ["remove container k3: sudo docker rm -f k3"]
 
 
 def test_wipe_weights_targets(tmp_path):
     ctx = node_ctx(tmp_path)
-    assert shown(WipeWeights().plan({"exists0": True, "exists1": False}, ctx)) == \
+    assert shown(WipeWeights().plan(WipeFacts(weights=True, work=False), ctx)) == \
         ["delete weights and k3deploy files: sudo rm -rf -- "
          "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3"]
+
+
+def test_teardown_facts_refuse_a_misspelt_field():
+    assert typed.facts(WipeWeights, {"weights": False, "work": True}) == WipeFacts(work=True)
+    with pytest.raises(TypeError, match="exists0"):
+        typed.facts(WipeWeights, {"exists0": True, "work": True})
+    with pytest.raises(TypeError, match="downloder"):
+        typed.facts(StopDownload, {"downloder": 4711})
 
 
 def test_file_step_plans_content_then_mode(tmp_path):
     step, ctx = EnsureFile({"path": "/etc/k3", "content": "hi\n", "mode": "0640"}), node_ctx(tmp_path)
     import hashlib
     digest = hashlib.sha256(b"hi\n").hexdigest()
-    assert step.plan({"sha256": None, "mode": None}, ctx)[0].upload_to == "/etc/k3"
-    assert shown(step.plan({"sha256": digest, "mode": "644"}, ctx)) == \
+    assert step.plan(FileFacts(sha256=None, mode=None), ctx)[0].upload_to == "/etc/k3"
+    assert shown(step.plan(FileFacts(sha256=digest, mode="644"), ctx)) == \
         ["set mode of /etc/k3: sudo chmod 640 /etc/k3"]
-    assert step.plan({"sha256": digest, "mode": "640"}, ctx) == []
+    assert step.plan(FileFacts(sha256=digest, mode="640"), ctx) == []
 
 
 def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeypatch):
@@ -316,19 +348,19 @@ def test_manifest_names_the_default_endpoint_when_the_inventory_has_none(monkeyp
 def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_path):
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json="{}", token=None)
     started_downloads(ctx, 1)
-    facts = {"missing_count": 1, "total": 2, "running": False, "log": "ERROR: sha256 mismatch\n",
-             "progress": {"state": "failed", "error": "model-00007: sha256 mismatch after 3"}}
+    facts = download_facts(missing_count=1, total=2, log="ERROR: sha256 mismatch\n",
+                           progress={"error": "model-00007: sha256 mismatch after 3"})
     with pytest.raises(StepFailed, match="download failed: model-00007: sha256 mismatch") as err:
         DownloadWeights().plan(facts, ctx)
     assert "ERROR: sha256 mismatch" in str(err.value)   # the log's error line, from the facts
 
 
 def test_port_report_names_blocked_targets_with_the_reason():
+    from k3deploy.facts.reach import NotRun
     from k3deploy.steps.reachability import _report
-    found = _report({"node1": {"probes": {"10.0.0.10:20000": "timed out",
-                                          "10.0.0.12:40000": True}},
-                     "node2": {"not_run": {"exit_code": 127,
-                                           "output": ["sh: 1: python3: not found"]}}}, ADDRESSES)
+    found = _report({"node1": mesh({"probes": {"10.0.0.10:20000": "timed out",
+                                               "10.0.0.12:40000": True}}),
+                     "node2": NotRun(127, ("sh: 1: python3: not found",))}, ADDRESSES)
     assert ("node2", "ports", "the port check did not run: python3 exited 127: "
             "sh: 1: python3: not found") in found
     (blocked,) = [p for p in found if p[0] == "node1"]
@@ -338,16 +370,22 @@ def test_port_report_names_blocked_targets_with_the_reason():
 ADDRESSES = {"node0": "10.0.0.10", "node1": "10.0.0.11", "node2": "10.0.0.12"}
 
 
+def mesh(printed: dict):
+    """A node's mesh as remote/portcheck.py prints it, read as the cluster look reads it."""
+    from k3deploy.facts.reach import parse_mesh
+    return parse_mesh(json.dumps(printed))
+
+
 def test_a_port_its_node_could_not_open_proves_nothing_either_way():
     """node2's sampled port 41000 was held by one of node2's own outgoing connections (the
     ephemeral range is shared), so nothing listened there: node0's refused probe of it is
     no finding, while its refused probe of node2's other port is."""
     from k3deploy.steps.reachability import _report
-    found = _report({"node0": {"ports": {"40000": "listening"},
-                               "probes": {"10.0.0.12:41000": "Connection refused",
-                                          "10.0.0.12:42000": "Connection refused"}},
-                     "node2": {"ports": {"41000": "busy", "42000": "listening"},
-                               "probes": {"10.0.0.10:40000": True}}}, ADDRESSES)
+    found = _report({"node0": mesh({"ports": {"40000": "listening"},
+                                    "probes": {"10.0.0.12:41000": "Connection refused",
+                                               "10.0.0.12:42000": "Connection refused"}}),
+                     "node2": mesh({"ports": {"41000": "busy", "42000": "listening"},
+                                    "probes": {"10.0.0.10:40000": True}})}, ADDRESSES)
     assert found == [("node0", "ports", "cannot reach 10.0.0.12:42000 (Connection refused): "
                       "open the full TCP range between the nodes (NCCL/Gloo hang on a partial "
                       "range)")]
@@ -357,7 +395,7 @@ def test_launch_key_path_matches_the_engine_builders(tmp_path):
     from k3deploy.engines.spec_from_inventory import api_key_file
     from k3deploy.steps.launch import secret_file
     step, ctx, facts = launch_facts(tmp_path)
-    assert api_key_file(ctx.inv) == secret_file(facts["spec"])[0] == \
+    assert api_key_file(ctx.inv) == secret_file(facts.spec)[0] == \
         "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"
 
 
@@ -382,7 +420,7 @@ def test_download_uploads_only_the_programs_the_node_does_not_have(tmp_path):
     files = downloader_files("/mnt/nvme/.k3deploy")
     same, stale = files[0], files[1]
     present = {same[0]: hashlib.sha256(same[1].encode()).hexdigest(), stale[0]: "0" * 64}
-    facts = {"missing_count": 3, "running": False, node_files.FACT: present}
+    facts = download_facts(missing_count=3, node_files=present)
     uploads = [a.upload_to for a in DownloadWeights().plan(facts, ctx) if a.upload_to]
     assert same[0] not in uploads and stale[0] in uploads
     assert len(uploads) == (len(files) - 1) + 1   # the other programs, and the manifest
@@ -392,22 +430,23 @@ def test_download_uploads_only_the_programs_the_node_does_not_have(tmp_path):
 
 def test_launch_waits_for_the_engine_past_its_own_checks_only_while_waiting(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
-    label = facts["spec"].labels[engines.CONFIG_LABEL]
-    facts["container"] = container(labels={engines.CONFIG_LABEL: label})
+    label = facts.spec.labels[engines.CONFIG_LABEL]
     # Importing torch and SGLang: nothing from its schedulers yet.
-    facts["log"] = "[2026-02-25 15:39:20] server_args=ServerArgs(model_path='m', tp_size=16)\n"
+    log = "[2026-02-25 15:39:20] server_args=ServerArgs(model_path='m', tp_size=16)\n"
+    facts = dataclasses.replace(facts, container=container(labels={engines.CONFIG_LABEL: label}),
+                                log=log)
     [action] = step.plan(facts, ctx)
     assert action.wait.until == "rank 0 engine started" and action.wait.timeout == 300
-    facts["log"] += "[2026-02-25 15:39:24 TP0] Init torch distributed begin.\n"
-    assert step.plan(facts, ctx) == []
+    log += "[2026-02-25 15:39:24 TP0] Init torch distributed begin.\n"
+    assert step.plan(dataclasses.replace(facts, log=log), ctx) == []
 
 
 def test_launch_does_not_wait_for_lines_a_quiet_log_level_hides(tmp_path):
     step, ctx, facts = launch_facts(tmp_path)
-    facts["spec"] = dataclasses.replace(facts["spec"], extra_args={"log-level": "warning"})
-    label = facts["spec"].labels[engines.CONFIG_LABEL]
-    facts["container"] = container(labels={engines.CONFIG_LABEL: label})
-    facts["log"] = ""
+    spec = dataclasses.replace(facts.spec, extra_args={"log-level": "warning"})
+    label = spec.labels[engines.CONFIG_LABEL]
+    facts = dataclasses.replace(facts, spec=spec, log="",
+                                container=container(labels={engines.CONFIG_LABEL: label}))
     assert step.plan(facts, ctx) == []
 
 
@@ -425,8 +464,8 @@ def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
 def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp_path):
     from k3deploy.steps import hub_restart
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
-    dead = {"missing_count": 3, "running": False, "log": "", "total": 5,
-            "progress": {"transient": True, "error": "x: no new byte for 900s (retry budget; last: HTTP 503)"}}
+    dead = download_facts(missing_count=3, total=5, progress={
+        "transient": True, "error": "x: no new byte for 900s (retry budget; last: HTTP 503)"})
     step = DownloadWeights()
     for restarts in range(hub_restart.MAX_HUB_RESTARTS):
         started_downloads(ctx, restarts + 1)
@@ -438,7 +477,8 @@ def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp
         step.plan(dead, ctx)
     with pytest.raises(StepFailed, match="mismatch"):   # not the Hub's minutes: no restart
         started_downloads(ctx, 1)
-        step.plan({**dead, "progress": {"transient": False, "error": "sha256 mismatch"}}, ctx)
+        step.plan(download_facts(missing_count=3, total=5,
+                                 progress={"transient": False, "error": "sha256 mismatch"}), ctx)
 
 
 def test_a_downloader_stopped_by_its_disk_is_a_disk_error_with_the_space_and_no_restart(tmp_path):
@@ -447,8 +487,8 @@ def test_a_downloader_stopped_by_its_disk_is_a_disk_error_with_the_space_and_no_
     started_downloads(ctx, 1)
     disk = {"path": "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs/abc.k3deploy-partial",
             "reason": "No space left on device (ENOSPC)", "needed": 24_000_000, "free": 500_000}
-    dead = {"missing_count": 80, "running": False, "log": "", "total": 96,
-            "progress": {"transient": False, "error": "...: No space left on device", "disk": disk}}
+    dead = download_facts(missing_count=80, total=96, progress={
+        "transient": False, "error": "...: No space left on device", "disk": disk})
     with pytest.raises(DiskError) as caught:
         DownloadWeights().plan(dead, ctx)
     err = caught.value

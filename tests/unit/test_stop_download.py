@@ -14,7 +14,7 @@ import time
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps.download import Paths
-from k3deploy.steps.teardown import StopDownload
+from k3deploy.steps.teardown import DownloaderFacts, StopDownload
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
 
@@ -30,10 +30,10 @@ def node(tmp_path) -> NodeContext:
     return NodeContext(run, inv.ranked()[1][1], 1)
 
 
-def look(step, ctx) -> dict:
+def look(step, ctx) -> DownloaderFacts:
     (fact,) = step.probes(ctx)
     res = subprocess.run(["sh", "-c", fact.script], capture_output=True, text=True)
-    return {fact.name: fact.parse(res.stdout, res.returncode)}
+    return step.observe({fact.name: fact.parse(res.stdout, res.returncode)}, ctx)
 
 
 def started(tmp_path, name: str, ctx) -> subprocess.Popen:
@@ -58,7 +58,7 @@ def test_a_running_downloader_is_found_and_stopped(tmp_path):
     proc = started(tmp_path, "fetch_weights.py", ctx)
     try:
         facts = look(step, ctx)
-        assert facts == {"downloader": str(proc.pid)}
+        assert facts == DownloaderFacts(downloader=proc.pid)
         (action,) = step.plan(facts, ctx)
         subprocess.run(list(action.argv), check=True, timeout=60)
         assert proc.wait(timeout=30) == 1   # its SIGTERM handler ran: not the 10 s KILL

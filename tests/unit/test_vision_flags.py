@@ -9,13 +9,15 @@ import pytest
 
 from k3deploy.cluster import inventory
 from k3deploy.engines import vision
+from k3deploy.facts import http
+from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.serving import certificate
 from k3deploy.steps import certify
-from k3deploy.steps.verify import VerifyEndpoint, vision_problems
+from k3deploy.steps.verify import VerifyEndpoint, VerifyFacts, vision_problems
 from tests.realfix import real
 
-ANSWER = {"status": 200, "body": {"choices": [{"message": {
-    "role": "assistant", "content": "It is red.", "reasoning_content": "A red square."}}]}}
+ANSWER = http.answer({"status": 200, "body": {"choices": [{"message": {
+    "role": "assistant", "content": "It is red.", "reasoning_content": "A red square."}}]}})
 
 
 def flags(engine: str, argv: list[str]) -> list[str]:
@@ -55,7 +57,7 @@ def _inv(kind: str, args: dict):
 
 def test_vllm_launch_without_vision_fails_naming_the_flag():
     inv = _inv("vllm", {"limit-mm-per-prompt": '{"image": 0}'})
-    refused = json.loads(real("vllm/main-0045689b/image-limit-zero-chat.txt"))
+    refused = http.answer(json.loads(real("vllm/main-0045689b/image-limit-zero-chat.txt")))
     (check, message), = vision_problems(refused, inv)
     assert check == "vision"
     assert '--limit-mm-per-prompt {"image": 0}' in message
@@ -71,7 +73,8 @@ def test_sglang_launch_without_vision_fails_though_it_answers():
 
 
 def test_an_unanswered_image_probe_fails_without_a_flag():
-    (check, message), = vision_problems({"status": 500, "body": "boom"}, _inv("vllm", {}))
+    (check, message), = vision_problems(http.answer({"status": 500, "body": "boom"}),
+                                        _inv("vllm", {}))
     assert check == "vision" and "image_url" in message and "500" in message
     (_, message), = vision_problems(None, _inv("vllm", {}))
     assert "None" in message
@@ -86,19 +89,23 @@ class _Head:
 
 def test_verify_problems_include_the_vision_check():
     inv = _inv("vllm", {"language-model-only": True})
-    facts = {"gpus": [{"used_mib": 200000, "total_mib": 200000}],
-             "endpoint": {"vision": {"status": 400, "body": {"error": {"message": "no"}}}}}
+    refused = http.answer({"status": 400, "body": {"error": {"message": "no"}}})
+    facts = VerifyFacts(None, {}, (Gpu("NVIDIA B300", 200000, 200000),), None,
+                        http.Endpoint(vision=refused))
     found = dict(VerifyEndpoint().problems(facts, _Head(inv)))
     assert "--language-model-only" in found["vision"]
 
 
 def test_the_certificate_records_the_vision_check():
-    refused = json.loads(real("vllm/main-0045689b/image-limit-zero-chat.txt"))
-    head = certify.node_record({"endpoint": {"vision": refused, "version": {"status": 200,
-                                                                           "body": {}}}})
+    refused = http.answer(json.loads(real("vllm/main-0045689b/image-limit-zero-chat.txt")))
+    version = http.answer({"status": 200, "body": {"version": "0.19.1", "path": "/version"}})
+    head = certify.node_record(certify.CertifyFacts(None, {}, None, None, http.Endpoint(
+        vision=refused, version=version)))
+    assert head["engine_version"] == {"version": "0.19.1", "path": "/version"}
     assert head["vision"] == {"status": 400, "answered": False,
                               "error": "At most 0 image(s) may be provided in one prompt."}
-    ok = certify.node_record({"endpoint": {"vision": ANSWER}})["vision"]
+    ok = certify.node_record(certify.CertifyFacts(None, {}, None, None, http.Endpoint(
+        vision=ANSWER)))["vision"]
     assert ok == {"status": 200, "answered": True, "error": None}
     doc = certificate.build("up", "c", {"head": head}, verify={}, now=0)
     assert doc["vision"]["status"] == 400

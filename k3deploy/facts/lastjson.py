@@ -4,10 +4,9 @@ one result document last."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 
-def last_json_line(out: str) -> Any | None:
+def last_json_line(out: str) -> object:
     """The parsed last non-blank line; None when there is none or it is not JSON."""
     lines = out.strip().splitlines()
     try:
