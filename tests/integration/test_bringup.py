@@ -29,7 +29,9 @@ def test_check_apply_apply_again_then_down(tmp_path):
 
         check = k3("up", "-i", inv, "--check")
         assert check.returncode == 0, out(check)
-        assert "would-change" in out(check) and "would: pull lmsysorg/sglang:kimi-k3" in out(check)
+        assert "would-change" in out(check)
+        assert ("would: load lmsysorg/sglang:kimi-k3 from a peer that holds it (proven by its "
+                "config), else pull it") in out(check)
         assert changing_calls(tb.stats()) == []
         assert {n: daemon_json(tb, n) for n in tb.nodes} == before
         assert tb.ssh("node0", "ls /mnt/nvme").stdout.strip() == ""
