@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 
+from k3deploy.facts.lastjson import last_json_line
+
 NO_RESULT = "no probe result"
 TEXT_KEPT = 500   # of a body, for messages (the program keeps as much of a text body)
 
@@ -67,11 +69,7 @@ CHECKS = frozenset(f.name for f in fields(Endpoint))
 
 def parse_endpoint(out: str, code: int) -> Endpoint | None:
     """The program's last line; None when it printed no JSON object (it did not run)."""
-    lines = out.strip().splitlines()
-    try:
-        doc = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
+    doc = last_json_line(out)
     if not isinstance(doc, dict):
         return None
     return Endpoint(**{check: answer(res) for check, res in doc.items() if check in CHECKS})
