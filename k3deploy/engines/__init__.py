@@ -26,10 +26,10 @@ __all__ = [
     "CONFIG_LABEL", "FIELDS_LABEL", "ImageChoiceError", "LaunchSpec", "SERVE_EXITED",
     "config_changes",
     "config_digest", "docker_exec_argv", "docker_logs_argv", "docker_rm_argv", "inventory_image",
-    "node_launch_argvs", "ray_head_container_argv", "ray_worker_container_argv",
+    "node_launch_argvs",
     "serve_log_host_path", "sglang_launch_argv", "sglang_secret_config",
     "sglang_secret_host_path", "uses_ray", "vllm_env_host_path", "vllm_exec_serve_argv",
-    "vllm_launch_argv", "vllm_secret_env", "with_config_label", "without_serve_log",
+    "vllm_secret_env", "with_config_label", "without_serve_log",
 ]
 
 

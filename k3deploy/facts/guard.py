@@ -8,7 +8,7 @@ still be told apart from a healthy one (and replaced) rather than failing the lo
 
 from __future__ import annotations
 
-import json
+from k3deploy.facts.lastjson import json_object
 from dataclasses import dataclass
 
 WATCHING = "watching"
@@ -40,15 +40,6 @@ class Incident:
     recorded_at: str     # when this node wrote it (a peer's is adopted): ISO 8601, UTC
 
 
-def _object(out: str, code: int) -> dict | None:
-    """The file's JSON object; None when it is missing or holds no object."""
-    if code != 0:
-        return None
-    try:
-        doc = json.loads(out)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def _int(value: object) -> int | None:
@@ -61,7 +52,7 @@ def _str(value: object) -> str:
 
 def parse_state(out: str, code: int) -> GuardState | None:
     """`cat state.json`: None when there is none (no guard ever ran) or it is unreadable."""
-    doc = _object(out, code)
+    doc = json_object(out, code)
     if doc is None:
         return None
     beat = doc.get("beat")
@@ -73,7 +64,7 @@ def parse_state(out: str, code: int) -> GuardState | None:
 def parse_incident(out: str, code: int) -> Incident | None:
     """`cat incident.json`: None when there is none; any object there is an incident on
     record (archived by the guard step), whatever keys it lacks."""
-    doc = _object(out, code)
+    doc = json_object(out, code)
     if doc is None:
         return None
     return Incident(failure=failure(doc.get("failure")), seen_by=_str(doc.get("seen_by")),

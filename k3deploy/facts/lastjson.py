@@ -1,5 +1,5 @@
-"""The last line of a node program's output as JSON: programs log freely, then print their
-one result document last."""
+"""A node command's output as JSON: the whole of it (a file, a tool's --format json), or its
+last line (programs log freely, then print their one result document last)."""
 
 from __future__ import annotations
 
@@ -13,3 +13,19 @@ def last_json_line(out: str) -> object:
         return json.loads(lines[-1]) if lines else None
     except ValueError:
         return None
+
+
+def json_doc(out: str, code: int) -> object:
+    """The output as one JSON document; None when the command failed or printed no JSON."""
+    if code != 0:
+        return None
+    try:
+        return json.loads(out)
+    except ValueError:
+        return None
+
+
+def json_object(out: str, code: int) -> dict | None:
+    """The output as one JSON object; None when it failed, or holds no object."""
+    doc = json_doc(out, code)
+    return doc if isinstance(doc, dict) else None

@@ -9,7 +9,6 @@ goes in a here-document that no `ps` on the node shows.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import hashlib
@@ -37,10 +36,17 @@ class Fact(Generic[T]):
     program: tuple[str, tuple[str, ...]] | None = field(default=None, repr=False)
     # Or one of that interpreter's built-in operations (`native`) and its arguments.
     op: tuple[str, tuple[str, ...]] | None = None
-    # False: asked only in its own step's look, never ahead in an earlier step's batch. A
-    # request an engine answers only by a forward step over every rank (verify's chat) never
-    # returns from a group whose rank vanished, and would hold up every step's facts with it.
-    ahead: bool = True
+    # How an earlier step's batch asks it: True as it is; False never (only in its own
+    # step's look); or a bounded form of it. A request an engine answers only by a forward
+    # step over every rank (verify's chat) never returns from a group whose rank vanished,
+    # and unbounded would hold up every step's facts with it.
+    ahead: bool | Fact[T] = True
+
+    def asked_ahead(self) -> Fact[T] | None:
+        """What an earlier step's batch asks in this fact's place (under its name), if any."""
+        if isinstance(self.ahead, Fact):
+            return replace(self.ahead, name=self.name)
+        return self if self.ahead else None
 
 
 def _first_asker(facts: list[Fact]) -> dict[str, str]:
@@ -189,14 +195,6 @@ def raw(out: str, code: int) -> str | None:
     return out if code == 0 else None
 
 
-def json_doc(out: str, code: int):
-    """The output as one JSON document; None when the command failed or printed no JSON."""
-    if code != 0:
-        return None
-    try:
-        return json.loads(out)
-    except json.JSONDecodeError:
-        return None
 
 
 def exit_ok(_out: str, code: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from k3deploy.facts.lastjson import json_doc
 from k3deploy.node import facts as F
 
 ADDR_ARGV = ["ip", "-j", "-4", "addr", "show"]
@@ -46,7 +47,7 @@ class Mount:
 
 def parse_addresses(out: str, code: int) -> list[Address] | None:
     """`ip -j -4 addr show`: one record per interface, its IPv4 addresses in addr_info."""
-    doc = F.json_doc(out, code)
+    doc = json_doc(out, code)
     if not isinstance(doc, list):
         return None
     return [Address(link["ifname"], info["local"], int(info["prefixlen"]),
@@ -57,7 +58,7 @@ def parse_addresses(out: str, code: int) -> list[Address] | None:
 
 def parse_route(out: str, code: int) -> Route | None:
     """`ip -j route get ADDR`: the one route the kernel would use (dev, preferred source)."""
-    doc = F.json_doc(out, code)
+    doc = json_doc(out, code)
     if not doc or not isinstance(doc, list):
         return None
     return Route(doc[0].get("dev", ""), doc[0].get("prefsrc"))
@@ -72,7 +73,7 @@ def _bytes(value) -> int:
 
 
 def parse_mounts(out: str, code: int) -> list[Mount] | None:
-    doc = F.json_doc(out, code)
+    doc = json_doc(out, code)
     if not isinstance(doc, dict):
         return None
     return [Mount(fs.get("target") or "", fs.get("source") or "", fs.get("fstype") or "",

@@ -7,6 +7,7 @@ inference port is usually scoped to a few addresses.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from k3deploy.facts import http
 from k3deploy.node import facts as F
@@ -33,17 +34,31 @@ def health_timeout(inv) -> float:
     return engine_wait + HEALTH_MARGIN
 
 
-def _config(inv, checks: list[str], key: str | None) -> str:
+# How long the endpoint's checks may take when asked ahead, in an earlier step's look (the
+# first look of a no-op `up`). A healthy group answers its three short generations at once
+# (remote/endpoint_probe.py run_checks) well within this; a group stuck in a collective
+# answers none, and then holds up that first look by this much, not by the 300 s a
+# generation may take. An answer not in by then is no answer: the step looks again itself,
+# without the bound (run/runner.py _decide), so the bound never fails a slow, healthy group.
+AHEAD_WITHIN = 30.0
+
+
+def _config(inv, checks: list[str], key: str | None, within: float | None) -> str:
     return json.dumps({"base": f"http://127.0.0.1:{inv.ports.serve}", "key": key,
                        "model": inv.model.repo, "checks": checks,
-                       "health_timeout": health_timeout(inv)})
+                       "health_timeout": health_timeout(inv), "within": within})
 
 
-def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact[http.Endpoint]:
+def fact(name: str, inv, checks: list[str], key: str | None,
+         ahead_within: float | None = None) -> F.Fact[http.Endpoint]:
     """The same probe as a fact, for a step's batch (the key in a here-document). A probe
-    that printed nothing answered none of its checks."""
-    return F.python(name, SCRIPT, [], lambda out, code: http.parse_endpoint(out, code)
-                    or http.unanswered(checks), stdin=_config(inv, checks, key))
+    that printed nothing answered none of its checks. With `ahead_within`, an earlier step's
+    batch asks it bounded by that many seconds (Fact.ahead)."""
+    def build(within: float | None) -> F.Fact[http.Endpoint]:
+        return F.python(name, SCRIPT, [], lambda out, code: http.parse_endpoint(out, code)
+                        or http.unanswered(checks), stdin=_config(inv, checks, key, within))
+    found = build(None)
+    return found if ahead_within is None else replace(found, ahead=build(ahead_within))
 
 
 def healthy(found: http.Endpoint | None) -> bool:

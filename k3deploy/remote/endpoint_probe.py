@@ -1,11 +1,13 @@
 """Node side (head): probe the OpenAI-compatible endpoint on loopback. Stdlib only.
 
-Reads {"base", "key", "model", "checks": [...]} as JSON on stdin (the key never in argv),
-prints one JSON object with a result per check.
+Reads {"base", "key", "model", "checks": [...], "within": seconds or null} as JSON on stdin
+(the key never in argv), prints one JSON object with a result per check. With `within`, every
+request ends by that deadline: a request still unanswered then reads as timed out.
 """
 
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -25,6 +27,8 @@ PNG_B64 = ("iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQ
 
 
 def call(cfg, path, body=None, timeout=60):
+    if cfg.get("until") is not None:
+        timeout = max(0.1, min(timeout, cfg["until"] - time.monotonic()))
     req = urllib.request.Request(cfg["base"] + path, method="POST" if body else "GET",
                                  data=json.dumps(body).encode() if body else None)
     req.add_header("Content-Type", "application/json")
@@ -100,6 +104,8 @@ def run_checks(cfg):
     256-token answer is tens of seconds); a group stuck in a collective answers none of them,
     so verify waits one timeout, not one per check."""
     names = cfg["checks"]
+    if cfg.get("within") is not None:
+        cfg = {**cfg, "until": time.monotonic() + cfg["within"]}
     out = {name: CHECKS[name](cfg) for name in names if name not in GENERATING}
     generating = [name for name in names if name in GENERATING]
     if generating:

@@ -5,9 +5,10 @@ node is); it is repeated only after a step changed something.
 A change on one node can change what another node's later steps see (a relaunched worker makes
 the head's endpoint unhealthy), so any change anywhere drops every node's batch.
 
-A step with a fact that must not be asked ahead (`Fact.ahead` False: verify's chat) has its
-other facts batched all the same, and only that fact asked in its own look: no tool runs twice
-per node in a run that changes nothing.
+A step with a fact that must not be asked ahead as it is (`Fact.ahead`) has its other facts
+batched all the same, and that fact asked in its own look, or asked ahead in a bounded form
+(verify's endpoint checks): an answer the bound cut short is a problem, so the step looks again
+(below), and a run that changes nothing makes one look per node.
 
 A look ahead of time can only prove that there is nothing to do: what the world does by itself
 meanwhile (an engine finishing its load between two nodes' looks) is no change of ours, so the
@@ -80,11 +81,11 @@ class Observer:
     def _fill(self, ctx, start: int) -> None:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
-        # A later step's facts not to be asked ahead (Fact.ahead) wait for its own look.
-        own = {label: [f for f in mine if not f.ahead]
-               for i, (label, mine) in enumerate(probes.items()) if i}
-        probes = {label: [f for f in mine if f.ahead or label not in own]
-                  for label, mine in probes.items()}
+        # A later step's facts not to be asked ahead (Fact.ahead) wait for its own look; those
+        # with a bounded form are asked in it. The step's own look asks them as they are.
+        later = list(probes)[1:]
+        own = {label: [f for f in probes[label] if f.asked_ahead() is None] for label in later}
+        probes = {label: _ahead(mine) if label in own else mine for label, mine in probes.items()}
         batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
         if self.looking:
@@ -99,6 +100,10 @@ class Observer:
         with self._lock:
             self._batches[ctx.name] = {label: _part(values, f"{label}.") for label in probes}
             self._own[ctx.name] = {label: mine for label, mine in own.items() if mine}
+
+
+def _ahead(facts: list[F.Fact]) -> list[F.Fact]:
+    return [asked for asked in (f.asked_ahead() for f in facts) if asked is not None]
 
 
 def _part(values: F.Found, prefix: str) -> F.Found:

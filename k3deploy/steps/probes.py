@@ -11,6 +11,7 @@ from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inv
 from k3deploy.engines import parsers, startup_phases
 from k3deploy.engines.layout import inventory_runs_over_ray
 from k3deploy.facts import docker, fabric, nccl, nvidia_smi, topology
+from k3deploy.facts.lastjson import json_doc
 from k3deploy.node import facts as F
 
 def lost_gpu_problems(lost: tuple[nvidia_smi.LostGpu, ...],
@@ -22,7 +23,7 @@ def lost_gpu_problems(lost: tuple[nvidia_smi.LostGpu, ...],
             for gpu in lost]
 
 
-parse_json = F.json_doc
+parse_json = json_doc
 
 
 # One `nvidia-smi -q` serves every GPU fact (facts/nvidia_smi.py).

@@ -7,7 +7,6 @@ shows in memory. Both are checked here.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from k3deploy.node import run_settle
@@ -150,14 +149,12 @@ class VerifyEndpoint(Step[VerifyFacts]):
 
     def probes(self, node: NodeContext):
         # What the certificate records, GPUs included; on the head one endpoint probe for
-        # both (its checks and the engine's version), in verify's own look only: its chat
-        # requests hang on a group that lost a rank, and ahead of time they would hold up the
-        # bring-up's first look (preflight) until that group is stopped.
-        found = certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
-                                    checks=tuple(CHECKS)) + [probes.lost_gpus(),
-                                                             *probes.fabric_facts()]
-        return [dataclasses.replace(f, ahead=False) if f.name == "endpoint" else f
-                for f in found]
+        # both (its checks and the engine's version). Its chat requests hang on a group that
+        # lost a rank: asked ahead (the bring-up's first look) they are bounded, so a stuck
+        # group holds that look up by the bound only, and verify then looks again itself.
+        return certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
+                                   checks=tuple(CHECKS), ahead_within=http_probe.AHEAD_WITHIN
+                                   ) + [probes.lost_gpus(), *probes.fabric_facts()]
 
     def problems(self, facts: VerifyFacts, node: NodeContext):
         out = (probes.lost_gpu_problems(facts.gpus_lost, "memory") if facts.gpus_lost

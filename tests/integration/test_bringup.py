@@ -52,9 +52,13 @@ def test_check_apply_apply_again_then_down(tmp_path):
 
         before_again = node_calls(tb)
         started = time.monotonic()
-        again = k3("up", "-i", inv)
+        again = k3("--log-json", "up", "-i", inv)
         second = time.monotonic() - started
         assert again.returncode == 0, out(again)
+        # one round trip per node, the head's included (verify's checks asked ahead, bounded)
+        ssh = next(json.loads(line)["nodes"] for line in again.stderr.splitlines()
+                   if '"run.ssh"' in line)
+        assert {n: s["round_trips"] for n, s in ssh.items()} == {n: 1 for n in tb.nodes}, ssh
         for node, calls in node_calls(tb).items():   # one look per node: no tool run twice
             made = [" ".join(c) for c in calls[len(before_again[node]):]]
             assert made and len(set(made)) == len(made), (node, made)

@@ -72,3 +72,47 @@ def test_a_stuck_group_costs_one_timeout_not_one_per_check(monkeypatch):
     monkeypatch.setattr(endpoint_probe, "call", call)
     out = endpoint_probe.run_checks({"model": "m", "checks": ["models", "chat", "tools", "vision"]})
     assert out["chat"] == out["tools"] == out["vision"] == {"status": None, "error": "timed out"}
+
+
+def test_asked_within_a_bound_a_stuck_generation_reads_as_timed_out_by_then():
+    """Asked ahead (http_probe.AHEAD_WITHIN), every request ends by the bound: a generation a
+    stuck group never answers is cut off there, not at its own 300 s timeout."""
+    import json
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    release = threading.Event()
+
+    class Stuck(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self._send({"data": [{"id": "m"}]})
+
+        def do_POST(self):
+            release.wait(120)   # a forward step over a group that lost a rank
+            self._send({"choices": []})
+
+        def _send(self, doc):
+            body = json.dumps(doc).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stuck)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        out = endpoint_probe.run_checks({"base": f"http://127.0.0.1:{server.server_port}",
+                                         "model": "m", "checks": ["models", "chat"],
+                                         "within": 1.0})
+        took = time.monotonic() - started
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert out["models"]["status"] == 200
+    assert out["chat"]["status"] is None and "timed out" in out["chat"]["error"], out["chat"]
+    assert 1.0 <= took < 60, took

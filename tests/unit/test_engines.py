@@ -16,7 +16,8 @@ from k3deploy.engines.docker import engine_env
 from k3deploy.engines.images import choose_image
 from k3deploy.engines.sglang import sglang_serve_args
 from k3deploy.engines.spec import SpecError
-from k3deploy.engines.vllm import vllm_serve_args
+from k3deploy.engines.ray import ray_head_container_argv, ray_worker_container_argv
+from k3deploy.engines.vllm import vllm_launch_argv, vllm_serve_args
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 SECRETS = "/mnt/nvme/.k3deploy/secrets"
@@ -193,7 +194,7 @@ def test_b300_vllm_chunked_prefill_and_mm_encoder_variants():
 
 
 def test_b300_vllm_container_replaces_the_image_entrypoint_and_uses_env_file():
-    argv = engines.vllm_launch_argv(b300_vllm_spec())
+    argv = vllm_launch_argv(b300_vllm_spec())
     i = argv.index("vllm/vllm-openai:nightly")
     assert argv[i - 2:i] == ["--entrypoint", "vllm"]
     assert argv[i + 1:i + 3] == ["serve", "moonshotai/Kimi-K3"]
@@ -207,14 +208,14 @@ def test_b300_vllm_container_replaces_the_image_entrypoint_and_uses_env_file():
 
 def test_b200_ray_head_worker_and_serve():
     head, worker = b200_ray_spec(0), b200_ray_spec(1)
-    head_argv = engines.ray_head_container_argv(head)
+    head_argv = ray_head_container_argv(head)
     i = head_argv.index("vllm/vllm-openai:nightly")
     assert head_argv[i - 2:i] == ["--entrypoint", "ray"]
     assert head_argv[i + 1:] == ["start", "--block", "--head", "--port=6379",
                                  "--node-ip-address=10.0.0.10"]
     assert ("--env-file", f"{SECRETS}/vllm.env") in pairs(head_argv)
 
-    worker_argv = engines.ray_worker_container_argv(worker)
+    worker_argv = ray_worker_container_argv(worker)
     i = worker_argv.index("vllm/vllm-openai:nightly")
     assert worker_argv[i + 1:] == ["start", "--block", "--address=10.0.0.10:6379",
                                    "--node-ip-address=10.0.0.11"]
@@ -241,17 +242,17 @@ def test_b200_ray_head_worker_and_serve():
 
 def test_ray_builders_refuse_the_wrong_rank_or_shape():
     with pytest.raises(SpecError):
-        engines.ray_head_container_argv(b200_ray_spec(1))
+        ray_head_container_argv(b200_ray_spec(1))
     with pytest.raises(SpecError):
-        engines.ray_worker_container_argv(b200_ray_spec(0))
+        ray_worker_container_argv(b200_ray_spec(0))
     with pytest.raises(SpecError):
         engines.vllm_exec_serve_argv(b200_ray_spec(1))
     with pytest.raises(SpecError):   # a detached serve with nowhere to write its output
         engines.vllm_exec_serve_argv(b200_ray_spec(0, serve_log_host_dir=None))
     with pytest.raises(SpecError):
-        engines.vllm_launch_argv(b200_ray_spec(0))
+        vllm_launch_argv(b200_ray_spec(0))
     with pytest.raises(SpecError):
-        engines.ray_head_container_argv(b300_vllm_spec())
+        ray_head_container_argv(b300_vllm_spec())
 
 
 # --- images -----------------------------------------------------------------------------
@@ -359,7 +360,7 @@ def test_secret_config_quotes_keys_yaml_would_misread():
 def test_no_secrets_dir_means_no_key_plumbing():
     args = engines.sglang_launch_argv(h100_spec(secrets_host_dir=None))
     assert "--config" not in args and not any("/k3deploy/secrets" in a for a in args)
-    argv = engines.vllm_launch_argv(b300_vllm_spec(secrets_host_dir=None))
+    argv = vllm_launch_argv(b300_vllm_spec(secrets_host_dir=None))
     assert "--env-file" not in argv
 
 

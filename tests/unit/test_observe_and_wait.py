@@ -97,6 +97,35 @@ class Recording(World):
         return super().respond(command)
 
 
+class AsksBounded(Asks):
+    """Like verify: its chat asked ahead in a bounded form (`cat /quick`), as it is in its own
+    look (`cat /chat`)."""
+
+    def probes(self, node):
+        full = F.command("own", ["cat", "/chat"])
+        return [F.command("value", ["cat", f"/{self.name}"]),
+                replace(full, ahead=F.command("ignored", ["cat", "/quick"]))]
+
+    def plan(self, facts, node):
+        return [] if facts.value == facts.own == "yes" else [cmd("set", "set", "chat")]
+
+
+@pytest.mark.parametrize("quick, looks", [("yes", [("a", "v", "quick")]),
+                                          ("cut short", [("a", "v", "quick"), ("v", "chat")])])
+def test_a_bounded_form_asked_ahead_settles_a_no_op_or_the_step_looks_again(
+        tmp_path, quick, looks):
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: Recording(n.name, {"a": "yes", "v": "yes", "chat": "yes", "quick": quick})
+             for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns))
+    report = Runner(run, [Asks("a"), AsksBounded("v")]).execute()
+    assert {r.status for per in report.results.values() for r in per.values()} == {"ok"}
+    # answered within its bound: one look per node; cut short: the step's own look asks the
+    # fact as it is (and nothing is set on the bounded form's word)
+    assert {tuple(map(tuple, c.asked)) for c in conns.values()} == {tuple(looks)}
+    assert all(not any(c.startswith("set") for c in conn.commands) for conn in conns.values())
+
+
 def test_a_fact_asked_only_in_its_own_look_leaves_the_others_in_the_batch(tmp_path):
     inv = inventory.parse(four_nodes())
     conns = {n.name: Recording(n.name, {"a": "yes", "v": "yes", "chat": "yes"})

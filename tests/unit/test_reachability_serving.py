@@ -205,3 +205,19 @@ def test_the_mesh_program_goes_on_stdin_and_its_argv_stays_small(tmp_path):
         (command,) = [c for c in conn.commands if "mesh" in c]
         assert command.startswith("python3 - mesh ") and len(command) < 400, command
         assert '"""' not in command and "import" not in command
+
+
+def test_verify_asks_the_head_endpoint_ahead_only_within_its_bound(tmp_path):
+    """The first look of a no-op `up` holds verify's checks too, bounded; verify's own look
+    asks them without the bound (their own timeouts, 300 s for a generation)."""
+    from k3deploy.node.http_probe import AHEAD_WITHIN
+    from k3deploy.steps.verify import VerifyEndpoint
+    run, _ = run_ctx(tmp_path)
+    head, worker = (NodeContext(run, node, rank) for rank, node in run.inv.ranked()[:2])
+    endpoint = next(f for f in VerifyEndpoint().probes(head) if f.name == "endpoint")
+    ahead = endpoint.asked_ahead()
+    assert ahead is not None and ahead.name == "endpoint"
+    assert json.loads(endpoint.stdin)["within"] is None
+    assert json.loads(ahead.stdin)["within"] == AHEAD_WITHIN
+    assert json.loads(ahead.stdin)["checks"] == json.loads(endpoint.stdin)["checks"]
+    assert "endpoint" not in [f.name for f in VerifyEndpoint().probes(worker)]
