@@ -13,7 +13,8 @@ from k3deploy.node import facts as F
 from k3deploy.core.errors import BadInputError
 from k3deploy.core.status import Status
 from k3deploy.node import apikey, guard_config
-from k3deploy.steps import ENGINE_STEPS, probes, serves
+from k3deploy.steps import ENGINE_STEPS, probes
+from k3deploy.steps.engine import serves
 
 SERVING, STOPPED, DOWN = "serving", "stopped-by-guard", "down"
 DEGRADED, UNREACHABLE = "degraded", "unreachable"
@@ -43,7 +44,7 @@ def torn_down(state: dict) -> dict | None:
 
 def live_probes(inv, is_head: bool, api_key: str | None) -> list[F.Fact]:
     """Added to status's one round trip per node: the guard's incident, and what
-    steps/serves.py needs (the engine container, the head's /health)."""
+    steps/engine/serves.py needs (the engine container, the head's /health)."""
     return [probes.file_json("incident", guard_config.node_paths(inv).incident, sudo=True),
             *serves.facts(inv, is_head, api_key)]
 
@@ -71,7 +72,7 @@ def summarize(nodes: dict[str, dict]) -> dict:
 
 
 def _engines(lives: list[dict]) -> str:
-    """Live: down when no rank's engine container runs, serving as steps/serves.py decides."""
+    """Live: down when no rank's engine container runs, serving as steps/engine/serves.py decides."""
     running = [serves.engine_running(n.get("container")) for n in lives]
     health = next((n["health"] for n in lives if n.get("health") is not None), None)
     return SERVING if serves.serves(len(lives), running, health) else \

@@ -1,7 +1,7 @@
 """What `k3deploy init` makes of each host's answers: GPU model and count, driver and CUDA,
 the data disk, and where the hosts disagree (named the way preflight names them: the GPU
 model and count against the value most hosts have, the driver and CUDA through
-steps/sameness.py). Pure: the facts come from init_cmd."""
+steps/checks/sameness.py). Pure: the facts come from init_cmd."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from k3deploy.cluster.gpus import match_smi_name
 from k3deploy.core import units
 from k3deploy.node.data_disk import DataDisk, data_disk
-from k3deploy.steps import sameness
+from k3deploy.steps.checks import sameness
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from k3deploy.node.session import Session
 from k3deploy.core.state import ClusterLock
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.run.playbook import load as load_playbook
-from k3deploy.steps import fabric_mesh
+from k3deploy.steps.fabric import fabric_mesh
 from k3deploy.steps import guard as guard_step
-from k3deploy.steps import BRINGUP, RAY_STEPS, TEARDOWN, probes, raylayout, steps_in
+from k3deploy.steps import BRINGUP, RAY_STEPS, TEARDOWN, probes, steps_in
+from k3deploy.steps.engine import raylayout
 
 # every registered step of a bring-up or a teardown, in registry order (steps/__init__.py)
 STEPS = steps_in(BRINGUP) + steps_in(TEARDOWN)

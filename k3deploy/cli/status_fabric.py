@@ -1,11 +1,11 @@
 """status's fabric lines: the NCCL transport each rank's log names, the devices it uses, and
 the warning when a multi-node group talks over sockets while the nodes have HCAs
-(steps/fabric_check.py decides both)."""
+(steps/fabric/fabric_check.py decides both)."""
 
 from __future__ import annotations
 
 from k3deploy.facts.fabric import node_fabric
-from k3deploy.steps import fabric_check
+from k3deploy.steps.fabric import fabric_check
 
 
 def facts(inv, is_head: bool) -> list:

@@ -45,7 +45,7 @@ class Manifest:
     def to_json(self, max_workers: int = 16) -> dict:
         # The downloader's pool takes files in this order: the small ones (config, tokenizer,
         # the model's code) first, so an engine with dummy weights can start long before the
-        # shards are in (steps/dry_fire.py).
+        # shards are in (steps/dry_fire/dry_fire.py).
         ordered = [*small_files(self.files), *weight_files(self.files)]
         return with_schema({"repo": self.repo, "revision": self.revision, "sha": self.sha,
                             "endpoint": self.endpoint, "max_workers": max_workers,

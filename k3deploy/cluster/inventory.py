@@ -77,7 +77,7 @@ class Ports(_Model):
 
 
 class FabricSpec(_Model):
-    """The pairwise throughput mesh (steps/fabric_mesh.py)."""
+    """The pairwise throughput mesh (steps/fabric/fabric_mesh.py)."""
     seconds: float = Field(default=3.0, ge=1, le=60)   # each round's measuring time
     min_gbps: float | None = Field(default=None, gt=0)  # a link under this is slow, whatever the median
 
@@ -126,7 +126,7 @@ class DownloadSpec(_Model):
     # null: on when the cluster has more than one node (k3deploy.cluster.fanout.peers_enabled)
     peers: bool | None = None
     # paths.hf_home is one volume every node mounts at that path (the guide's shared-volume
-    # option): the head downloads, the others wait and verify; no fan-out (steps/shared_hf.py)
+    # option): the head downloads, the others wait and verify; no fan-out (steps/weights/shared_hf.py)
     shared: bool = False
     # A file fails only after this long without a new byte (the Hub's 5xx/429 minutes are
     # waited out); the laptop then restarts a downloader that died of that, a few times.

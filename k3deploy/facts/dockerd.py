@@ -1,6 +1,6 @@
 """dockerd's setup on a node as our reads of it print it: /etc/docker/daemon.json (a JSON
 object, kept whole: the nvme step merges its data-root into it), and the NVIDIA hooks and CDI
-specs found on dockerd's PATH (steps/docker_host.py's script: one `hook PATH` or `cdi PATH`
+specs found on dockerd's PATH (steps/disks/docker_host.py's script: one `hook PATH` or `cdi PATH`
 line per file)."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class RunInputs:
     peer_secret: str | None = field(default=None, repr=False)    # fan-out's peer secret
     guard_secret: str | None = field(default=None, repr=False)   # the serve-time guard's
     logs_dir: Path | None = None                         # where collect-logs writes this run
-    # The port mesh's sample of ephemeral ports (steps/reachability.py), drawn once per run so
+    # The port mesh's sample of ephemeral ports (steps/checks/reachability.py), drawn once per run so
     # that deciding the mesh is a pure function of the facts and this.
     mesh_seed: int = field(default_factory=lambda: random.SystemRandom().getrandbits(32))
     token: str | None = field(default=None, repr=False)          # run_settle.hf_token

@@ -1,6 +1,6 @@
 """One key's compile-cache dir on a node: checked before the engine starts, sealed once verify
 passed, filled from a peer when this node has none. Standard library only; uploaded to the
-work dir by the compile-cache steps (steps/compile_cache_prepare.py).
+work dir by the compile-cache steps (steps/engine/compile_cache_prepare.py).
 
 Files in DIR besides the engines' own: SUMS (every file's size and sha256 when sealed) and
 COMPLETE (the key's inputs; written last, so a dir without it was never sealed).

@@ -31,13 +31,13 @@ class DownloadError(Exception):
 
 class HubUnavailable(DownloadError):
     """The retry budget ran out on answers that may change (5xx, 429, timeouts): a later run
-    may well succeed, so the laptop restarts the downloader (steps/download.py)."""
+    may well succeed, so the laptop restarts the downloader (steps/weights/download.py)."""
 
 
 class DiskFault(DownloadError):
     """This node's disk refused a write (full, over quota, read-only, not permitted, failing):
     the run stops within seconds instead of waiting out the retry budget, and the laptop
-    reports the node, the path, the bytes still needed and the bytes free (steps/download.py).
+    reports the node, the path, the bytes still needed and the bytes free (steps/weights/download.py).
     Only local I/O is classified so (`on_local_disk`): a socket's error stays a transport error."""
 
     def __init__(self, path, reason: str, needed: int | None = None, free: int | None = None):

@@ -1,4 +1,4 @@
-"""The progress document the laptop polls (k3deploy.steps.download, remote/weights_status.py):
+"""The progress document the laptop polls (k3deploy.steps.weights.download, remote/weights_status.py):
 bytes and files done, the rate, and where the bytes came from (Hub or which peer)."""
 from __future__ import annotations
 

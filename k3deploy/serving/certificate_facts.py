@@ -1,4 +1,4 @@
-"""What a certificate records from the cluster (steps/certify.py): after `up`, from verify's
+"""What a certificate records from the cluster (steps/engine/certify.py): after `up`, from verify's
 records in the state files (verify looked in its own round trip); after `bench`, afresh in one
 SSH round trip per node. The verify results come from the state files."""
 
@@ -8,7 +8,8 @@ from k3deploy.core import group
 from k3deploy.facts import record
 from k3deploy.node import apikey
 from k3deploy.node import facts as F
-from k3deploy.steps import certify, fabric_mesh
+from k3deploy.steps.engine import certify
+from k3deploy.steps.fabric import fabric_mesh
 
 
 def collect(session, inv) -> dict:

@@ -29,7 +29,8 @@ from k3deploy.node import guard_config
 from k3deploy.node.context import NodeContext
 from k3deploy.node.guard_config import GuardPaths
 from k3deploy.remote import script_text
-from k3deploy.steps import node_files, regroup
+from k3deploy.steps import node_files
+from k3deploy.steps.engine import regroup
 from k3deploy.steps.base import Action, Step, cmd, upload
 
 BEAT_STALE = 60  # seconds: the guard rewrites its state every 10 s while alive
@@ -172,7 +173,7 @@ class StopGuard(Step[GuardFacts]):
         # watches. A spent one (it fired) always goes: left alive, it would serve its old
         # incident to the new guards started after verify, and they would adopt it and stop the
         # group they guard. Its incident stays on record until the guard step archives it.
-        # The group is relaunched whole (steps/regroup.py) too: every guard goes, or one
+        # The group is relaunched whole (steps/engine/regroup.py) too: every guard goes, or one
         # would call its engine's removal an incident and stop the group being started.
         before_launch: bool = False
         archive: bool = True

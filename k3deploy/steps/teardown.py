@@ -17,7 +17,8 @@ from k3deploy.node.context import NodeContext
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.redact import redact
 from k3deploy.core.status import Status
-from k3deploy.steps import probes, shared_hf
+from k3deploy.steps import probes
+from k3deploy.steps.weights import shared_hf
 from k3deploy.steps.base import Action, Step, cmd
 
 

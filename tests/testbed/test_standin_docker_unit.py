@@ -7,7 +7,7 @@ import tbfixture  # noqa: F401  (puts scripts/ on sys.path)
 from tb.profiles import PROFILES
 from test_standins import Node
 
-from k3deploy.steps import docker_unit
+from k3deploy.steps.disks import docker_unit
 
 PROFILE = PROFILES["dockerd-flag-data-root"].settings
 

@@ -11,7 +11,7 @@ import tbfixture  # noqa: F401  (puts scripts/ on sys.path)
 from tb.profiles import PROFILES
 from test_standins import Node
 
-from k3deploy.steps import docker_rollback
+from k3deploy.steps.disks import docker_rollback
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 REAL_JOURNAL = (REAL / "docker" / "28.5.1" / "journal-start-no-dtype.txt").read_text()

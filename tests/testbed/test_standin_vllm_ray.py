@@ -156,7 +156,7 @@ def test_profile_ray_gpus_reserved_prints_reserved_unused_gpus_and_the_serve_sti
     (tests/fixtures/real/ray/2.x/status-gpus-reserved-unused.txt); launch reads it as the
     serve holding the GPUs, and their release as the serve gone."""
     from k3deploy.facts.ray import parse_status
-    from k3deploy.steps import raylayout
+    from k3deploy.steps.engine import raylayout
     head_run = make_node(tmp_path, "node0", gpu="b200")
     worker_run = make_node(tmp_path, "node1", gpu="b200")
     node = json.loads((head_run / "node.json").read_text())

@@ -5,7 +5,7 @@ TypeError (tests/unit/typed.py)."""
 
 from __future__ import annotations
 
-from k3deploy.steps.download import DownloadFacts, DownloadWeights
+from k3deploy.steps.weights.download import DownloadFacts, DownloadWeights
 from tests.unit import typed
 
 STATUS = {"total": 4, "missing_count": 4, "partial_bytes": 0, "verified_bytes": 0,

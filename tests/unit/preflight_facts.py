@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from k3deploy.steps.preflight import Preflight, PreflightFacts
+from k3deploy.steps.checks.preflight import Preflight, PreflightFacts
 from tests.unit import typed
 
 GOOD = Path(__file__).resolve().parents[1] / "fixtures" / "steps" / "preflight-all-good.json"

@@ -9,7 +9,7 @@ from k3deploy.engines import compile_cache_key as cc
 from k3deploy.facts.docker import Image
 from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.remote import compile_cache_dir as node_cache
-from k3deploy.steps import compile_cache_prepare as prepare
+from k3deploy.steps.engine import compile_cache_prepare as prepare
 from tests.unit.looked import looked
 from tests.unit.test_engines import h100_spec
 
@@ -105,7 +105,7 @@ def test_the_peer_server_serves_only_what_a_sealed_dir_lists(tmp_path):
 
 
 def test_seal_only_an_open_dir_of_this_launchs_key(tmp_path):
-    from k3deploy.steps.compile_cache_seal import SealCompileCache
+    from k3deploy.steps.engine.compile_cache_seal import SealCompileCache
     from tests.unit.test_step_plans import manifest, node_ctx
     ctx = node_ctx(tmp_path, manifest=manifest(), api_key="k3-testkey-0123456789")
     step = SealCompileCache()
@@ -127,7 +127,7 @@ def test_seal_only_an_open_dir_of_this_launchs_key(tmp_path):
 
 
 def test_the_key_is_made_of_the_nodes_image_gpu_driver_and_cuda(tmp_path):
-    from k3deploy.steps.launch import LaunchEngine
+    from k3deploy.steps.engine.launch import LaunchEngine
     from tests.unit.test_step_plans import manifest, node_ctx
     ctx = node_ctx(tmp_path, manifest=manifest(), api_key="k3-testkey-0123456789")
     spec = looked(LaunchEngine(), ctx, cuda="13.0").spec

@@ -11,7 +11,7 @@ import pytest
 
 from k3deploy.engines import image_ref
 from k3deploy.facts.dockerd import DaemonJson, GpuHooks, parse_daemon_json, parse_gpu_hooks
-from k3deploy.steps import containerd_config, docker_host
+from k3deploy.steps.disks import containerd_config, docker_host
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))

@@ -10,8 +10,9 @@ import pytest
 
 from k3deploy.cli.status_cost import parse_started
 from k3deploy.facts.docker import parse_inspect
-from k3deploy.steps import docker_host, probes
-from k3deploy.steps.wait import _finished_key
+from k3deploy.steps import probes
+from k3deploy.steps.disks import docker_host
+from k3deploy.steps.engine.wait import _finished_key
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "docker"
 DIGEST = "sha256:a59906e33509d14c036c8678d687bd4eec81ed7c4b8ce907b888c607f6a1e0e6"
@@ -91,7 +92,7 @@ def test_the_image_budget_is_what_each_store_keeps_from_its_docker_info():
 
 
 def test_preflight_keeps_room_for_the_image_as_the_nodes_store_holds_it(tmp_path):
-    from k3deploy.steps.preflight import _disk_problems
+    from k3deploy.steps.checks.preflight import _disk_problems
     from tests.unit.invdata import four_nodes
     from tests.unit.preflight_facts import preflight_facts
     from tests.unit.test_shared_hf_plans import ctx
@@ -110,7 +111,7 @@ def test_preflight_keeps_room_for_the_image_as_the_nodes_store_holds_it(tmp_path
 
 def test_a_pull_on_a_full_disk_is_a_disk_error_naming_the_node_and_data_root(tmp_path, monkeypatch):
     from k3deploy.core.errors import CommandError, DiskError
-    from k3deploy.steps import image
+    from k3deploy.steps.engine import image
     from k3deploy.steps.base import Step
     from tests.unit.invdata import four_nodes
     from tests.unit.test_shared_hf_plans import ctx

@@ -1,4 +1,4 @@
-"""A docker start that fails after nvme wrote daemon.json is rolled back (steps/docker_rollback.py):
+"""A docker start that fails after nvme wrote daemon.json is rolled back (steps/disks/docker_rollback.py):
 dockerd's error line read from the journal, the previous daemon.json back, docker started past
 its start limit, the step failed naming the node, the step and dockerd's words."""
 
@@ -8,8 +8,8 @@ import pytest
 from test_step_plans import node_ctx, nvme_facts
 
 from k3deploy.core.errors import StepFailed
-from k3deploy.steps import docker_rollback as R
-from k3deploy.steps.nvme import MoveToNvme
+from k3deploy.steps.disks import docker_rollback as R
+from k3deploy.steps.disks.nvme import MoveToNvme
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 DTYPE = (REAL / "docker" / "28.5.1" / "journal-start-no-dtype.txt").read_text()

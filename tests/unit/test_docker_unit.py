@@ -1,4 +1,4 @@
-"""nvme reads dockerd's flags from the unit before it writes daemon.json (steps/docker_unit.py)."""
+"""nvme reads dockerd's flags from the unit before it writes daemon.json (steps/disks/docker_unit.py)."""
 
 from pathlib import Path
 
@@ -6,8 +6,8 @@ import pytest
 from test_step_plans import daemon_json, node_ctx, nvme_facts
 
 from k3deploy.core.errors import StepFailed
-from k3deploy.steps import docker_unit
-from k3deploy.steps.nvme import MoveToNvme
+from k3deploy.steps.disks import docker_unit
+from k3deploy.steps.disks.nvme import MoveToNvme
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "systemd" / "252"
 CAT = (REAL / "cat-docker-dropin-data-root.txt").read_text()

@@ -15,7 +15,7 @@ import pytest
 import k3deploy.remote.fetch_weights  # noqa: F401 (puts the node-side directory on sys.path)
 from k3deploy.facts import download
 from k3deploy.remote import bundled
-from k3deploy.steps.download import DownloadWeights
+from k3deploy.steps.weights.download import DownloadWeights
 from tests.unit import typed
 
 fetch_base = importlib.import_module("fetch_base")

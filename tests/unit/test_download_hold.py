@@ -11,7 +11,7 @@ import time
 
 from k3deploy.node import facts as F
 from k3deploy.remote import bundled
-from k3deploy.steps.download import HOLD, DownloadWeights
+from k3deploy.steps.weights.download import HOLD, DownloadWeights
 from tests.unit.test_download_peers import ctx
 
 

@@ -9,9 +9,9 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.remote import protocol
-from k3deploy.steps.download import DownloadWeights
-from k3deploy.steps.download_report import Detail, hub_summary
-from k3deploy.steps.peers import StopPeerFacts, StopPeerServer
+from k3deploy.steps.weights.download import DownloadWeights
+from k3deploy.steps.weights.download_report import Detail, hub_summary
+from k3deploy.steps.weights.peers import StopPeerFacts, StopPeerServer
 from tests.unit.download_facts import facts as download_facts
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
@@ -115,7 +115,7 @@ def test_hub_summary_states_hub_bytes_against_the_repo():
 def test_preflight_opens_the_peer_port_on_every_node_only_with_fan_out():
     import random
 
-    from k3deploy.steps.reachability import _ports_for
+    from k3deploy.steps.checks.reachability import _ports_for
     for doc, want in ((four_nodes(), True), (four_nodes(download={"peers": False}), False)):
         run = RunContext(inv=inventory.parse(doc), session=None)
         for name in ("node0", "node2"):

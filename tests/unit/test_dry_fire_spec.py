@@ -17,8 +17,8 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang" / "0
 
 
 def test_the_dry_fire_runs_the_real_argv_plus_dummy_weights_with_the_same_cache_key(tmp_path):
-    from k3deploy.steps.dry_fire import DryFireLaunch
-    from k3deploy.steps.launch import LaunchEngine
+    from k3deploy.steps.dry_fire.dry_fire import DryFireLaunch
+    from k3deploy.steps.engine.launch import LaunchEngine
     ctx = node_ctx({"rank": 1}, tmp_path)
     real = looked(LaunchEngine(), ctx, cuda="13.0")
     dry = looked(DryFireLaunch(), ctx, cuda="13.0")

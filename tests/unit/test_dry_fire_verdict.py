@@ -1,4 +1,4 @@
-"""The dry-fire's verdict (steps/dry_fire_verdict.py): typed facts in, the report each node keeps,
+"""The dry-fire's verdict (steps/dry_fire/dry_fire_verdict.py): typed facts in, the report each node keeps,
 the chat completion the head sends, what `up` prints; dry-fire-stop."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from k3deploy.engines.dry_fire import DRY_FIRE_LABEL
 from k3deploy.facts import UnknownFact, http
 from k3deploy.facts.nccl import NcclTransport
 from k3deploy.facts.nvidia_smi import Gpu
-from k3deploy.steps.dry_fire_verdict import DryFireStop, DryFireVerdict, Report
+from k3deploy.steps.dry_fire.dry_fire_verdict import DryFireStop, DryFireVerdict, Report
 from tests.unit import typed
 from tests.unit.docker_facts import container
 from tests.unit.looked import looked

@@ -1,5 +1,5 @@
 """The pairwise mesh's schedule and verdict (cluster/mesh_plan.py) and the step's findings
-(steps/fabric_mesh.py) from what the node programs print."""
+(steps/fabric/fabric_mesh.py) from what the node programs print."""
 
 import json
 from itertools import combinations
@@ -9,7 +9,7 @@ import pytest
 from k3deploy.cluster import inventory, mesh_plan
 from k3deploy.serving import certificate
 from k3deploy.facts.fabric_mesh import MeshCount, MeshFailed, Received, parse_answer
-from k3deploy.steps.fabric_mesh import FabricMesh, FabricMeshFacts, kept, schedule_seconds
+from k3deploy.steps.fabric.fabric_mesh import FabricMesh, FabricMeshFacts, kept, schedule_seconds
 from tests.unit.invdata import four_nodes
 
 GB = 1e9 / 8   # bytes per second in one Gbit/s

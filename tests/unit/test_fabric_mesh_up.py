@@ -1,4 +1,4 @@
-"""up's part of the fabric mesh (steps/fabric_mesh.py with `unless_serving`, the bringup
+"""up's part of the fabric mesh (steps/fabric/fabric_mesh.py with `unless_serving`, the bringup
 playbook, `up --no-fabric`): facts in, the mesh's commands or its closing line out. No I/O."""
 
 import json
@@ -14,8 +14,8 @@ from k3deploy.facts.docker import Container, parse_inspect
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.run_steps import playbook_steps
-from k3deploy.steps.fabric_mesh import FabricMesh, FabricMeshFacts
-from k3deploy.steps.launch import LaunchEngine
+from k3deploy.steps.fabric.fabric_mesh import FabricMesh, FabricMeshFacts
+from k3deploy.steps.engine.launch import LaunchEngine
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes
 

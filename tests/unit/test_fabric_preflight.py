@@ -11,8 +11,8 @@ from types import SimpleNamespace as NS
 
 from k3deploy.facts import fabric
 from k3deploy.node.host_facts import parse_route
-from k3deploy.steps import fabric_check
-from k3deploy.steps.preflight import PreflightFacts
+from k3deploy.steps.fabric import fabric_check
+from k3deploy.steps.checks.preflight import PreflightFacts
 from tests.unit.preflight_facts import preflight_facts
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
@@ -85,8 +85,8 @@ def test_every_probe_of_preflight_and_nvme_has_its_field(tmp_path, rank):
     """The runner builds the Facts from the probes' values: each has a field, and each field
     without a default has a probe (the shared cache's marker and volume on the head too)."""
     from tests.unit.test_shared_hf_plans import ctx
-    from k3deploy.steps.nvme import MoveToNvme
-    from k3deploy.steps.preflight import Preflight
+    from k3deploy.steps.disks.nvme import MoveToNvme
+    from k3deploy.steps.checks.preflight import Preflight
     node = ctx(tmp_path, rank=rank)
     for step in (Preflight(), MoveToNvme()):
         names = {f.name for f in step.probes(node)}

@@ -1,6 +1,6 @@
 """`nvidia-smi topo -m` -> each GPU's nearest HCA, from real transcripts
 (tests/fixtures/real/nvidia-smi/<driver>/topo-m-*.txt, each with its .source); then
-preflight's warnings from those facts (steps/fabric_topology.py)."""
+preflight's warnings from those facts (steps/fabric/fabric_topology.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from k3deploy.facts import fabric
 from k3deploy.facts.topology import GpuNic, Topology, parse_topology
-from k3deploy.steps import fabric_check, fabric_topology
-from k3deploy.steps.preflight import PreflightFacts
+from k3deploy.steps.fabric import fabric_check, fabric_topology
+from k3deploy.steps.checks.preflight import PreflightFacts
 from tests.realfix import real
 from tests.unit.preflight_facts import preflight_facts
 

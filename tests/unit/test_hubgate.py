@@ -94,7 +94,7 @@ def _node(reach):
 
 
 def test_preflight_names_what_a_node_cannot_reach():
-    from k3deploy.steps import hubreach
+    from k3deploy.steps.checks import hubreach
     hub = hubgate.Origin("https", "huggingface.co", 443)
     cdn = hubgate.Origin("https", "cas-bridge.xethub.hf.co", 443)
     node = _node(hubgate.HubReach(hub, cdn))

@@ -37,14 +37,14 @@ def test_the_cycle_finder_finds_one():
 # ray-cluster first), a wait and a seal with dummy weights, up's fabric mesh asks the launch's
 # own look what it would run (to leave a group that already runs it alone). Shared decisions live below the steps
 # (engines, cluster, remote/protocol) or in the steps' helper modules (probes, raylayout, ...).
-STEP_ON_STEP = {("k3deploy.steps.ray_cluster", "k3deploy.steps.launch"),
-                ("k3deploy.steps.compile_cache_seal", "k3deploy.steps.launch"),
-                ("k3deploy.steps.download", "k3deploy.steps.peers"),
-                ("k3deploy.steps.dry_fire", "k3deploy.steps.launch"),
-                ("k3deploy.steps.dry_fire", "k3deploy.steps.wait"),
-                ("k3deploy.steps.dry_fire", "k3deploy.steps.ray_cluster"),
-                ("k3deploy.steps.fabric_mesh", "k3deploy.steps.launch"),
-                ("k3deploy.steps.dry_fire_verdict", "k3deploy.steps.compile_cache_seal")}
+STEP_ON_STEP = {("k3deploy.steps.engine.ray_cluster", "k3deploy.steps.engine.launch"),
+                ("k3deploy.steps.engine.compile_cache_seal", "k3deploy.steps.engine.launch"),
+                ("k3deploy.steps.weights.download", "k3deploy.steps.weights.peers"),
+                ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.launch"),
+                ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.wait"),
+                ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.ray_cluster"),
+                ("k3deploy.steps.fabric.fabric_mesh", "k3deploy.steps.engine.launch"),
+                ("k3deploy.steps.dry_fire.dry_fire_verdict", "k3deploy.steps.engine.compile_cache_seal")}
 
 
 def test_steps_do_not_import_steps_as_utility_modules():

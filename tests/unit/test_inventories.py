@@ -12,7 +12,7 @@ from k3deploy import engines
 from k3deploy.cluster import inventory, sizing
 from k3deploy.engines import spec_from_inventory, vision
 from k3deploy.steps import probes
-from k3deploy.steps.verify import vision_off
+from k3deploy.steps.engine.verify import vision_off
 from tests.unit.invdata import is_placeholder_address
 
 INVENTORIES = Path(__file__).resolve().parents[2] / "inventories"

@@ -1,4 +1,4 @@
-"""The launch family's typed facts (steps/launch.py LaunchFacts and the Facts of ray-cluster,
+"""The launch family's typed facts (steps/engine/launch.py LaunchFacts and the Facts of ray-cluster,
 wait, the dry-fire steps and compile-cache-seal built on it): from the probes' values as the
 runner gives them, strict about their fields in fixtures."""
 
@@ -12,10 +12,10 @@ import pytest
 from k3deploy import engines
 from k3deploy.facts import UnknownFact, http
 from k3deploy.facts.nvidia_smi import parse_gpus
-from k3deploy.steps.compile_cache_seal import SealCompileCache
-from k3deploy.steps.dry_fire import DryFireLaunch
-from k3deploy.steps.launch import LaunchEngine
-from k3deploy.steps.wait import WaitHealthy
+from k3deploy.steps.engine.compile_cache_seal import SealCompileCache
+from k3deploy.steps.dry_fire.dry_fire import DryFireLaunch
+from k3deploy.steps.engine.launch import LaunchEngine
+from k3deploy.steps.engine.wait import WaitHealthy
 from tests.realfix import real
 from tests.unit import typed
 from tests.unit.docker_facts import container

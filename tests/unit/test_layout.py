@@ -6,7 +6,7 @@ from k3deploy import engines
 from k3deploy.cluster import inventory
 from k3deploy.engines.layout import inventory_runs_over_ray, parallel_layout, runs_over_ray
 from k3deploy.engines.spec_from_inventory import build, layout_for
-from k3deploy.steps import raylayout
+from k3deploy.steps.engine import raylayout
 from tests.unit.test_ray_layout import b200_doc
 
 

@@ -10,7 +10,7 @@ from k3deploy.cluster import inventory
 from k3deploy.core.errors import EngineImageError
 from k3deploy.engines import parsers
 from k3deploy.engines.parsers import RejectedChoice
-from k3deploy.steps import raylayout
+from k3deploy.steps.engine import raylayout
 from tests.realfix import real
 
 B200 = inventory.parse({"cluster": "b200", "engine": {"kind": "vllm"},

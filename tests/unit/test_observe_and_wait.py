@@ -339,9 +339,9 @@ def engine(running=True, rank=0, finished=None, code=0):
 
 
 def ranks_waiting(**more):
-    """Every rank's wait facts (steps/wait.py WaitFacts) as a wait's look gives them: its
+    """Every rank's wait facts (steps/engine/wait.py WaitFacts) as a wait's look gives them: its
     engine running, its log (empty), no /health answer."""
-    from k3deploy.steps.wait import WaitFacts
+    from k3deploy.steps.engine.wait import WaitFacts
     return {f"node{i}": WaitFacts(engine(rank=i), log="", **more) for i in range(4)}
 
 
@@ -353,7 +353,7 @@ def gpus(used_mib, total_mib=8 * 81559):
 
 
 def test_the_endpoint_wait_blames_the_rank_that_exited_first_with_its_log(tmp_path):
-    from k3deploy.steps.wait import WaitHealthy
+    from k3deploy.steps.engine.wait import WaitHealthy
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy()
@@ -370,7 +370,7 @@ def test_the_endpoint_wait_blames_the_rank_that_exited_first_with_its_log(tmp_pa
 
 
 def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
-    from k3deploy.steps.wait import WaitHealthy
+    from k3deploy.steps.engine.wait import WaitHealthy
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy({"form_timeout": 5})
@@ -391,7 +391,7 @@ def test_the_endpoint_wait_gives_up_when_no_rank_ever_loads(tmp_path):
 def test_the_form_timeout_bounds_silence_not_the_time_the_ranks_take(tmp_path):
     """No rank past distributed init yet, but GPU memory grows on a rank: three form timeouts
     pass without a failure; then nothing moves for longer than one: it fails."""
-    from k3deploy.steps.wait import WaitHealthy
+    from k3deploy.steps.engine.wait import WaitHealthy
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy({"form_timeout": 5})
@@ -408,7 +408,7 @@ def test_the_form_timeout_bounds_silence_not_the_time_the_ranks_take(tmp_path):
 def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
     """A no-op never waits, so its one look per node reads no engine log; a wait's polls do
     (every rank's, to show progress and to blame the rank that exited)."""
-    from k3deploy.steps.wait import WaitHealthy
+    from k3deploy.steps.engine.wait import WaitHealthy
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy()
@@ -501,7 +501,7 @@ BAR = "Multi-thread loading shards: {p:3d}% Completed | {n}/96 [00:{n:02d}<00:10
 
 
 def test_the_endpoint_wait_is_judged_by_rank0_progress_once_formed(tmp_path):
-    from k3deploy.steps.wait import WaitHealthy
+    from k3deploy.steps.engine.wait import WaitHealthy
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy({"form_timeout": 5, "stall_seconds": 60})
@@ -530,7 +530,7 @@ def test_the_endpoint_wait_is_judged_by_rank0_progress_once_formed(tmp_path):
 
 def test_rank0_answering_at_all_means_the_group_formed(tmp_path):
     from k3deploy.facts import http
-    from k3deploy.steps.wait import WaitFacts, formed
+    from k3deploy.steps.engine.wait import WaitFacts, formed
     warming = http.Endpoint(health=http.Answer(503))      # SGLang: 503 during warm-up
     assert formed(WaitFacts(engine(), health=warming, log=""))
     assert not formed(WaitFacts(engine(), log="[2026-02-25 15:39:24 TP8] Init torch distributed "
@@ -584,7 +584,7 @@ def test_a_look_ahead_that_raises_is_logged_and_looked_at_again(tmp_path):
 def test_the_user_sees_each_rank_fill_its_gpus_during_the_load(tmp_path):
     """The bar reaches `docker logs` only at its close: the wait's view is every rank's GPU
     memory in use of its total (nvidia-smi -q FB Memory Usage), new at each change."""
-    from k3deploy.steps.wait import WaitHealthy
+    from k3deploy.steps.engine.wait import WaitHealthy
     inv = inventory.parse(four_nodes())
     run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
     step = WaitHealthy({"form_timeout": 5})

@@ -1,4 +1,4 @@
-"""Multi-node vLLM over Ray (steps/ray.py, steps/raylayout.py) and the vLLM reply shapes
+"""Multi-node vLLM over Ray (steps/ray.py, steps/engine/raylayout.py) and the vLLM reply shapes
 verify accepts: facts in, actions out; no I/O."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.engines import startup_log
 from k3deploy.facts import http
 from k3deploy.facts.ray import RayStatus, parse_status
-from k3deploy.steps import raylayout
-from k3deploy.steps.launch import LaunchEngine
-from k3deploy.steps.ray_cluster import RayCluster
-from k3deploy.steps.verify import endpoint_problems, reasoning_field
+from k3deploy.steps.engine import raylayout
+from k3deploy.steps.engine.launch import LaunchEngine
+from k3deploy.steps.engine.ray_cluster import RayCluster
+from k3deploy.steps.engine.verify import endpoint_problems, reasoning_field
 from tests.realfix import real
 from tests.unit.docker_facts import container
 from tests.unit.fakes import FakeSession

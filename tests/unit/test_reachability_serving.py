@@ -21,9 +21,9 @@ from k3deploy.facts.reach import Mesh, NotRun
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.run.cluster_look import look_across
-from k3deploy.steps.preflight import Preflight
-from k3deploy.steps import reachability
-from k3deploy.steps.reachability import MESH, NOT_PROBED, mesh_probes
+from k3deploy.steps.checks.preflight import Preflight
+from k3deploy.steps.checks import reachability
+from k3deploy.steps.checks.reachability import MESH, NOT_PROBED, mesh_probes
 from tests.unit.docker_facts import container
 from tests.unit.fakes import FakeConn, FakeSession
 from tests.unit.invdata import four_nodes
@@ -211,7 +211,7 @@ def test_verify_asks_the_head_endpoint_ahead_only_within_its_bound(tmp_path):
     """The first look of a no-op `up` holds verify's checks too, bounded; verify's own look
     asks them without the bound (their own timeouts, 300 s for a generation)."""
     from k3deploy.node.http_probe import AHEAD_WITHIN
-    from k3deploy.steps.verify import VerifyEndpoint
+    from k3deploy.steps.engine.verify import VerifyEndpoint
     run, _ = run_ctx(tmp_path)
     head, worker = (NodeContext(run, node, rank) for rank, node in run.inv.ranked()[:2])
     endpoint = next(f for f in VerifyEndpoint().probes(head) if f.name == "endpoint")

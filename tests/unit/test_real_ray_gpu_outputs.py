@@ -10,9 +10,9 @@ from k3deploy.cluster import inventory
 from k3deploy.facts import nvidia_smi
 from k3deploy.facts import ray
 from k3deploy.facts.ray import GpuUsage, RayStatus
-from k3deploy.steps import raylayout
-from k3deploy.steps.preflight import _gpu_problems
-from k3deploy.steps.verify import VerifyEndpoint, VerifyFacts
+from k3deploy.steps.engine import raylayout
+from k3deploy.steps.checks.preflight import _gpu_problems
+from k3deploy.steps.engine.verify import VerifyEndpoint, VerifyFacts
 from tests.realfix import real as real_file
 from tests.unit.preflight_facts import preflight_facts
 

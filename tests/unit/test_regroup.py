@@ -1,6 +1,6 @@
 """A rank that must start beside ranks still running (a reclaimed node replaced by a fresh
 machine) cannot join their formed group: the group is relaunched whole, each node keeping its
-rank. One decision (steps/regroup.py), made before guard-stop from every node's engine, read by
+rank. One decision (steps/engine/regroup.py), made before guard-stop from every node's engine, read by
 guard-stop (every guard goes) and launch (every rank removed and started again)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.node import facts as F
 from k3deploy.node.context import RunContext
 from k3deploy.run.runner import Runner
-from k3deploy.steps import regroup
+from k3deploy.steps.engine import regroup
 from k3deploy.steps.base import Step
 from k3deploy.steps.guard import StopGuard
 from tests.unit.fakes import FakeSession

@@ -3,8 +3,8 @@
 from k3deploy.cli.init_findings import Host
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps.preflight import _gpu_problems
-from k3deploy.steps.sameness import majority, undeclared_problems
+from k3deploy.steps.checks.preflight import _gpu_problems
+from k3deploy.steps.checks.sameness import majority, undeclared_problems
 from tests.unit.invdata import four_nodes
 from tests.unit.preflight_facts import preflight_facts
 

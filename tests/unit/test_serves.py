@@ -1,4 +1,4 @@
-""""The cluster serves" has one home (steps/serves.py): preflight (which then skips the port
+""""The cluster serves" has one home (steps/engine/serves.py): preflight (which then skips the port
 mesh) and status/watch (cli/cluster_state.py) give the same answer for the same nodes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from k3deploy.cli import cluster_state
 from k3deploy.facts import http
 from k3deploy.facts.docker import Container
-from k3deploy.steps import reachability
+from k3deploy.steps.checks import reachability
 from tests.unit.docker_facts import container
 
 NAMES = ("n0", "n1", "n2")

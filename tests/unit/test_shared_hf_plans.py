@@ -16,11 +16,11 @@ from k3deploy.core.errors import InventoryError, StepFailed
 from k3deploy.core.status import Status
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.run_inputs import RunInputs
-from k3deploy.steps import shared_hf
-from k3deploy.steps.download import DownloadWeights
-from k3deploy.steps.hub_restart import START
-from k3deploy.steps.nvme import MoveToNvme
-from k3deploy.steps.preflight import Preflight
+from k3deploy.steps.weights import shared_hf
+from k3deploy.steps.weights.download import DownloadWeights
+from k3deploy.steps.weights.hub_restart import START
+from k3deploy.steps.disks.nvme import MoveToNvme
+from k3deploy.steps.checks.preflight import Preflight
 from k3deploy.steps.teardown import WipeFacts, WipeWeights
 from tests.unit.download_facts import facts as download_facts
 from tests.unit.fakes import FakeSession
@@ -171,7 +171,7 @@ def test_preflight_names_nodes_that_do_not_see_the_heads_marker(tmp_path):
 
 
 def test_preflight_disk_check_counts_the_checkpoint_against_the_shared_volume(tmp_path):
-    from k3deploy.steps.preflight import _disk_problems
+    from k3deploy.steps.checks.preflight import _disk_problems
     gb = 10 ** 9
     def disk(**found):
         return fixture_facts(Preflight, "preflight-all-good", have_bytes=0, **found)
@@ -192,7 +192,7 @@ def test_followers_wait_out_the_heads_restart_of_a_downloader_the_hub_killed(tmp
     """A head downloader that died of its retry budget alone is restarted by the head's own
     wait: the followers keep waiting (HEAD_RESTART_GRACE per death), not fail at once; after
     MAX_HUB_RESTARTS, or past the grace, they fail naming the head."""
-    from k3deploy.steps import hub_restart as download
+    from k3deploy.steps.weights import hub_restart as download
     node = ctx(tmp_path, rank=1)
     step, run = DownloadWeights(), node.run
     run.ledger.record("node0", "download", START, at=0.0)   # long before the clock's looks

@@ -12,7 +12,7 @@ from k3deploy import engines
 from k3deploy.cluster import inventory, sizing
 from k3deploy.engines import spec_from_inventory
 from k3deploy.engines.static_fraction import FLAGS, inventory_static_fraction
-from k3deploy.steps import verify
+from k3deploy.steps.engine import verify
 
 INVENTORIES = sorted((Path(__file__).resolve().parents[2] / "inventories").glob("*.yaml"))
 SHA = "0" * 40

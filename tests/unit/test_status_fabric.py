@@ -40,8 +40,8 @@ def test_sockets_with_hcas_warn_on_two_nodes_not_on_one():
 
 
 def test_verify_says_the_transport_and_warns_for_sockets_with_hcas():
-    from k3deploy.steps import fabric_check
-    from k3deploy.steps.verify import VerifyFacts
+    from k3deploy.steps.fabric import fabric_check
+    from k3deploy.steps.engine.verify import VerifyFacts
 
     def verify_facts(found: dict) -> VerifyFacts:
         return VerifyFacts(container=None, images={}, gpus=None, **found)

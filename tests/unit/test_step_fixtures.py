@@ -29,11 +29,11 @@ from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import REGISTRY, step_class
-from k3deploy.steps.launch import LaunchEngine, secret_file
-from k3deploy.steps.preflight import Preflight
-from k3deploy.steps.verify import memory_problems
-from k3deploy.steps.wait import rank_problem
-from k3deploy.steps.compile_cache_seal import SealFacts
+from k3deploy.steps.engine.launch import LaunchEngine, secret_file
+from k3deploy.steps.checks.preflight import Preflight
+from k3deploy.steps.engine.verify import memory_problems
+from k3deploy.steps.engine.wait import rank_problem
+from k3deploy.steps.engine.compile_cache_seal import SealFacts
 from tests.unit.fakes import FakeSession
 from tests.unit.typed import build, facts as typed_facts
 from tests.unit.invdata import four_nodes

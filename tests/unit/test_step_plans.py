@@ -13,13 +13,13 @@ from k3deploy.node.run_inputs import RunInputs
 from k3deploy.node.run_ledger import RunLedger
 from k3deploy.core.errors import StepFailed
 from k3deploy.cluster.hubmeta import Manifest, RepoFile
-from k3deploy.steps.download import DownloadWeights
+from k3deploy.steps.weights.download import DownloadWeights
 from k3deploy.steps.files import EnsureFile, FileFacts
 from k3deploy.facts.docker import Image
-from k3deploy.steps.image import SCRIPT, PullImage
-from k3deploy.steps.peers import PeerPaths
-from k3deploy.steps.launch import LaunchEngine
-from k3deploy.steps.nvme import MoveToNvme
+from k3deploy.steps.engine.image import SCRIPT, PullImage
+from k3deploy.steps.weights.peers import PeerPaths
+from k3deploy.steps.engine.launch import LaunchEngine
+from k3deploy.steps.disks.nvme import MoveToNvme
 from k3deploy.steps.teardown import ContainerFacts, RemoveContainers, StopDownload, WipeFacts, \
     WipeWeights
 from tests.unit.fakes import FakeSession
@@ -232,7 +232,7 @@ def test_after_the_wait_its_last_look_plans_and_rechecks(tmp_path, token_left):
 
 def started_downloads(ctx, times: int) -> None:
     """The run's ledger as after `times` starts of the node's downloader (the first at 1.0)."""
-    from k3deploy.steps import hub_restart
+    from k3deploy.steps.weights import hub_restart
     ledger = ctx.run.ledger = RunLedger()
     for i in range(times):
         ledger.record(ctx.name, "download", hub_restart.START, at=1.0 + i)
@@ -357,7 +357,7 @@ def test_download_started_by_this_run_and_dead_is_reported_not_restarted(tmp_pat
 
 def test_port_report_names_blocked_targets_with_the_reason():
     from k3deploy.facts.reach import NotRun
-    from k3deploy.steps.reachability import _report
+    from k3deploy.steps.checks.reachability import _report
     found = _report({"node1": mesh({"probes": {"10.0.0.10:20000": "timed out",
                                                "10.0.0.12:40000": True}}),
                      "node2": NotRun(127, ("sh: 1: python3: not found",))}, ADDRESSES)
@@ -380,7 +380,7 @@ def test_a_port_its_node_could_not_open_proves_nothing_either_way():
     """node2's sampled port 41000 was held by one of node2's own outgoing connections (the
     ephemeral range is shared), so nothing listened there: node0's refused probe of it is
     no finding, while its refused probe of node2's other port is."""
-    from k3deploy.steps.reachability import _report
+    from k3deploy.steps.checks.reachability import _report
     found = _report({"node0": mesh({"ports": {"40000": "listening"},
                                     "probes": {"10.0.0.12:41000": "Connection refused",
                                                "10.0.0.12:42000": "Connection refused"}}),
@@ -393,7 +393,7 @@ def test_a_port_its_node_could_not_open_proves_nothing_either_way():
 
 def test_launch_key_path_matches_the_engine_builders(tmp_path):
     from k3deploy.engines.spec_from_inventory import api_key_file
-    from k3deploy.steps.launch import secret_file
+    from k3deploy.steps.engine.launch import secret_file
     step, ctx, facts = launch_facts(tmp_path)
     assert api_key_file(ctx.inv) == secret_file(facts.spec)[0] == \
         "/mnt/nvme/.k3deploy/secrets/sglang-secret.yaml"
@@ -402,7 +402,7 @@ def test_launch_key_path_matches_the_engine_builders(tmp_path):
 def test_ports_in_use_come_from_proc_net_tcp():
     # Seen on the testbed: a sampled port held by a guard's outgoing poll could not be
     # listened on, and its peers' probes were refused until the mesh's 15 s deadline.
-    from k3deploy.steps.reachability import ports_in_use
+    from k3deploy.steps.checks.reachability import ports_in_use
     proc = ("  sl  local_address rem_address   st tx_queue rx_queue\n"
             "   0: 0A0DD50A:1D4C 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n"
             "   1: 0A0DD50A:0016 0A0DD501:C350 01 00000000:00000000 00:00000000 00000000\n"
@@ -451,7 +451,7 @@ def test_launch_does_not_wait_for_lines_a_quiet_log_level_hides(tmp_path):
 
 
 def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
-    from k3deploy.steps.launch import _died
+    from k3deploy.steps.engine.launch import _died
     _step, ctx, _facts = launch_facts(tmp_path, rank=1)
     log = (Path(__file__).parents[1] / "fixtures" / "real" / "sglang" / "0.5.16" /
            "check-server-args-error.txt").read_text()
@@ -462,7 +462,7 @@ def test_launch_names_the_rank_and_the_engines_own_error_line(tmp_path):
 
 
 def test_download_restarted_after_dying_of_the_hub_alone_at_most_three_times(tmp_path):
-    from k3deploy.steps import hub_restart
+    from k3deploy.steps.weights import hub_restart
     ctx = node_ctx(tmp_path, doc=NO_PEERS, manifest=manifest(), manifest_json='{"m": 1}', token="hf_tok")
     dead = download_facts(missing_count=3, total=5, progress={
         "transient": True, "error": "x: no new byte for 900s (retry budget; last: HTTP 503)"})

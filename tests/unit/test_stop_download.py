@@ -13,7 +13,7 @@ import time
 
 from k3deploy.cluster import inventory
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps.download import Paths
+from k3deploy.steps.weights.download import Paths
 from k3deploy.steps.teardown import DownloaderFacts, StopDownload
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes

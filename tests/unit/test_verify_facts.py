@@ -20,8 +20,9 @@ from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.facts.reach import Listener, Mesh, NotRun, Reach, parse_hub_reach, parse_mesh
 from k3deploy.node.transport import Result
 from k3deploy.remote import endpoint_probe, hub_reach, portcheck
-from k3deploy.steps import certify, reachability
-from k3deploy.steps.verify import VerifyEndpoint, endpoint_problems, reasoning_field
+from k3deploy.steps.engine import certify
+from k3deploy.steps.checks import reachability
+from k3deploy.steps.engine.verify import VerifyEndpoint, endpoint_problems, reasoning_field
 from tests.realfix import real
 from tests.unit.docker_facts import IMAGE_ID, container
 from tests.unit.typed import facts as typed_facts

@@ -12,8 +12,8 @@ from k3deploy.engines import vision
 from k3deploy.facts import http
 from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.serving import certificate
-from k3deploy.steps import certify
-from k3deploy.steps.verify import VerifyEndpoint, VerifyFacts, vision_problems
+from k3deploy.steps.engine import certify
+from k3deploy.steps.engine.verify import VerifyEndpoint, VerifyFacts, vision_problems
 from tests.realfix import real
 
 ANSWER = http.answer({"status": 200, "body": {"choices": [{"message": {

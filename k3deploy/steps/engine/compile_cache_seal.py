@@ -1,5 +1,5 @@
 """compile-cache-seal: after verify passed, mark the launch's compile cache complete (only a
-cache an engine verifiably served with is sealed; steps/compile_cache_prepare.py holds the rest)."""
+cache an engine verifiably served with is sealed; steps/engine/compile_cache_prepare.py holds the rest)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from k3deploy.node.context import NodeContext
 from k3deploy.remote import script_text
 from k3deploy.steps import node_files
 from k3deploy.steps.base import Action, Step, cmd, upload
-from k3deploy.steps.compile_cache_prepare import SCRIPT, script_path, sealed_fact
-from k3deploy.steps.launch import LaunchEngine, LaunchFacts  # the launch's own spec: one decision
+from k3deploy.steps.engine.compile_cache_prepare import SCRIPT, script_path, sealed_fact
+from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts  # the launch's own spec: one decision
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from k3deploy.facts.reach import Mesh, NotRun, parse_mesh
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.remote import script_text
-from k3deploy.steps import raylayout, serves
+from k3deploy.steps.engine import raylayout, serves
 from k3deploy.steps.base import ClusterProbe
 
 SCRIPT = script_text("portcheck.py")  # on stdin, not in argv (every `ps` on the node shows argv)

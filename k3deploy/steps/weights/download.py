@@ -21,8 +21,9 @@ from k3deploy.facts import download, record
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.remote import bundled, downloader_files
 from k3deploy.remote.protocol import WorkPaths
-from k3deploy.steps import download_report, node_files, peers, shared_hf
-from k3deploy.steps.hub_restart import START, HeadRestartGrace, restartable, restarts, starts
+from k3deploy.steps import node_files
+from k3deploy.steps.weights import download_report, peers, shared_hf
+from k3deploy.steps.weights.hub_restart import START, HeadRestartGrace, restartable, restarts, starts
 from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload, wait

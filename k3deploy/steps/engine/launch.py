@@ -31,9 +31,10 @@ from k3deploy.facts.ray import RayStatus
 from k3deploy.node import facts as F
 from k3deploy.node import run_settle
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps import compile_cache_prepare, probes, raylayout, regroup
+from k3deploy.steps import probes
+from k3deploy.steps.engine import compile_cache_prepare, raylayout, regroup
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
-from k3deploy.steps.fabric_topology import node_fabric
+from k3deploy.steps.fabric.fabric_topology import node_fabric
 from k3deploy.steps.probes import chosen_image
 
 
@@ -93,7 +94,7 @@ class LaunchEngine(Step[LaunchFacts]):
     needs_all_nodes = True
     Params = LaunchParams
     # Multi-node vLLM: the ray-cluster step starts the containers; launch only execs
-    # `vllm serve` on the head (steps/raylayout.py). RayCluster sets this False.
+    # `vllm serve` on the head (steps/engine/raylayout.py). RayCluster sets this False.
     serves_over_ray = True
     # The container runs the engine itself (RayCluster's run `ray start`: no engine checks).
     runs_engine = True
@@ -128,7 +129,7 @@ class LaunchEngine(Step[LaunchFacts]):
 
     def adjust_spec(self, spec: LaunchSpec) -> LaunchSpec:
         """The launch's spec before its cache key and config label (the dry-fire's: dummy
-        weights, steps/dry_fire.py)."""
+        weights, steps/dry_fire/dry_fire.py)."""
         return spec
 
     def probes(self, node: NodeContext) -> list[F.Fact]:

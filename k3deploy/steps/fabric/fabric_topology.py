@@ -15,7 +15,7 @@ from typing import Protocol
 
 from k3deploy.facts.fabric import IbPort, NodeFabric
 from k3deploy.facts.topology import Topology
-from k3deploy.steps.sameness import majority
+from k3deploy.steps.checks.sameness import majority
 
 
 class FabricFound(Protocol):

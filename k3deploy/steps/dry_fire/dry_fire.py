@@ -1,5 +1,5 @@
 """dry-fire-launch, dry-fire-wait: the real multi-node group with dummy weights, started while
-the weights still download (the verdict: steps/dry_fire_verdict.py).
+the weights still download (the verdict: steps/dry_fire/dry_fire_verdict.py).
 
 Everything that fails only on real GPUs fails here in minutes instead of after the download:
 a flag the engine rejects, an image without the model's architecture or parsers, NCCL that
@@ -32,13 +32,13 @@ from k3deploy.engines.spec import LaunchSpec
 from k3deploy.facts.docker import Container
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps import raylayout, serves
+from k3deploy.steps.engine import raylayout, serves
 from k3deploy.steps.base import Action, wait
-from k3deploy.steps.dry_fire_rules import (HINT, SMALL_FILES, missing_small_files, passed_fact,
+from k3deploy.steps.dry_fire.dry_fire_rules import (HINT, SMALL_FILES, missing_small_files, passed_fact,
                                            skipped)
-from k3deploy.steps.launch import LaunchEngine, LaunchFacts
-from k3deploy.steps.ray_cluster import RayCluster, RayFacts
-from k3deploy.steps.wait import WaitFacts, WaitHealthy
+from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts
+from k3deploy.steps.engine.ray_cluster import RayCluster, RayFacts
+from k3deploy.steps.engine.wait import WaitFacts, WaitHealthy
 
 
 @dataclass(frozen=True)

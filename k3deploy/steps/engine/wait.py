@@ -26,7 +26,8 @@ from k3deploy.facts.ray import RayStatus
 from k3deploy.node import facts as F
 from k3deploy.node import http_probe, run_settle
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps import probes, raylayout
+from k3deploy.steps import probes
+from k3deploy.steps.engine import raylayout
 from k3deploy.steps.base import Action, Step, wait
 
 

@@ -23,11 +23,15 @@ from k3deploy.facts.nvidia_smi import Gpu, LostGpu
 from k3deploy.facts.reach import Mesh, NotRun, Reach
 from k3deploy.facts.topology import Topology
 from k3deploy.remote import protocol
-from k3deploy.steps import docker_host, fabric_check, fabric_topology, hubreach, probes, shared_hf
+from k3deploy.steps import probes
+from k3deploy.steps.disks import docker_host
+from k3deploy.steps.fabric import fabric_check, fabric_topology
+from k3deploy.steps.checks import hubreach
+from k3deploy.steps.weights import shared_hf
 from k3deploy.steps.base import Step
-from k3deploy.steps.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, ports_in_use,
+from k3deploy.steps.checks.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, ports_in_use,
                                          reachability_problems, serving, serving_facts)
-from k3deploy.steps.sameness import undeclared_problems
+from k3deploy.steps.checks.sameness import undeclared_problems
 
 
 @dataclass(frozen=True)

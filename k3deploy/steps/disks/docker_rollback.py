@@ -22,7 +22,7 @@ import re
 from dataclasses import replace
 
 from k3deploy.core.errors import CommandError, StepFailed
-from k3deploy.steps import docker_unit
+from k3deploy.steps.disks import docker_unit
 from k3deploy.node.context import NodeContext
 from k3deploy.steps.base import Action, Step, cmd
 

@@ -1,4 +1,4 @@
-"""What the dry-fire steps share (steps/dry_fire.py, steps/dry_fire_verdict.py): whether a
+"""What the dry-fire steps share (steps/dry_fire/dry_fire.py, steps/dry_fire/dry_fire_verdict.py): whether a
 run has one, where a node keeps a passed dry-fire's report, the small files it waits for."""
 
 from __future__ import annotations

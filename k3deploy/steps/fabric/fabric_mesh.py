@@ -26,9 +26,9 @@ from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.remote import script_text
-from k3deploy.steps import serves
+from k3deploy.steps.engine import serves
 from k3deploy.steps.base import ClusterProbe, Step
-from k3deploy.steps.launch import LaunchEngine, LaunchFacts
+from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts
 
 SCRIPT = script_text("fabric_mesh.py")
 KEY = "fabric_mesh"

@@ -16,8 +16,9 @@ from k3deploy.facts.nccl import NcclTransport
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext
 from k3deploy.node.host_facts import Route, route_to
-from k3deploy.steps import fabric_topology, probes
-from k3deploy.steps.fabric_topology import FabricFound, node_fabric
+from k3deploy.steps import probes
+from k3deploy.steps.fabric import fabric_topology
+from k3deploy.steps.fabric.fabric_topology import FabricFound, node_fabric
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
@@ -111,7 +112,7 @@ def cluster_problems(all_facts: Mapping[str, FabricFound], run) -> list[tuple[st
 
 def warnings(all_facts: Mapping[str, fabric_topology.TopologyFound], run) -> list[str]:
     """GPUDirect RDMA off where HCAs are used: NCCL stages through host memory; then the
-    GPU-to-HCA topology's findings (steps/fabric_topology.py)."""
+    GPU-to-HCA topology's findings (steps/fabric/fabric_topology.py)."""
     if run.inv.engine.fabric == "socket":
         return []
     off = sorted(n for n, f in all_facts.items()

@@ -1,4 +1,4 @@
-"""dry-fire: the verdict on a dry-fire group that serves (steps/dry_fire.py started it), and
+"""dry-fire: the verdict on a dry-fire group that serves (steps/dry_fire/dry_fire.py started it), and
 dry-fire-stop, which removes its containers once every node reported.
 
 Head first, while every rank still runs: one chat completion through the endpoint; then on
@@ -31,8 +31,8 @@ from k3deploy.node import http_probe, run_settle
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.base import Action, Step, cmd, upload
-from k3deploy.steps.compile_cache_seal import SealCompileCache, SealFacts
-from k3deploy.steps.dry_fire_rules import HINT, passed_fact, report_path
+from k3deploy.steps.engine.compile_cache_seal import SealCompileCache, SealFacts
+from k3deploy.steps.dry_fire.dry_fire_rules import HINT, passed_fact, report_path
 
 REQUEST = "request"
 

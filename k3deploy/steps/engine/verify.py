@@ -18,7 +18,9 @@ from k3deploy.facts.fabric import IbPort
 from k3deploy.facts.nvidia_smi import Gpu, LostGpu
 from k3deploy.node import apikey, http_probe
 from k3deploy.node.context import NodeContext
-from k3deploy.steps import certify, fabric_check, probes
+from k3deploy.steps import probes
+from k3deploy.steps.engine import certify
+from k3deploy.steps.fabric import fabric_check
 from k3deploy.steps.base import Step
 
 GIB_MIB = 1024

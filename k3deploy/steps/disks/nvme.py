@@ -17,8 +17,9 @@ from k3deploy.facts.dockerd import DaemonJson, parse_daemon_json
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext
 from k3deploy.remote import protocol
-from k3deploy.steps import (containerd_config, docker_host, docker_rollback, docker_unit, probes,
-                            shared_hf)
+from k3deploy.steps import probes
+from k3deploy.steps.disks import containerd_config, docker_host, docker_rollback, docker_unit
+from k3deploy.steps.weights import shared_hf
 from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload
 
 DAEMON_JSON = docker_rollback.DAEMON_JSON

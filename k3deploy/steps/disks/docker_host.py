@@ -25,7 +25,8 @@ from typing import Protocol
 
 from k3deploy.facts.dockerd import GpuHooks, parse_gpu_hooks
 from k3deploy.node import facts as F
-from k3deploy.steps import containerd_config, probes
+from k3deploy.steps import probes
+from k3deploy.steps.disks import containerd_config
 
 
 class ImageStore(Protocol):

@@ -22,9 +22,9 @@ from k3deploy import engines
 from k3deploy.core.errors import StepFailed
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps import raylayout
+from k3deploy.steps.engine import raylayout
 from k3deploy.steps.base import Action, Step, wait
-from k3deploy.steps.launch import LaunchEngine, LaunchFacts
+from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts
 
 
 @dataclass(frozen=True)

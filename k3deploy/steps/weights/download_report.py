@@ -10,7 +10,7 @@ from k3deploy.core import units
 from k3deploy.core.errors import DiskError
 from k3deploy.facts.download import DiskFault, WeightsStatus
 from k3deploy.node.context import RunContext
-from k3deploy.steps import shared_hf
+from k3deploy.steps.weights import shared_hf
 
 
 @dataclass(frozen=True)

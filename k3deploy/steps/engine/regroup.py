@@ -16,7 +16,7 @@ rank is stopped and the whole group started again, each rank with the same numbe
 Decided once per run, from every node's engine container, by the step before launch
 (guard-stop: a guard left watching an engine we remove would report an incident and stop
 the group we start) and read by launch. Not for vLLM over Ray: its containers are the Ray
-cluster's (steps/ray_cluster.py).
+cluster's (steps/engine/ray_cluster.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from k3deploy.cluster.inventory import Inventory
 from k3deploy.facts.docker import Container
 from k3deploy.node import facts as F
-from k3deploy.steps import probes, raylayout
+from k3deploy.steps import probes
+from k3deploy.steps.engine import raylayout
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def decide(states: Mapping[str, Container | None], inv: Inventory) -> Regroup:
 
 def _own_rank(state: Container, rank: int) -> bool:
     """A container started by hand with another rank is not this group's to relaunch: the
-    wait step names it as a stray (steps/wait.py rank_problem)."""
+    wait step names it as a stray (steps/engine/wait.py rank_problem)."""
     found = probes.node_rank_arg(state.cmd)
     return found is None or found == str(rank)
 

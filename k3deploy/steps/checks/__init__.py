@@ -1,0 +1,1 @@
+"""Preflight and what it reads across the nodes: reachability, sameness, the Hub's reach."""

@@ -1,0 +1,1 @@
+"""The dry-fire: the real group on dummy weights while the weights download."""

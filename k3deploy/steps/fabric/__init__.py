@@ -1,0 +1,1 @@
+"""The fabric: preflight's InfiniBand and topology findings, the pairwise mesh."""
