@@ -9,6 +9,10 @@ import json
 from dataclasses import dataclass, field
 
 DATA_ROOT = "data-root"
+# data-root's name before docker 17.05, still read until 23.0; a file with both makes dockerd
+# refuse to start (moby daemon/config/config.go, getConflictFreeConfiguration: `cannot specify
+# both "graph" and "data-root" config file options`).
+GRAPH = "graph"
 
 
 @dataclass(frozen=True)
@@ -18,11 +22,12 @@ class DaemonJson:
 
     @property
     def data_root(self) -> object:
-        return self.settings.get(DATA_ROOT)
+        return self.settings.get(DATA_ROOT, self.settings.get(GRAPH))
 
     def with_data_root(self, path: str) -> str:
-        """The file's text with data-root set, every other setting kept."""
-        return json.dumps({**self.settings, DATA_ROOT: path}, indent=2, sort_keys=True) + "\n"
+        """The file's text with data-root set (in place of "graph"), every other setting kept."""
+        kept = {k: v for k, v in self.settings.items() if k != GRAPH}
+        return json.dumps({**kept, DATA_ROOT: path}, indent=2, sort_keys=True) + "\n"
 
 
 def parse_daemon_json(out: str, code: int) -> DaemonJson | None:

@@ -109,3 +109,20 @@ def test_daemon_json_is_kept_whole_and_refused_when_not_an_object():
     assert parse_daemon_json("", 0) == DaemonJson()
     assert parse_daemon_json("{not json", 0) is None
     assert parse_daemon_json("[]", 0) is None
+
+
+REAL_DAEMON_JSON = REPO / "tests" / "fixtures" / "real" / "docker" / "daemon-json"
+
+
+@pytest.mark.parametrize("name, data_root", [("nvidia-default-runtime.json", None),
+                                             ("graph-storage-driver-nvidia.json", "/data/docker")])
+def test_a_real_daemon_json_is_read_whole_and_data_root_set_in_it(name, data_root):
+    text = (REAL_DAEMON_JSON / name).read_text()
+    found = parse_daemon_json(text, 0)
+    assert found is not None and found.settings == json.loads(text)
+    assert found.data_root == data_root   # "graph": data-root's name before docker 17.05
+    merged = json.loads(found.with_data_root("/mnt/nvme/docker"))
+    # "graph" beside "data-root" makes dockerd refuse to start: it goes, all else stays
+    assert merged == {**{k: v for k, v in json.loads(text).items() if k != "graph"},
+                      "data-root": "/mnt/nvme/docker"}
+    assert merged["runtimes"]["nvidia"]["runtimeArgs"] == []
