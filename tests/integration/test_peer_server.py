@@ -273,21 +273,35 @@ def test_owner_whose_download_failed_sends_its_share_to_the_hub_at_once(nodes, h
     assert "its owner node0's download failed without it" in output
 
 
-def test_requests_beyond_max_connections_get_503(nodes, tmp_path):
+def _slow_blob_client(node, etag: str):
+    """A client that holds the server's one slot: it reads 12 bytes of a 48 MB answer and stops.
+    start_server's own probe frees the slot only once the server has seen that client close,
+    so the first try may still find it taken."""
     import socket
+    deadline = time.monotonic() + 10
+    while True:
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect((node.ip, PORT))
+        slow.sendall(f"GET /blobs/{etag} HTTP/1.1\r\nHost: x\r\n"
+                     f"Authorization: Bearer {SECRET}\r\n\r\n".encode())
+        status = slow.recv(12)
+        if status == b"HTTP/1.1 200":
+            return slow
+        slow.close()
+        assert status == b"HTTP/1.1 503" and time.monotonic() < deadline, status
+        time.sleep(0.1)
+
+
+def test_requests_beyond_max_connections_get_503(nodes, tmp_path):
     with tbhub.serve_in_thread(tmp_path / "big", shards=1, shard_bytes=48 << 20) as big:
         (node,) = nodes(["node0"], via=big)
         assert subprocess.run(node.fetch_argv(), env=clean_env(), capture_output=True, timeout=120,
                               check=False).returncode == 0
         node.start_server("--max-connections", "1")
         shard = big.repo.file(big.repo.shard_names()[0])
-        slow = socket.socket()
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        slow.connect((node.ip, PORT))
-        slow.sendall(f"GET /blobs/{shard.etag} HTTP/1.1\r\nHost: x\r\n"
-                     f"Authorization: Bearer {SECRET}\r\n\r\n".encode())
+        slow = _slow_blob_client(node, shard.etag)
         try:
-            assert slow.recv(12) == b"HTTP/1.1 200"  # its one slot is busy sending 48 MB
             assert request(node, "GET", "/index")[0] == 503
             assert request(node, "HEAD", f"/blobs/{shard.etag}")[0] == 503
         finally:

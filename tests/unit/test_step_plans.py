@@ -495,3 +495,19 @@ def test_a_downloader_stopped_by_its_disk_is_a_disk_error_with_the_space_and_no_
     assert err.node == ctx.name and err.exit_code == EXIT_STEP_FAILED
     assert "ENOSPC" in str(err) and "24.0 MB still needed, 0.5 MB free" in str(err)
     assert err.hint.startswith(f"free at least 23.5 MB on {ctx.name}'s filesystem") and "kept" in err.hint
+
+
+def test_launch_reads_the_log_again_when_the_look_that_saw_the_exit_missed_its_last_lines(
+        tmp_path, monkeypatch):
+    """docker logs and docker inspect run at once in a look: the container may exit between
+    them, so the log read beside its exit may end before the error line."""
+    from k3deploy.steps.engine.launch import LaunchEngine
+    step, ctx, facts = launch_facts(tmp_path, rank=1)
+    log = (Path(__file__).parents[1] / "fixtures" / "real" / "sglang" / "0.5.16" /
+           "check-server-args-error.txt").read_text()
+    looks = []
+    monkeypatch.setattr(LaunchEngine, "facts",
+                        lambda self, node, waiting=False: looks.append(waiting) or
+                        dataclasses.replace(facts, log=log))
+    assert step._final_log(ctx, "") == log and looks == [True]
+    assert step._final_log(ctx, log) == log and looks == [True]   # had its line: no look

@@ -222,7 +222,15 @@ class LaunchEngine(Step[LaunchFacts]):
         facts: LaunchFacts = self.run_action(node, self._start_action(node))
         state = facts.container
         if not state or not state.running:
-            raise _died(node, state, facts.log or "")
+            raise _died(node, state, self._final_log(node, facts.log or ""))
+
+    def _final_log(self, node: NodeContext, log: str) -> str:
+        """The log as the exited engine left it. The look that saw it exit read its log at the
+        same time (a batch's commands run at once), maybe before its last lines: without its
+        error line there, the log is read again."""
+        if startup_log.error_line(log):
+            return log
+        return self.facts(node, waiting=True).log or log
 
     def progress(self, facts: LaunchFacts, node: NodeContext) -> None:
         if self._on_ray_head(facts, node):   # the detached serve may have exited
