@@ -42,10 +42,13 @@ class Fact(Generic[T]):
     # and unbounded would hold up every step's facts with it.
     ahead: bool | Fact[T] = True
 
-    def asked_ahead(self) -> Fact[T] | None:
-        """What an earlier step's batch asks in this fact's place (under its name), if any."""
+    def asked_ahead(self, first: bool = True) -> Fact[T] | None:
+        """What an earlier step's batch asks in this fact's place (under its name), if any.
+        A bounded form only in the node's first look of a run (`first`): that look is the
+        one a run that changes nothing makes; a later batch follows a change, so the step
+        looks itself anyway and a stuck engine would hold up every such batch by the bound."""
         if isinstance(self.ahead, Fact):
-            return replace(self.ahead, name=self.name)
+            return replace(self.ahead, name=self.name) if first else None
         return self if self.ahead else None
 
 

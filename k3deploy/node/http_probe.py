@@ -35,11 +35,12 @@ def health_timeout(inv) -> float:
 
 
 # How long the endpoint's checks may take when asked ahead, in an earlier step's look (the
-# first look of a no-op `up`). A healthy group answers its three short generations at once
-# (remote/endpoint_probe.py run_checks) well within this; a group stuck in a collective
-# answers none, and then holds up that first look by this much, not by the 300 s a
-# generation may take. An answer not in by then is no answer: the step looks again itself,
-# without the bound (run/runner.py _decide), so the bound never fails a slow, healthy group.
+# first look of a run, the one a no-op `up` makes). A healthy group answers its short
+# generations at once (remote/endpoint_probe.py run_checks) well within this; a group stuck in
+# a collective answers none (SGLang's /health waits SGLANG_HEALTH_CHECK_TIMEOUT, a chat never
+# returns), and then holds up that look by this much, not by 300 s. An answer not in by then
+# is no answer: the step looks again itself, without the bound (run/runner.py _decide), so the
+# bound never fails a slow, healthy group.
 AHEAD_WITHIN = 30.0
 
 
@@ -49,16 +50,14 @@ def _config(inv, checks: list[str], key: str | None, within: float | None) -> st
                        "health_timeout": health_timeout(inv), "within": within})
 
 
-def fact(name: str, inv, checks: list[str], key: str | None,
-         ahead_within: float | None = None) -> F.Fact[http.Endpoint]:
+def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact[http.Endpoint]:
     """The same probe as a fact, for a step's batch (the key in a here-document). A probe
-    that printed nothing answered none of its checks. With `ahead_within`, an earlier step's
-    batch asks it bounded by that many seconds (Fact.ahead)."""
+    that printed nothing answered none of its checks. An earlier step's batch asks it bounded
+    by AHEAD_WITHIN (Fact.ahead)."""
     def build(within: float | None) -> F.Fact[http.Endpoint]:
         return F.python(name, SCRIPT, [], lambda out, code: http.parse_endpoint(out, code)
                         or http.unanswered(checks), stdin=_config(inv, checks, key, within))
-    found = build(None)
-    return found if ahead_within is None else replace(found, ahead=build(ahead_within))
+    return replace(build(None), ahead=build(AHEAD_WITHIN))
 
 
 def healthy(found: http.Endpoint | None) -> bool:

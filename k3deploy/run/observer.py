@@ -7,8 +7,9 @@ the head's endpoint unhealthy), so any change anywhere drops every node's batch.
 
 A step with a fact that must not be asked ahead as it is (`Fact.ahead`) has its other facts
 batched all the same, and that fact asked in its own look, or asked ahead in a bounded form
-(verify's endpoint checks): an answer the bound cut short is a problem, so the step looks again
-(below), and a run that changes nothing makes one look per node.
+(the endpoint's checks) in the node's first look only: an answer the bound cut short is a
+problem, so the step looks again (run/runner.py _decide), and a run that changes nothing makes
+one look per node.
 
 A look ahead of time can only prove that there is nothing to do: what the world does by itself
 meanwhile (an engine finishing its load between two nodes' looks) is no change of ours, so the
@@ -83,11 +84,12 @@ class Observer:
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
         # A later step's facts not to be asked ahead (Fact.ahead) wait for its own look; those
         # with a bounded form are asked in it. The step's own look asks them as they are.
-        later = list(probes)[1:]
-        own = {label: [f for f in probes[label] if f.asked_ahead() is None] for label in later}
-        probes = {label: _ahead(mine) if label in own else mine for label, mine in probes.items()}
-        batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
+        later = list(probes)[1:]
+        own = {label: [f for f in probes[label] if f.asked_ahead(first) is None] for label in later}
+        probes = {label: _ahead(mine, first) if label in own else mine
+                  for label, mine in probes.items()}
+        batch = [f for label, mine in probes.items() for f in F.renamed(mine, f"{label}.")]
         if self.looking:
             self.looking(ctx)
         values = F.gather(ctx.conn, [*(IDENTITY if first else []), *batch],
@@ -102,8 +104,8 @@ class Observer:
             self._own[ctx.name] = {label: mine for label, mine in own.items() if mine}
 
 
-def _ahead(facts: list[F.Fact]) -> list[F.Fact]:
-    return [asked for asked in (f.asked_ahead() for f in facts) if asked is not None]
+def _ahead(facts: list[F.Fact], first: bool) -> list[F.Fact]:
+    return [asked for asked in (f.asked_ahead(first) for f in facts) if asked is not None]
 
 
 def _part(values: F.Found, prefix: str) -> F.Found:

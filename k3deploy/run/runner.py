@@ -178,7 +178,7 @@ class Runner:
 
     # -- one node ------------------------------------------------------------------------
     def _on_node(self, step: Step, ctx: NodeContext) -> object | None:
-        started, culprit = time.monotonic(), None
+        started, culprit, theirs = time.monotonic(), None, Status.FAILED
         if not self.run.check:
             ctx.state.begin(step.label, step.inputs_digest(ctx))
         try:
@@ -187,6 +187,8 @@ class Runner:
             facts, result = None, StepResult(Status.INTERRUPTED, error=err.lines())
         except UnreachableError as err:
             facts, result = None, StepResult(Status.UNREACHABLE, error=err.lines())
+            if err.node != ctx.name:   # the head's look at another rank: that rank is gone
+                culprit, theirs, result.status = err.node, Status.UNREACHABLE, Status.FAILED
         except K3Error as err:
             facts, result = None, StepResult(Status.FAILED, error=_lines(err, step.name))
             culprit = getattr(err, "node", None)
@@ -199,7 +201,7 @@ class Runner:
         self._record(ctx, step, result, facts)
         if result.status == Status.FAILED and culprit != ctx.name and culprit in self.report.results:
             # The head's wait found the fault on another node: the summary points there too.
-            self.report.set(culprit, step.label, StepResult(Status.FAILED, error=result.error))
+            self.report.set(culprit, step.label, StepResult(theirs, error=result.error))
         return facts
 
     def _pending(self, ctx: NodeContext) -> bool:

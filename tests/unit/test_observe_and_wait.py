@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from k3deploy.cluster import inventory
-from k3deploy.core.errors import StepFailed
+from k3deploy.core.errors import StepFailed, UnreachableError
 from k3deploy.node import facts as F
 from k3deploy.node.context import RunContext
 from k3deploy.run import waiter as waiter_module
@@ -124,6 +124,22 @@ def test_a_bounded_form_asked_ahead_settles_a_no_op_or_the_step_looks_again(
     # fact as it is (and nothing is set on the bounded form's word)
     assert {tuple(map(tuple, c.asked)) for c in conns.values()} == {tuple(looks)}
     assert all(not any(c.startswith("set") for c in conn.commands) for conn in conns.values())
+
+
+def test_a_bounded_form_is_asked_ahead_only_in_the_first_look(tmp_path):
+    """After a change the step looks itself anyway: a later batch leaves the bounded form out,
+    so a stuck engine (whose every answer takes the bound) holds up one look, not each."""
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: Recording(n.name, {"a": "no", "b": "yes", "v": "yes", "chat": "yes",
+                                        "quick": "yes"}) for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns))
+    report = Runner(run, [Asks("a"), Asks("b"), AsksBounded("v")]).execute()
+    assert {per["a"].status for per in report.results.values()} == {"changed"}
+    # the first look asks the bounded form (a acts on it: nothing ran before a); a sets (no
+    # look) and re-checks; b's look after the change leaves it out; v's own look asks the
+    # fact as it is
+    looks = [("a", "b", "v", "quick"), (), ("a",), ("b", "v"), ("chat",)]
+    assert {tuple(map(tuple, c.asked)) for c in conns.values()} == {tuple(looks)}
 
 
 def test_a_fact_asked_only_in_its_own_look_leaves_the_others_in_the_batch(tmp_path):
@@ -600,3 +616,21 @@ def test_the_user_sees_each_rank_fill_its_gpus_during_the_load(tmp_path):
                         "rank 2 8.0/637 GiB (1%), rank 3 ?")
     assert views[2].split(", ")[2] == "rank 2 136.0/637 GiB (21%)"
     assert len(set(views)) == 3
+
+
+class HeadLooksAtRanks(Asks):
+    """Like the head's wait: it reads every rank, and one rank's machine is gone."""
+
+    def plan(self, facts, node):
+        if node.is_head:
+            raise UnreachableError("node3", "cannot reach root@node3:22 after 3 attempts",
+                                   hint="is the node up (spot reclaim?) and port open?")
+        return []
+
+
+def test_a_rank_the_head_cannot_reach_is_the_node_named_unreachable(tmp_path):
+    report, _ = run_with(tmp_path, {"w": "yes"}, [HeadLooksAtRanks("w")])
+    assert report.results["node0"]["w"].status == "failed"
+    assert report.results["node3"]["w"].status == "unreachable"
+    assert report.unreachable_nodes() == ["node3"]
+    assert any("node3:22" in line for line in report.results["node0"]["w"].error)

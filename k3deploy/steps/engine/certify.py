@@ -44,15 +44,14 @@ def vision_record(result: http.Answer | None) -> dict | None:
             else str(result.said or result.error or result.text)[:200]}
 
 
-def node_probes(inv, is_head: bool, key: str | None, checks: tuple[str, ...] = (),
-                ahead_within: float | None = None) -> list[F.Fact]:
+def node_probes(inv, is_head: bool, key: str | None,
+                checks: tuple[str, ...] = ()) -> list[F.Fact]:
     """The same facts the image and launch steps ask for (a batch runs each once); on the head
-    one endpoint probe for the engine's version and any further `checks` (verify's), asked
-    ahead only within `ahead_within` seconds when given (http_probe.fact)."""
+    one endpoint probe for the engine's version and any further `checks` (verify's)."""
     found = [probes.engine_container(inv), probes.engine_images(inv),
              probes.gpus(), probes.nccl_transport(inv, is_head)]
-    return found + ([http_probe.fact("endpoint", inv, [*checks, ENDPOINT_CHECK], key,
-                                     ahead_within)] if is_head else [])
+    return found + ([http_probe.fact("endpoint", inv, [*checks, ENDPOINT_CHECK], key)]
+                    if is_head else [])
 
 
 def node_record(found: CertifyFacts) -> dict:

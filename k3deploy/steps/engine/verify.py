@@ -151,12 +151,10 @@ class VerifyEndpoint(Step[VerifyFacts]):
 
     def probes(self, node: NodeContext):
         # What the certificate records, GPUs included; on the head one endpoint probe for
-        # both (its checks and the engine's version). Its chat requests hang on a group that
-        # lost a rank: asked ahead (the bring-up's first look) they are bounded, so a stuck
-        # group holds that look up by the bound only, and verify then looks again itself.
+        # both (its checks and the engine's version).
         return certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
-                                   checks=tuple(CHECKS), ahead_within=http_probe.AHEAD_WITHIN
-                                   ) + [probes.lost_gpus(), *probes.fabric_facts()]
+                                   checks=tuple(CHECKS)) + [probes.lost_gpus(),
+                                                            *probes.fabric_facts()]
 
     def problems(self, facts: VerifyFacts, node: NodeContext):
         out = (probes.lost_gpu_problems(facts.gpus_lost, "memory") if facts.gpus_lost
