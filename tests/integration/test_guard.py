@@ -64,12 +64,14 @@ def test_no_false_positive_while_serving_and_the_guard_stays_cheap(serving):
     cpu = {n: guard_cpu_seconds(tb, n) for n in tb.nodes}
     started = time.monotonic()
     answered = 0
-    while time.monotonic() - started < 60:
+    # Steady traffic, a request every half second, over thirty of the guard's looks
+    # (guard.poll_seconds 1): a CPU share of 1% over 30 s is 0.3 s, thirty clock ticks.
+    while time.monotonic() - started < 30:
         assert chat(tb, key) == 200
         answered += 1
-        time.sleep(0.5)  # the point: steady traffic for a minute, a request every half second
+        time.sleep(0.5)
     elapsed = time.monotonic() - started
-    assert answered > 50
+    assert answered > 25
     for node in tb.nodes:
         assert incident(tb, node) is None, node
         assert engine_running(tb, node), node
