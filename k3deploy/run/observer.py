@@ -83,7 +83,8 @@ class Observer:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
         # A later step's facts not to be asked ahead (Fact.ahead) wait for its own look; those
-        # with a bounded form are asked in it. The step's own look asks them as they are.
+        # with a bounded form are asked in the node's first look only (Fact.asked_ahead). The
+        # step's own look asks them as they are.
         first = ctx.name not in self._known   # the node's first look: which machine it is, too
         later = list(probes)[1:]
         own = {label: [f for f in probes[label] if f.asked_ahead(first) is None] for label in later}
