@@ -20,12 +20,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from k3run import bounded_run
+from k3run import bounded_run, stop_background
 from polling import wait_until
 from tb import hub as tbhub
 from tbfixture import inventory_copy, testbed
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_cli_left_running():
+    """A k3deploy started in the background (k3run.k3_bg) is gone when its test ends, also when
+    the test failed before waiting for it."""
+    yield
+    stop_background()
 
 
 def _env(extra: dict | None) -> dict:

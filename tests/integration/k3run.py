@@ -34,10 +34,26 @@ def k3(*args: str, env: dict | None = None, timeout: float = CLI_TIMEOUT) -> sub
     return bounded_run([sys.executable, "-m", "k3deploy", *args], timeout, cwd=REPO, env=full_env)
 
 
+_BACKGROUND: list[subprocess.Popen] = []   # every k3_bg process, until stop_background()
+
+
 def k3_bg(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "k3deploy", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "k3deploy", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=REPO,
                             env={**os.environ, **(env or {})})
+    _BACKGROUND.append(proc)
+    return proc
+
+
+def stop_background() -> list[int]:
+    """Kill the k3_bg processes still running (a test that failed before waiting for one);
+    returns their pids. The node-side processes they started go with the testbed."""
+    left = [p for p in _BACKGROUND if p.poll() is None]
+    for proc in left:
+        proc.kill()
+        proc.wait()
+    _BACKGROUND.clear()
+    return [p.pid for p in left]
 
 
 def out(proc: subprocess.CompletedProcess) -> str:
