@@ -32,7 +32,7 @@ _STEPS = (
     ("teardown", "k3deploy.steps.teardown:RemoveContainers", TEARDOWN),
     ("stop-download", "k3deploy.steps.teardown:StopDownload", TEARDOWN),
     ("wipe-weights", "k3deploy.steps.teardown:WipeWeights", TEARDOWN),
-    ("stop-peer-server", "k3deploy.steps.weights.peers:StopPeerServer", TEARDOWN),
+    ("stop-peer-server", "k3deploy.steps.weights.peer_server_stop:StopPeerServer", TEARDOWN),
     ("file", "k3deploy.steps.files:EnsureFile", ANY),
 )
 REGISTRY = {name: target for name, target, _ in _STEPS}

@@ -11,7 +11,7 @@ from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.remote import protocol
 from k3deploy.steps.weights.download import DownloadWeights
 from k3deploy.steps.weights.download_report import Detail, hub_summary
-from k3deploy.steps.weights.peers import StopPeerFacts, StopPeerServer
+from k3deploy.steps.weights.peer_server_stop import StopPeerFacts, StopPeerServer
 from tests.unit.download_facts import facts as download_facts
 from tests.unit.fakes import FakeSession
 from tests.unit.invdata import four_nodes

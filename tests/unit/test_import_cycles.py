@@ -33,13 +33,12 @@ def test_the_cycle_finder_finds_one():
 
 # A registered step may import another only to be it in part: ray-cluster starts the launch's
 # containers (a LaunchEngine), compile-cache-seal seals the launch's own cache (its spec), the
-# download starts the peer server its peers fetch from, the dry-fire is a launch (over Ray, a
-# ray-cluster first), a wait and a seal with dummy weights, up's fabric mesh asks the launch's
-# own look what it would run (to leave a group that already runs it alone). Shared decisions live below the steps
-# (engines, cluster, remote/protocol) or in the steps' helper modules (probes, raylayout, ...).
+# dry-fire is a launch (over Ray, a ray-cluster first), a wait and a seal with dummy weights,
+# up's fabric mesh asks the launch's own look what it would run (to leave a group that already
+# runs it alone). Shared decisions live below the steps (engines, cluster, remote/protocol) or
+# in the steps' helper modules (probes, raylayout, peers, ...).
 STEP_ON_STEP = {("k3deploy.steps.engine.ray_cluster", "k3deploy.steps.engine.launch"),
                 ("k3deploy.steps.engine.compile_cache_seal", "k3deploy.steps.engine.launch"),
-                ("k3deploy.steps.weights.download", "k3deploy.steps.weights.peers"),
                 ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.launch"),
                 ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.wait"),
                 ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.ray_cluster"),

@@ -2,7 +2,7 @@
 
 Started by the download step before the downloader, and left running after the download: a
 replaced spot node then refills from its peers instead of the Hub. `down` stops it (the
-teardown playbook's stop-peer-server step). It is restarted when this run would start it with
+teardown playbook's stop-peer-server step, peer_server_stop.py). It is restarted when this run would start it with
 another manifest or secret (their sha256 on the node are facts).
 """
 
@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
 
 from k3deploy.core.digest import sha256_text
 from k3deploy.engines import compile_cache_key
 from k3deploy.node import detached
-from k3deploy.node import facts as F
 from k3deploy.cluster.fanout import peer_block
 from k3deploy.cluster.hubmeta import Manifest
 from k3deploy.cluster.inventory import Inventory
@@ -23,7 +21,7 @@ from k3deploy.facts.download import PeerServer
 from k3deploy.node.context import NodeContext
 from k3deploy.remote import downloader_files, script_text
 from k3deploy.remote.protocol import PeerFiles
-from k3deploy.steps.base import Action, Step, cmd, upload
+from k3deploy.steps.base import Action, cmd, upload
 
 SERVER = script_text("peer_server.py")
 
@@ -71,7 +69,7 @@ def server_actions(peer: PeerServer | None, node: NodeContext, manifest_json: st
             cmd("(re)start the peer server, detached", "sh", "-c", _start_script(node, paths, progress))]
 
 
-def _stop_script(paths: PeerPaths) -> str:
+def stop_script(paths: PeerPaths) -> str:
     pid = shlex.quote(paths.pid)
     # Only while the pid file's process still is the peer server (pids are reused); it ends
     # on SIGTERM (remote/peer_server.py), and one that does not is found by the start (exit 3).
@@ -87,28 +85,5 @@ def _start_script(node: NodeContext, paths: PeerPaths, progress: str) -> str:
             paths.corrupt_flag, "--ready-file", paths.ready, "--progress", progress,
             "--compile-cache", compile_cache_key.cache_root(node.inv)]
     # The pid file names the new server at once; the start waits (bounded) until it listens.
-    return f"{_stop_script(paths)}; " + detached.start(
+    return f"{stop_script(paths)}; " + detached.start(
         argv, paths.log, paths.ready, tenths=150, pid_file=paths.pid, ready_test="-e", fail_tail=5)
-
-
-@dataclass(frozen=True)
-class StopPeerFacts:
-    running: bool   # the pid file's process is the peer server
-
-
-class StopPeerServer(Step[StopPeerFacts]):
-    name = "stop-peer-server"
-    runs_after_failures = True
-    Facts = StopPeerFacts
-
-    def probes(self, node: NodeContext):
-        paths = PeerPaths(node.inv)
-        running = (f"p=$(cat {shlex.quote(paths.pid)}) && grep -q peer_server "
-                   "/proc/$p/cmdline")
-        return [F.Fact("running", running, F.exit_ok)]
-
-    def plan(self, facts: StopPeerFacts, node: NodeContext):
-        if not facts.running:
-            return []
-        return [cmd("stop the peer server", "sh", "-c", _stop_script(PeerPaths(node.inv)),
-                    retry=True)]
