@@ -1,6 +1,7 @@
 """The runner's side of a step's cluster probes (steps/base.py ClusterProbe): every node's
-command at once, each answer parsed into that node's facts, before `cluster_problems` reads
-them. The step decides what to run from the facts; running it here keeps its hooks pure."""
+commands at once (a node's several one after another), each answer parsed into that node's
+facts, before `cluster_problems` reads them. The step decides what to run from the facts;
+running it here keeps its hooks pure."""
 
 from __future__ import annotations
 
@@ -11,27 +12,40 @@ from k3deploy.core.errors import Interrupted, K3Error
 
 
 def look_across(step, all_facts: dict[str, object], contexts: dict, run) -> dict[str, object]:
-    """all_facts with each probed node's answer under the probe's key: the parsed value, or
-    the K3Error that stopped the command on that node. Ctrl-C stops the step (Interrupted)."""
-    probes = step.cluster_probes(all_facts, run)
+    """all_facts with each probed node's answers under their probes' keys: the parsed value,
+    or the K3Error that stopped the node's commands there (for that probe and the ones after
+    it). Ctrl-C stops the step (Interrupted)."""
+    probes = {n: each(p) for n, p in step.cluster_probes(all_facts, run).items()}
     if not probes:
         return all_facts
 
-    def one(name: str):
-        probe = probes[name]
-        res = contexts[name].conn.run(list(probe.argv), stdin=probe.stdin, check=False,
-                                      timeout=probe.timeout, step=step.name)
-        return probe.parse(res)
+    def one(name: str) -> dict[str, object]:
+        found: dict[str, object] = {}
+        for probe in probes[name]:
+            try:
+                res = contexts[name].conn.run(list(probe.argv), stdin=probe.stdin, check=False,
+                                              timeout=probe.timeout, step=step.name)
+            except Interrupted:
+                raise
+            except K3Error as err:
+                return found | {p.key: err for p in probes[name] if p.key not in found}
+            found[probe.key] = probe.parse(res)
+        return found
 
     found = group.run_each(one, list(probes))
     for err in found.failed.values():
         if isinstance(err, Interrupted):
             raise err
     found.failures(K3Error)   # anything else is a bug: raised
-    return {n: _with(f, probes[n].key, found[n]) if n in probes else f
+    return {n: dataclasses.replace(f, **_values(found[n], probes[n])) if n in probes else f
             for n, f in all_facts.items()}
 
 
-def _with(facts, key: str, value):
-    """The node's facts with the probe's answer in the field `key` (a frozen dataclass)."""
-    return dataclasses.replace(facts, **{key: value})
+def each(probes) -> tuple:
+    """A node's cluster probes: one ClusterProbe, or several in the order they run."""
+    return tuple(probes) if isinstance(probes, (tuple, list)) else (probes,)
+
+
+def _values(found, probes: tuple) -> dict[str, object]:
+    """key -> answer; a K3Error raised outside the loop stands for every probe's answer."""
+    return {p.key: found for p in probes} if isinstance(found, BaseException) else found

@@ -75,11 +75,12 @@ class Action:
 
 @dataclass(frozen=True)
 class ClusterProbe:
-    """A look at one node that only means something taken on every node at once (the port
-    mesh: each node listens while the others connect to it). A step's `cluster_probes` says
-    what to run (pure); the runner runs every node's at once, after the nodes' facts and
-    before `cluster_problems`, which finds `parse(result)` in the node's facts under `key`, or
-    the K3Error that stopped the command there."""
+    """A look at a node taken after every node's facts, on every node at once: one that only
+    means something so (the port mesh: each node listens while the others connect to it), or
+    one the facts say is needed (a layout asked only before a launch). A step's
+    `cluster_probes` says what to run (pure); the runner runs every node's at once, a node's
+    several in order, before `cluster_problems`, which finds `parse(result)` in the node's
+    facts under `key`, or the K3Error that stopped the command there."""
 
     key: str
     argv: tuple[str, ...]
@@ -183,9 +184,11 @@ class Step(Generic[FactsT]):
         """(check, message) pairs found on this node; a read-only step reports these."""
         return []
 
-    def cluster_probes(self, all_facts: dict[str, FactsT], run) -> dict[str, ClusterProbe]:
-        """node -> what to look at on every node at once, decided from every node's facts
-        (pure); the runner runs them and adds what they found to the facts."""
+    def cluster_probes(self, all_facts: dict[str, FactsT],
+                       run) -> dict[str, ClusterProbe | tuple[ClusterProbe, ...]]:
+        """node -> what to look at on every node at once (several: in that order), decided
+        from every node's facts (pure); the runner runs them and adds what they found to the
+        facts."""
         return {}
 
     def cluster_problems(self, all_facts: dict[str, FactsT], run) -> list[tuple[str, str, str]]:

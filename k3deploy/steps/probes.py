@@ -10,7 +10,7 @@ from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inv
                               serve_log_host_path, spec_from_inventory)
 from k3deploy.engines import parsers, startup_phases
 from k3deploy.engines.layout import inventory_runs_over_ray
-from k3deploy.facts import docker, fabric, nccl, nvidia_smi, topology
+from k3deploy.facts import docker, fabric, nccl, nvidia_smi
 from k3deploy.facts.lastjson import json_doc
 from k3deploy.node import facts as F
 
@@ -136,12 +136,6 @@ def fabric_facts() -> list[F.Fact]:
     """The node's HCA ports, /dev/infiniband and nvidia_peermem (facts/fabric.py): preflight
     judges them, launch passes the HCAs into the container; one command each per batch."""
     return [F.from_probe(p) for p in fabric.probes()]
-
-
-def gpu_nic_topology() -> F.Fact:
-    """`nvidia-smi topo -m` -> facts/topology.Topology (which HCA each GPU reaches nearest);
-    None where the tool failed. Preflight only: launch and status need no layout."""
-    return F.from_probe(topology.probe())
 
 
 # NCCL prints its init lines when the group forms, and the engine its phases' lines as it

@@ -62,6 +62,8 @@ def test_check_apply_apply_again_then_down(tmp_path):
         for node, calls in node_calls(tb).items():   # one look per node: no tool run twice
             made = [" ".join(c) for c in calls[len(before_again[node]):]]
             assert made and len(set(made)) == len(made), (node, made)
+            # the GPU-to-HCA layout is asked before a launch only: nvidia-smi once
+            assert sum(c.startswith("nvidia-smi") for c in made) == 1, (node, made)
         for node in tb.nodes:
             steps = state(tb.inventory, node)["steps"]
             assert {s["status"] for s in steps.values()} == {"ok"}, (node, steps)

@@ -1,8 +1,8 @@
 """The fabric reaches the engine: on `--profile ib-hcas` every engine `docker run` passes
 /dev/infiniband, IPC_LOCK and NCCL_IB_HCA, and `status --json` reports NCCL's transport IB
 (read from the stand-in engine's NCCL init lines); on the default testbed it says Socket.
-Preflight reads each node's GPU-to-HCA layout from `nvidia-smi topo -m` (the stand-in prints
-the sourced transcript of an 8x H100 node with eight HCAs, or of one without)."""
+Preflight reads each node's GPU-to-HCA layout from `nvidia-smi topo -m` before the launch (the
+stand-in prints the sourced transcript of an 8x H100 node with eight HCAs, or of one without)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ IB_DEVICES = [f"{h}:1/IB" for h in HCAS]
 
 
 def _gpu_nic(tb, node: str):
-    return state(tb.inventory, node)["steps"]["preflight"]["detail"]["gpu_nic"]
+    """The node's layout as preflight kept it on the head (asked before the launch)."""
+    return state(tb.inventory, "node0")["steps"]["preflight"]["detail"]["gpu_nic"][node]
 
 
 def test_ib_hcas_reach_every_rank_and_status_says_ib(tmp_path):

@@ -38,7 +38,8 @@ from k3deploy.steps.checks.sameness import undeclared_problems
 class PreflightFacts:
     """Every probe of `Preflight.probes` by its name; the ones some nodes or runs only ask
     (the head's /health and shared volume, the Hub's reach, a shared cache's marker, the route
-    to a peer) and the port mesh's answer (the runner's cluster look) default to None."""
+    to a peer) and what the runner's cluster look adds (the port mesh's answer, the GPU-to-HCA
+    layout) default to None."""
     gpus: tuple[Gpu, ...] | None
     gpus_lost: tuple[LostGpu, ...]
     cuda: str | None
@@ -58,13 +59,13 @@ class PreflightFacts:
     ib_ports: tuple[IbPort, ...] | None
     ib_devices: tuple[str, ...] | None
     gpudirect_rdma: bool
-    gpu_nic_topology: Topology | None
     serving: Endpoint | None = None
     hub_reach: tuple[Reach, ...] | None = None
     shared_marker: str | None = None
     volume_free_bytes: int | None = None
     route_to_peer: Route | None = None
     mesh: Mesh | NotRun | K3Error | None = None
+    gpu_nic_topology: Topology | K3Error | None = None
 
 
 def _facts(node: NodeContext) -> list[F.Fact]:
@@ -107,22 +108,31 @@ class Preflight(Step[PreflightFacts]):
         return out
 
     def cluster_probes(self, all_facts: dict[str, PreflightFacts], run: RunContext):
-        return mesh_probes(run, all_facts)
+        """The port mesh, then the GPU-to-HCA layout: both only before a launch."""
+        mesh = mesh_probes(run, all_facts)
+        topo = fabric_topology.probes_before_launch(run, list(all_facts), serving(run, all_facts))
+        return {n: tuple(p for p in (mesh.get(n), topo.get(n)) if p) for n in all_facts
+                if n in mesh or n in topo}
 
     def cluster_problems(self, all_facts: dict[str, PreflightFacts], run: RunContext):
         return (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
                 + shared_hf.marker_problems(all_facts, run) + reachability_problems(run, all_facts)
-                + fabric_check.cluster_problems(all_facts, run))
+                + fabric_check.cluster_problems(all_facts, run)
+                + fabric_topology.unread(all_facts))
 
     def closing_lines(self, run: RunContext, all_facts: dict[str, PreflightFacts]) -> list[str]:
         return ([NOT_PROBED] if serving(run, all_facts) else []) + fabric_check.warnings(
             all_facts, run)
 
     def detail(self, facts: PreflightFacts, node: NodeContext):
-        topo = facts.gpu_nic_topology
         return {"gpus": len(facts.gpus or ()), "cuda": facts.cuda,
-                "free_gb": round((facts.free_bytes or 0) / GB, 1),
-                "gpu_nic": fabric_topology.summary(topo) if topo else None}
+                "free_gb": round((facts.free_bytes or 0) / GB, 1)}
+
+    def cluster_detail(self, all_facts: dict[str, PreflightFacts], run: RunContext):
+        """Each node's GPU-to-HCA layout, kept on the head (asked before a launch only)."""
+        found = {n: fabric_topology.summary(t) for n, f in all_facts.items()
+                 if (t := fabric_topology.layout(f))}
+        return {"gpu_nic": found} if found else None
 
 
 def _gpu_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:

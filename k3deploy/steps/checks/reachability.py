@@ -96,8 +96,8 @@ def serving_facts(node: NodeContext) -> list[F.Fact]:
     return serves.facts(node.inv, node.is_head, node.run.inputs.api_key)
 
 
-NOT_PROBED = ("ports: not probed, the cluster serves (its ranks reached each other); "
-              "they are probed before the next launch")
+NOT_PROBED = ("ports and GPU-to-HCA topology: not probed, the cluster serves (its ranks "
+              "reached each other); they are probed before the next launch")
 
 
 def serving(run: RunContext, all_facts: Mapping[str, Found]) -> bool:

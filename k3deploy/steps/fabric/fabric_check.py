@@ -40,8 +40,7 @@ class TransportFound(FabricFound, Protocol):
 
 def facts(node: NodeContext) -> list[F.Fact]:
     peer = _peer(node)
-    return (probes.fabric_facts() + [probes.gpu_nic_topology()]
-            + ([route_to("route_to_peer", peer)] if peer else []))
+    return probes.fabric_facts() + ([route_to("route_to_peer", peer)] if peer else [])
 
 
 def _peer(node: NodeContext) -> str | None:

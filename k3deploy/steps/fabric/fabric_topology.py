@@ -1,7 +1,8 @@
 """preflight's GPU-to-HCA findings, from `nvidia-smi topo -m` (facts/topology.py): a GPU whose
 nearest HCA is across the CPU interconnect, HCAs that the GPUs' PCIe tree does not show, and
 nodes laid out unlike the others. Warnings, as for GPUDirect RDMA off: the group still runs,
-only slower.
+only slower. Asked before a launch only (a cluster probe, as the port mesh): a cluster that
+serves has its layout, and a no-op `up` runs `nvidia-smi` once per node.
 
 NCCL 2.x src/graph/paths.cc ncclTopoCheckGdr: `netGdrLevel = PATH_PXB` unless
 NCCL_NET_GDR_LEVEL says otherwise, and "GPU Direct RDMA Disabled for GPU %d / HCA %lx (distance
@@ -13,9 +14,14 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Protocol
 
+from k3deploy.core.errors import K3Error
+from k3deploy.facts import topology
 from k3deploy.facts.fabric import IbPort, NodeFabric
 from k3deploy.facts.topology import Topology
+from k3deploy.steps.base import ClusterProbe
 from k3deploy.steps.checks.sameness import majority
+
+KEY = "gpu_nic_topology"
 
 
 class FabricFound(Protocol):
@@ -30,10 +36,33 @@ class FabricFound(Protocol):
 
 
 class TopologyFound(FabricFound, Protocol):
-    """Preflight's facts these warnings read: the fabric and `nvidia-smi topo -m`."""
+    """Preflight's facts these warnings read: the fabric and `nvidia-smi topo -m` (None: not
+    asked, or no matrix; a K3Error: the node's command did not run)."""
 
     @property
-    def gpu_nic_topology(self) -> Topology | None: ...
+    def gpu_nic_topology(self) -> Topology | K3Error | None: ...
+
+
+def probes_before_launch(run, names: list[str], serving: bool) -> dict[str, ClusterProbe]:
+    """`nvidia-smi topo -m` on every node, unless the cluster serves (its group formed over
+    this layout; asked again before the next launch) or engine.fabric is socket (no HCA)."""
+    if serving or run.inv.engine.fabric == "socket":
+        return {}
+    found = topology.probe()
+    return {n: ClusterProbe(KEY, ("sh", "-c", found.script),
+                            lambda res: found.parse(res.stdout, res.exit_code))
+            for n in names}
+
+
+def layout(found: TopologyFound) -> Topology | None:
+    topo = found.gpu_nic_topology
+    return topo if isinstance(topo, Topology) else None
+
+
+def unread(all_facts: Mapping[str, TopologyFound]) -> list[tuple[str, str, str]]:
+    """A node whose `nvidia-smi topo -m` did not run (it went away after its look)."""
+    return [(n, "fabric", f"nvidia-smi topo -m: {f.gpu_nic_topology}")
+            for n, f in all_facts.items() if isinstance(f.gpu_nic_topology, K3Error)]
 
 
 def node_fabric(found: FabricFound) -> NodeFabric | None:
@@ -47,9 +76,8 @@ def warnings(all_facts: Mapping[str, TopologyFound]) -> list[str]:
     out = []
     for name, facts in all_facts.items():
         fab = node_fabric(facts)
-        out += node_warnings(name, facts.gpu_nic_topology, fab.hcas if fab else ())
-    return out + differ_warnings({n: f.gpu_nic_topology for n, f in all_facts.items()
-                                  if f.gpu_nic_topology})
+        out += node_warnings(name, layout(facts), fab.hcas if fab else ())
+    return out + differ_warnings({n: topo for n, f in all_facts.items() if (topo := layout(f))})
 
 
 def node_warnings(name: str, topo: Topology | None, hcas: tuple[str, ...]) -> list[str]:
