@@ -67,7 +67,7 @@ FAULT_FORMS = """arguments:
   kill-node|revive-node|partition|firewall|heal|fill-disk|free-disk NODE
   peer-corrupt|peer-heal NODE             that node's peer server flips bytes / serves true ones
   wedge-engine|unwedge-engine NODE, slow-prefill NODE [SECONDS], engine-fault NODE oom|nccl|parser|none
-  slow-link NODE MBIT                     that node's link throttled both ways (0: full speed)
+  slow-link NODE MBIT                     that node's link throttled both ways (0: the testbed's link)
   hub-drop-after BYTES, hub-corrupt FILE, hub-heal, hub-outage SECONDS [--status S],
   hub-rate-limit QUOTA WINDOW, cdn-forbid N"""
 

@@ -136,7 +136,7 @@ def slow_link(state: TestbedState, name: str, mbit: str) -> str:
     record = _running_node(state, name)
     rate = _number(mbit, "slow-link NODE MBIT")
     net.slow_link(record["netns"], record["veth"], rate)
-    return f"{name}: link at {rate} Mbit/s each way" if rate else f"{name}: link at full speed"
+    return f"{name}: link at {rate or net.LINK_MBIT} Mbit/s each way"
 
 
 def peer_corrupt(state: TestbedState, name: str) -> str:
@@ -216,7 +216,7 @@ def apply(tb_dir: Path, action: str, args: list[str], status: int | None = None)
             raise FaultError(str(err)) from None
     if action == "slow-link":
         if len(args) != 2:
-            raise FaultError("slow-link wants a node name and Mbit/s (0: full speed again)")
+            raise FaultError("slow-link wants a node name and Mbit/s (0: the testbed's link again)")
         return slow_link(state, *args)
     if action in HUB_ACTIONS:
         hub_action, want = HUB_ACTIONS[action]

@@ -12,6 +12,10 @@ from pathlib import Path
 
 MAX_IDX = 250
 NETNS_DIR = Path("/run/netns")
+# Each node's link, both ways: a NIC, scaled down as the mock Hub's rates are. Uncapped, a veth
+# moves what this machine's memory copies allow, so the fabric mesh (which pushes as fast as a
+# link takes for its rounds) would measure, and burn, the machine's cores instead of a link.
+LINK_MBIT = 1000
 
 
 class NetError(RuntimeError):
@@ -111,6 +115,8 @@ def create_node_links(idx: int, nodes: list[tuple[str, int]]) -> None:
                   f"link add {veth} type veth peer name eth0 netns {ns}",
                   f"link set {veth} master {bridge_name(idx)} up"]
     run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n")
+    shape_links([(netns_name(idx, name), host_veth(idx, index)) for name, index in nodes],
+                LINK_MBIT)
 
 
 def delete_netns(names: list[str]) -> None:
@@ -202,12 +208,21 @@ def heal(ns: str) -> None:
 
 
 def slow_link(ns: str, host_veth_name: str, mbit: int) -> None:
-    """The node's link at `mbit` both ways (0: full speed again): a token bucket on what its
+    """The node's link at `mbit` both ways (0: LINK_MBIT again): a token bucket on what its
     eth0 sends and one on what the host end of its veth sends it. The veth pair, and the
     buckets with it, go when the node's namespace does."""
-    for dev, tc in (("eth0", ["ip", "netns", "exec", ns, "tc"]), (host_veth_name, ["tc"])):
-        run([*tc, "qdisc", "del", "dev", dev, "root"], check=False)
-        if mbit:
-            burst = f"{max(mbit * 1000 // 8 // 100, 64)}kb"   # ~10 ms of traffic
-            run([*tc, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{mbit}mbit",
-                 "burst", burst, "latency", "50ms"])
+    shape_links([(ns, host_veth_name)], mbit or LINK_MBIT)
+
+
+def shape_links(links: list[tuple[str, str]], mbit: int) -> None:
+    """(netns, host veth) pairs at `mbit` each way: the host ends in one `tc -batch`."""
+    tbf = _tbf(mbit)
+    run(["tc", "-batch", "-"], stdin="".join(f"qdisc replace dev {veth} root {tbf}\n"
+                                             for _, veth in links))
+    for ns, _ in links:
+        run(["tc", "-netns", ns, "qdisc", "replace", "dev", "eth0", "root", *tbf.split()])
+
+
+def _tbf(mbit: int) -> str:
+    burst = f"{max(mbit * 1000 // 8 // 100, 64)}kb"   # ~10 ms of traffic
+    return f"tbf rate {mbit}mbit burst {burst} latency 50ms"

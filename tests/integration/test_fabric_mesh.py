@@ -1,8 +1,10 @@
 """`check --fabric` against a 4-node testbed: an even mesh passes; with one node's link
 throttled (`testbed fault slow-link`, a token bucket each way) exactly that node's links are
-named, with their figures."""
+named, with their figures. Each node's link is the testbed's (1 Gbit/s each way), which the
+even mesh measures."""
 
 import json
+import re
 import time
 
 import pytest
@@ -29,6 +31,9 @@ def test_check_fabric_names_the_links_of_the_slow_node_and_nothing_else(tmp_path
         even = k3("--log-json", "check", "--fabric", "-i", tb.inventory)
         assert even.returncode == 0, out(even)
         assert "fabric: 12 links measured" in out(even)
+        # each node's link is the testbed's 1 Gbit/s token bucket: the mesh measures it
+        median = float(re.search(r"median ([\d.]+) Gbit/s", out(even)).group(1))
+        assert 0.5 < median <= 1.05, out(even)
         assert "InfiniBand links not measured" in out(even)
 
         tb.fault("slow-link", "node1", "200")
