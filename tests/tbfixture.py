@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,14 +163,37 @@ def leftovers(tb_dir: Path, idx: int) -> list[str]:
     """What testbed `idx` in tb_dir still has: namespaces, links, iptables rules, processes that
     reference the dir (cwd, command line or mounts), host mounts under it."""
     tb_dir = str(Path(tb_dir).resolve())
-    found = [f"netns {n}" for n in _listdir("/run/netns") if n.startswith(f"k3tb{idx}-")]
-    found += [f"link {n}" for n in _listdir("/sys/class/net") if re.fullmatch(rf"k3tb{idx}(v\d+)?", n)]
-    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
-    found += [f"iptables {r}" for r in rules.splitlines() if f"--comment k3tb{idx} " in r + " "]
+    found = [] if _claimed_since(idx, tb_dir) else _named_by_idx(idx)
     found += [f"mount {line.split()[4]}" for line in _read("/proc/self/mountinfo").splitlines()
               if line.split()[4].startswith(tb_dir)]
     found += [f"process {pid}: {why}" for pid, why in _processes_referencing(tb_dir)]
     return found
+
+
+def _named_by_idx(idx: int) -> list[str]:
+    """Namespaces, links and iptables rules named after testbed `idx`."""
+    found = [f"netns {n}" for n in _listdir("/run/netns") if n.startswith(f"k3tb{idx}-")]
+    found += [f"link {n}" for n in _listdir("/sys/class/net") if re.fullmatch(rf"k3tb{idx}(v\d+)?", n)]
+    rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
+    return found + [f"iptables {r}" for r in rules.splitlines() if f"--comment k3tb{idx} " in r + " "]
+
+
+def _claimed_since(idx: int, tb_dir: str) -> bool:
+    """Another testbed (a test running beside this one) has taken the idx this one gave back:
+    its bridge's alias names another directory. The bridge name exists only once, so this
+    one's was gone; what is named after the idx now is the other's. The alias is set just
+    after the bridge is made: an empty one is waited for."""
+    alias = Path(f"/sys/class/net/k3tb{idx}/ifalias")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            owner = alias.read_text().strip()
+        except OSError:
+            return False
+        if owner:
+            return owner != tb_dir
+        time.sleep(0.05)
+    return False
 
 
 def assert_nothing_left(tb_dir: Path, idx: int) -> None:

@@ -34,6 +34,9 @@ class Runner:
         run.executor.waiter = Waiter(self.contexts)
         # With --log-json these events are the output; otherwise the Ui is and they show with -v.
         self.event_level = logging.INFO if run.option("log_json") else logging.DEBUG
+        # Nodes another node's step found at fault (the head's look at a rank that is gone):
+        # marked once the step's threads are done, so the node's own result cannot overwrite it.
+        self._blamed: list[tuple[str, str, StepResult]] = []
 
     def execute(self) -> RunReport:
         self.report.ordered([c.name for c in self.contexts])
@@ -149,6 +152,8 @@ class Runner:
         for n, group in enumerate(_groups(step, targets)):
             all_facts.update(fan.run_each(lambda c: self._on_node(step, c), group,
                                           key=lambda c: c.name).unwrapped())
+            while self._blamed:
+                self.report.set(*self._blamed.pop())
             if n == 0 and step.head_first and self.report.results.get(group[0].name, {}).get(
                     step.label, StepResult(Status.OK)).status not in SETTLED:
                 break   # the head failed: the others have nothing to join
@@ -201,7 +206,7 @@ class Runner:
         self._record(ctx, step, result, facts)
         if result.status == Status.FAILED and culprit != ctx.name and culprit in self.report.results:
             # The head's wait found the fault on another node: the summary points there too.
-            self.report.set(culprit, step.label, StepResult(theirs, error=result.error))
+            self._blamed.append((culprit, step.label, StepResult(theirs, error=result.error)))
         return facts
 
     def _pending(self, ctx: NodeContext) -> bool:

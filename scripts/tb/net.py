@@ -53,8 +53,10 @@ def link_exists(name: str) -> bool:
     return Path("/sys/class/net", name).exists()
 
 
-def claim_bridge(before_create) -> int:
-    """Create the bridge of the first free idx and return idx.
+def claim_bridge(before_create, owner: str) -> int:
+    """Create the bridge of the first free idx and return idx; its alias is `owner` (the
+    testbed's directory), so a check for what one testbed left knows an idx another has
+    claimed since.
 
     `ip link add` fails if the name exists, so two testbeds starting at once never share an idx.
     before_create(idx) runs first so the bridge is recorded before it exists."""
@@ -63,6 +65,7 @@ def claim_bridge(before_create) -> int:
             continue
         before_create(idx)
         if run(["ip", "link", "add", bridge_name(idx), "type", "bridge"], check=False).returncode == 0:
+            run(["ip", "link", "set", "dev", bridge_name(idx), "alias", owner])
             _configure_bridge(idx)
             return idx
     raise NetError("no free testbed index: bridges k3tb0..k3tb250 all exist")

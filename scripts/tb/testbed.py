@@ -70,7 +70,8 @@ def _client_key(tb_dir: Path) -> None:
 
 def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
     net.raise_neighbour_limits()
-    idx = net.claim_bridge(lambda i: state.update(idx=i, bridge=net.bridge_name(i)))
+    idx = net.claim_bridge(lambda i: state.update(idx=i, bridge=net.bridge_name(i)),
+                           str(Path(state.dir).resolve()))
     for rule in net.accept_rules(idx):
         state.update(iptables=state.data["iptables"] + [rule])
         net.add_rule(rule)

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -233,6 +234,16 @@ def test_down_leaves_nothing_behind_and_is_repeatable(tmp_path):
         assert_nothing_left(tb_dir, bed.idx)
         assert "nothing is up" in bed.down().stdout
     assert_nothing_left(tb_dir, bed.idx)
+
+
+def test_an_idx_another_testbed_claimed_since_is_not_this_ones_leftover(tb):
+    """Tests run side by side: the idx one testbed gives back at `down` can be claimed by the
+    next one before the first checks what it left. The bridge's alias says whose it is."""
+    mine = tb.dir.resolve()
+    alias = Path(f"/sys/class/net/k3tb{tb.idx}/ifalias").read_text().strip()
+    assert alias == str(mine)
+    assert f"link k3tb{tb.idx}" in leftovers(mine, tb.idx)   # its own bridge: found
+    assert f"link k3tb{tb.idx}" not in leftovers(mine.parent / "gave-it-back", tb.idx)
 
 
 def test_down_after_a_crashed_up(tmp_path):

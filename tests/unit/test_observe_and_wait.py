@@ -619,12 +619,16 @@ def test_the_user_sees_each_rank_fill_its_gpus_during_the_load(tmp_path):
 
 
 class HeadLooksAtRanks(Asks):
-    """Like the head's wait: it reads every rank, and one rank's machine is gone."""
+    """Like the head's wait: it reads every rank, and one rank's machine is gone. That rank's
+    own thread finishes after the head's (its last answer came in before it went): its result
+    must not overwrite what the head found."""
 
     def plan(self, facts, node):
         if node.is_head:
             raise UnreachableError("node3", "cannot reach root@node3:22 after 3 attempts",
                                    hint="is the node up (spot reclaim?) and port open?")
+        if node.name == "node3":
+            time.sleep(0.3)
         return []
 
 
