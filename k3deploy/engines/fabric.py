@@ -16,10 +16,15 @@ IB_RUN_FLAGS = ["--device", DEV_IB, "--cap-add", "IPC_LOCK"]
 NCCL_DEBUG_ENV = [("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET")]
 
 
+def sockets_only(mode: str) -> bool:
+    """`engine.fabric: socket`: NCCL is told to leave every HCA alone."""
+    return mode == "socket"
+
+
 def choice(mode: str, fabric: NodeFabric | None) -> tuple[tuple[str, ...], bool]:
     """(HCAs to pass into the container, NCCL_IB_DISABLE). `ib` on a node without a usable
     HCA passes nothing: preflight names that node."""
-    if mode == "socket":
+    if sockets_only(mode):
         return (), True
     if fabric is not None and fabric.usable:
         return fabric.hcas, False

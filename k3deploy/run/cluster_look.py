@@ -37,15 +37,10 @@ def look_across(step, all_facts: dict[str, object], contexts: dict, run) -> dict
         if isinstance(err, Interrupted):
             raise err
     found.failures(K3Error)   # anything else is a bug: raised
-    return {n: dataclasses.replace(f, **_values(found[n], probes[n])) if n in probes else f
+    return {n: dataclasses.replace(f, **found[n]) if n in probes else f
             for n, f in all_facts.items()}
 
 
 def each(probes) -> tuple:
     """A node's cluster probes: one ClusterProbe, or several in the order they run."""
     return tuple(probes) if isinstance(probes, (tuple, list)) else (probes,)
-
-
-def _values(found, probes: tuple) -> dict[str, object]:
-    """key -> answer; a K3Error raised outside the loop stands for every probe's answer."""
-    return {p.key: found for p in probes} if isinstance(found, BaseException) else found

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from k3deploy.engines.fabric import sockets_only
 from k3deploy.facts.fabric import NodeFabric
 from k3deploy.facts.nccl import NcclTransport
 from k3deploy.node import facts as F
@@ -74,7 +75,7 @@ def problems(facts: RouteFound, node: NodeContext) -> list[tuple[str, str]]:
         out.append(("fabric", "engine.fabric is ib but this node has no HCA with an active port "
                     "and a /dev/infiniband/uverbs device; install the RDMA driver (rdma-core, "
                     "MLNX_OFED/DOCA) or set engine.fabric: auto"))
-    if fab and node.inv.engine.fabric != "socket":
+    if fab and not sockets_only(node.inv.engine.fabric):
         out += [("fabric", f"{p.label} ({p.link_layer}) is {p.state}: NCCL leaves it out; check its cable and "
                  f"switch port (ibstat {p.device})") for p in fab.ports if not p.active]
     route = facts.route_to_peer
@@ -90,7 +91,7 @@ def problems(facts: RouteFound, node: NodeContext) -> list[tuple[str, str]]:
 
 
 def cluster_problems(all_facts: Mapping[str, FabricFound], run) -> list[tuple[str, str, str]]:
-    if run.inv.engine.fabric == "socket" or len(all_facts) < 2:
+    if sockets_only(run.inv.engine.fabric) or len(all_facts) < 2:
         return []
     fabs: dict[str, NodeFabric | None] = {n: node_fabric(f) for n, f in all_facts.items()}
     with_ib = sorted(n for n, f in fabs.items() if f and f.usable)
@@ -112,7 +113,7 @@ def cluster_problems(all_facts: Mapping[str, FabricFound], run) -> list[tuple[st
 def warnings(all_facts: Mapping[str, fabric_topology.TopologyFound], run) -> list[str]:
     """GPUDirect RDMA off where HCAs are used: NCCL stages through host memory; then the
     GPU-to-HCA topology's findings (steps/fabric/fabric_topology.py)."""
-    if run.inv.engine.fabric == "socket":
+    if sockets_only(run.inv.engine.fabric):
         return []
     off = sorted(n for n, f in all_facts.items()
                  if (fab := node_fabric(f)) and fab.usable and not fab.gpudirect_rdma)

@@ -15,13 +15,15 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from k3deploy.core.errors import K3Error
+from k3deploy.engines.fabric import sockets_only
 from k3deploy.facts import topology
 from k3deploy.facts.fabric import IbPort, NodeFabric
 from k3deploy.facts.topology import Topology
 from k3deploy.steps.base import ClusterProbe
 from k3deploy.steps.checks.sameness import majority
 
-KEY = "gpu_nic_topology"
+PROBE = topology.probe()
+KEY = PROBE.name
 
 
 class FabricFound(Protocol):
@@ -46,11 +48,10 @@ class TopologyFound(FabricFound, Protocol):
 def probes_before_launch(run, names: list[str], serving: bool) -> dict[str, ClusterProbe]:
     """`nvidia-smi topo -m` on every node, unless the cluster serves (its group formed over
     this layout; asked again before the next launch) or engine.fabric is socket (no HCA)."""
-    if serving or run.inv.engine.fabric == "socket":
+    if serving or sockets_only(run.inv.engine.fabric):
         return {}
-    found = topology.probe()
-    return {n: ClusterProbe(KEY, ("sh", "-c", found.script),
-                            lambda res: found.parse(res.stdout, res.exit_code))
+    return {n: ClusterProbe(KEY, ("sh", "-c", PROBE.script),
+                            lambda res: PROBE.parse(res.stdout, res.exit_code))
             for n in names}
 
 
@@ -61,7 +62,7 @@ def layout(found: TopologyFound) -> Topology | None:
 
 def unread(all_facts: Mapping[str, TopologyFound]) -> list[tuple[str, str, str]]:
     """A node whose `nvidia-smi topo -m` did not run (it went away after its look)."""
-    return [(n, "fabric", f"nvidia-smi topo -m: {f.gpu_nic_topology}")
+    return [(n, "fabric", f"{PROBE.script}: {f.gpu_nic_topology}")
             for n, f in all_facts.items() if isinstance(f.gpu_nic_topology, K3Error)]
 
 

@@ -2,8 +2,8 @@
 
 Started by the download step before the downloader, and left running after the download: a
 replaced spot node then refills from its peers instead of the Hub. `down` stops it (the
-teardown playbook's stop-peer-server step, peer_server_stop.py). It is restarted when this run would start it with
-another manifest or secret (their sha256 on the node are facts).
+teardown playbook's stop-peer-server step, peer_server_stop.py). It is restarted when this run
+would start it with another manifest or secret (their sha256 on the node are facts).
 """
 
 from __future__ import annotations
