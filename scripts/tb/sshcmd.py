@@ -19,7 +19,7 @@ def ssh_argv(tb_dir: Path, user: str, address: str, command: str | None = None,
             "-o", f"ConnectTimeout={max(1, round(connect_timeout))}",
             "-o", "LogLevel=ERROR",
             # The key exchange k3deploy's transport (Paramiko) negotiates. OpenSSH's default, the
-            # sntrup761 hybrid, costs the client about 7x the CPU per login (78 vs 11 ms here),
+            # sntrup761 hybrid, costs the client about 7x the CPU per login (78 vs 11 ms),
             # and the tests and the testbed's own checks log in over a thousand times a run.
             "-o", "KexAlgorithms=curve25519-sha256",
             f"{user}@{address}"]

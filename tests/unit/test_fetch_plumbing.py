@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+import time
 
 from k3deploy.remote import fetch_weights  # noqa: F401  (puts the node-side modules on sys.path)
 from fetch_manifest import FileSpec  # noqa: E402
@@ -156,3 +158,37 @@ def test_bytes_arriving_faster_than_the_gap_never_leave_the_record_far_behind(tm
             have, kept = at + chunk - start, sum(e - s for s, e in named)
             assert have - kept <= max(fetch_ranges.LAG_SHARE * kept, fetch_ranges.LAG_FLOOR) + chunk
     assert len(saves) < len(range(start, len(body), chunk)) / 2   # not a rewrite per chunk
+
+
+def test_connections_writing_one_file_take_turns_at_the_disk(tmp_path, monkeypatch):
+    """Ranges of one file written from several connection threads: one pwrite at a time (the
+    kernel holds the file's inode lock for each write, and threads queued there spin), each
+    range lands whole and the file hashes right."""
+    body = os.urandom(256 << 10)
+    spec, part = _part(tmp_path, body)
+    inside, most, guard = [0], [0], threading.Lock()
+    real_pwrite = os.pwrite
+
+    def pwrite(fd, data, at):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.005)   # widens the window in which a second writer would overlap
+        try:
+            return real_pwrite(fd, data, at)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    step = 16 << 10
+    with part.open() as f:
+        threads = [threading.Thread(target=lambda at=at: part.write_at(f, at, body[at:at + step]))
+                   for at in range(0, len(body), step)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        part.finish(f)
+    assert most[0] == 1 and part.done == [[0, len(body)]]
+    assert part.digest() == spec.sha256
