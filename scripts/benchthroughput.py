@@ -15,7 +15,9 @@ On 127.0.0.1, with no rate cap anywhere:
 For each: MB/s (the repo's bytes over the process's wall time, start-up included), CPU-s per GB
 of the client (its rusage, children included) and of the server (nginx's workers or the peer
 server, from /proc), peak RSS. Then a projection for the 4x8 H100 job from the CPU-s/GB measured.
-Everything lives in a temporary directory under --dir (default /dev/shm: the disk is not measured).
+Everything lives in a temporary directory under --dir: /dev/shm (the default) measures the
+data path into memory; a directory on a disk measures it as a node writes to its NVMe, where the
+downloader's writes and read-backs go past the page cache (remote/direct_io.py).
 """
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 from benchproject import project  # noqa: E402
 from tb import hub as tbhub  # noqa: E402
 from tb.hubcdn import BRIDGE, object_id  # noqa: E402
+
+sys.path.insert(0, str(REMOTE))
+import direct_io  # noqa: E402  (the downloader's own writer, for the floor)
 
 PY = sys.executable
 SECRET = "bench-peer-secret-0123456789abcdef"
@@ -304,9 +309,34 @@ def floor(tmp: Path, repo) -> dict:
     for i in range(len(paths)):
         (tmp / f"copy{i}").unlink()
     gb = nbytes / 1e9
-    return {"path": "floor", "sha256_MBps": round(nbytes / hashed / 1e6),
+    return {"path": "floor", "fs": direct_io.fs_type(os.stat(tmp).st_dev),
+            "sha256_MBps": round(nbytes / hashed / 1e6),
             "sha256_cpu_s_per_GB": round(hash_cpu / gb, 2), "write_MBps": round(nbytes / wrote / 1e6),
-            "write_cpu_s_per_GB": round(write_cpu / gb, 2)}
+            "write_cpu_s_per_GB": round(write_cpu / gb, 2), **_direct_floor(tmp, paths, gb)}
+
+
+def _direct_floor(tmp: Path, paths: list[Path], gb: float) -> dict:
+    """Writing the same bytes through direct_io, as the downloader does: past the page cache
+    where --dir's file system allows (a disk), buffered where it does not (tmpfs)."""
+    began, cpu0, direct = time.monotonic(), time.process_time(), False
+    buf = bytearray(8 << 20)
+    for i, p in enumerate(paths):
+        dst = tmp / f"direct{i}"
+        dst.write_bytes(b"")
+        disk = direct_io.DiskFile(dst)
+        with open(p, "rb", buffering=0) as f, open(dst, "r+b") as out:
+            at = 0
+            while n := f.readinto(buf):
+                disk.write(out.fileno(), memoryview(buf)[:n], at)
+                at += n
+            os.fsync(out.fileno())
+        direct = disk.direct
+        disk.close()
+    wrote, cpu = time.monotonic() - began, time.process_time() - cpu0
+    for i in range(len(paths)):
+        (tmp / f"direct{i}").unlink()
+    return {"direct_io": direct, "write_direct_io_MBps": round(gb * 1e3 / wrote),
+            "write_direct_io_cpu_s_per_GB": round(cpu / gb, 2)}
 
 
 # The tools the bench runs beside the downloader, and the Debian package of each: installed by

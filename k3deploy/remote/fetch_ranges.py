@@ -9,7 +9,8 @@ nothing unwritten. Neither name ends in `.incomplete`: `hf cache prune` deletes
 cli/cache.py `prune`), and with it hours of a node's download.
 
 The running hash covers the contiguous prefix from byte 0; it is advanced by re-reading what
-the connections wrote (just written: from the page cache), once per byte, in order. Bytes
+the connections wrote, once per byte, in order. Bytes go to the disk and back past the page
+cache where the file system allows (direct_io). Bytes
 appended at the hashed end (the peer source writes front to back) are hashed from the buffer
 they were just written from: no open and read back per chunk.
 
@@ -25,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from direct_io import DiskFile
 from fetch_base import log, on_local_disk, write_json_atomic
 from fetch_manifest import FileSpec
 from fetch_progress import Progress
@@ -39,7 +41,6 @@ from fetch_progress import Progress
 # would otherwise leave a whole gap's bytes unnamed, lost at a SIGKILL.
 RECORD_EVERY, RECORD_SHARE, RECORD_GAP = 0.5, 0.02, 0.1
 LAG_SHARE, LAG_FLOOR = 0.03, 16 << 10
-HASH_READ = 8 << 20
 
 
 def merge(ranges) -> list[list[int]]:
@@ -75,6 +76,7 @@ class PartialBlob:
         # anyway, and writers waiting on it spin (optimistic rwsem spinning) where these sleep.
         # Four threads writing one tmpfs file: 0.71 CPU-s/GB free, 0.45 behind this lock.
         self.write_lock = threading.Lock()
+        self.disk: DiskFile | None = None   # opened at the first write or read-back
         self.sources: set[str] = set()
         self.recorded_once = self.record.exists()  # a record on disk is kept up to date
         self.done = self._load()
@@ -121,12 +123,8 @@ class PartialBlob:
             return open(self.path, "r+b")
 
     def write_at(self, f, offset: int, data, source: str = "hub") -> None:
-        with on_local_disk(self.path):
-            view, at = memoryview(data), offset
-            with self.write_lock:
-                while view:   # a disk filling up takes part of a write before it refuses the rest
-                    n = os.pwrite(f.fileno(), view, at)
-                    view, at = view[n:], at + n
+        with on_local_disk(self.path), self.write_lock:
+            self._disk().write(f.fileno(), data, offset)
         with self.lock:
             self.done = merge([*self.done, [offset, offset + len(data)]])
             self.length = max(self.length, offset + len(data))
@@ -189,29 +187,27 @@ class PartialBlob:
             self.hash_lock.release()
 
     def _hash_from_disk(self) -> None:
-        """Up to the prefix, by pread on an unbuffered fd: a buffered reader reads ahead past
-        the prefix, into bytes other connections have not written yet, and a later seek inside
-        its buffer hands those stale bytes back (a wrong digest and a whole file fetched again).
-        Called with hash_lock held."""
+        """Called with hash_lock held."""
         with on_local_disk(self.path):
-            self._read_prefix()
-
-    def _read_prefix(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            while self.hashed < self.prefix:
-                chunk = os.pread(fd, min(HASH_READ, self.prefix - self.hashed), self.hashed)
-                if not chunk:
+            while self.hashed < self.prefix:   # the prefix may grow while it is read
+                fed = self._disk().hash_into(self.hasher, self.hashed, self.prefix)
+                if not fed:
                     break
-                self.hasher.update(chunk)
-                self.hashed += len(chunk)
-        finally:
-            os.close(fd)
+                self.hashed += fed
+
+    def _disk(self) -> DiskFile:
+        with self.lock:
+            if self.disk is None:
+                self.disk = DiskFile(self.path)
+            return self.disk
 
     def digest(self) -> str | None:
         """The hex digest once every byte is written and hashed, else None."""
         self.advance_hash(wait=True)
-        return self.hasher.hexdigest() if self.hashed == self.spec.size else None
+        if self.hashed != self.spec.size:
+            return None
+        self.close()   # every byte is written and read back: nothing more for the direct handle
+        return self.hasher.hexdigest()
 
     def finish(self, f) -> None:
         with on_local_disk(self.path):
@@ -227,6 +223,15 @@ class PartialBlob:
         self.record.unlink(missing_ok=True)
         self.progress.partial(self.spec, 0)
 
+    def close(self) -> None:
+        """Lets go of the direct handle and its buffers (a partial that is dropped unfinished
+        has them let go when it is collected)."""
+        with self.write_lock, self.hash_lock, self.lock:
+            disk, self.disk = self.disk, None
+        if disk is not None:
+            disk.close()
+
     def discard(self) -> None:
+        self.close()
         for p in (self.path, self.record):
             p.unlink(missing_ok=True)

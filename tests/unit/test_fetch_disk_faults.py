@@ -6,6 +6,7 @@ budget. The Hub path and the peer path write through the same partial blob, so b
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import time
 
@@ -17,6 +18,7 @@ from tests.unit.test_fetch_weights_edges import BODY, fetch, serving, setup
 peer_fetch = pytest.importorskip("peer_fetch")
 fetch_base = pytest.importorskip("fetch_base")
 fetch_ranges = pytest.importorskip("fetch_ranges")
+direct_io = pytest.importorskip("direct_io")
 REAL_PWRITE = os.pwrite
 
 
@@ -27,21 +29,23 @@ def whole(rng):
 
 def refusing_after(monkeypatch, allowed: int, code: int):
     """os.pwrite of the partial blob takes `allowed` bytes, then fails as a full disk does:
-    a short write first, then the error."""
+    a short write first, then the error. A direct write (O_DIRECT) takes whole blocks only."""
     left = [allowed]
 
     def pwrite(fd, data, offset):
-        if left[0] <= 0:
-            raise OSError(code, os.strerror(code))
         n = min(len(data), left[0])
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            n -= n % direct_io.ALIGN
+        if n <= 0:
+            raise OSError(code, os.strerror(code))
         left[0] -= n
-        return REAL_PWRITE(fd, bytes(data[:n]), offset)
+        return REAL_PWRITE(fd, data[:n], offset)
     monkeypatch.setattr(fetch_ranges.os, "pwrite", pwrite)
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EIO])
 def test_a_refused_local_write_fails_the_file_at_once_not_after_the_retry_budget(tmp_path, monkeypatch, code):
-    refusing_after(monkeypatch, 3000, code)
+    refusing_after(monkeypatch, 5000, code)
     with serving(whole) as server:
         began = time.monotonic()
         with pytest.raises(fetch_base.DiskFault, match=errno.errorcode[code]) as caught:
@@ -49,7 +53,7 @@ def test_a_refused_local_write_fails_the_file_at_once_not_after_the_retry_budget
     assert time.monotonic() - began < 30      # the budget is 60 s; a retry loop would wait it out
     assert caught.value.path.endswith(".k3deploy-partial")
     partial = next((tmp_path / "hf").rglob("*.k3deploy-partial"))
-    assert partial.read_bytes()[:3000] == BODY[:3000]   # the bytes it took are kept
+    assert partial.read_bytes()[:4096] == BODY[:4096]   # the bytes it took are kept
 
 
 def test_the_run_reports_the_bytes_still_needed_and_free(tmp_path, monkeypatch):
