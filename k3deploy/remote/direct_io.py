@@ -17,6 +17,7 @@ into the aligned buffer would be one more for nothing.
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -26,6 +27,19 @@ WRITE_BUFFER = 1 << 20
 READ_BUFFER = 4 << 20
 IN_MEMORY = frozenset({"tmpfs", "ramfs"})
 _fs_types: dict[int, str] = {}
+
+
+def aligned(size: int) -> memoryview:
+    """A buffer whose first byte is page-aligned (mmap). A reader that puts the byte of file
+    offset X at buffer offset X % ALIGN hands write() memory it can give the device as is."""
+    return memoryview(mmap.mmap(-1, size + ALIGN))
+
+
+def _address(view: memoryview) -> int | None:
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(view))
+    except (TypeError, ValueError):   # read-only or empty: copied into the aligned buffer
+        return None
 
 
 def pwrite_all(fd: int, view: memoryview, at: int) -> None:
@@ -67,13 +81,17 @@ class DiskFile:
 
     def _write_direct(self, view: memoryview, at: int) -> int:
         """Bytes of `view` written direct: all of them, unless the file system turned out to
-        refuse O_DIRECT or a short write left an unaligned rest (the caller writes it buffered)."""
-        buf, done = self._write_buffer(), 0
+        refuse O_DIRECT or a short write left an unaligned rest (the caller writes it buffered).
+        From `view` itself where its memory is aligned, else through the aligned buffer."""
+        address = _address(view)
+        buf = None if address is not None and address % ALIGN == 0 else self._write_buffer()
+        done = 0
         while done < len(view):
-            n = min(len(buf), len(view) - done)
-            buf[:n] = view[done:done + n]
+            n = len(view) - done if buf is None else min(len(buf), len(view) - done)
+            if buf is not None:
+                buf[:n] = view[done:done + n]
             try:
-                wrote = os.pwrite(self.fd, buf[:n], at + done)
+                wrote = os.pwrite(self.fd, view[done:done + n] if buf is None else buf[:n], at + done)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise

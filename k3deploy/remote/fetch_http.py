@@ -8,12 +8,12 @@ hands over what one read of its transport brings, parsed by h11 and its decoders
 that is one 16 KiB record per read: most of the downloader's CPU was spent on that, not on
 TLS, hashing or writing (scripts/bench --throughput).
 
-`fill()` takes what one read of the socket brings (`readinto1`), several of them up to the
-buffer's size or FILL_SECONDS: on a slow edge it never blocks a connection's bookkeeping (its
-rate, a stop, the resume record) for the seconds a full buffer would take. http.client's
-HTTPResponse.readinto would fill the whole buffer first (BufferedReader.readinto), so its body
-length is kept here as HTTPResponse.readinto keeps it (`length` less the bytes read; at 0 the
-response is read to its end and its connection free for the next request).
+`fill()` takes what the socket brings, several reads up to the buffer's size or FILL_SECONDS:
+on a slow edge it never blocks a connection's bookkeeping (its rate, a stop, the resume record)
+for the seconds a full buffer would take. The reads themselves are made by the process's one
+reader thread (fetch_reader), once http.client's buffered reader holds none of the body. The
+body's length is kept here as HTTPResponse.readinto keeps it (`length` less the bytes read; at
+0 the response is read to its end and its connection free for the next request).
 
 Used only without a proxy in the environment (fetch_hub.Link): the proxy rules (HTTPS_PROXY,
 NO_PROXY, ...) stay huggingface_hub's client's. Standard library only.
@@ -21,11 +21,14 @@ NO_PROXY, ...) stay huggingface_hub's client's. Standard library only.
 from __future__ import annotations
 
 import http.client
+import io
 import time
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-FILL_SECONDS = 0.1   # at most this long in one fill(), however little arrived
+import fetch_reader
+
+FILL_SECONDS = fetch_reader.FILL_SECONDS   # at most this long in one fill(), however little arrived
 # A fill is at most 1/FILL_SHARE of its file (at least FILL_FLOOR): the bytes a SIGKILL finds
 # read but not yet written are a small share of any file, never a whole small file that was
 # then received whole twice.
@@ -42,9 +45,13 @@ class Answer:
     """The response as fetch_hub reads it: status_code, headers (case-insensitive .get),
     read(), iter_bytes(), and fill() into a buffer."""
 
-    def __init__(self, response: http.client.HTTPResponse):
+    def __init__(self, response: http.client.HTTPResponse, sock=None):
         self.raw, self.status_code, self.headers = response, response.status, response.headers
         self.error: BaseException | None = None   # met after a fill's first bytes: raised at the next
+        # The connection's socket, read by fetch_reader once http.client's reader is drained
+        # (None: every read through http.client, as the peer source does).
+        self.sock, self.drained = sock, False
+        self.timeout = sock.gettimeout() if sock is not None else None
 
     @property
     def is_redirect(self) -> bool:
@@ -70,8 +77,8 @@ class Answer:
             return len(data)
         want, got, began = min(len(view), raw.length), 0, time.monotonic()
         try:
-            while got < want:
-                n = raw.fp.readinto1(view[got:want])
+            while got < want and self.error is None:
+                n = self._read(view[got:want], began)
                 if not n:   # closed before its Content-Length: as HTTPResponse.readinto says it
                     raise http.client.IncompleteRead(b"", raw.length - got)
                 got += n
@@ -85,6 +92,25 @@ class Answer:
         if raw.length == 0:
             raw.read()   # the body's end: the response closes, its connection takes the next request
         return got
+
+    def _read(self, view: memoryview, began: float) -> int:
+        """One read: from http.client's buffered reader while it may hold body bytes (read
+        with the headers), then through this process's reader thread (fetch_reader)."""
+        if self.sock is None or not self.drained:
+            n = self.raw.fp.readinto1(view)
+            # A readinto1 asking more than the buffered reader's buffer (socket.makefile's
+            # io.DEFAULT_BUFFER_SIZE) hands over what it held and reads the socket straight
+            # into `view`: it holds nothing after it (CPython _io/bufferedio.c,
+            # _buffered_readinto_generic), so the socket may be read directly from then on.
+            self.drained = self.sock is not None and len(view) > io.DEFAULT_BUFFER_SIZE
+            return n
+        left = max(0.0, FILL_SECONDS - (time.monotonic() - began))
+        n, error = fetch_reader.reader().fill(self.sock, view, self.timeout, left)
+        if error is not None:
+            if not n:
+                raise error
+            self.error = error
+        return n
 
 
 class Client:
@@ -109,7 +135,7 @@ class Client:
         try:
             self.conn.request(method, target, headers=headers)
             response = self.conn.getresponse()
-            yield Answer(response)
+            yield Answer(response, self.conn.sock)
         finally:
             if response is None or not response.isclosed():
                 self.close()   # a body not read to its end: the connection cannot take the next request
@@ -126,12 +152,19 @@ class Client:
             self.conn = None
 
 
-def body(response, view: memoryview):
+def body(response, view: memoryview, size: int | None = None, place=None):
     """The response's body in chunks: read into `view` (each chunk a slice of it, valid until
-    the next) where the client can (fetch_http.Answer.fill), else as it hands them over."""
+    the next) where the client can (fetch_http.Answer.fill), else as it hands them over. With
+    `place`, each fill of at most `size` bytes starts at view offset place() (a direct write
+    wants the file's aligned offsets on aligned memory: direct_io.aligned)."""
     fill = getattr(response, "fill", None)
     if fill is None:
         yield from response.iter_bytes()
         return
-    while n := fill(view):
-        yield view[:n]
+    size = len(view) if size is None else size
+    while True:
+        at = place() if place is not None else 0
+        n = fill(view[at:at + size])
+        if not n:
+            return
+        yield view[at:at + n]

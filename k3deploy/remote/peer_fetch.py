@@ -25,6 +25,7 @@ import zlib
 
 import fetch_http
 import protocol
+from direct_io import ALIGN, aligned
 from thread_pool import pool  # ships beside this file (protocol.DOWNLOADER_FILES)
 
 INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one request
@@ -259,12 +260,13 @@ class Peers:
             try:
                 while got < spec.size:
                     self._check(peer, part, f, pending)
-                    n = answer.fill(views[turn][:min(size, spec.size - got)])
+                    at = got % ALIGN   # the file's aligned offsets on aligned memory: written as is
+                    n = answer.fill(views[turn][at:at + min(size, spec.size - got)])
                     if not n:
                         raise PeerError(f"the response ended at byte {got}")
                     if pending:
                         pending.result()
-                    pending = writer.submit(part.append, f, views[turn][:n], peer.name, got)
+                    pending = writer.submit(part.append, f, views[turn][at:at + n], peer.name, got)
                     got, turn = got + n, 1 - turn
             finally:
                 if pending:
@@ -306,6 +308,6 @@ def _receive_buffers(size: int) -> list[memoryview]:
     """The calling thread's two buffers (at least `size` bytes): a new zeroed pair per file was
     ~10% of a downloader's CPU on an 8-node fan-out testbed (py-spy --gil, 2 MB shards)."""
     views = getattr(_buffers, "views", None)
-    if views is None or len(views[0]) < size:
-        views = _buffers.views = [memoryview(bytearray(size)) for _ in range(2)]
+    if views is None or len(views[0]) < size + ALIGN:
+        views = _buffers.views = [aligned(size) for _ in range(2)]
     return views

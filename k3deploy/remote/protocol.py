@@ -137,7 +137,7 @@ DOWNLOADER_FILES = ("fetch_weights.py", "fetch_base.py", "fetch_manifest.py", "f
                     "fetch_progress.py", "fetch_ranges.py", "fetch_hub.py", "fetch_conns.py",
                     "fetch_retry.py", "fetch_http.py", "fetch_workers.py", "peer_fetch.py",
                     "peer_schedule.py", "protocol.py", "peer_cache.py", "peer_image.py", "image_peers.py",
-                    "peer_blobs.py", "thread_pool.py", "direct_io.py")
+                    "peer_blobs.py", "thread_pool.py", "direct_io.py", "fetch_reader.py")
 
 
 class WorkPaths:

@@ -161,3 +161,23 @@ def test_a_full_disk_raises_after_the_blocks_it_took(target, monkeypatch):
         _fill_one(target, body, 0)
     assert caught.value.errno == errno.ENOSPC
     assert target.read_bytes() == body[:2 * ALIGN]
+
+
+@pytest.mark.parametrize("start", [0, 100, ALIGN + 7])
+def test_bytes_on_aligned_memory_at_their_file_offset_go_to_the_disk_without_a_copy(target, start):
+    """A reader putting file offset X at buffer offset X % ALIGN (direct_io.aligned) hands over
+    memory the device takes as is: the aligned bounce buffer is never made."""
+    body = os.urandom(2 * direct_io.WRITE_BUFFER + 3 * ALIGN + 5)
+    buf = direct_io.aligned(len(body))
+    at = start % ALIGN
+    buf[at:at + len(body)] = body
+    disk = DiskFile(target)
+    with open(target, "r+b") as f:
+        disk.write(f.fileno(), buf[at:at + len(body)], start)
+    assert disk.direct and disk._wbuf is None
+    assert target.read_bytes()[start:] == body
+    with open(target, "r+b") as f:   # memory one byte off its file offset's alignment
+        disk.write(f.fileno(), buf[at + 1:at + 1 + 2 * ALIGN], start + ALIGN)
+    assert disk._wbuf is not None   # copied through it
+    assert target.read_bytes()[start + ALIGN:start + 3 * ALIGN] == body[1:1 + 2 * ALIGN]
+    disk.close()

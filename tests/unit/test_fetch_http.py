@@ -13,6 +13,7 @@ import pytest
 
 import k3deploy.remote.fetch_weights  # noqa: F401 (puts the node-side directory on sys.path)
 import fetch_http  # noqa: E402
+import fetch_reader  # noqa: E402
 
 BODY = bytes(range(256)) * 4096   # 1 MiB
 
@@ -111,3 +112,133 @@ def test_the_request_carries_only_the_headers_it_is_given():
         client.close()
     sent = {k.lower() for k in server.seen[0]}
     assert "authorization" not in sent and sent <= {"host", "range", "accept-encoding"}
+
+
+# -- over TLS, read by the process's reader thread (fetch_reader) ---------------------------------
+
+def _certificate(tmp_path):
+    """A self-signed certificate for 127.0.0.1 (cryptography: a dependency of paramiko)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .sign(key, hashes.SHA256()))
+    pem, key_pem = tmp_path / "cert.pem", tmp_path / "key.pem"
+    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return pem, key_pem
+
+
+@contextmanager
+def serving_tls(tmp_path, handler=Ranged):
+    import ssl
+    pem, key = _certificate(tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.connections, server.seen, server.cut_at = 0, [], None
+    side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    side.load_cert_chain(pem, key)
+    server.socket = side.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server, f"https://127.0.0.1:{server.server_address[1]}/blob", ssl.create_default_context(cafile=str(pem))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_many_connections_over_tls_each_get_exactly_their_ranges(tmp_path):
+    """Eight connections at once, each reading its own ranges through the one reader thread."""
+    results, errors = {}, []
+
+    def connection(i, url, tls):
+        try:
+            client, view = fetch_http.Client(10.0, tls), memoryview(bytearray(100_000))
+            results[i] = [read_range(client, url, s, s + 131_071 + i, view) for s in (i * 7, 500_000 + i)]
+            client.close()
+        except Exception as e:  # the assertion below names it
+            errors.append(e)
+
+    with serving_tls(tmp_path) as (server, url, tls):
+        threads = [threading.Thread(target=connection, args=(i, url, tls)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors
+    for i, (first, second) in results.items():
+        assert first == BODY[i * 7:i * 7 + 131_071 + i]
+        assert second == BODY[500_000 + i:500_000 + i + 131_071 + i]
+    assert fetch_reader.reader().thread is not None   # the bodies went through it
+    assert server.connections == 8
+
+
+class OneWrite(http.server.BaseHTTPRequestHandler):
+    """Status line, headers and body in one write: http.client's header reads take body bytes
+    into its buffered reader, which must come out first and once."""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        start, _, end = self.headers["Range"].removeprefix("bytes=").partition("-")
+        part = BODY[int(start):int(end) + 1]
+        head = (f"HTTP/1.1 206 Partial Content\r\nContent-Length: {len(part)}\r\n"
+                f"Content-Range: bytes {start}-{end}/{len(BODY)}\r\n\r\n").encode()
+        self.wfile.write(head + part)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("view_bytes", [4096, 8192, 8193, 65536])
+def test_body_bytes_read_with_the_headers_come_first_and_once(tmp_path, view_bytes):
+    with serving_tls(tmp_path, OneWrite) as (server, url, tls):
+        client = fetch_http.Client(10.0, tls)
+        view = memoryview(bytearray(view_bytes))
+        for start, end in ((0, 300), (1000, 30_000), (5, 200_005)):
+            assert read_range(client, url, start, end, view) == BODY[start:end]
+        client.close()
+
+
+class Stalls(http.server.BaseHTTPRequestHandler):
+    """Sends the first 1000 bytes of a range, then nothing while the connection stays open."""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.send_response(206)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        self.wfile.write(BODY[:1000])
+        self.wfile.flush()
+        self.server.release.wait(10)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_stalled_body_hands_over_what_came_then_times_out(tmp_path):
+    with serving_tls(tmp_path, Stalls) as (server, url, tls):
+        server.release = threading.Event()
+        client = fetch_http.Client(0.5, tls)
+        view, got = memoryview(bytearray(65536)), 0
+        try:
+            with pytest.raises(TimeoutError), client.stream("GET", url, {"Range": "bytes=0-99999"}) as answer:
+                while got < 1000:
+                    got += answer.fill(view[got:])
+                assert got == 1000 and bytes(view[:1000]) == BODY[:1000]
+                answer.fill(view)   # nothing more comes: the connection's timeout, as a blocking read
+        finally:
+            server.release.set()
+            client.close()
