@@ -21,108 +21,26 @@ downloader's writes and read-backs go past the page cache (remote/direct_io.py).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REMOTE = REPO / "k3deploy" / "remote"
 sys.path.insert(0, str(REPO / "scripts"))
+from benchmeasure import Measured, children, floor  # noqa: E402
 from benchproject import project  # noqa: E402
 from tb import hub as tbhub  # noqa: E402
 from tb.hubcdn import BRIDGE, object_id  # noqa: E402
 
-sys.path.insert(0, str(REMOTE))
-import direct_io  # noqa: E402  (the downloader's own writer, for the floor)
-
 PY = sys.executable
 SECRET = "bench-peer-secret-0123456789abcdef"
 PEER_PORT = 18951
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_of(pids: list[int]) -> float:
-    """utime + stime of live processes, seconds (/proc/PID/stat fields 14 and 15)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / TICK
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            out += [int(p) for p in (task / "children").read_text().split()]
-    except OSError:  # it ended meanwhile
-        pass
-    return out
-
-
-def _tree_rss(pid: int) -> int:
-    """kB resident in a process and all its descendants now (VmRSS of each)."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-        except OSError:
-            continue
-        total += next((int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmRSS:")), 0)
-        todo += _children(p)
-    return total
-
-
-class RssPeak(threading.Thread):
-    """The largest sum of RSS over a process tree, sampled every 20 ms (wait4's ru_maxrss
-    would count the bench's own image, which the child has until it execs)."""
-
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.pid, self.peak_kb, self.done = pid, 0, threading.Event()
-        self.start()
-
-    def run(self):
-        while not self.done.wait(0.02):
-            self.peak_kb = max(self.peak_kb, _tree_rss(self.pid))
-
-
-class Measured:
-    """One client run: wall seconds, its CPU and peak RSS (wait4: the child and its reaped
-    descendants), and the server's CPU over the same span."""
-
-    def __init__(self, argv: list[str], server_pids: list[int], env: dict | None = None, shell=False):
-        cpu0, began = _cpu_of(server_pids), time.monotonic()
-        proc = subprocess.Popen(argv, env=env, shell=shell, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
-        rss = RssPeak(proc.pid)
-        err = proc.stderr.read()
-        rss.done.set()
-        rss.join()
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        self.seconds = time.monotonic() - began
-        self.server_cpu = _cpu_of(server_pids) - cpu0
-        self.cpu, self.rss_mb = usage.ru_utime + usage.ru_stime, rss.peak_kb / 1024
-        if proc.returncode != 0:
-            sys.exit(f"{argv if not shell else argv[:200]} exited {proc.returncode}:\n{err.decode()[-2000:]}")
-
-    def figures(self, nbytes: int) -> dict:
-        gb = nbytes / 1e9
-        return {"MBps": round(nbytes / self.seconds / 1e6), "seconds": round(self.seconds, 2),
-                "cpu_s_per_GB": round(self.cpu / gb, 2), "server_cpu_s_per_GB": round(self.server_cpu / gb, 2),
-                "peak_rss_MB": round(self.rss_mb)}
 
 
 class Nginx:
@@ -154,7 +72,7 @@ http {{
         _wait_port(self.port, self.proc)
 
     def workers(self) -> list[int]:
-        return _children(self.proc.pid)
+        return children(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -187,15 +105,37 @@ def _files(repo) -> list[dict]:
 
 
 def _manifest(path: Path, repo, endpoint: str, workers: int, extra: dict | None = None,
-              only_lfs: bool = False) -> Path:
+              only_lfs: bool = False, head: int | None = None) -> Path:
+    """With `head`: only the first `head` shards (and the small files, unless only_lfs)."""
     sys.path.insert(0, str(REMOTE))
     import protocol
     files = [f for f in _files(repo) if f["sha256"] or not only_lfs]
+    if head is not None:
+        shards = [f for f in files if f["sha256"]][:head]
+        files = [f for f in files if not f["sha256"] or f in shards]
     doc = protocol.with_schema({"repo": repo.repo_id, "revision": "main", "sha": repo.sha, "endpoint": endpoint,
                                 "max_workers": len(files), "worker_processes": workers, "files": files,
                                 **(extra or {})})
     path.write_text(json.dumps(doc))
     return path
+
+
+def _bytes(manifest: Path) -> int:
+    return sum(f["size"] for f in json.loads(manifest.read_text())["files"])
+
+
+def _measure(manifests: dict, home: Path, servers, env=None) -> dict:
+    """The whole repo's run and its figures, with the CPU per GB past start-up: the difference
+    from a run over its first shards (one per worker), over the bytes between them. Start-up
+    (the interpreter, /resolve, TLS handshakes, the tree) is in both; on a node's 390 GB it
+    is nothing, on the bench's few GB a share of a CPU-second per GB."""
+    full = Measured(_fetch(manifests["full"], home, env), servers(), env)
+    used = _processes_used(home)
+    head = Measured(_fetch(manifests["head"], home, env), servers(), env)
+    nbytes, head_bytes = _bytes(manifests["full"]), _bytes(manifests["head"])
+    per_gb = (full.cpu - head.cpu) / ((nbytes - head_bytes) / 1e9)
+    return {"processes_used": used, **full.figures(nbytes), "cpu_s_per_GB_after_start": round(per_gb, 2),
+            "start_cpu_s": round(head.cpu - per_gb * head_bytes / 1e9, 2)}
 
 
 def _fetch(manifest: Path, home: Path, env: dict | None = None) -> list[str]:
@@ -205,14 +145,14 @@ def _fetch(manifest: Path, home: Path, env: dict | None = None) -> list[str]:
             "--progress", str(home / "progress.json")]
 
 
-def hub_path(tmp: Path, repo, hub_url: str, nginx: Nginx, workers: list[int], nbytes: int) -> list[dict]:
+def hub_path(tmp: Path, repo, hub_url: str, nginx: Nginx, workers: list[int]) -> list[dict]:
     env = {**os.environ, "SSL_CERT_FILE": str(nginx.cert)}
     out = []
     for w in workers:
-        m = Measured(_fetch(_manifest(tmp / f"hub-{w}.json", repo, hub_url, w), tmp / "dl", env),
-                     nginx.workers(), env)
+        manifests = {"full": _manifest(tmp / f"hub-{w}.json", repo, hub_url, w),
+                     "head": _manifest(tmp / f"hub-{w}-head.json", repo, hub_url, w, head=w)}
         out.append({"path": "hub-tls", "client": "k3deploy", "worker_processes": w,
-                    "processes_used": _processes_used(tmp / "dl"), **m.figures(nbytes)})
+                    **_measure(manifests, tmp / "dl", nginx.workers, env)})
         print(json.dumps(out[-1]), flush=True)
     shutil.rmtree(tmp / "dl", ignore_errors=True)
     return out
@@ -223,7 +163,7 @@ def _processes_used(home: Path) -> int:
     return int(json.loads((home / "progress.json").read_text()).get("worker_processes", 1))
 
 
-def peer_path(tmp: Path, repo, workers: list[int], nbytes: int) -> list[dict]:
+def peer_path(tmp: Path, repo, workers: list[int]) -> list[dict]:
     sys.path.insert(0, str(REMOTE))
     from fetch_cache import Ledger, RepoCache
     owner = tmp / "owner"
@@ -237,9 +177,11 @@ def peer_path(tmp: Path, repo, workers: list[int], nbytes: int) -> list[dict]:
         Ledger(cache.ledger).record(f.sha256, cache.blob(f.sha256))
     peers = {"self": "fetcher", "port": PEER_PORT, "secret_file": str(tmp / "peer.secret"),
              "nodes": {"owner": "127.0.0.2"}, "owner": {f.path: "owner" for f in lfs}}
-    manifests = {w: _manifest(tmp / f"peer-{w}.json", repo, "http://127.0.0.1:9", w, {"peers": peers}, True)
+    manifests = {w: {"full": _manifest(tmp / f"peer-{w}.json", repo, "http://127.0.0.1:9", w, {"peers": peers}, True),
+                     "head": _manifest(tmp / f"peer-{w}-head.json", repo, "http://127.0.0.1:9", w, {"peers": peers},
+                                       True, head=w)}
                  for w in workers}
-    server = subprocess.Popen([PY, str(REMOTE / "peer_server.py"), "--manifest", str(manifests[workers[0]]),
+    server = subprocess.Popen([PY, str(REMOTE / "peer_server.py"), "--manifest", str(manifests[workers[0]]["full"]),
                                "--hf-home", str(owner / "hf"), "--listen", f"127.0.0.2:{PEER_PORT}",
                                "--secret-file", str(tmp / "peer.secret"), "--ready-file", str(tmp / "ready"),
                                "--served-log", str(tmp / "served.jsonl")],
@@ -247,11 +189,9 @@ def peer_path(tmp: Path, repo, workers: list[int], nbytes: int) -> list[dict]:
     out = []
     try:
         _wait_port(PEER_PORT, server, "127.0.0.2")
-        peer_bytes = sum(f.size for f in lfs)
         for w in workers:
-            m = Measured(_fetch(manifests[w], tmp / "dl"), [server.pid])
             out.append({"path": "peer", "client": "k3deploy", "worker_processes": w,
-                        "processes_used": _processes_used(tmp / "dl"), **m.figures(peer_bytes)})
+                        **_measure(manifests[w], tmp / "dl", lambda: [server.pid])})
             print(json.dumps(out[-1]), flush=True)
     finally:
         server.terminate()
@@ -285,58 +225,6 @@ def aria2(tmp: Path, repo, hub_url: str, nginx: Nginx, nbytes: int) -> dict:
                  nginx.workers())
     shutil.rmtree(out)
     return {"path": "hub-tls", "client": "aria2c -x16 -s16", **m.figures(nbytes)}
-
-
-def floor(tmp: Path, repo) -> dict:
-    """sha256 of the shards, then writing them (8 MiB reads, pwrite into a new file)."""
-    paths = [repo.root / f.path for f in repo.files if f.sha256]
-    nbytes = sum(p.stat().st_size for p in paths)
-    began, cpu0 = time.monotonic(), time.process_time()
-    for p in paths:
-        h, buf = hashlib.sha256(), bytearray(8 << 20)
-        with open(p, "rb", buffering=0) as f:
-            while n := f.readinto(buf):
-                h.update(memoryview(buf)[:n])
-    hashed, hash_cpu = time.monotonic() - began, time.process_time() - cpu0
-    began, cpu0 = time.monotonic(), time.process_time()
-    for i, p in enumerate(paths):
-        with open(p, "rb", buffering=0) as f, open(tmp / f"copy{i}", "wb") as dst:
-            at = 0
-            while n := f.readinto(buf):
-                os.pwrite(dst.fileno(), memoryview(buf)[:n], at)
-                at += n
-    wrote, write_cpu = time.monotonic() - began, time.process_time() - cpu0
-    for i in range(len(paths)):
-        (tmp / f"copy{i}").unlink()
-    gb = nbytes / 1e9
-    return {"path": "floor", "fs": direct_io.fs_type(os.stat(tmp).st_dev),
-            "sha256_MBps": round(nbytes / hashed / 1e6),
-            "sha256_cpu_s_per_GB": round(hash_cpu / gb, 2), "write_MBps": round(nbytes / wrote / 1e6),
-            "write_cpu_s_per_GB": round(write_cpu / gb, 2), **_direct_floor(tmp, paths, gb)}
-
-
-def _direct_floor(tmp: Path, paths: list[Path], gb: float) -> dict:
-    """Writing the same bytes through direct_io, as the downloader does: past the page cache
-    where --dir's file system allows (a disk), buffered where it does not (tmpfs)."""
-    began, cpu0, direct = time.monotonic(), time.process_time(), False
-    buf = bytearray(8 << 20)
-    for i, p in enumerate(paths):
-        dst = tmp / f"direct{i}"
-        dst.write_bytes(b"")
-        disk = direct_io.DiskFile(dst)
-        with open(p, "rb", buffering=0) as f, open(dst, "r+b") as out:
-            at = 0
-            while n := f.readinto(buf):
-                disk.write(out.fileno(), memoryview(buf)[:n], at)
-                at += n
-            os.fsync(out.fileno())
-        direct = disk.direct
-        disk.close()
-    wrote, cpu = time.monotonic() - began, time.process_time() - cpu0
-    for i in range(len(paths)):
-        (tmp / f"direct{i}").unlink()
-    return {"direct_io": direct, "write_direct_io_MBps": round(gb * 1e3 / wrote),
-            "write_direct_io_cpu_s_per_GB": round(cpu / gb, 2)}
 
 
 # The tools the bench runs beside the downloader, and the Debian package of each: installed by
@@ -378,8 +266,8 @@ def main(files: int, size_mb: int, workers: list[int], directory: str, proj_args
                               "loadavg": [round(x, 2) for x in os.getloadavg()]}), flush=True)
             runs = {"floor": floor(tmp, handle.repo)}
             print(json.dumps(runs["floor"]), flush=True)
-            hub = hub_path(tmp, handle.repo, handle.url, nginx, workers, nbytes)
-            peer = peer_path(tmp, handle.repo, workers, nbytes)
+            hub = hub_path(tmp, handle.repo, handle.url, nginx, workers)
+            peer = peer_path(tmp, handle.repo, workers)
             for tool in (curl, aria2):
                 print(json.dumps(tool(tmp, handle.repo, handle.url, nginx, nbytes)), flush=True)
         finally:
