@@ -11,13 +11,16 @@ On 127.0.0.1, with no rate cap anywhere:
     blobs (the owner), into an empty cache;
   - curl (-L through the redirect, into tee and sha256sum: 3 processes a file) and
     `aria2c -x16 -s16` (sha-256 checked by aria2) on the same URLs, every file at once;
-  - the floor: sha256 of the same bytes, and writing them (read, then pwrite in 8 MiB blocks).
+  - the floor: sha256 of the same bytes, and writing them (8 MiB pieces: plain pwrite, and
+    through the downloader's direct_io).
 For each: MB/s (the repo's bytes over the process's wall time, start-up included), CPU-s per GB
 of the client (its rusage, children included) and of the server (nginx's workers or the peer
-server, from /proc), peak RSS. Then a projection for the 4x8 H100 job from the CPU-s/GB measured.
-Everything lives in a temporary directory under --dir: /dev/shm (the default) measures the
-data path into memory; a directory on a disk measures it as a node writes to its NVMe, where the
-downloader's writes and read-backs go past the page cache (remote/direct_io.py).
+server, from /proc), peak RSS; for k3deploy also its CPU-s per GB past start-up, and that over
+the sha256 floor's. Then a projection for the 4x8 H100 job from the CPU-s/GB measured.
+Everything lives in a temporary directory under --dir: /var/tmp (the default) is on a disk,
+where the downloader's writes and read-backs go past the page cache as on a node's NVMe
+(remote/direct_io.py); /dev/shm measures the data path into memory, which on a VM that hands
+freed memory back to its host costs a host fault per new page.
 """
 from __future__ import annotations
 
@@ -264,8 +267,8 @@ def main(files: int, size_mb: int, workers: list[int], directory: str, proj_args
             nbytes = sum(f.size for f in handle.repo.files)
             print(json.dumps({"files": files, "file_MB": size_mb, "repo_bytes": nbytes, "cores": os.cpu_count(),
                               "loadavg": [round(x, 2) for x in os.getloadavg()]}), flush=True)
-            runs = {"floor": floor(tmp, handle.repo)}
-            print(json.dumps(runs["floor"]), flush=True)
+            base = floor(tmp, handle.repo)
+            print(json.dumps(base), flush=True)
             hub = hub_path(tmp, handle.repo, handle.url, nginx, workers)
             peer = peer_path(tmp, handle.repo, workers)
             for tool in (curl, aria2):
@@ -274,6 +277,7 @@ def main(files: int, size_mb: int, workers: list[int], directory: str, proj_args
             nginx.stop()
             handle.stop()
     print(json.dumps(_scaling(hub, peer)), flush=True)
+    print(json.dumps(_over_floor(base, hub, peer)), flush=True)
     parallel = hub[-1]["processes_used"] > 1 and peer[-1]["processes_used"] > 1
     print(json.dumps(project(hub[-1], peer[-1], parallel=parallel, **proj_args)), flush=True)
     return 0
@@ -284,3 +288,12 @@ def _scaling(hub: list[dict], peer: list[dict]) -> dict:
         return round(runs[-1]["MBps"] / runs[0]["MBps"], 2) if len(runs) > 1 else None
     return {"scaling": f"{hub[-1]['worker_processes']} worker processes over {hub[0]['worker_processes']}",
             "hub_tls_MBps_ratio": ratio(hub), "peer_MBps_ratio": ratio(peer)}
+
+
+def _over_floor(base: dict, hub: list[dict], peer: list[dict]) -> dict:
+    """Each k3deploy run's CPU per GB past start-up over sha256's alone in the same run: a
+    ratio taken on one machine at one time, where a shared VM's absolute figures drift from
+    run to run with its neighbours."""
+    sha = base["sha256_cpu_s_per_GB"]
+    return {"per_GB_over_sha256_floor": {f"{r['path']} {r['worker_processes']}w": round(
+        r["cpu_s_per_GB_after_start"] / sha, 2) for r in (*hub, *peer)}}
