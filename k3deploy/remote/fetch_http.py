@@ -49,7 +49,8 @@ class Answer:
         self.raw, self.status_code, self.headers = response, response.status, response.headers
         self.error: BaseException | None = None   # met after a fill's first bytes: raised at the next
         # The connection's socket, read by fetch_reader once http.client's reader is drained
-        # (None: every read through http.client, as the peer source does).
+        # (None, or a socket without a timeout: every read through http.client, as the peer
+        # source's).
         self.sock, self.drained = sock, False
         self.timeout = sock.gettimeout() if sock is not None else None
 
@@ -96,13 +97,13 @@ class Answer:
     def _read(self, view: memoryview, began: float) -> int:
         """One read: from http.client's buffered reader while it may hold body bytes (read
         with the headers), then through this process's reader thread (fetch_reader)."""
-        if self.sock is None or not self.drained:
+        if self.timeout is None or not self.drained:
             n = self.raw.fp.readinto1(view)
             # A readinto1 asking more than the buffered reader's buffer (socket.makefile's
             # io.DEFAULT_BUFFER_SIZE) hands over what it held and reads the socket straight
             # into `view`: it holds nothing after it (CPython _io/bufferedio.c,
             # _buffered_readinto_generic), so the socket may be read directly from then on.
-            self.drained = self.sock is not None and len(view) > io.DEFAULT_BUFFER_SIZE
+            self.drained = self.timeout is not None and len(view) > io.DEFAULT_BUFFER_SIZE
             return n
         left = max(0.0, FILL_SECONDS - (time.monotonic() - began))
         n, error = fetch_reader.reader().fill(self.sock, view, self.timeout, left)

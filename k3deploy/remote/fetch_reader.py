@@ -4,9 +4,9 @@ Over TLS a socket read hands over one record, 16 KiB, and the interpreter lock i
 taken again around each. With a thread per connection reading, every one of those is a handoff
 between threads whenever several connections have bytes waiting (all of them, on a fast link):
 a futex wake and a context switch per 16 KiB, which cost the downloader more than decrypting
-them. Here the connection's
-thread hands its buffer over and sleeps until it is filled; this thread reads every ready
-socket without blocking, so the lock passes between threads once per fill, not per record.
+them. Here the connection's thread hands its buffer over and sleeps until it is filled; this
+thread reads every ready socket without blocking, so the lock passes between threads once per
+fill, not per record.
 
 A fill ends when its buffer is full, when FILL_SECONDS passed with some bytes in it, at the
 body's end (the peer closed: 0 bytes), or with the error a read met; with no byte at all for the
@@ -38,7 +38,7 @@ class Fill:
         # with http.client's suppress_ragged_eofs) is kept in Reader._read.
         self.tls = getattr(sock, "_sslobj", None) if isinstance(sock, ssl.SSLSocket) else None
         self.got, self.error, self.began = 0, None, time.monotonic()
-        self.ended, self.cancelled, self.done = False, False, threading.Event()
+        self.cancelled, self.done = False, threading.Event()
 
     def due(self, now: float) -> float:
         """Seconds from `now` until it must end however little arrived."""
@@ -92,9 +92,11 @@ class Reader:
         try:
             self._loop()
         except BaseException as e:   # its callers get the error now, not at their timeout
-            for job in list(self.fills.values()):
-                job.error = job.error or e
-                self._end(job)
+            with self.lock:   # and the next fill starts a new thread, not one still unwinding
+                for job in [*self.fills.values(), *self.incoming]:
+                    job.error = job.error or e
+                    self._end(job)
+                self.incoming, self.thread = [], None
             raise
 
     def _loop(self) -> None:
@@ -135,8 +137,7 @@ class Reader:
             except Exception as e:   # the fill ends with it; its caller decides what it means
                 job.error = e
                 break
-            if not n:
-                job.ended = True
+            if not n:   # the body's end: the caller sees fewer bytes than it asked, then 0
                 break
             job.got += n
         self._end(job)

@@ -242,3 +242,22 @@ def test_a_stalled_body_hands_over_what_came_then_times_out(tmp_path):
         finally:
             server.release.set()
             client.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the thread's own end
+def test_a_reader_thread_that_dies_hands_its_error_to_the_fill_and_the_next_fill_gets_a_new_one(tmp_path, monkeypatch):
+    """Its callers get the error at once, not after their timeout (then a thread that stopped
+    answering would be named instead); the next fill starts a new reader thread."""
+    real = fetch_reader.Reader._read
+
+    def broken(self, job):
+        raise MemoryError("the reader thread's own failure")
+    with serving_tls(tmp_path) as (server, url, tls):
+        client = fetch_http.Client(30.0, tls)
+        monkeypatch.setattr(fetch_reader.Reader, "_read", broken)
+        with pytest.raises(MemoryError, match="own failure"):
+            read_range(client, url, 0, 200_000, memoryview(bytearray(65536)))
+        monkeypatch.setattr(fetch_reader.Reader, "_read", real)
+        client.close()
+        assert read_range(client, url, 0, 200_000, memoryview(bytearray(65536))) == BODY[:200_000]
+        client.close()
