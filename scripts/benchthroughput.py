@@ -123,6 +123,13 @@ def _manifest(path: Path, repo, endpoint: str, workers: int, extra: dict | None 
     return path
 
 
+def _manifests(tmp: Path, name: str, repo, endpoint: str, workers: int, extra: dict | None = None,
+               only_lfs: bool = False) -> dict:
+    """The whole repo's manifest and its first shards' (one per worker), for _measure."""
+    return {"full": _manifest(tmp / f"{name}.json", repo, endpoint, workers, extra, only_lfs),
+            "head": _manifest(tmp / f"{name}-head.json", repo, endpoint, workers, extra, only_lfs, head=workers)}
+
+
 def _bytes(manifest: Path) -> int:
     return sum(f["size"] for f in json.loads(manifest.read_text())["files"])
 
@@ -152,10 +159,8 @@ def hub_path(tmp: Path, repo, hub_url: str, nginx: Nginx, workers: list[int]) ->
     env = {**os.environ, "SSL_CERT_FILE": str(nginx.cert)}
     out = []
     for w in workers:
-        manifests = {"full": _manifest(tmp / f"hub-{w}.json", repo, hub_url, w),
-                     "head": _manifest(tmp / f"hub-{w}-head.json", repo, hub_url, w, head=w)}
         out.append({"path": "hub-tls", "client": "k3deploy", "worker_processes": w,
-                    **_measure(manifests, tmp / "dl", nginx.workers, env)})
+                    **_measure(_manifests(tmp, f"hub-{w}", repo, hub_url, w), tmp / "dl", nginx.workers, env)})
         print(json.dumps(out[-1]), flush=True)
     shutil.rmtree(tmp / "dl", ignore_errors=True)
     return out
@@ -180,9 +185,7 @@ def peer_path(tmp: Path, repo, workers: list[int]) -> list[dict]:
         Ledger(cache.ledger).record(f.sha256, cache.blob(f.sha256))
     peers = {"self": "fetcher", "port": PEER_PORT, "secret_file": str(tmp / "peer.secret"),
              "nodes": {"owner": "127.0.0.2"}, "owner": {f.path: "owner" for f in lfs}}
-    manifests = {w: {"full": _manifest(tmp / f"peer-{w}.json", repo, "http://127.0.0.1:9", w, {"peers": peers}, True),
-                     "head": _manifest(tmp / f"peer-{w}-head.json", repo, "http://127.0.0.1:9", w, {"peers": peers},
-                                       True, head=w)}
+    manifests = {w: _manifests(tmp, f"peer-{w}", repo, "http://127.0.0.1:9", w, {"peers": peers}, True)
                  for w in workers}
     server = subprocess.Popen([PY, str(REMOTE / "peer_server.py"), "--manifest", str(manifests[workers[0]]["full"]),
                                "--hf-home", str(owner / "hf"), "--listen", f"127.0.0.2:{PEER_PORT}",

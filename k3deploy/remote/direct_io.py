@@ -29,10 +29,20 @@ IN_MEMORY = frozenset({"tmpfs", "ramfs"})
 _fs_types: dict[int, str] = {}
 
 
+def _mapped(size: int) -> memoryview:
+    return memoryview(mmap.mmap(-1, size))   # mmap: its first byte is page-aligned
+
+
 def aligned(size: int) -> memoryview:
-    """A buffer whose first byte is page-aligned (mmap). A reader that puts the byte of file
-    offset X at buffer offset X % ALIGN hands write() memory it can give the device as is."""
-    return memoryview(mmap.mmap(-1, size + ALIGN))
+    """A receive buffer for `size` bytes placed by `place`: write() hands its aligned middle
+    to the device as is, with no copy into the aligned buffer."""
+    return _mapped(size + ALIGN)
+
+
+def place(offset: int) -> int:
+    """Where in an `aligned` buffer the byte of file offset `offset` goes: at the same
+    remainder modulo ALIGN, so the file's aligned offsets fall on aligned memory."""
+    return offset % ALIGN
 
 
 def _address(view: memoryview) -> int | None:
@@ -122,12 +132,12 @@ class DiskFile:
 
     def _write_buffer(self) -> memoryview:
         if self._wbuf is None:
-            self._wbuf = memoryview(mmap.mmap(-1, WRITE_BUFFER))
+            self._wbuf = _mapped(WRITE_BUFFER)
         return self._wbuf
 
     def _read_buffer(self) -> memoryview:
         if self._rbuf is None:
-            self._rbuf = memoryview(mmap.mmap(-1, READ_BUFFER))
+            self._rbuf = _mapped(READ_BUFFER)
         return self._rbuf
 
     def __del__(self):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 
-from direct_io import ALIGN, aligned
+from direct_io import aligned, place
 from fetch_base import DownloadError, HubUnavailable, Stopped, log
 from fetch_http import body, fill_bytes
 from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
@@ -272,7 +272,7 @@ class Connections:
     def _copy(self, seg: Segment, conn: Conn, response, asked: int) -> None:
         job = seg.job
         skip = seg.pos if response.status_code == 200 else 0  # the range was ignored
-        chunks = body(response, conn.buffer, fill_bytes(job.spec.size, BUFFER), lambda: seg.pos % ALIGN)
+        chunks = body(response, conn.buffer, fill_bytes(job.spec.size, BUFFER), lambda: place(seg.pos))
         for chunk in chunks:
             if self.stop_event.is_set() or job.fatal:
                 break

@@ -101,8 +101,10 @@ class Answer:
             n = self.raw.fp.readinto1(view)
             # A readinto1 asking more than the buffered reader's buffer (socket.makefile's
             # io.DEFAULT_BUFFER_SIZE) hands over what it held and reads the socket straight
-            # into `view`: it holds nothing after it (CPython _io/bufferedio.c,
-            # _buffered_readinto_generic), so the socket may be read directly from then on.
+            # into `view`: it holds nothing after it (CPython 3.11 Modules/_io/bufferedio.c,
+            # _buffered_readinto_generic: the buffer is reset, then a read of more than
+            # buffer_size goes to the caller's memory; main keeps the rule), so the socket may
+            # be read directly from then on. test_fetch_http checks it on the running Python.
             self.drained = self.timeout is not None and len(view) > io.DEFAULT_BUFFER_SIZE
             return n
         left = max(0.0, FILL_SECONDS - (time.monotonic() - began))

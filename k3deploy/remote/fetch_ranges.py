@@ -10,9 +10,9 @@ cli/cache.py `prune`), and with it hours of a node's download.
 
 The running hash covers the contiguous prefix from byte 0; it is advanced by re-reading what
 the connections wrote, once per byte, in order. Bytes go to the disk and back past the page
-cache where the file system allows (direct_io). Bytes
-appended at the hashed end (the peer source writes front to back) are hashed from the buffer
-they were just written from: no open and read back per chunk.
+cache where the file system allows (direct_io). Bytes appended at the hashed end (the peer
+source writes front to back) are hashed from the buffer they were just written from: no open
+and read back per chunk.
 
 A partial that is exactly its prefix (written front to back, nothing past it, no record yet)
 gets no record: its length says the same (`_load`'s fallback), and a record rewritten after

@@ -25,7 +25,7 @@ import zlib
 
 import fetch_http
 import protocol
-from direct_io import ALIGN, aligned
+from direct_io import aligned, place
 from thread_pool import pool  # ships beside this file (protocol.DOWNLOADER_FILES)
 
 INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one request
@@ -260,7 +260,7 @@ class Peers:
             try:
                 while got < spec.size:
                     self._check(peer, part, f, pending)
-                    at = got % ALIGN   # the file's aligned offsets on aligned memory: written as is
+                    at = place(got)
                     n = answer.fill(views[turn][at:at + min(size, spec.size - got)])
                     if not n:
                         raise PeerError(f"the response ended at byte {got}")
@@ -305,9 +305,9 @@ def load(block: dict, stop_event, stopped, log, bad: set) -> Peers:
 
 
 def _receive_buffers(size: int) -> list[memoryview]:
-    """The calling thread's two buffers (at least `size` bytes): a new zeroed pair per file was
-    ~10% of a downloader's CPU on an 8-node fan-out testbed (py-spy --gil, 2 MB shards)."""
-    views = getattr(_buffers, "views", None)
-    if views is None or len(views[0]) < size + ALIGN:
-        views = _buffers.views = [aligned(size) for _ in range(2)]
-    return views
+    """The calling thread's two buffers (for at least `size` bytes each, placed by
+    direct_io.place), kept across files: a new zeroed pair per file costs a share of a
+    downloader's CPU."""
+    if getattr(_buffers, "size", 0) < size:
+        _buffers.views, _buffers.size = [aligned(size) for _ in range(2)], size
+    return _buffers.views

@@ -14,35 +14,19 @@ from pathlib import Path
 import pytest
 
 from fetch_node import Node
+from odirect import takes_o_direct
 from tb import hub as tbhub
-
-import k3deploy.remote.fetch_weights  # noqa: F401  (puts the node-side modules on sys.path)
-import direct_io  # noqa: E402
-
-
-def _takes_o_direct(directory: Path) -> bool:
-    if direct_io.fs_type(os.stat(directory).st_dev) in direct_io.IN_MEMORY:
-        return False
-    probe = directory / ".o_direct_probe"
-    probe.write_bytes(b"")
-    try:
-        os.close(os.open(probe, os.O_RDWR | os.O_DIRECT))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.unlink()
 
 
 @pytest.fixture
 def on_disk(tmp_path):
     """tmp_path where it is on a device, else a directory under /var/tmp (removed after)."""
-    if _takes_o_direct(tmp_path):
+    if takes_o_direct(tmp_path):
         yield tmp_path
         return
     root = Path(tempfile.mkdtemp(prefix="k3-direct-", dir="/var/tmp"))
     try:
-        if not _takes_o_direct(root):
+        if not takes_o_direct(root):
             pytest.skip("neither the temp directory nor /var/tmp is on a file system that takes O_DIRECT")
         yield root
     finally:

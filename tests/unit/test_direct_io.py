@@ -15,25 +15,16 @@ import pytest
 from k3deploy.remote import fetch_weights  # noqa: F401  (puts the node-side modules on sys.path)
 import direct_io  # noqa: E402
 from direct_io import ALIGN, DiskFile  # noqa: E402
+from odirect import takes_o_direct  # noqa: E402
 
 REAL_OPEN, REAL_PWRITE = os.open, os.pwrite
-
-
-def _direct_supported(path) -> bool:
-    if direct_io.fs_type(os.stat(path).st_dev) in direct_io.IN_MEMORY:
-        return False
-    try:
-        os.close(REAL_OPEN(path, os.O_RDONLY | os.O_DIRECT))
-        return True
-    except OSError:
-        return False
 
 
 @pytest.fixture
 def target(tmp_path):
     path = tmp_path / "blob.partial"
     path.write_bytes(b"")
-    if not _direct_supported(path):
+    if not takes_o_direct(tmp_path):
         pytest.skip(f"{tmp_path}'s file system is in memory or refuses O_DIRECT")
     return path
 
