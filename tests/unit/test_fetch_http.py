@@ -7,6 +7,7 @@ import http.client
 import http.server
 import socket
 import threading
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -260,4 +261,30 @@ def test_a_reader_thread_that_dies_hands_its_error_to_the_fill_and_the_next_fill
         monkeypatch.setattr(fetch_reader.Reader, "_read", real)
         client.close()
         assert read_range(client, url, 0, 200_000, memoryview(bytearray(65536))) == BODY[:200_000]
+        client.close()
+
+
+class Trickles(http.server.BaseHTTPRequestHandler):
+    """A slow edge: the range comes in pieces 0.2 s apart, over four times the client's timeout."""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        self.send_response(206)
+        self.send_header("Content-Length", str(20 * 5000))
+        self.end_headers()
+        for i in range(20):
+            self.wfile.write(BODY[i * 5000:(i + 1) * 5000])
+            self.wfile.flush()
+            time.sleep(0.2)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_body_slower_than_the_timeout_but_never_silent_for_it_is_read_whole(tmp_path):
+    """The timeout is for silence, not for the body: a 16 GB shard's range on an 8.7 MB/s edge
+    lasts minutes against a 10 s timeout (here 4 s of body against 0.5 s)."""
+    with serving_tls(tmp_path, Trickles) as (server, url, tls):
+        client = fetch_http.Client(0.5, tls)
+        assert read_range(client, url, 0, 100_000, memoryview(bytearray(65536))) == BODY[:100_000]
         client.close()
