@@ -18,6 +18,7 @@ from fetch_manifest import HEX40, FileSpec
 
 
 PINNED_REF = "k3deploy-pinned"   # refs/<this>: the commit k3deploy last completed
+LEDGER_LOCK = "k3deploy-ledger.lock"
 
 
 class RepoCache:
@@ -81,23 +82,37 @@ class RepoCache:
 
 
 class Ledger:
-    """Blobs already verified: etag -> size and mtime of the blob at verification time."""
+    """Blobs already verified: etag -> size and mtime of the blob at verification time.
 
-    def __init__(self, path: Path):
+    One file for every process of a download (its worker processes each record their own
+    files): a record re-reads the file and writes it back under an exclusive lock in the repo's
+    .locks directory, so no process's write drops what another recorded."""
+
+    def __init__(self, path: Path, locks: Path | None = None):
         self.path, self.lock = path, threading.Lock()
+        self.file_lock = (locks or path.parent) / LEDGER_LOCK
+        self.entries = self._read()
+
+    def _read(self) -> dict:
         try:
-            self.entries = json.loads(path.read_text())
+            return json.loads(self.path.read_text())
         except (OSError, ValueError):
-            self.entries = {}
+            return {}
 
     def vouches_for(self, etag: str, st: os.stat_result) -> bool:
         return protocol.ledger_vouches(self.entries.get(etag), st.st_size, st.st_mtime_ns)
 
     def record(self, etag: str, blob: Path) -> None:
         st = blob.stat()
+        entry = protocol.ledger_entry(st.st_size, st.st_mtime_ns, time.time())
         with self.lock:
-            self.entries[etag] = protocol.ledger_entry(st.st_size, st.st_mtime_ns, time.time())
-            write_json_atomic(self.path, self.entries)
+            fd = os.open(self.file_lock, os.O_RDWR | os.O_CREAT, 0o664)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self.entries = {**self._read(), etag: entry}
+                write_json_atomic(self.path, self.entries)
+            finally:
+                os.close(fd)   # closing releases the lock
 
 
 class etag_lock:

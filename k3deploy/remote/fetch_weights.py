@@ -81,7 +81,7 @@ class Downloader:
                  peers=None):
         self.manifest, self.cache, self.fetcher, self.progress = manifest, cache, fetcher, progress
         self.peers = peers  # peer_fetch.Peers, or None: every file from the Hub
-        self.ledger = Ledger(cache.ledger)
+        self.ledger = Ledger(cache.ledger, cache.locks)
         self.disk_fault: DiskFault | None = None   # the first one: every later file fails with it
 
     def ensure(self, spec: FileSpec, via_peers: bool = False) -> None:

@@ -48,8 +48,9 @@ class Node:
                 "--progress", str(self.progress)]
         return argv + (["--env-file", str(env_file)] if env_file else [])
 
-    def run(self, env_file: Path | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(env_file), env=clean_env(), capture_output=True, text=True, timeout=120)
+    def run(self, env_file: Path | None = None, **env) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(env_file), env=clean_env(**env), capture_output=True, text=True,
+                              timeout=120)
 
     def start(self) -> subprocess.Popen:
         return subprocess.Popen(self.argv(), env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -80,6 +81,15 @@ class Node:
 
     def on_disk(self, f) -> int:
         return protocol.partial_bytes(str(self.partial(f))) if self.partial(f).exists() else 0
+
+    def status(self) -> dict:
+        """What the laptop's look reads on the node: remote/weights_status.py's document."""
+        program = Path(protocol.__file__).with_name("weights_status.py")
+        out = subprocess.run([sys.executable, str(program), str(self.hf_home), str(self.progress),
+                              str(self.root / "download.pid")], input=self.manifest.read_text(),
+                             capture_output=True, text=True, timeout=30, check=True,
+                             env=clean_env(PYTHONPATH=str(program.parent)))
+        return json.loads(out.stdout)
 
     def leftovers(self) -> list[str]:
         return sorted(p.name for p in (self.storage / "blobs").iterdir()

@@ -58,6 +58,9 @@ def test_two_workers_fetch_every_file_once_into_one_progress_document(tmp_path):
     for f in hub.repo.files:
         assert node.blob(f).exists() and gets_and_bytes(stats, f.path)[1] == f.size, f.path
     assert "2 worker processes" in result.stdout
+    # Each worker recorded its own files into the one ledger the laptop's look reads.
+    seen = node.status()
+    assert seen["missing_count"] == 0 and not seen["running"], seen
     assert sorted(p.name for p in node.root.iterdir() if ".w" in p.name) == []   # the workers' documents
     assert node.leftovers() == []
 
