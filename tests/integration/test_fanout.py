@@ -11,6 +11,7 @@ import time
 
 import pytest
 import yaml
+from downloader_freeze import Freeze
 from hub_bytes import (SLACK, WORK, assert_nothing_received_twice, hub_total, received,
                        sizes, small_socket_buffers)
 from polling import wait_until
@@ -144,15 +145,16 @@ def test_laptop_and_one_downloader_killed_mid_fanout(tmp_path):
     with testbed(tmp_path, nodes=4, hub_node_rate=1_000_000) as tb:
         small_socket_buffers(tb)
         repo = tb.stats()["hub"]["repo_bytes"]
-        run = k3_bg("up", "-i", str(tb.inventory))
-        deadline = time.monotonic() + 60
-        while hub_total(tb) < repo // 2:
-            assert time.monotonic() < deadline, "the download never got half-way"
-            time.sleep(0.2)
+        # Peers wait for node1's share as long as the rerun may take on a loaded machine: the
+        # bound on Hub bytes below holds only while the owner is back within the stall bound.
+        resume = playbook(tmp_path, peer_stall_seconds=300)
+        frozen = Freeze(tb, "node1", 0.5)  # node1's downloader stopped half-way, on node1
+        run = k3_bg("run", resume, "-i", str(tb.inventory))
+        frozen.wait()
         run.send_signal(signal.SIGKILL)
         run.wait()
-        assert tb.ssh("node1", "pkill -9 -f fetch_weights.py").returncode == 0
-        again = k3("up", "-i", str(tb.inventory))
+        frozen.kill()
+        again = k3("run", resume, "-i", str(tb.inventory))
         assert again.returncode == 0, out(again)
         assert_nothing_received_twice(tb)
         assert hub_total(tb) <= 1.05 * repo + SLACK
