@@ -28,12 +28,16 @@ def load(directory: Path) -> list[dict]:
 
 
 def flatten(doc: dict, prefix: str = "") -> dict[str, str]:
-    """Scalar leaves by dotted key; a list of scalars joined by commas."""
+    """Scalar leaves by dotted key; a list of scalars joined by commas, a list of documents by
+    each one's place (`k3deploy.0.seconds`)."""
     out: dict[str, str] = {}
     for key, value in doc.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             out.update(flatten(value, name + "."))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, item in enumerate(value):
+                out.update(flatten(item, f"{name}.{i}."))
         elif isinstance(value, list):
             out[name] = ", ".join(_cell(v) for v in value)
         else:

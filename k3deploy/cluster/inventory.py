@@ -131,8 +131,14 @@ class DownloadSpec(_Model):
     # A file fails only after this long without a new byte (the Hub's 5xx/429 minutes are
     # waited out); the laptop then restarts a downloader that died of that, a few times.
     retry_minutes: float = Field(default=15, gt=0, le=24 * 60)
-    # Hub connections per node, shared by the files in flight (CDN edges cap each one).
-    connections: int = Field(default=32, ge=1, le=256)
+    # Hub connections per node, shared by the files in flight. CDN edges cap each one (~68 MB/s
+    # fast, ~70% of them 8.7 MB/s: huggingface/xet-core#821), so a 25 Gbit/s link needs 46 fast
+    # ones; slow ones are replaced, and churn costs a few more (scripts/bench --hub-cdn).
+    connections: int = Field(default=96, ge=1, le=256)
+    # Bytes per ranged request, in MiB: a request's first-byte wait is paid once per range, a
+    # slow edge holds at most one range. 32 MiB is what the Hub's own client asks the bridge
+    # for (huggingface/xet-core#821: Content-Range spans of 33554432 bytes on 17 GB shards).
+    segment_mib: float = Field(default=32, ge=0.0625, le=1024)
 
 
 class SshSpec(_Model):

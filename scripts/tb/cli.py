@@ -41,7 +41,8 @@ def _up_parser(sub) -> None:
                     help="stand-in engine kernel compile time when no matching cache is mounted")
     up.add_argument("--pull-seconds", type=float, default=0.5, help="stand-in docker pull time")
     up.add_argument("--engine", choices=ENGINES, default="sglang", help="inventory engine.kind")
-    up.add_argument("--shard-bytes", type=int, help="size of each of the 96 mock shards")
+    up.add_argument("--shard-bytes", type=int, help="size of each mock shard")
+    up.add_argument("--shards", type=int, default=96, help="how many shards the mock repo has")
     up.add_argument("--hub-rate", type=int, default=8 * 1024 * 1024,
                     help="mock Hub bytes/s per connection (0: unthrottled)")
     up.add_argument("--hub-node-rate", type=int, default=0,
@@ -59,6 +60,10 @@ def _up_parser(sub) -> None:
                     help="each new CDN connection runs at SLOW bytes/s with probability FRACTION, "
                          "else FAST (needs --hub-cdn)")
     up.add_argument("--hub-conn-seed", type=int, default=1, help="seed of the --hub-conn-rates draws")
+    up.add_argument("--hub-cdn-tls", action="store_true",
+                    help="the CDN answers over TLS; every node trusts its certificate (needs --hub-cdn)")
+    up.add_argument("--hub-first-byte-ms", type=float, default=0.0,
+                    help="ms the CDN waits before each answer (needs --hub-cdn)")
     up.add_argument("--no-hub", action="store_true",
                     help="no mock Hub (the inventory endpoint then has no server behind it)")
 
@@ -106,7 +111,8 @@ def _up(args) -> int:
                              hub_token_file=args.hub_token_file, hub=not args.no_hub,
                              hub_cdn=args.hub_cdn, hub_url_ttl=args.hub_url_ttl,
                              hub_conn_rates=args.hub_conn_rates, hub_conn_seed=args.hub_conn_seed,
-                             hub_gated=args.hub_gated, shared_hf=args.shared_hf)
+                             hub_gated=args.hub_gated, shared_hf=args.shared_hf, shards=args.shards,
+                             hub_cdn_tls=args.hub_cdn_tls, hub_first_byte_ms=args.hub_first_byte_ms)
     testbed.up(args.dir, opts)
     return 0
 
@@ -119,6 +125,11 @@ def _check_cdn_flags(args) -> None:
             parse_conn_rates(args.hub_conn_rates)
         except ValueError as err:
             raise SpecError(str(err).replace("--conn-rates", "--hub-conn-rates")) from None
+    for flag, given in (("--hub-cdn-tls", args.hub_cdn_tls), ("--hub-first-byte-ms", args.hub_first_byte_ms)):
+        if given and not args.hub_cdn:
+            raise SpecError(f"{flag} needs --hub-cdn (it is a setting of the CDN)")
+    if args.hub_first_byte_ms < 0 or args.shards < 1:
+        raise SpecError("--hub-first-byte-ms must be >= 0 and --shards >= 1")
     if args.hub_url_ttl <= 0:
         raise SpecError("--hub-url-ttl must be > 0 seconds")
 

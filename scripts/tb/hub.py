@@ -23,7 +23,7 @@ file never sees stats that miss it.
 CLI: hub.py serve --dir HUBDIR --listen IP:PORT [--repo R] [--shards N] [--shard-bytes B]
                   [--rate BYTES_PER_SEC_PER_CONN] [--node-rate BYTES_PER_SEC_PER_NODE] [--token-file F]
                   [--gated] [--cdn-listen IP:PORT [--url-ttl S] [--conn-rates SLOW,FAST,FRACTION]
-                  [--conn-seed N]]
+                  [--conn-seed N] [--cdn-cert PEM --cdn-key PEM] [--first-byte-ms MS]]
 --node-rate caps each node (client address) over all its connections at once, Hub and CDN
 together: a node's Internet link, shared by its parallel downloads; --rate caps each connection
 (on the CDN too, unless --conn-rates draws each CDN connection's speed).
@@ -33,7 +33,8 @@ token of a granted account without "read access to public gated repos" (hubhttp.
 need a granted token.
 --cdn-listen: /resolve of LFS files redirects to a CDN on that address (hubcdn.py); its URL is in
 HUBDIR/cdn once listening. stats.json then has "cdn": {bytes, requests, authorized_requests,
-connections, slow_connections, by_node}.
+connections, slow_connections, by_node}. --cdn-cert/--cdn-key: the CDN speaks TLS (hubtls.py);
+--first-byte-ms: it waits that long before each answer, as an edge's round trip and lookup.
 
 This file: the server's settings, start/stop and the CLI; hubhttp.py answers the Hub's requests,
 hubcdn.py the CDN's, hubbody.py sends file bodies, hubfaults.py keeps the faults, hubfiles.py
@@ -56,7 +57,7 @@ try:
 except ImportError:  # run as a script: scripts/tb/hub.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from tb import hubrepo
-from tb import hubcdn  # noqa: E402
+from tb import hubcdn, hubtls  # noqa: E402
 from tb.hubfaults import LiveFaults  # noqa: E402
 from tb.hubfaults import write_fault as _write_fault  # noqa: E402
 from tb.hubfiles import HubStats  # noqa: E402
@@ -101,6 +102,9 @@ class HubOptions:
     url_ttl: int = 3600
     conn_rates: tuple[int, int, float] | None = None
     conn_seed: int = 1
+    cdn_cert: str | None = None   # with cdn_key: the CDN answers over TLS (hubtls.py)
+    cdn_key: str | None = None
+    first_byte: float = 0.0       # s the CDN waits before it answers each request
 
 
 class Hub:
@@ -114,6 +118,7 @@ class Hub:
         self.cdn_url: str | None = None  # set once the CDN is bound (--cdn-listen)
         self.signer = hubcdn.Signer(opts.url_ttl)
         self.lottery = hubcdn.ConnLottery(opts.conn_rates, opts.rate, opts.conn_seed)
+        self.first_byte = float(opts.first_byte)
         self.faults = LiveFaults(self.dir)
         self.stats = HubStats(self.dir, repo)
         self.requests = RequestLog(self.dir)
@@ -147,11 +152,14 @@ class HubServer(ThreadingHTTPServer):
                 self.answering -= 1
 
 
-def _bind(listen: str, handler_base, hub: Hub) -> tuple[HubServer, str]:
+def _bind(listen: str, handler_base, hub: Hub, tls: tuple[str, str] | None = None) -> tuple[HubServer, str]:
     host, _, port = listen.rpartition(":")
     handler = type(f"Bound{handler_base.__name__}", (handler_base,), {"hub": hub})
     server = HubServer((host or "0.0.0.0", int(port)), handler)
-    return server, f"http://{host or '127.0.0.1'}:{server.server_address[1]}"
+    if tls:
+        hubtls.wrap(server, *tls)
+    scheme = "https" if tls else "http"
+    return server, f"{scheme}://{host or '127.0.0.1'}:{server.server_address[1]}"
 
 
 def start(hub_dir, listen: str = "127.0.0.1:0", repo_id: str = hubrepo.DEFAULT_REPO,
@@ -171,7 +179,8 @@ def start(hub_dir, listen: str = "127.0.0.1:0", repo_id: str = hubrepo.DEFAULT_R
     servers = [server]
     (hub_dir / "cdn").unlink(missing_ok=True)
     if options.get("cdn_listen"):
-        cdn, hub.cdn_url = _bind(options["cdn_listen"], hubcdn.CdnHandler, hub)
+        tls = (options["cdn_cert"], options["cdn_key"]) if options.get("cdn_cert") else None
+        cdn, hub.cdn_url = _bind(options["cdn_listen"], hubcdn.CdnHandler, hub, tls)
         servers.append(cdn)
         (hub_dir / "cdn").write_text(hub.cdn_url + "\n")
     hub.stats.flush()
@@ -242,7 +251,8 @@ def _serve(args) -> int:
     servers, hub = start(args.dir, args.listen, args.repo, args.shards, args.shard_bytes, args.rate,
                          node_rate=args.node_rate, tokens=tokens, no_gated_tokens=no_gated, gated=args.gated,
                          cdn_listen=args.cdn_listen, url_ttl=args.url_ttl, conn_rates=conn_rates,
-                         conn_seed=args.conn_seed)
+                         conn_seed=args.conn_seed, cdn_cert=args.cdn_cert, cdn_key=args.cdn_key,
+                         first_byte=args.first_byte_ms / 1000)
     for server in servers[1:]:
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     threading.Thread(target=lambda: (stop.wait(), servers[0].shutdown()), daemon=True).start()
@@ -277,6 +287,10 @@ def main(argv=None) -> int:
     serve.add_argument("--url-ttl", type=int, default=3600, help="seconds a signed CDN URL is valid")
     serve.add_argument("--conn-rates", help="SLOW,FAST,FRACTION: each CDN connection's bytes/s")
     serve.add_argument("--conn-seed", type=int, default=1, help="seed of the --conn-rates draws")
+    serve.add_argument("--cdn-cert", help="PEM certificate: the CDN answers over TLS (with --cdn-key)")
+    serve.add_argument("--cdn-key", help="PEM key of --cdn-cert")
+    serve.add_argument("--first-byte-ms", type=float, default=0.0,
+                       help="ms the CDN waits before it answers each request (an edge's first byte)")
     args = parser.parse_args(argv)
     return _serve(args)
 

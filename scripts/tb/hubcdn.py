@@ -23,6 +23,10 @@ What it imitates, and from where:
   capping one connection at ~8.7 MB/s and the rest near 68 MB/s. `--conn-rates SLOW,FAST,FRACTION`
   draws SLOW with probability FRACTION for every new TCP connection, from a seeded generator
   (the same seed and arrival order give the same speeds).
+- First byte (`--first-byte-ms`): every answer waits that long, an edge's round trip and cache
+  lookup. The same issue's traceroute reaches the CloudFront POP in 16.8 ms, and its answers are
+  cache hits (`X-Cache: Hit from cloudfront`) of 32 MiB ranges.
+- TLS (`--cdn-cert`, hubtls.py): the bridge is an https:// origin.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from tb import hubbody
+from tb import hubbody, hubtls
 from tb.hublog import LoggedHandler
 
 if TYPE_CHECKING:
@@ -120,6 +124,7 @@ class CdnHandler(LoggedHandler, BaseHTTPRequestHandler):
         pass
 
     def setup(self):
+        hubtls.handshake_in_thread(self.request, self.timeout)
         super().setup()
         self.rate, slow = self.hub.lottery.draw()  # one draw per TCP connection
         self.hub.stats.cdn.connection(slow)
@@ -132,6 +137,8 @@ class CdnHandler(LoggedHandler, BaseHTTPRequestHandler):
 
     def _serve(self, send_body: bool) -> None:
         hub, ip = self.hub, self.client_address[0]
+        if hub.first_byte:
+            time.sleep(hub.first_byte)
         hub.stats.cdn.request(ip, bool(self.headers.get("Authorization")))
         faults = hub.faults.current()
         status = hub.faults.outage(faults)

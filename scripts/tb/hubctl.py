@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tb import hubfaults
+from tb import hubfaults, hubtls
 from tb.state import TestbedState, process_start_time, same_process
 
 HUB_SCRIPT = Path(__file__).resolve().parent / "hub.py"
@@ -51,7 +51,7 @@ def _hub_argv(hdir: Path, address: str, opts) -> list[str]:
     address, another port: another origin for the client, traffic still on the bridge."""
     argv = [sys.executable, str(HUB_SCRIPT), "serve", "--dir", str(hdir),
             "--listen", f"{address}:{_pick_port(address)}", "--repo", HUB_REPO,
-            "--shards", str(HUB_SHARDS), "--rate", str(opts.hub_rate), "--node-rate", str(opts.hub_node_rate)]
+            "--shards", str(opts.shards), "--rate", str(opts.hub_rate), "--node-rate", str(opts.hub_node_rate)]
     if opts.shard_bytes is not None:
         argv += ["--shard-bytes", str(opts.shard_bytes)]
     if opts.hub_token_file:
@@ -63,6 +63,10 @@ def _hub_argv(hdir: Path, address: str, opts) -> list[str]:
                  "--url-ttl", str(opts.hub_url_ttl), "--conn-seed", str(opts.hub_conn_seed)]
         if opts.hub_conn_rates:
             argv += ["--conn-rates", opts.hub_conn_rates]
+        if opts.hub_cdn_tls:
+            argv += ["--cdn-cert", str(hdir / hubtls.CERT), "--cdn-key", str(hdir / hubtls.KEY)]
+        if opts.hub_first_byte_ms:
+            argv += ["--first-byte-ms", str(opts.hub_first_byte_ms)]
     return argv
 
 

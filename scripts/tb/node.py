@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tb import net
+from tb import hubtls, net
 from tb.nodefs import SHARED_HF_MOUNT, node_dir, shared_hf_dir
 from tb.nodespec import NodeSpec
 from tb.sshcmd import ssh_argv
@@ -55,6 +55,9 @@ def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str
              "mount -o remount,bind,ro /usr/local/bin"]
     lines += [f"mount --bind {q(str(ndir / src))} {dst}" for src, dst in BINDS]
     lines += fabric_mounts(ndir, spec)
+    trust = hubtls.trust_bundle(ndir.parent.parent)
+    if trust is not None:
+        lines.append(f"mount --bind {q(str(trust))} {hubtls.SYSTEM_BUNDLE}")
     # /tmp last: the testbed dir itself may live under /tmp and is needed until here.
     lines += [f"mount --bind {q(str(ndir / 'tmp'))} /tmp"]
     lines += symlinked_nvme(spec) if symlinked(spec) else []

@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tb import hubctl, inventory, net, node, nodefs, standins
+from tb import hubctl, hubtls, inventory, net, node, nodefs, standins
 from tb.nodespec import NodeSpec, spec_from_dict
 from tb.sshcmd import KEY_FILE, KNOWN_HOSTS_FILE
 from tb.state import TestbedState
@@ -20,6 +20,7 @@ class UpOptions:
     gpus_per_node: int = 8
     engine: str = "sglang"
     shard_bytes: int | None = None
+    shards: int = hubctl.HUB_SHARDS
     hub_rate: int = 8 * 1024 * 1024
     hub_node_rate: int = 0
     hub_token_file: str | None = None
@@ -28,6 +29,8 @@ class UpOptions:
     hub_url_ttl: int = 3600
     hub_conn_rates: str | None = None   # "SLOW,FAST,FRACTION"
     hub_conn_seed: int = 1
+    hub_cdn_tls: bool = False           # the CDN over TLS, trusted by every node (hubtls.py)
+    hub_first_byte_ms: float = 0.0      # the CDN's wait before each answer
     hub_gated: bool = False
     shared_hf: bool = False             # one host dir as every node's HF cache (node.py)
 
@@ -82,6 +85,8 @@ def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
     if opts.hub:
         (state.dir / "hub").mkdir(exist_ok=True)
         hubctl.write_nodes_map(state.dir, {r["name"]: r["address"] for r in records})
+        if opts.hub_cdn_tls:  # before the nodes start: each binds the trust bundle at its start
+            hubtls.make(state.dir / "hub", net.bridge_address(idx))
         hubctl.start(state, net.bridge_address(idx), opts)
     start_nodes(state, records)
     endpoint = (hubctl.wait_ready(state) if opts.hub

@@ -13,6 +13,7 @@ from pathlib import Path
 from fetch_node import Node, clean_env, hub_done, served
 from polling import wait_until
 from tb import hub as tbhub
+from tb import hubtls
 
 HF = str(Path(sys.executable).with_name("hf"))
 KNOBS = {"connections": 12, "segment_bytes": 128 << 10, "retry_seconds": 30, "replace_per_second": 4}
@@ -35,14 +36,18 @@ def cdn_totals(hub) -> dict:
 
 
 def test_lottery_under_a_node_link_fills_the_link_and_never_sends_the_cdn_a_token(tmp_path):
-    link = 2_400_000
-    with cdn_hub(tmp_path, conn_rates=(80_000, 640_000, 0.7), node_rate=link) as hub:
+    """Over TLS with a first-byte wait on every range, as the real bridge answers."""
+    link, cert, key = 2_400_000, tmp_path / "cdn.pem", tmp_path / "cdn-key.pem"
+    hubtls.self_signed("127.0.0.1", cert, key)
+    with cdn_hub(tmp_path, conn_rates=(80_000, 640_000, 0.7), node_rate=link, cdn_cert=str(cert),
+                 cdn_key=str(key), first_byte=0.017) as hub:
+        assert hub.cdn_url.startswith("https://")
         node = node_for(tmp_path, hub)
         env_file = tmp_path / "hf.env"
         env_file.write_text("HF_TOKEN=hf_secret_token\n")
         env_file.chmod(0o600)
         began = time.monotonic()
-        result = node.run(env_file)
+        result = node.run(env_file, SSL_CERT_FILE=str(cert))
         took = time.monotonic() - began
         assert result.returncode == 0, result.stdout + result.stderr
         cdn = cdn_totals(hub)

@@ -15,7 +15,7 @@ from k3run import k3, k3_bg, out
 
 pytestmark = pytest.mark.integration
 SLOW_HUB = {"hub_rate": 150_000}   # bytes/s per connection: the ~29 MB download takes ~12 s
-# ... over 16 connections per node (the downloader's default is 32): these tests kill runs part-way
+# ... over 16 connections per node (the downloader's default is 96): these tests kill runs part-way
 PACE = "download: {connections: 16}\n"
 
 

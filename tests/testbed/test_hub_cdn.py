@@ -3,6 +3,7 @@ signed URL, connection speeds drawn per connection, the gate on /resolve only, o
 limits and a forbidding CDN. Driven by the real huggingface_hub client where it can be."""
 from __future__ import annotations
 
+import ssl
 import sys
 import time
 import urllib.error
@@ -16,7 +17,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 
 from tb import hub as tbhub  # noqa: E402
-from tb import hubcdn  # noqa: E402
+from tb import hubcdn, hubtls  # noqa: E402
 
 GRANTED = "hf_granted"
 
@@ -198,3 +199,23 @@ def test_the_node_link_is_shared_by_hub_and_cdn(tmp_path):
         assert time.monotonic() - began >= (100_000 + size) / 200_000 * 0.9
         stats = hub.stats()
         assert stats["cdn"]["bytes"] == 100_000 and stats["by_node"]["127.0.0.1"]["bytes"] == size
+
+
+def test_tls_cdn_waits_its_first_byte_and_serves_the_range_to_a_client_that_trusts_it(tmp_path):
+    cert, key = tmp_path / "cdn.pem", tmp_path / "cdn-key.pem"
+    hubtls.self_signed("127.0.0.1", cert, key)
+    with tbhub.serve_in_thread(tmp_path / "hub", shards=2, shard_bytes=300_000, cdn_listen="127.0.0.1:0",
+                               cdn_cert=str(cert), cdn_key=str(key), first_byte=0.3) as hub:
+        shard = hub.repo.shard_names()[0]
+        location = signed_location(hub, shard)
+        assert location.startswith("https://127.0.0.1:") and location.startswith(hub.cdn_url)
+        trusted = ssl.create_default_context(cafile=str(cert))
+        began = time.monotonic()
+        with urllib.request.urlopen(urllib.request.Request(location, headers={"Range": "bytes=100-199"}),
+                                    context=trusted, timeout=10) as answer:
+            waited, body = time.monotonic() - began, answer.read()
+            assert answer.status == 206
+        assert body == hub.repo.local_path(shard).read_bytes()[100:200]
+        assert waited >= 0.3
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            urllib.request.urlopen(location, context=ssl.create_default_context(), timeout=10)

@@ -41,3 +41,10 @@ def test_docs_benchmarks_md_is_what_the_generator_makes_of_docs_bench():
     assert list((REPO / "docs" / "bench").glob("*.json")), "no saved bench run under docs/bench/"
     page = benchdoc.render(benchdoc.load(REPO / "docs" / "bench"))
     assert (REPO / "docs" / "benchmarks.md").read_text() == page, "run scripts/benchdoc"
+
+
+def test_a_list_of_documents_is_a_row_per_leaf_by_place():
+    flat = benchdoc.flatten({"k3deploy": [{"seconds": 61.1, "download": {"connections": 64}},
+                                          {"seconds": 96.7}], "ranks": [1, 2]})
+    assert flat == {"k3deploy.0.seconds": "61.1", "k3deploy.0.download.connections": "64",
+                    "k3deploy.1.seconds": "96.7", "ranks": "1, 2"}

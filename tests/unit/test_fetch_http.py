@@ -6,15 +6,20 @@ from __future__ import annotations
 import http.client
 import http.server
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 import k3deploy.remote.fetch_weights  # noqa: F401 (puts the node-side directory on sys.path)
 import fetch_http  # noqa: E402
 import fetch_reader  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from tb import hubtls  # noqa: E402  (the testbed CDN's certificate maker)
 
 BODY = bytes(range(256)) * 4096   # 1 MiB
 
@@ -118,27 +123,9 @@ def test_the_request_carries_only_the_headers_it_is_given():
 # -- over TLS, read by the process's reader thread (fetch_reader) ---------------------------------
 
 def _certificate(tmp_path):
-    """A self-signed certificate for 127.0.0.1 (cryptography: a dependency of paramiko)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .sign(key, hashes.SHA256()))
+    """A self-signed certificate for 127.0.0.1, as the testbed's TLS CDN makes its own."""
     pem, key_pem = tmp_path / "cert.pem", tmp_path / "key.pem"
-    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
+    hubtls.self_signed("127.0.0.1", pem, key_pem)
     return pem, key_pem
 
 

@@ -92,8 +92,9 @@ class DownloadWeights(Step[DownloadFacts]):
                     "resumes partial shards itself")
         if run.inputs.manifest_json is None:
             doc = manifest.to_json(self.p.max_workers)
-            doc.update(retry_seconds=run.inv.download.retry_minutes * 60,
-                       connections=run.inv.download.connections)
+            spec = run.inv.download
+            doc.update(retry_seconds=spec.retry_minutes * 60, connections=spec.connections,
+                       segment_bytes=int(spec.segment_mib * (1 << 20)))
             run.settle(manifest_json=json.dumps(doc))
         if peers_enabled(run.inv):
             run_settle.peer_secret(run)
