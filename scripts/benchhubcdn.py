@@ -153,7 +153,7 @@ def _proportions(r: dict) -> dict:
                                    round(REAL["segment_bytes"] / REAL["fast_Bps"], 2)]}
 
 
-def real_ratios(connections: list[int]) -> dict:
+def real_ratios(connections: list[int], with_hf: bool = True) -> dict:
     """One node at the real job's proportions over TLS: k3deploy at each connection count,
     aria2c, hf download; each against the link floor."""
     r = RATIOS
@@ -168,7 +168,7 @@ def real_ratios(connections: list[int]) -> dict:
             k3 = [_k3deploy(tb, node, {"peers": False, "connections": c, "segment_mib": r["segment_mib"]})
                   for c in connections]
             aria2 = _aria2(node, endpoint, sha, files, r["aria2c_piece"])
-            hf = _hf(node, endpoint, sha)
+            hf = _hf(node, endpoint, sha) if with_hf else None
             cdn = json.loads(_sh(PY, "scripts/testbed", "stats", "--dir", str(tb), "--json").stdout)["cdn"]
         finally:
             _sh(PY, "scripts/testbed", "down", "--dir", str(tb), check=False)
@@ -177,7 +177,7 @@ def real_ratios(connections: list[int]) -> dict:
     return {"bench": "real-ratios", "ratios": r, "proportions_here_and_real": _proportions(r),
             "repo_bytes": repo_bytes, "link_floor_s": round(floor, 1), "tls": True,
             "k3deploy": [{**k, "over_floor": over(k)} for k in k3],
-            "aria2c": {**aria2, "over_floor": over(aria2)}, "hf_download": {**hf, "over_floor": over(hf)},
+            "aria2c": {**aria2, "over_floor": over(aria2)}, "hf_download": hf and {**hf, "over_floor": over(hf)},
             "cdn_authorized_requests": cdn["authorized_requests"]}
 
 
@@ -195,8 +195,9 @@ def _say(doc: dict) -> str:
                        for k in doc["k3deploy"])
         return (f"one node at the real proportions over TLS, {doc['repo_bytes'] / 1e6:.0f} MB, link floor "
                 f"{doc['link_floor_s']}s: k3deploy {k3}; aria2c {doc['aria2c']['seconds']}s "
-                f"({doc['aria2c']['over_floor']}x); hf download {doc['hf_download']['seconds']}s "
-                f"({doc['hf_download']['over_floor']}x); CDN requests with a token: {doc['cdn_authorized_requests']}")
+                f"({doc['aria2c']['over_floor']}x); hf download "
+                + (f"{doc['hf_download']['seconds']}s ({doc['hf_download']['over_floor']}x)" if doc["hf_download"]
+                   else "not run") + f"; CDN requests with a token: {doc['cdn_authorized_requests']}")
     return (f"{doc['nodes']} nodes, lottery on: weights-ready {doc['peers_s']}s with fan-out, "
             f"{doc['hub_only_s']}s Hub-only: {doc['ratio']}; Hub bytes / repo {doc['hub_over_repo_peers']}; "
             f"downloaders alone {doc['downloader_peers_s']}s / {doc['downloader_hub_only_s']}s: "
@@ -205,9 +206,9 @@ def _say(doc: dict) -> str:
 
 
 def main(fanout_nodes: list[int], hub_only_seconds: float, as_json: bool, single: bool = True,
-         connections: tuple[int, ...] = (32, 64)) -> int:
+         connections: tuple[int, ...] = (32, 64, 96), with_hf: bool = True) -> int:
     # Each figure as soon as it is measured: the whole run takes tens of minutes.
-    runs = [lambda: real_ratios(list(connections))] * int(single) + [
+    runs = [lambda: real_ratios(list(connections), with_hf)] * int(single) + [
         lambda n=n: fanout_with_lottery(n, hub_only_seconds) for n in fanout_nodes]
     for measure in runs:
         doc = measure()

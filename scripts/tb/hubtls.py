@@ -5,7 +5,7 @@ A self-signed certificate for the CDN's bridge address, made per testbed, and a 
 (the host's system bundle plus that certificate) that every node sees at the system path,
 /etc/ssl/certs/ca-certificates.crt: Python's ssl default paths, aria2c's GnuTLS and curl read
 it there, as on a real node whose trust store holds the CDN's issuer. huggingface_hub's httpx
-client reads certifi's bundle instead unless SSL_CERT_FILE names one (httpx 0.28
+client reads certifi's bundle instead unless SSL_CERT_FILE names one (httpx 0.29.0
 _config.create_ssl_context)."""
 from __future__ import annotations
 
