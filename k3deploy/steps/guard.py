@@ -103,12 +103,17 @@ def stop_actions(facts: GuardFacts) -> list[Action]:
 RELAUNCHED_AFTER = "relaunched-after-incident"
 
 
-def archive_action(inv, tag: str = "archive-incident", incident: Incident | None = None) -> Action:
+def archive_action(inv, tag: str = "archive-incident", incident: Incident | None = None,
+                   if_there: bool = False) -> Action:
     """Move the incident record away; `incident`, when the bring-up recovers from it, is kept
-    in the run's ledger for the certificate (what stopped the group, how fast it came back)."""
+    in the run's ledger for the certificate (what stopped the group, how fast it came back).
+    `if_there`: only if there is one by then (a guard being stopped may just have written it)."""
     paths = guard_config.node_paths(inv)
-    script = (f"mkdir -p {shlex.quote(paths.archive)} && mv -f {shlex.quote(paths.incident)}"
+    record = shlex.quote(paths.incident)
+    script = (f"mkdir -p {shlex.quote(paths.archive)} && mv -f {record}"
               f" {shlex.quote(paths.archive)}/incident-$(date +%Y%m%dT%H%M%S).json")
+    if if_there:
+        script = f"if [ -e {record} ]; then {script}; fi"
     return dataclasses.replace(cmd("archive the incident record", "sh", "-c", script, sudo=True),
                                tag=tag, note=incident)
 
@@ -200,8 +205,14 @@ class StopGuard(Step[GuardFacts]):
             whole = decided is not None and decided.whole
             return stop_actions(facts) if facts.spent or whole or node.run.option("replace") \
                 else []
-        archive = [archive_action(node.inv)] if self.p.archive and facts.incident else []
-        return stop_actions(facts) + archive
+        if not self.p.archive:
+            return stop_actions(facts)
+        # A guard still running may record an incident between this look and its stop (a node
+        # lost while `down` runs: its peers' guards fire): whatever it left is archived after.
+        racing = bool(facts.guard_pids) and not facts.incident
+        if not facts.incident and not racing:
+            return []
+        return stop_actions(facts) + [archive_action(node.inv, if_there=racing)]
 
 
 def _json(doc: dict) -> str:

@@ -154,6 +154,15 @@ def test_guard_stop_before_launch_stops_spent_guards_or_all_with_replace(tmp_pat
                                              "archive the incident record"]
 
 
+def test_down_archives_an_incident_a_running_guard_records_while_it_is_stopped(tmp_path):
+    """A node lost while `down` runs: its peers' guards fire between down's look and their stop.
+    What one left is archived after the stop, only if it is there (a clean stop leaves none)."""
+    down = StopGuard().plan(facts([7], "x"), node_ctx(tmp_path))
+    assert [a.description for a in down] == ["stop the guard (pid 7)", "archive the incident record"]
+    assert down[1].argv[-1].startswith("if [ -e ") and down[1].argv[-1].endswith("; fi")
+    assert StopGuard().plan(facts([], "x"), node_ctx(tmp_path)) == []
+
+
 # -- the guard's decisions -----------------------------------------------------------------
 def guard(peer_timeout=20.0):
     inv = inventory.parse(four_nodes())
