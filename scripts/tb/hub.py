@@ -43,6 +43,7 @@ stats.json, hubrepo.py builds the repo.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import signal
@@ -80,7 +81,21 @@ class NodeLink:
     """One node's share of a --node-rate: every connection of that node draws from it."""
 
     def __init__(self, rate: int):
-        self.rate, self.lock, self.busy_until = rate, threading.Lock(), 0.0
+        self.rate, self.lock, self.busy_until, self.active = rate, threading.Lock(), 0.0, 0
+
+    def share(self) -> int:
+        """Bytes/s of the link for each of the bodies it carries now."""
+        return self.rate // max(self.active, 1)
+
+    @contextlib.contextmanager
+    def sending(self):
+        with self.lock:
+            self.active += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.active -= 1
 
     def take(self, n: int) -> None:
         with self.lock:

@@ -46,21 +46,37 @@ def send_file(handler, hub: Hub, counters: Counters, f: hubrepo.RepoFile, start:
     cut = stop if drop_after is None else min(stop, start + max(int(drop_after), 0))
     corrupt_from = f.size // 2 if faults.get("corrupt") == f.path else None
     counters.file_bytes(ip, f.path, 0, new_get=True)
-    rates = [r for r in (rate, hub.node_rate) if r]
-    # A write per tenth of a second of the rate, at least 4 KiB. Pacing is the simulation's
-    # cost, not the CDN's: at rate/20 (1.25 kB writes on the lottery's 25 kB/s edges, where a
-    # real 8.7 MB/s edge fills httpcore's 64 KiB reads: READ_NUM_BYTES in
-    # httpcore/_sync/http11.py of httpcore 1.0.9 and httpcore2 2.16.2) the mock and the
-    # downloaders reading it spent ~7 CPU-s more of an 8-node fan-out on a 2-core testbed, and
-    # every node waited for those cores: interleaved runs took 22.6-25.8 s at rate/10 (paced
-    # after each write then), 26.7-31.7 s at rate/20.
-    chunk = max(4096, min(65536, min(rates) // 10)) if rates else 256 * 1024
     link = hub.link(ip)
+    if link is None:
+        return _send(handler, hub, counters, f, (start, stop, cut), rate, None, corrupt_from)
+    with link.sending():
+        return _send(handler, hub, counters, f, (start, stop, cut), rate, link, corrupt_from)
+
+
+def _chunk(rate: int, link) -> int:
+    """A write per tenth of a second of the connection's rate or of its share of the node's
+    link, whichever is less, at least 4 KiB. TCP shares a link among its flows packet by
+    packet: 96 connections on a 600 kB/s link each get a steady ~6 kB/s, not a 60 kB burst
+    every 10 s (which a downloader rightly takes for a stalled connection)."""
+    # Pacing is the simulation's cost, not the CDN's: at rate/20 (1.25 kB writes on the
+    # lottery's 25 kB/s edges, where a real 8.7 MB/s edge fills httpcore's 64 KiB reads:
+    # READ_NUM_BYTES in httpcore/_sync/http11.py of httpcore 1.0.9 and httpcore2 2.16.2) the
+    # mock and the downloaders reading it spent ~7 CPU-s more of an 8-node fan-out on a 2-core
+    # testbed, and every node waited for those cores: interleaved runs took 22.6-25.8 s at
+    # rate/10 (paced after each write then), 26.7-31.7 s at rate/20.
+    rates = [r for r in (rate, link.share() if link else 0) if r]
+    return max(4096, min(65536, min(rates) // 10)) if rates else 256 * 1024
+
+
+def _send(handler, hub: Hub, counters: Counters, f: hubrepo.RepoFile, span: tuple[int, int, int],
+          rate: int, link, corrupt_from: int | None) -> None:
+    start, stop, cut = span
+    ip = handler.client_address[0]
     began, sent, pos = time.monotonic(), 0, start
     with open(hub.repo.local_path(f.path), "rb") as src:
         src.seek(start)
         while pos < cut:
-            data = src.read(min(chunk, cut - pos))
+            data = src.read(min(_chunk(rate, link), cut - pos))
             if corrupt_from is not None and pos + len(data) > corrupt_from:
                 keep = max(corrupt_from - pos, 0)
                 data = data[:keep] + data[keep:].translate(_FLIP)
