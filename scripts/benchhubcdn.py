@@ -8,7 +8,7 @@ client into an empty directory:
   - k3deploy: `k3deploy run resume-download` (nvme + download) at each `--connections` count;
     the time is the node-side downloader's own, first progress to done (its progress document),
     plus the whole run's;
-  - aria2c -x16 -s16 -j16 (Debian's aria2), -k1M: aria2's least piece, 1/200 of a shard here
+  - aria2c -x16 -s16 -j16 (Debian's aria2), -k1M: aria2's least piece, 1/191 of a shard here
     where its default 20 MiB is 1/775 of a real one;
   - hf download --max-workers 16 with HF_HUB_DISABLE_XET=1 (huggingface_hub's plain HTTP path);
 beside the link floor, the repo's bytes over the node's link. Then fan-out weights-ready against
@@ -37,9 +37,7 @@ from tb.sshcmd import ssh_argv  # noqa: E402
 
 PY = sys.executable
 SHARD_BYTES = 2_000_000        # 96 shards: a 192 MB repo
-LINK = 6_400_000               # the node's link: a 30 s floor for that repo
-FAST = LINK // 8               # eight fast connections fill the link ...
-SLOW = FAST // 8               # ... and a slow edge is 1:8 of a fast one (xet-core#821: 8.7 vs 68 MB/s)
+LINK = 6_400_000               # the fan-out's node link: a 30 s floor for that repo
 FRACTION = 0.7
 
 
@@ -51,6 +49,8 @@ def _sh(*argv, check=True, **kw):
 
 
 def lottery_flags(link: int = LINK) -> list[str]:
+    """Eight fast connections fill the link; a slow edge is 1:8 of a fast one (xet-core#821:
+    8.7 vs 68 MB/s)."""
     fast = link // 8
     return ["--hub-cdn", "--hub-rate", "0", "--hub-node-rate", str(link),
             "--hub-conn-rates", f"{fast // 8},{fast},{FRACTION}"]

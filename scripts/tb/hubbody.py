@@ -2,6 +2,7 @@
 rate, the node's link (--node-rate, shared by Hub and CDN) and the drop-after/corrupt faults."""
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from typing import TYPE_CHECKING
@@ -47,10 +48,8 @@ def send_file(handler, hub: Hub, counters: Counters, f: hubrepo.RepoFile, start:
     corrupt_from = f.size // 2 if faults.get("corrupt") == f.path else None
     counters.file_bytes(ip, f.path, 0, new_get=True)
     link = hub.link(ip)
-    if link is None:
-        return _send(handler, hub, counters, f, (start, stop, cut), rate, None, corrupt_from)
-    with link.sending():
-        return _send(handler, hub, counters, f, (start, stop, cut), rate, link, corrupt_from)
+    with link.sending() if link else contextlib.nullcontext():
+        _send(handler, hub, counters, f, (start, stop, cut), rate, link, corrupt_from)
 
 
 def _chunk(rate: int, link) -> int:

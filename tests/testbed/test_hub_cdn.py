@@ -3,6 +3,7 @@ signed URL, connection speeds drawn per connection, the gate on /resolve only, o
 limits and a forbidding CDN. Driven by the real huggingface_hub client where it can be."""
 from __future__ import annotations
 
+import contextlib
 import ssl
 import sys
 import time
@@ -219,3 +220,18 @@ def test_tls_cdn_waits_its_first_byte_and_serves_the_range_to_a_client_that_trus
         assert waited >= 0.3
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
             urllib.request.urlopen(location, context=ssl.create_default_context(), timeout=10)
+
+
+def test_a_shared_link_paces_each_body_by_its_share_within_a_read_timeout():
+    """96 bodies on a 600 kB/s node link (test_dry_fire's): each gets a write far more often
+    than huggingface_hub's 10 s read timeout (HF_HUB_DOWNLOAD_TIMEOUT), as TCP shares a link
+    among its flows; alone on it, a body gets the whole link's tenth-of-a-second writes."""
+    from tb import hubbody
+    link = tbhub.NodeLink(600_000)
+    with contextlib.ExitStack() as bodies:
+        for _ in range(96):
+            bodies.enter_context(link.sending())
+        chunk = hubbody._chunk(8 * 1024 * 1024, link)
+        assert chunk == 4096 and 96 * chunk / link.rate < 1.0
+    with link.sending():
+        assert hubbody._chunk(8 * 1024 * 1024, link) == 60_000
