@@ -79,9 +79,11 @@ def test_outage_and_cdn_refusals_mid_download_are_waited_out(tmp_path):
 
 
 def test_sigkill_keeps_every_finished_range_of_many_connections(tmp_path):
-    # What the record has not named yet at the kill is what arrived during its last save, a fixed
-    # lag (~100 kB here). Killed at 2 MB of 4.5 (past ~2.4 MB a shard is done and its partial
-    # gone), 5% is twice that lag; at a real node's scale (hundreds of GB on disk) it is nothing.
+    # What the record has not named yet at the kill is its lag (LAG_SHARE of what it names) plus
+    # what the other connections wrote while one save was being written: ~100 kB here, 150 kB
+    # (7%) on a loaded 2-core CI machine. Killed at 2 MB of 4.5 (past ~2.4 MB a shard is done and
+    # its partial gone), a record of the prefixes alone names about two thirds; 10% allows the
+    # loaded lag. What it names is never fetched again (the second bound).
     with cdn_hub(tmp_path, shards=3, shard_bytes=1_500_000, rate=200_000) as hub:
         node = node_for(tmp_path, hub, connections=9)
         shards = [hub.repo.file(n) for n in hub.repo.shard_names()]
@@ -95,12 +97,15 @@ def test_sigkill_keeps_every_finished_range_of_many_connections(tmp_path):
         hub_done(hub)
         on_disk = sum(node.on_disk(f) for f in shards)
         kept = sum(node.kept(f) for f in shards)
+        prefixes = sum(next((e for s, e in node.ranges(f) or [] if s == 0), 0) for f in shards)
         before = cdn_totals(hub)["bytes"]
         assert node.run().returncode == 0
         again = cdn_totals(hub)["bytes"] - before
     missing = sum(f.size for f in shards) - kept
-    print(f"SIGKILL: {on_disk} bytes on disk, {kept} in the record, {again} fetched again for {missing} missing")
-    assert kept >= 0.95 * on_disk and again - missing <= 0.05 * on_disk
+    print(f"SIGKILL: {on_disk} bytes on disk, {kept} in the record ({prefixes} in prefixes), "
+          f"{again} fetched again for {missing} missing")
+    assert kept >= 0.9 * on_disk and again - missing <= 0.05 * on_disk
+    assert kept - prefixes > 0.1 * on_disk   # the ranges past each prefix are named too
     assert node.leftovers() == []
 
 
