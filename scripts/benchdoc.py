@@ -2,9 +2,11 @@
 
 Standard library only. One section per bench (the `bench` of each file: bringup, hub-cdn,
 fanout, guard, hub-faults, resume), each with the runs' provenance (when, the command, the
-commit, the machine and its load) and one table of every figure the runs printed, a column per
-printed JSON document, a row per figure (nested keys joined with dots). Nothing is computed or edited here:
-a figure in the page is a figure a bench wrote.
+commit, the machine and its load) and the figures the runs printed (nested keys joined with
+dots). The printed JSON documents are grouped by their labels (the keys whose values are text:
+`path` and `client` in the throughput bench), a table per group: a row per document when the
+group has at least as many documents as figures, else a row per figure. Nothing is computed or
+edited here: a figure in the page is a figure a bench wrote.
 """
 from __future__ import annotations
 
@@ -75,14 +77,27 @@ def provenance(docs: list[dict]) -> str:
                   "load 1/5/15 min at start / end", "note"], rows)
 
 
+def labels(record: dict) -> tuple[str, ...]:
+    """The keys naming what a printed document measured (their values are text)."""
+    return tuple(sorted(k for k, v in record.items() if isinstance(v, str)))
+
+
 def figures(docs: list[dict]) -> str:
-    """A row per figure, a column per printed document (`<file>#<n>`)."""
-    columns, keys = [], []
+    """A table per group of printed documents with the same labels, in order of appearance."""
+    groups: dict[tuple[str, ...], list[tuple[str, dict]]] = {}
     for d in docs:
         for n, record in enumerate(d.get("runs", []), 1):
-            flat = flatten(record)
-            columns.append((f"{d['file']}#{n}", flat))
-            keys += [k for k in flat if k not in keys]
+            groups.setdefault(labels(record), []).append((f"{d['file']}#{n}", record))
+    return "\n".join(group_table(kind, members) for kind, members in groups.items())
+
+
+def group_table(kind: tuple[str, ...], members: list[tuple[str, dict]]) -> str:
+    columns = [(name, flatten(record)) for name, record in members]
+    keys = list(kind)
+    for _, flat in columns:
+        keys += [k for k in flat if k not in keys]
+    if len(columns) >= len(keys):
+        return table(["run", *keys], [[name, *(flat.get(k, "") for k in keys)] for name, flat in columns])
     return table(["figure", *(name for name, _ in columns)],
                  [[k, *(flat.get(k, "") for _, flat in columns)] for k in keys])
 

@@ -91,7 +91,11 @@ class Measured:
         gb = nbytes / 1e9
         return {"MBps": round(nbytes / self.seconds / 1e6), "seconds": round(self.seconds, 2),
                 "cpu_s_per_GB": round(self.cpu / gb, 2), "server_cpu_s_per_GB": round(self.server_cpu / gb, 2),
-                "peak_rss_MB": round(self.rss_mb)}
+                "peak_rss_MB": round(self.rss_mb),
+                # cores the client and the server kept busy on average: what a second worker
+                # process has left to use on this machine
+                "cores_busy": round(self.cpu / self.seconds, 2),
+                "server_cores_busy": round(self.server_cpu / self.seconds, 2)}
 
 
 def floor(tmp: Path, repo) -> dict:

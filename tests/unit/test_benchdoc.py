@@ -48,3 +48,18 @@ def test_a_list_of_documents_is_a_row_per_leaf_by_place():
                                           {"seconds": 96.7}], "ranks": [1, 2]})
     assert flat == {"k3deploy.0.seconds": "61.1", "k3deploy.0.download.connections": "64",
                     "k3deploy.1.seconds": "96.7", "ranks": "1, 2"}
+
+
+def test_documents_with_the_same_labels_are_a_table_a_row_each_when_they_outnumber_figures():
+    runs = [{"path": "hub-tls", "client": "k3deploy", "MBps": 334},
+            {"path": "hub-tls", "client": "aria2c", "MBps": 155},
+            {"path": "peer", "client": "k3deploy", "MBps": 932, "rss": 165},
+            {"path": "peer", "client": "aria2c", "MBps": 500},
+            {"scaling": "2 over 1", "peer": 0.88}]
+    page = benchdoc.figures([{"file": "t.json", "runs": runs}])
+    assert page == ("| run | client | path | MBps | rss |\n|---|---|---|---|---|\n"
+                    "| t.json#1 | k3deploy | hub-tls | 334 |  |\n"
+                    "| t.json#2 | aria2c | hub-tls | 155 |  |\n"
+                    "| t.json#3 | k3deploy | peer | 932 | 165 |\n"
+                    "| t.json#4 | aria2c | peer | 500 |  |\n"
+                    "\n| figure | t.json#5 |\n|---|---|\n| scaling | 2 over 1 |\n| peer | 0.88 |\n")
