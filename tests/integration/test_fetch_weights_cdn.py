@@ -16,7 +16,7 @@ from tb import hub as tbhub
 from tb import hubtls
 
 HF = str(Path(sys.executable).with_name("hf"))
-KNOBS = {"connections": 12, "segment_bytes": 128 << 10, "retry_seconds": 30, "replace_per_second": 4}
+KNOBS = {"connections": 12, "segment_bytes": 128 << 10, "retry_seconds": 30}
 
 
 def cdn_hub(tmp_path, **kw):
