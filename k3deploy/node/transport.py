@@ -92,9 +92,12 @@ _KNOWN_HOSTS_LOCK = threading.Lock()
 
 
 def _program(command: str) -> str:
+    """The program a remote command runs, for the run's count of round trips per program:
+    `sh -s` is a script on stdin (the batched look)."""
     words = command.split()
     skip = {"sudo", "-n", "--", "sh", "-c", "-s"}
-    return next((w.strip("'\"") for w in words if w not in skip), "?")[:40]
+    return next((w.strip("'\"") for w in words if w not in skip),
+                "sh -s (script on stdin)" if "-s" in words else command)[:40]
 
 
 def quote(argv: list[str] | str) -> str:

@@ -67,3 +67,10 @@ def test_for_argv_parses_one_program_at_a_time_across_threads(monkeypatch):
         shipped = list(pool.map(for_argv, sources))
     assert shipped == [f"x = {i}\n" for i in range(40)]
     assert most[0] == 1
+
+
+def test_the_round_trip_count_names_each_program_and_the_batched_look():
+    from k3deploy.node.transport import _program
+    assert _program("sudo -n -- sh -s") == "sh -s (script on stdin)"
+    assert _program("sh -c 'docker info'") == "docker"
+    assert _program("python3 -c x") == "python3"
