@@ -99,6 +99,15 @@ class Ledger:
         except (OSError, ValueError):
             return {}
 
+    def refresh(self) -> bool:
+        """Read the file again (a reader of another process's records); what was read before
+        stays when it cannot be read. True when it was read."""
+        try:
+            self.entries = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return False
+        return True
+
     def vouches_for(self, etag: str, st: os.stat_result) -> bool:
         return protocol.ledger_vouches(self.entries.get(etag), st.st_size, st.st_mtime_ns)
 

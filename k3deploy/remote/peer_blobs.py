@@ -36,12 +36,8 @@ class Blobs:
         except OSError:
             return self.ledger
         with self.lock:
-            if (st.st_mtime_ns, st.st_ino) != self.stamp:
-                try:
-                    self.ledger.entries = json.loads(self.ledger.path.read_text())
-                    self.stamp = (st.st_mtime_ns, st.st_ino)
-                except (OSError, ValueError):
-                    pass
+            if (st.st_mtime_ns, st.st_ino) != self.stamp and self.ledger.refresh():
+                self.stamp = (st.st_mtime_ns, st.st_ino)
             return self.ledger
 
     def open(self, etag: str):
