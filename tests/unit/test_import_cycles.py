@@ -31,18 +31,15 @@ def test_the_cycle_finder_finds_one():
     assert _cycles(graph) == []
 
 
-# A registered step may import another only to be it in part: ray-cluster starts the launch's
-# containers (a LaunchEngine), compile-cache-seal seals the launch's own cache (its spec), the
-# dry-fire is a launch (over Ray, a ray-cluster first), a wait and a seal with dummy weights,
-# up's fabric mesh asks the launch's own look what it would run (to leave a group that already
-# runs it alone). Shared decisions live below the steps (engines, cluster, remote/protocol) or
-# in the steps' helper modules (probes, raylayout, peers, ...).
+# A registered step may import another only to be it in part (a subclass): ray-cluster starts
+# the launch's containers (a LaunchEngine), the dry-fire is a launch (over Ray, a ray-cluster
+# first), a wait and a seal with dummy weights. Shared decisions live below the steps (engines,
+# cluster, remote/protocol) or in the steps' helper modules (probes, raylayout, launch_look:
+# what the launch would run, which the seal and the fabric mesh ask too, ...).
 STEP_ON_STEP = {("k3deploy.steps.engine.ray_cluster", "k3deploy.steps.engine.launch"),
-                ("k3deploy.steps.engine.compile_cache_seal", "k3deploy.steps.engine.launch"),
                 ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.launch"),
                 ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.wait"),
                 ("k3deploy.steps.dry_fire.dry_fire", "k3deploy.steps.engine.ray_cluster"),
-                ("k3deploy.steps.fabric.fabric_mesh", "k3deploy.steps.engine.launch"),
                 ("k3deploy.steps.dry_fire.dry_fire_verdict", "k3deploy.steps.engine.compile_cache_seal")}
 
 

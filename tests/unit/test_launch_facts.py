@@ -1,4 +1,4 @@
-"""The launch family's typed facts (steps/engine/launch.py LaunchFacts and the Facts of ray-cluster,
+"""The launch family's typed facts (steps/engine/launch_look.py LaunchFacts and the Facts of ray-cluster,
 wait, the dry-fire steps and compile-cache-seal built on it): from the probes' values as the
 runner gives them, strict about their fields in fixtures."""
 

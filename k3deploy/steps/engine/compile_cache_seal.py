@@ -13,7 +13,8 @@ from k3deploy.remote import script_text
 from k3deploy.steps import node_files
 from k3deploy.steps.base import Action, Step, cmd, upload
 from k3deploy.steps.engine.compile_cache_prepare import SCRIPT, script_path, sealed_fact
-from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts  # the launch's own spec: one decision
+from k3deploy.steps.engine import launch_look
+from k3deploy.steps.engine.launch_look import LaunchFacts
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,11 @@ class SealCompileCache(Step[SealFacts]):
     Facts = SealFacts
 
     def probes(self, node: NodeContext) -> list[F.Fact]:
-        return [*LaunchEngine().probes(node), sealed_fact(node.inv)]
+        return [*launch_look.probes(node), sealed_fact(node.inv)]
 
     def observe(self, found: F.Found, node: NodeContext) -> SealFacts:
         # SealFacts, not self.Facts: the dry-fire's verdict records its own fields itself.
-        return LaunchEngine().with_spec(record(SealFacts, found), node)
+        return launch_look.with_spec(record(SealFacts, found), node)
 
     def plan(self, facts: SealFacts, node: NodeContext) -> list[Action]:
         spec = facts.spec

@@ -13,65 +13,23 @@ then the failure names the rank and quotes the engine's own error line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy import engines
 from k3deploy.core.digest import sha256_text
 from k3deploy.core.errors import StepFailed
-from k3deploy.engines import dry_fire, spec_from_inventory, startup_log
+from k3deploy.engines import dry_fire, startup_log
 from k3deploy.engines.spec import LaunchSpec
-from k3deploy.facts import docker, http, record
+from k3deploy.facts import record
 from k3deploy.facts.docker import Container
-from k3deploy.facts.fabric import IbPort
-from k3deploy.facts.nvidia_smi import Gpu
-from k3deploy.facts.ray import RayStatus
 from k3deploy.node import facts as F
 from k3deploy.node import run_settle
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
-from k3deploy.steps.engine import compile_cache_prepare, raylayout, regroup
+from k3deploy.steps.engine import compile_cache_prepare, launch_look, raylayout, regroup
+from k3deploy.steps.engine.launch_look import LaunchFacts, Seen
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
-from k3deploy.steps.fabric.fabric_topology import node_fabric
-from k3deploy.steps.probes import chosen_image
-
-
-@dataclass(frozen=True)
-class LaunchFacts:
-    """What launch looks at on a node (its probes' values, by name) and what it runs there.
-    The compile-cache key's and the fabric's facts default to "not looked at": a fixture
-    gives only what a plan reads."""
-
-    cuda: str | None
-    container: Container | None
-    # the compile-cache key's inputs (compile_cache_prepare.key_probes)
-    driver: str | None = None
-    gpus: tuple[Gpu, ...] | None = None
-    images: dict[str, docker.Image] = field(default_factory=dict)
-    node_files: dict[str, str] | None = None
-    # the node's fabric (probes.fabric_facts): the HCAs the container gets
-    ib_ports: tuple[IbPort, ...] | None = None
-    ib_devices: tuple[str, ...] | None = None
-    gpudirect_rdma: bool = False
-    key_file_sha: str | None = None        # the endpoint key file's sha256; None: no file
-    # the head over Ray only (raylayout.head_probes)
-    ray: RayStatus | None = None
-    health: http.Endpoint | None = None
-    log: str | None = None                 # only while a wait looks (wait_probes)
-    # derived (observe): what this node's launch runs, and its compile-cache key's inputs
-    # (None over Ray: the ray-cluster step starts those containers, with no cache)
-    spec: LaunchSpec | None = None
-    key_inputs: dict[str, object] | None = None
-
-    @property
-    def healthy(self) -> bool:
-        """Over Ray, on the head: its serve answers /health."""
-        return raylayout.head_healthy(self.ray, self.health)
-
-
-Seen = TypeVar("Seen", bound=LaunchFacts)
 
 
 class LaunchParams(BaseModel):
@@ -115,17 +73,7 @@ class LaunchEngine(Step[LaunchFacts]):
 
     def spec_and_cache_key(self, facts: LaunchFacts,
                            node: NodeContext) -> tuple[LaunchSpec, dict[str, object] | None]:
-        """(the launch spec with its config label, the compile cache key's inputs or None),
-        from the probes' values in `facts` (any launch Facts)."""
-        run = node.run
-        spec = self.adjust_spec(spec_from_inventory.build(
-            node.inv, node.node, node.rank, chosen_image(facts.cuda, node),
-            run.inputs.manifest.sha, with_key=bool(run.inputs.api_key),
-            node_fabric=node_fabric(facts)))
-        inputs = None
-        if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster
-            spec, inputs = compile_cache_prepare.keyed(spec, facts, node.inv)
-        return engines.with_config_label(spec, run.inputs.api_key), inputs
+        return launch_look.spec_and_cache_key(facts, node, self.adjust_spec)
 
     def adjust_spec(self, spec: LaunchSpec) -> LaunchSpec:
         """The launch's spec before its cache key and config label (the dry-fire's: dummy
@@ -133,22 +81,14 @@ class LaunchEngine(Step[LaunchFacts]):
         return spec
 
     def probes(self, node: NodeContext) -> list[F.Fact]:
-        # The key file's place depends on the inventory alone, not on facts.
-        key_path = spec_from_inventory.api_key_file(node.inv)
-        found = [*compile_cache_prepare.key_probes(node.inv), probes.engine_container(node.inv),
-                 *probes.fabric_facts(),
-                 F.native("key_file_sha", "sha256_hex", [key_path], F.text, sudo=True)]
-        if self.serves_over_ray and raylayout.in_use(node.inv) and node.is_head:
-            found += raylayout.head_probes(node)
-        return found
+        return launch_look.probes(node, serves_over_ray=self.serves_over_ray)
 
     def observe(self, found: F.Found, node: NodeContext) -> LaunchFacts:
         return self.with_spec(record(self.Facts, found), node)
 
     def with_spec(self, seen: Seen, node: NodeContext) -> Seen:
-        """`seen` (any launch Facts: a subclass's, the seal's) with what this launch runs."""
-        spec, key_inputs = self.spec_and_cache_key(seen, node)
-        return replace(seen, spec=spec, key_inputs=key_inputs)
+        """`seen` (any launch Facts: a subclass's) with what this launch runs."""
+        return launch_look.with_spec(seen, node, self.adjust_spec)
 
     def _on_ray_head(self, facts: LaunchFacts, node: NodeContext) -> bool:
         """launch over Ray, on the head: it execs the serve there and watches `ray status`."""

@@ -28,7 +28,8 @@ from k3deploy.node.output_tail import failure_tail
 from k3deploy.remote import script_text
 from k3deploy.steps.engine import serves
 from k3deploy.steps.base import ClusterProbe, Step
-from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts
+from k3deploy.steps.engine import launch_look
+from k3deploy.steps.engine.launch_look import LaunchFacts
 
 SCRIPT = script_text("fabric_mesh.py")
 KEY = "fabric_mesh"
@@ -91,7 +92,7 @@ class FabricMesh(Step[FabricMeshFacts]):
     def probes(self, node: NodeContext):
         found = [F.command("perftest", ["sh", "-c", f"command -v {PERFTEST} || true"])]
         if self._looks_at_launch(node):
-            found += LaunchEngine().probes(node)   # the launch's own look: what it would run
+            found += launch_look.probes(node)   # the launch's own look: what it would run
         return found
 
     def _looks_at_launch(self, node: NodeContext) -> bool:
@@ -100,10 +101,10 @@ class FabricMesh(Step[FabricMeshFacts]):
     def observe(self, found: Mapping[str, object], node: NodeContext) -> FabricMeshFacts:
         if not self._looks_at_launch(node):
             return record_facts(FabricMeshFacts, found)
-        launch = LaunchEngine()
-        theirs = {f.name for f in launch.probes(node)}
+        theirs = {f.name for f in launch_look.probes(node)}
         seen = record_facts(FabricMeshFacts, {k: v for k, v in found.items() if k not in theirs})
-        looked = launch.observe({k: v for k, v in found.items() if k in theirs}, node)
+        looked = launch_look.with_spec(
+            record_facts(LaunchFacts, {k: v for k, v in found.items() if k in theirs}), node)
         return replace(seen, runs_configuration=_runs_configuration(looked))
 
     def skipped(self, all_facts: Mapping[str, FabricMeshFacts], run: RunContext) -> str | None:
