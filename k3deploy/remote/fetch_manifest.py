@@ -60,9 +60,9 @@ class Manifest:
             self.segment_bytes = max(64 << 10, int(doc.get("segment_bytes", 32 << 20)))
             self.retry_seconds = float(doc.get("retry_seconds", 900))
             # A replacement is a new CDN connection (the signed URL is kept: no /resolve), and
-            # 70% of new ones land on a slow edge again. At the real proportions (a fast edge
-            # 1/50 of the link, 96 connections) the link fills at ~43 fast edges, ~14 more than
-            # the first draw gives: ~47 replacements, 3 s of the link partly idle at this rate.
+            # 70% of new ones land on a slow edge again. On a 25 Gbit/s leg (edges of 67.6 and
+            # 8.7 MB/s, 96 connections) the link fills at ~40 fast edges, ~11 more than the
+            # first draw gives: ~37 replacements, ~2 s of the link partly idle at this rate.
             self.replace_per_second = float(doc.get("replace_per_second", 16.0))
             # worker processes (fetch_workers.py); None: as many as the files repay
             asked = doc.get("worker_processes")
