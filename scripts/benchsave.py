@@ -15,6 +15,11 @@ import time
 from pathlib import Path
 
 
+
+def usable_cores() -> int:
+    """The cores this process may run on (`taskset -c 0 scripts/bench ...` runs on one)."""
+    return len(os.sched_getaffinity(0))
+
 def bench_name(argv: list[str]) -> str:
     """The bench a command line selects, as scripts/bench's main() decides it."""
     for flag in ("--throughput", "--hub-faults", "--hub-cdn", "--fanout", "--guard"):
@@ -33,7 +38,7 @@ def machine(note: str) -> dict:
                 break
     except OSError:
         pass
-    return {"cores": os.cpu_count(), "cpu": model, "kernel": platform.release(),
+    return {"cores": usable_cores(), "cpu": model, "kernel": platform.release(),
             "python": platform.python_version(), "note": note}
 
 

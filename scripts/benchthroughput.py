@@ -38,6 +38,7 @@ REMOTE = REPO / "k3deploy" / "remote"
 sys.path.insert(0, str(REPO / "scripts"))
 from benchmeasure import Measured, children, floor  # noqa: E402
 from benchproject import project  # noqa: E402
+from benchsave import usable_cores  # noqa: E402
 from tb import hub as tbhub  # noqa: E402
 from tb.hubcdn import BRIDGE, object_id  # noqa: E402
 
@@ -55,7 +56,7 @@ class Nginx:
                        check=True, capture_output=True)
         self.cert, self.port = root / "cert.pem", _free_port()
         (root / "nginx.conf").write_text(f"""
-user root; worker_processes {os.cpu_count()}; daemon off; pid {root}/nginx.pid;
+user root; worker_processes {usable_cores()}; daemon off; pid {root}/nginx.pid;
 error_log {root}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
@@ -268,7 +269,7 @@ def main(files: int, size_mb: int, workers: list[int], directory: str, proj_args
         handle.hub.cdn_url = nginx.url  # /resolve's 302 now points at nginx
         try:
             nbytes = sum(f.size for f in handle.repo.files)
-            print(json.dumps({"files": files, "file_MB": size_mb, "repo_bytes": nbytes, "cores": os.cpu_count(),
+            print(json.dumps({"files": files, "file_MB": size_mb, "repo_bytes": nbytes, "cores": usable_cores(),
                               "loadavg": [round(x, 2) for x in os.getloadavg()]}), flush=True)
             base = floor(tmp, handle.repo)
             print(json.dumps(base), flush=True)
