@@ -91,22 +91,22 @@ class Ledger:
     def __init__(self, path: Path, locks: Path | None = None):
         self.path, self.lock = path, threading.Lock()
         self.file_lock = (locks or path.parent) / LEDGER_LOCK
-        self.entries = self._read()
+        self.entries = self._read() or {}
 
-    def _read(self) -> dict:
+    def _read(self) -> dict | None:
+        """The file's records; None when it cannot be read."""
         try:
             return json.loads(self.path.read_text())
         except (OSError, ValueError):
-            return {}
+            return None
 
     def refresh(self) -> bool:
         """Read the file again (a reader of another process's records); what was read before
         stays when it cannot be read. True when it was read."""
-        try:
-            self.entries = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return False
-        return True
+        found = self._read()
+        if found is not None:
+            self.entries = found
+        return found is not None
 
     def vouches_for(self, etag: str, st: os.stat_result) -> bool:
         return protocol.ledger_vouches(self.entries.get(etag), st.st_size, st.st_mtime_ns)
@@ -118,7 +118,7 @@ class Ledger:
             fd = os.open(self.file_lock, os.O_RDWR | os.O_CREAT, 0o664)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                self.entries = {**self._read(), etag: entry}
+                self.entries = {**(self._read() or {}), etag: entry}
                 write_json_atomic(self.path, self.entries)
             finally:
                 os.close(fd)   # closing releases the lock

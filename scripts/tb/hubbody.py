@@ -57,12 +57,10 @@ def _chunk(rate: int, link) -> int:
     link, whichever is less, at least 4 KiB. TCP shares a link among its flows packet by
     packet: 96 connections on a 600 kB/s link each get a steady ~6 kB/s, not a 60 kB burst
     every 10 s (which a downloader rightly takes for a stalled connection)."""
-    # Pacing is the simulation's cost, not the CDN's: at rate/20 (1.25 kB writes on the
-    # lottery's 25 kB/s edges, where a real 8.7 MB/s edge fills httpcore's 64 KiB reads:
-    # READ_NUM_BYTES in httpcore/_sync/http11.py of httpcore 1.0.9 and httpcore2 2.16.2) the
-    # mock and the downloaders reading it spent ~7 CPU-s more of an 8-node fan-out on a 2-core
-    # testbed, and every node waited for those cores: interleaved runs took 22.6-25.8 s at
-    # rate/10 (paced after each write then), 26.7-31.7 s at rate/20.
+    # Pacing is the simulation's cost, not the CDN's: smaller writes (a real 8.7 MB/s edge
+    # fills httpcore's 64 KiB reads: READ_NUM_BYTES in httpcore/_sync/http11.py of httpcore
+    # 1.0.9 and httpcore2 2.16.2) cost the mock and the downloaders reading it CPU that every
+    # node of a 2-core testbed waits for.
     rates = [r for r in (rate, link.share() if link else 0) if r]
     return max(4096, min(65536, min(rates) // 10)) if rates else 256 * 1024
 

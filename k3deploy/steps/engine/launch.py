@@ -28,7 +28,7 @@ from k3deploy.node import run_settle
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.engine import compile_cache_prepare, launch_look, raylayout, regroup
-from k3deploy.steps.engine.launch_look import LaunchFacts, Seen
+from k3deploy.steps.engine.launch_look import LaunchFacts
 from k3deploy.steps.base import Action, Step, cmd, upload, wait
 
 
@@ -84,11 +84,7 @@ class LaunchEngine(Step[LaunchFacts]):
         return launch_look.probes(node, serves_over_ray=self.serves_over_ray)
 
     def observe(self, found: F.Found, node: NodeContext) -> LaunchFacts:
-        return self.with_spec(record(self.Facts, found), node)
-
-    def with_spec(self, seen: Seen, node: NodeContext) -> Seen:
-        """`seen` (any launch Facts: a subclass's) with what this launch runs."""
-        return launch_look.with_spec(seen, node, self.adjust_spec)
+        return launch_look.with_spec(record(self.Facts, found), node, self.adjust_spec)
 
     def _on_ray_head(self, facts: LaunchFacts, node: NodeContext) -> bool:
         """launch over Ray, on the head: it execs the serve there and watches `ray status`."""
