@@ -102,6 +102,18 @@ def group_table(kind: tuple[str, ...], members: list[tuple[str, dict]]) -> str:
                  [[k, *(flat.get(k, "") for _, flat in columns)] for k in keys])
 
 
+# What makes a bench's comparison what it is, said beside its figures (issue 53): a reader must
+# not take a figure against another client for a claim about the real Hub.
+SETTINGS = {
+    "hub-cdn": ("Every `hf download` figure here ran with Xet off (`HF_HUB_DISABLE_XET=1`, "
+                "huggingface_hub's plain HTTP path) against the mock Hub, which speaks no Xet; "
+                "one connection per file and the mock's slow-edge lottery (70% of connections at "
+                "1/8 the speed, xet-core#821 describes it for the non-Xet bridge) make its time. "
+                "The real Hub serves Xet-backed repos through Xet by default; nobody measured "
+                "`hf download` there for these figures."),
+}
+
+
 def render(docs: list[dict]) -> str:
     by_bench: dict[str, list[dict]] = {}
     for d in docs:
@@ -109,5 +121,6 @@ def render(docs: list[dict]) -> str:
     parts = [HEADER]
     for bench in sorted(by_bench):
         runs = by_bench[bench]
-        parts.append(f"\n## {bench}\n\n{provenance(runs)}\n{figures(runs)}")
+        note = f"{SETTINGS[bench]}\n\n" if bench in SETTINGS else ""
+        parts.append(f"\n## {bench}\n\n{note}{provenance(runs)}\n{figures(runs)}")
     return "".join(parts)

@@ -63,3 +63,32 @@ def test_documents_with_the_same_labels_are_a_table_a_row_each_when_they_outnumb
                     "| t.json#3 | k3deploy | peer | 932 | 165 |\n"
                     "| t.json#4 | aria2c | peer | 500 |  |\n"
                     "\n| figure | t.json#5 |\n|---|---|\n| scaling | 2 over 1 |\n| peer | 0.88 |\n")
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p for p in text.split("\n\n") if p.strip()]
+
+
+def test_every_comparison_with_hf_download_says_xet_was_off():
+    """Issue 53: the mock Hub speaks no Xet, so every `hf download` figure ran with
+    HF_HUB_DISABLE_XET=1; a paragraph of the README or docs/ that names it says so (the generated
+    page says it once per section, above the section's tables)."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    unsaid = []
+    for page in pages:
+        text = page.read_text()
+        if page.name == "benchmarks.md":
+            for section in text.split("\n## ")[1:]:
+                if "hf_download" in section or "hf download" in section:
+                    assert "Xet off" in section.split("\n|", 1)[0], section[:200]
+            continue
+        unsaid += [f"{page.name}: {p[:120]}" for p in _paragraphs(text)
+                   if "hf download" in p and any(c.isdigit() for c in p) and "Xet" not in p]
+    assert not unsaid, unsaid
+
+
+def test_the_hub_cdn_section_says_its_settings_before_its_figures():
+    page = benchdoc.render([{"bench": "hub-cdn", "file": "hub-cdn-x.json", "runs": [{"hf_download": {"seconds": 1}}]}])
+    section = page.split("## hub-cdn\n\n", 1)[1]
+    assert section.startswith(benchdoc.SETTINGS["hub-cdn"])
+    assert section.index("HF_HUB_DISABLE_XET=1") < section.index("| run |")
