@@ -38,6 +38,7 @@ REMOTE = REPO / "k3deploy" / "remote"
 sys.path.insert(0, str(REPO / "scripts"))
 from benchmeasure import Measured, children, floor  # noqa: E402
 from benchproject import project  # noqa: E402
+from benchserving import project_serving  # noqa: E402
 from benchsave import usable_cores  # noqa: E402
 from tb import hub as tbhub  # noqa: E402
 from tb.hubcdn import BRIDGE, object_id  # noqa: E402
@@ -283,7 +284,14 @@ def main(files: int, size_mb: int, workers: list[int], directory: str, proj_args
     print(json.dumps(_scaling(hub, peer)), flush=True)
     print(json.dumps(_over_floor(base, hub, peer)), flush=True)
     parallel = hub[-1]["processes_used"] > 1 and peer[-1]["processes_used"] > 1
-    print(json.dumps(project(hub[-1], peer[-1], parallel=parallel, **proj_args)), flush=True)
+    serving_args = {k: proj_args.pop(k) for k in ("ranks_per_node", "node_ram_gb", "nvme_read_gbps", "rank_load_gbps")
+                    if k in proj_args}
+    weights = project(hub[-1], peer[-1], parallel=parallel, **proj_args)
+    print(json.dumps(weights), flush=True)
+    # The first launch after the download (cold cache, no kernels yet); a relaunch of the same
+    # nodes (nothing to download, the page cache and the compile caches kept).
+    print(json.dumps(project_serving(weights["weights_ready_minutes"], **serving_args)), flush=True)
+    print(json.dumps(project_serving(0.0, warm=True, kernels_cached=True, **serving_args)), flush=True)
     return 0
 
 
