@@ -101,12 +101,25 @@ class Conn:
 
     def __init__(self, link):
         self.link, self.opened, self.bytes, self.busy = link, time.monotonic(), 0, False
+        self.idle, self.idle_since = 0.0, self.opened   # seconds it waited for a range
         self.buffer = aligned(BUFFER)
 
+    def working(self, busy: bool) -> None:
+        """A range starts (True) or ends (False) on it: the time between is not its edge's."""
+        now = time.monotonic()
+        if busy and not self.busy:
+            self.idle += now - max(self.idle_since, self.opened)
+        elif not busy:
+            self.idle_since = now
+        self.busy = busy
+
     def rate(self) -> float | None:
-        """Bytes/s since it opened, once it ran WARMUP seconds; None while idle."""
-        age = time.monotonic() - self.opened
-        return self.bytes / age if age >= WARMUP and self.busy else None
+        """Bytes/s over the time it carried a range, once that is WARMUP seconds; None while
+        idle. Its waits for a range are not its edge's speed: judged by its age, one that
+        waited while the files ahead were verified looked slow and was replaced, and the rest
+        of its range, already sent, came again."""
+        carried = time.monotonic() - self.opened - self.idle
+        return self.bytes / carried if carried >= WARMUP and self.busy else None
 
     def on_slow_edge(self, fast: float) -> bool:
         """Known slow: it ran WARMUP seconds, idle spells included, well below the fastest."""
@@ -115,7 +128,7 @@ class Conn:
 
     def renew(self) -> None:
         self.link.renew()
-        self.opened, self.bytes = time.monotonic(), 0
+        self.opened, self.bytes, self.idle = time.monotonic(), 0, 0.0
 
 
 class Connections:
@@ -218,11 +231,19 @@ class Connections:
         taken over whole (the file's tail would otherwise wait on its slowest stream), though
         not by a thief on a slow edge itself (handing a tail from one slow edge to another only
         restarts it). A longer range that cannot be split yet (too young to show its speed,
-        too little left) does not keep the thief from the next one."""
-        fast = self._fast_rate() or 1.0
+        too little left) does not keep the thief from the next one.
+        Only a range that showed its own rate is split, and only once a fastest rate is known:
+        the victim's request asked for its whole range, so what the sender pushed past the
+        new end before the victim hangs up is fetched again by the thief. Judged blind (no
+        rate yet: every range looks endless) or by its connection's past, ranges were split
+        as they started (5 MB shards, two testbed nodes: 1.10-1.15x the repo from the Hub)."""
+        fast = self._fast_rate()
+        if fast is None:
+            return None
         tails = not thief.on_slow_edge(fast)
         running = [s for j in self.jobs if not j.fatal and j.spec.size >= MIN_SPLIT_FILE for s in j.running
-                   if s.eta(fast) > STEAL_ETA and (s.end - s.pos >= MIN_STEAL or tails and s.slow(fast))]
+                   if s.own_rate() is not None and s.eta(fast) > STEAL_ETA
+                   and (s.end - s.pos >= MIN_STEAL or tails and s.slow(fast))]
         for victim in sorted(running, key=lambda s: s.eta(fast), reverse=True):
             seg = self._split(victim, fast, tails)
             if seg is not None:
@@ -248,7 +269,7 @@ class Connections:
 
     def _run(self, seg: Segment, conn: Conn) -> int:
         job, start = seg.job, seg.pos
-        conn.busy = True
+        conn.working(True)
         seg.running_on(conn)
         try:
             with self.source.open_range(job.spec, seg.pos, seg.end, conn.link) as response:
@@ -264,7 +285,7 @@ class Connections:
             job.reason = f"{type(e).__name__}: {e}"
             conn.renew()
         finally:
-            conn.busy = False
+            conn.working(False)
             got = seg.pos - start
             self._settle(seg)
         return got

@@ -106,3 +106,48 @@ def test_a_range_that_cannot_be_split_yet_does_not_shield_the_next_slow_tail(clo
     taken = made._steal(conn(clock, FAST, busy=False))
     assert (taken.pos, taken.end) == (SPEC.size - 30_000, SPEC.size) and tail.end == tail.pos
     assert young.end == SPEC.size and young.pos == young.end - 200_000   # left alone
+
+
+# What a split or a replacement costs: the victim's request asked for its whole range, so what
+# the sender pushed past the cut is fetched again (issue 53, item 2: 5 MB shards on two testbed
+# nodes took 1.10-1.15x the repo from the Hub, every extra byte a range split as it started or
+# a connection replaced for the time it had waited for work).
+
+def test_no_range_is_split_before_any_rate_is_known(clock):
+    made, job = pool(clock)
+    made.conns.clear()                      # no connection ran WARMUP seconds yet
+    running(clock, job, left=1_000_000, rate=FAST, ran=0.0, on=conn(clock, FAST, age=0.1))
+    assert made._fast_rate() is None
+    assert made._steal(conn(clock, FAST, age=0.1, busy=False)) is None
+
+
+def test_a_range_just_started_is_not_split_by_its_connections_past(clock):
+    made, job = pool(clock)
+    # its connection carried its earlier ranges at an eighth of the fastest; this one has run
+    # for less than SEGMENT_MEASURE and may well be faster: it is not judged yet
+    young = running(clock, job, left=1_000_000, rate=FAST / 8, ran=fetch_conns.SEGMENT_MEASURE / 4,
+                    on=conn(clock, FAST / 8))
+    assert made._steal(conn(clock, FAST, busy=False)) is None
+    assert young.end == SPEC.size
+    clock.now += fetch_conns.SEGMENT_MEASURE     # shown slow by its own bytes: now it is split
+    young.pos += int(FAST / 8 * fetch_conns.SEGMENT_MEASURE)
+    taken = made._steal(conn(clock, FAST, busy=False))
+    assert taken is not None and taken.pos == young.end and taken.end == SPEC.size
+
+
+def test_a_connections_waits_for_a_range_are_not_taken_for_a_slow_edge(clock):
+    made, _ = pool(clock)
+    waited = fetch_conns.Conn(SimpleNamespace(renew=lambda: None))
+    for carried, idle in ((2.0, 6.0), (1.0, 0.0)):   # a range, a wait for the next, a range
+        waited.working(True)
+        clock.now += carried
+        waited.bytes += int(FAST * carried)
+        if idle:
+            waited.working(False)
+            clock.now += idle
+    assert waited.rate() == pytest.approx(FAST)      # over its 9 s of age it would be FAST / 3
+    made._judge(waited)                              # no Replace
+    slow = conn(clock, FAST / 8)                     # a slow edge still is one
+    with pytest.raises(fetch_conns.Replace):
+        made._judge(slow)
+    assert made.replaced == 1
