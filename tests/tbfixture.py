@@ -173,7 +173,7 @@ def leftovers(tb_dir: Path, idx: int) -> list[str]:
 def _named_by_idx(idx: int) -> list[str]:
     """Namespaces, links and iptables rules named after testbed `idx`."""
     found = [f"netns {n}" for n in _listdir("/run/netns") if n.startswith(f"k3tb{idx}-")]
-    found += [f"link {n}" for n in _listdir("/sys/class/net") if re.fullmatch(rf"k3tb{idx}(v\d+)?", n)]
+    found += [f"link {n}" for n in _listdir("/sys/class/net") if re.fullmatch(rf"k3tb{idx}(v\d+|gw)?", n)]
     rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True).stdout
     return found + [f"iptables {r}" for r in rules.splitlines() if f"--comment k3tb{idx} " in r + " "]
 

@@ -69,7 +69,8 @@ def plan(gpu: Annotated[str | None, typer.Option(help="h100 h200 b200 b300 gb200
 
 @app.command()
 def init(hosts: Annotated[list[str], typer.Argument(help="each node's SSH address, rank order "
-                                                    "(the first is the head)")],
+                                                    "(the first is the head); behind one "
+                                                    "gateway, GATEWAY:PORT each")],
          out: Annotated[str, typer.Option("-o", "--out", help="inventory to write")] = "cluster.yaml",
          user: Annotated[str | None, typer.Option("--user", help="SSH user")] = None,
          key: Annotated[str | None, typer.Option("--key", help="SSH private key file")] = None,

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3deploy.cli import init_findings, init_inventory
+from k3deploy.cli import init_findings, init_hosts, init_inventory
 from k3deploy.cli.init_inventory import Access
 from k3deploy.core import group
 from k3deploy.core.errors import EXIT_OK, EXIT_STEP_FAILED, BadInputError, K3Error, NodeError
@@ -22,7 +22,6 @@ from k3deploy.node import host_facts, private_net
 from k3deploy.node.transport import Endpoint, NodeConnection
 from k3deploy.steps import probes
 
-HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")   # the inventory's Host pattern
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")             # the inventory's Name pattern
 
 
@@ -46,13 +45,8 @@ def first_facts() -> list[F.Fact]:
             F.native("user", "login_user", [], F.text)]
 
 
-def _check_args(a: InitArgs) -> None:
-    bad = [h for h in a.hosts if not HOST.match(h)]
-    if bad:
-        raise BadInputError(f"not a host name or address: {', '.join(bad)}")
-    dupes = sorted({h for h in a.hosts if a.hosts.count(h) > 1})
-    if dupes:
-        raise BadInputError(f"hosts given twice: {', '.join(dupes)}")
+def _check_args(a: InitArgs) -> dict[str, init_hosts.Target]:
+    targets = init_hosts.targets(a.hosts, a.port)
     if a.key and not os.path.isfile(a.key):
         raise BadInputError(f"--key {a.key}: no such file")
     if not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
@@ -62,13 +56,16 @@ def _check_args(a: InitArgs) -> None:
                             hint="name another file with -o, or pass --force")
     if a.hub_endpoint and not re.match(r"^https?://[^\s]+$", a.hub_endpoint):
         raise BadInputError(f"--hub-endpoint {a.hub_endpoint}: not an http(s) URL")
+    return targets
 
 
-def _connections(a: InitArgs, known: str) -> dict[str, NodeConnection]:
-    return {h: NodeConnection(Endpoint(name=h, host=h, user=a.user, port=a.port, key=a.key,
-                                       known_hosts=known, connect_timeout=10,
+def _connections(a: InitArgs, targets: dict[str, init_hosts.Target],
+                 known: str) -> dict[str, NodeConnection]:
+    return {h: NodeConnection(Endpoint(name=h, host=t.host, user=a.user, port=t.port or a.port,
+                                       key=a.key, known_hosts=known, connect_timeout=10,
                                        command_timeout=120),
-                              accept_new_host_keys=a.accept_new_host_keys) for h in a.hosts}
+                              accept_new_host_keys=a.accept_new_host_keys)
+            for h, t in targets.items()}
 
 
 def _gather_all(conns: dict[str, NodeConnection], facts_of) -> dict[str, dict]:
@@ -105,21 +102,22 @@ def _ask(options: list[str]) -> int:
 
 
 def run_init(a: InitArgs, argv: list[str]) -> int:
-    _check_args(a)
+    targets = _check_args(a)
     known = a.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
-    conns = _connections(a, known)
+    conns = _connections(a, targets, known)
     try:
         found = _gather_all(conns, lambda _h: first_facts())
         names = _names(found)
         chosen, notes = private_net.choose({names[h]: found[h]["addresses"] or [] for h in a.hosts},
-                                           {names[h]: h for h in a.hosts},
+                                           {names[h]: targets[h].host for h in a.hosts},
                                            _ask if sys.stdin.isatty() else None)
         routes = _gather_all(conns, lambda h: [
             host_facts.route_to(names[p], chosen[names[p]].address) for p in a.hosts if p != h])
     finally:
         for conn in conns.values():
             conn.close()
-    hosts = [init_findings.host_from(h, names[h], found[h]) for h in a.hosts]
+    hosts = [init_findings.host_from(targets[h].host, names[h], found[h], targets[h].port)
+             for h in a.hosts]
     problems = init_findings.problems(hosts) + private_net.route_problems(
         chosen, {names[h]: routes[h] for h in a.hosts})
     return _write(a, argv, hosts, chosen, notes, problems)

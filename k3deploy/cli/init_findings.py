@@ -16,7 +16,8 @@ from k3deploy.steps.checks import sameness
 
 @dataclass(frozen=True)
 class Host:
-    """One host as init found it (address: how it was given on the command line)."""
+    """One host as init found it (address, port: its SSH endpoint as given on the command
+    line; port None: --port's)."""
     address: str
     name: str
     user: str | None
@@ -26,16 +27,21 @@ class Host:
     driver: str | None
     cuda: str | None
     disk: DataDisk | None
+    port: int | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return self.address if self.port is None else f"{self.address} port {self.port}"
 
 
-def host_from(address: str, name: str, found: dict) -> Host:
+def host_from(address: str, name: str, found: dict, port: int | None = None) -> Host:
     gpus = found.get("gpus") or []
     names = Counter(g.name for g in gpus)
     gpu_name = names.most_common(1)[0][0] if names else None
     model = match_smi_name(gpu_name) if gpu_name else None
     return Host(address, name, found.get("user"), gpu_name, model.key if model else None,
                 len(gpus), found.get("driver"), found.get("cuda"),
-                data_disk(found.get("mounts") or []))
+                data_disk(found.get("mounts") or []), port)
 
 
 def common(values: list) -> object:

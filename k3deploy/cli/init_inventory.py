@@ -49,9 +49,12 @@ def _path_for(path: str, out_dir: Path) -> str:
     return full if rel.startswith("..") else rel
 
 
-def _node(host: Host, choice: Choice) -> dict:
-    return {"name": host.name, "address": host.address, "private_address": choice.address,
+def _node(host: Host, choice: Choice, ssh_port: int) -> dict:
+    node = {"name": host.name, "address": host.address, "private_address": choice.address,
             "nic": choice.nic}
+    if host.port is not None and host.port != ssh_port:   # behind a gateway: a port each
+        node["port"] = host.port
+    return node
 
 
 def inventory(config: SizingResult, hosts: list[Host], chosen: dict[str, Choice],
@@ -69,7 +72,7 @@ def inventory(config: SizingResult, hosts: list[Host], chosen: dict[str, Choice]
         ssh["known_hosts"] = _path_for(access.known_hosts, out_dir)
     ssh["connect_timeout"] = 10
     doc["ssh"] = ssh
-    doc["nodes"] = [_node(h, chosen[h.name]) for h in hosts]
+    doc["nodes"] = [_node(h, chosen[h.name], ssh["port"]) for h in hosts]
     return doc
 
 
@@ -95,7 +98,7 @@ def header(config: SizingResult, hosts: list[Host], notes: list[str], problems: 
              _image_note(config, hosts)]
     if not config.fits:
         lines.append("WARNING: this shape does not fit the checkpoint; `k3deploy up` will refuse it")
-    lines += [f"rank {rank} {h.name} ({h.address}): {summary(h)}" for rank, h in enumerate(hosts)]
+    lines += [f"rank {rank} {h.name} ({h.endpoint}): {summary(h)}" for rank, h in enumerate(hosts)]
     lines += notes
     lines += [f"PROBLEM: {p}" for p in problems]
     lines += ["CHECK: engine.context_length (your traffic's longest request), model.endpoint "

@@ -220,6 +220,11 @@ class Inventory(_Model):
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
 
+    def behind_gateway(self, node: Node) -> bool:
+        """The node's SSH address is another node's too: one gateway host with a port per
+        machine, which forwards those ports and nothing else to the node."""
+        return any(n is not node and n.address.lower() == node.address.lower() for n in self.nodes)
+
     def resolve_path(self, value: str | None) -> str | None:
         """Paths in the inventory are relative to the inventory file."""
         if value is None:

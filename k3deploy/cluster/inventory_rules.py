@@ -36,16 +36,30 @@ def _duplicates(values: list[str]) -> list[str]:
     return [v for v, c in Counter(values).items() if c > 1]
 
 
+def ssh_port(inv, node) -> int:
+    """The port a node's SSH endpoint is compared by: the node's, else the inventory's, else
+    ssh(1)'s default."""
+    return node.port or inv.ssh.port or 22
+
+
 def unique_fields(inv) -> list[str]:
-    out = []
-    for field in ("name", "address"):
-        values = [getattr(n, field) for n in inv.nodes]
-        out += [f"nodes[{i}].{field}: {values[i]!r} is already used by nodes[{j}]; every node "
-                f"needs its own {field}" for i, j in _repeats(values)]
+    names = [n.name for n in inv.nodes]
+    out = [f"nodes[{i}].name: {names[i]!r} is already used by nodes[{j}]; every node needs its "
+           "own name" for i, j in _repeats(names)]
+    # A node is its SSH endpoint: providers hand out one gateway host with a port per machine
+    # (`ssh -p 40123 root@gw`), so one address with distinct ports is distinct nodes.
+    ends = [(n.address.lower(), ssh_port(inv, n)) if n.address else None for n in inv.nodes]
+    out += [f"nodes[{i}].address: {inv.nodes[i].address!r} is already used by nodes[{j}] "
+            f"({names[j]}) with SSH port {ends[i][1]}; every node needs its own SSH endpoint "
+            "(its own address, or its own nodes[].port behind one gateway)"
+            for i, j in _repeats(ends)]
     for i, j in _repeats([n.self_ip for n in inv.nodes]):
-        field = "private_address" if inv.nodes[i].private_address else "address"
-        out.append(f"nodes[{i}].{field}: {inv.nodes[i].self_ip!r} is already the private address "
-                   f"of nodes[{j}]; SGLANG_HOST_IP must be unique per node")
+        given = bool(inv.nodes[i].private_address)
+        out.append(f"nodes[{i}].{'private_address' if given else 'address'}: "
+                   f"{inv.nodes[i].self_ip!r} is already the private address of nodes[{j}] "
+                   f"({names[j]}); SGLANG_HOST_IP must be unique per node"
+                   + ("" if given else "; nodes behind one SSH gateway need each its own "
+                      "nodes[].private_address"))
     return out
 
 

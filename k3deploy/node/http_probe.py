@@ -7,8 +7,10 @@ inference port is usually scoped to a few addresses.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import replace
 
+from k3deploy.cluster.inventory_rules import ssh_port
 from k3deploy.facts import http
 from k3deploy.node import facts as F
 from k3deploy.remote import bundled
@@ -44,19 +46,23 @@ def health_timeout(inv) -> float:
 AHEAD_WITHIN = 30.0
 
 
-def _config(inv, checks: list[str], key: str | None, within: float | None) -> str:
+def _config(inv, checks: list[str], key: str | None, within: float | None,
+            extra: dict | None = None) -> str:
     return json.dumps({"base": f"http://127.0.0.1:{inv.ports.serve}", "key": key,
                        "model": inv.model.repo, "checks": checks,
-                       "health_timeout": health_timeout(inv), "within": within})
+                       "health_timeout": health_timeout(inv), "within": within,
+                       **(extra or {})})
 
 
-def fact(name: str, inv, checks: list[str], key: str | None) -> F.Fact[http.Endpoint]:
+def fact(name: str, inv, checks: list[str], key: str | None,
+         extra: dict | None = None) -> F.Fact[http.Endpoint]:
     """The same probe as a fact, for a step's batch (the key in a here-document). A probe
     that printed nothing answered none of its checks. An earlier step's batch asks it bounded
-    by AHEAD_WITHIN (Fact.ahead)."""
+    by AHEAD_WITHIN (Fact.ahead). `extra`: settings of a check (the decode batch's)."""
     def build(within: float | None) -> F.Fact[http.Endpoint]:
         return F.python(name, SCRIPT, [], lambda out, code: http.parse_endpoint(out, code)
-                        or http.unanswered(checks), stdin=_config(inv, checks, key, within))
+                        or http.unanswered(checks),
+                        stdin=_config(inv, checks, key, within, extra))
     return replace(build(None), ahead=build(AHEAD_WITHIN))
 
 
@@ -71,4 +77,21 @@ def answered(found: http.Endpoint | None) -> bool:
 
 
 def url(inv) -> str:
-    return f"http://{inv.head.address}:{inv.ports.serve}/v1"
+    """Behind an SSH gateway the head's address is the gateway's, which forwards SSH ports
+    only: the endpoint is then at the head's private address (a laptop on that network, or a
+    VPN into it, reaches it; tunnel_hint says how otherwise)."""
+    head = inv.head
+    return f"http://{head.self_ip if inv.behind_gateway(head) else head.address}:{inv.ports.serve}/v1"
+
+
+def tunnel_hint(inv) -> str | None:
+    """How a laptop outside the private network reaches an endpoint behind an SSH gateway."""
+    head = inv.head
+    if not inv.behind_gateway(head):
+        return None
+    user = head.user or inv.ssh.user
+    serve = inv.ports.serve
+    forward = ["ssh", "-p", str(ssh_port(inv, head)), "-N", "-L", f"{serve}:127.0.0.1:{serve}",
+               f"{user}@{head.address}" if user else head.address]
+    return (f"the head is behind the SSH gateway {head.address}; from outside its private "
+            f"network: {shlex.join(forward)}, then http://127.0.0.1:{serve}/v1")

@@ -72,9 +72,22 @@ class Endpoint:
     use_ssh_config: bool = True
 
 
+def known_hosts_name(host: str, port: int | None) -> str:
+    """How known_hosts names an SSH endpoint, as OpenSSH writes and looks it up: the plain
+    host on port 22, `[host]:port` on any other (openssh-portable misc.c put_host_port; sshd(8)
+    "SSH_KNOWN_HOSTS FILE FORMAT": "A hostname or address may optionally be enclosed within
+    `[' and `]' brackets then followed by `:' and a non-standard port number"). Paramiko's
+    SSHClient.connect names the server key the same way (paramiko 4.0 client.py,
+    server_hostkey_name), so nodes behind one gateway, one port each, have a line each."""
+    port = port or 22
+    return host if port == 22 else f"[{host}]:{port}"
+
+
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
     """Trust a first-seen key and record it; a changed key still fails (BadHostKeyException
-    is raised by Paramiko before any policy is consulted)."""
+    is raised by Paramiko before any policy is consulted). `hostname` is Paramiko's
+    server_hostkey_name, already in known_hosts_name's form: what is written is what the
+    next connection, Paramiko's or ssh(1)'s, looks up."""
 
     def __init__(self, known_hosts: str, lock: threading.Lock):
         self.known_hosts = known_hosts
@@ -152,16 +165,18 @@ class NodeConnection:
         try:
             conn.open()
         except paramiko.BadHostKeyException as err:
-            raise HostKeyError(self.ep.name, f"host key of {self.ep.host} CHANGED "
+            raise HostKeyError(self.ep.name, f"host key of {self._host_entry()} CHANGED "
                                f"(got {err.key.get_name()}); refusing to connect",
                                hint=f"if the node was really rebuilt, remove its line from "
-                               f"{self.ep.known_hosts} (ssh-keygen -f {self.ep.known_hosts} "
-                               f"-R {self._host_entry()})") from None
+                               f"{self.ep.known_hosts} (ssh-keygen -f "
+                               f"{shlex.quote(self.ep.known_hosts)} -R "
+                               f"{shlex.quote(self._host_entry())})") from None
         except paramiko.SSHException as err:
             if "not found in known_hosts" in str(err):
-                raise HostKeyError(self.ep.name, f"host key of {self.ep.host} is unknown",
-                                   hint=f"add it to {self.ep.known_hosts} (ssh-keyscan, then "
-                                   "check the fingerprint) or pass --accept-new-host-keys to "
+                scan = quote(["ssh-keyscan", "-p", str(self.ep.port or 22), self.ep.host])
+                raise HostKeyError(self.ep.name, f"host key of {self._host_entry()} is unknown",
+                                   hint=f"add it to {self.ep.known_hosts} ({scan}, then check "
+                                   "the fingerprint) or pass --accept-new-host-keys to "
                                    "trust it on first use") from None
             raise
 
@@ -188,9 +203,8 @@ class NodeConnection:
                                    hint="is the node up (spot reclaim?) and port open?") from None
 
     def _host_entry(self) -> str:
-        """How known_hosts names this node: `[host]:port` unless the port is 22."""
-        port = self.ep.port or 22
-        return self.ep.host if port == 22 else f"[{self.ep.host}]:{port}"
+        # quoted where it is shown: `[gw]:40100` is a glob pattern to a shell
+        return known_hosts_name(self.ep.host, self.ep.port)
 
     def _target(self) -> str:
         return f"{self.ep.user or ''}{'@' if self.ep.user else ''}{self.ep.host}:{self.ep.port or 22}"

@@ -66,6 +66,10 @@ def _up_parser(sub) -> None:
                     help="ms the CDN waits before each answer (needs --hub-cdn)")
     up.add_argument("--no-hub", action="store_true",
                     help="no mock Hub (the inventory endpoint then has no server behind it)")
+    up.add_argument("--ssh-gateway", action="store_true",
+                    help="every node's SSH at one gateway address, node i on port 40100+i (a "
+                         "forwarding namespace); the inventory's address/port say so, each "
+                         "node's own address is its private_address")
 
 
 FAULT_FORMS = """arguments:
@@ -112,7 +116,8 @@ def _up(args) -> int:
                              hub_cdn=args.hub_cdn, hub_url_ttl=args.hub_url_ttl,
                              hub_conn_rates=args.hub_conn_rates, hub_conn_seed=args.hub_conn_seed,
                              hub_gated=args.hub_gated, shared_hf=args.shared_hf, shards=args.shards,
-                             hub_cdn_tls=args.hub_cdn_tls, hub_first_byte_ms=args.hub_first_byte_ms)
+                             hub_cdn_tls=args.hub_cdn_tls, hub_first_byte_ms=args.hub_first_byte_ms,
+                             ssh_gateway=args.ssh_gateway)
     testbed.up(args.dir, opts)
     return 0
 

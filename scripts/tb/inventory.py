@@ -39,9 +39,12 @@ def _looks_special(text: str) -> bool:
 
 
 def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: str,
-           nodes: list[tuple[NodeSpec, str]], shared_hf: bool = False) -> str:
+           nodes: list[tuple[NodeSpec, str]], shared_hf: bool = False,
+           gateway: dict | None = None) -> str:
     """nodes: (spec, address) in rank order. shared_hf: the HF cache is the testbed's one
-    shared directory (`up --shared-hf`), k3deploy's download.shared."""
+    shared directory (`up --shared-hf`), k3deploy's download.shared. gateway (tb/gateway.py
+    record, `up --ssh-gateway`): each node's SSH endpoint is the gateway's address and the
+    node's port there; its own address stays its private address."""
     hf_home = SHARED_HF_HOME if shared_hf else "/mnt/nvme/hf"
     lines = [
         f"cluster: {cluster}",
@@ -69,6 +72,8 @@ def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: st
     ]
     for spec, address in nodes:
         entry = {"name": spec.name, "address": address, "private_address": address, "nic": "eth0"}
+        if gateway:
+            entry.update(address=gateway["address"], port=gateway["ports"][spec.name])
         if spec.user != "root":
             entry["user"] = spec.user
         lines.append("  - " + _flow(entry))

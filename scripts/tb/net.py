@@ -2,7 +2,8 @@
 
 Layout (docs/architecture.md): bridge `k3tb<idx>` = 10.213.<idx>.1/24 in the root namespace;
 node i lives in netns `k3tb<idx>-<name>` behind a veth whose host end is `k3tb<idx>v<i>` and
-whose node end is `eth0` = 10.213.<idx>.<10+i>/24. No NAT, no default route in the nodes.
+whose node end is `eth0` = 10.213.<idx>.<10+i>/24. No NAT, no default route in the nodes
+(`up --ssh-gateway` adds a forwarding namespace at 10.213.<idx>.2 whose NAT is its own: tb/gateway.py).
 """
 from __future__ import annotations
 
@@ -40,6 +41,19 @@ def netns_name(idx: int, node: str) -> str:
 
 def host_veth(idx: int, index: int) -> str:
     return f"k3tb{idx}v{index}"
+
+
+# `up --ssh-gateway` (tb/gateway.py): one more namespace on the bridge, at .2 (nodes start at .10)
+def gateway_netns(idx: int) -> str:
+    return f"k3tb{idx}-gateway"   # node names are node<N>: never this
+
+
+def gateway_veth(idx: int) -> str:
+    return f"k3tb{idx}gw"
+
+
+def gateway_address(idx: int) -> str:
+    return f"10.213.{idx}.2"
 
 
 def run(argv: list[str], check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -133,6 +147,8 @@ def forget_neighbor(idx: int, address: str) -> None:
     """Drop the bridge's ARP entry so a dead node fails fast (EHOSTUNREACH) instead of
     sending to a stale MAC until the entry ages out."""
     run(["ip", "neigh", "flush", "to", address, "dev", bridge_name(idx)], check=False)
+    if netns_exists(gateway_netns(idx)):   # the gateway forwards to the node's address too
+        run(["ip", "-n", gateway_netns(idx), "neigh", "flush", "to", address], check=False)
 
 
 def netns_inode(name: str) -> int | None:

@@ -8,9 +8,10 @@ KNOWN_HOSTS_FILE = "known_hosts"
 
 
 def ssh_argv(tb_dir: Path, user: str, address: str, command: str | None = None,
-             connect_timeout: float = 5) -> list[str]:
+             connect_timeout: float = 5, port: int = 22) -> list[str]:
+    """port: a node's port on the `up --ssh-gateway` address (known_hosts names it [address]:port)."""
     tb_dir = Path(tb_dir)
-    argv = ["ssh", "-F", "/dev/null", "-i", str(tb_dir / KEY_FILE),
+    argv = ["ssh", "-F", "/dev/null", "-p", str(port), "-i", str(tb_dir / KEY_FILE),
             "-o", "IdentitiesOnly=yes",
             "-o", f"UserKnownHostsFile={tb_dir / KNOWN_HOSTS_FILE}",
             "-o", "GlobalKnownHostsFile=/dev/null",

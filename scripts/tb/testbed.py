@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tb import hubctl, hubtls, inventory, net, node, nodefs, standins
+from tb import gateway, hubctl, hubtls, inventory, net, node, nodefs, standins
 from tb.nodespec import NodeSpec, spec_from_dict
 from tb.sshcmd import KEY_FILE, KNOWN_HOSTS_FILE
 from tb.state import TestbedState
@@ -33,6 +33,7 @@ class UpOptions:
     hub_first_byte_ms: float = 0.0      # the CDN's wait before each answer
     hub_gated: bool = False
     shared_hf: bool = False             # one host dir as every node's HF cache (node.py)
+    ssh_gateway: bool = False           # every node's SSH at one address, a port each (gateway.py)
 
 
 class AlreadyUp(RuntimeError):
@@ -88,13 +89,28 @@ def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
         if opts.hub_cdn_tls:  # before the nodes start: each binds the trust bundle at its start
             hubtls.make(state.dir / "hub", net.bridge_address(idx))
         hubctl.start(state, net.bridge_address(idx), opts)
+    gw = _gateway(state, idx, records) if opts.ssh_gateway else None
     start_nodes(state, records)
+    if gw:
+        gateway.wait_for_ssh(state.dir, gw, records, 30 + len(records))
     endpoint = (hubctl.wait_ready(state) if opts.hub
                 else f"http://{net.bridge_address(idx)}:{hubctl.PREFERRED_PORT}")
     text = inventory.render(f"tb{idx}", endpoint, opts.gpu, opts.gpus_per_node, opts.engine,
                             [(spec, r["address"]) for spec, r in zip(opts.nodes, records)],
-                            shared_hf=opts.shared_hf)
+                            shared_hf=opts.shared_hf, gateway=gw)
     inventory.write(state.dir, text)
+
+
+def _gateway(state: TestbedState, idx: int, records: list[dict]) -> dict:
+    """The forwarding namespace, recorded first; its `[address]:port` known_hosts lines beside
+    the nodes' own (the testbed's tools keep logging in at the nodes' addresses)."""
+    gw = gateway.record(idx, records)
+    state.update(gateway=gw)
+    gateway.create(idx, gw, records)
+    keys = {r["name"]: nodefs.host_public_key(state.dir, r["name"]) for r in records}
+    with open(state.dir / KNOWN_HOSTS_FILE, "a") as fh:
+        fh.writelines(gateway.known_hosts_lines(gw, keys))
+    return gw
 
 
 def _record_node(state: TestbedState, idx: int, spec: NodeSpec) -> dict:
@@ -143,6 +159,7 @@ def down(tb_dir: Path, say=print) -> bool:
     net.delete_netns([r["netns"] for r in records])
     for record in records:
         net.delete_link(record["veth"])
+    gateway.remove(state.data.get("gateway"))
     hubctl.stop(state)
     for rule in state.data["iptables"]:
         net.delete_rule(rule)
@@ -150,6 +167,7 @@ def down(tb_dir: Path, say=print) -> bool:
         net.delete_link(state.bridge)
     # Forget the live resources: a later down must not touch a testbed that reuses this idx.
     stopped = {name: {**r, "status": "down", "init_pid": None} for name, r in state.data["nodes"].items()}
-    state.update(active=False, iptables=[], bridge=None, last_idx=state.idx, nodes=stopped)
+    state.update(active=False, iptables=[], bridge=None, last_idx=state.idx, nodes=stopped,
+                 gateway=None)
     say(f"testbed tb{state.data['last_idx']} down")
     return True

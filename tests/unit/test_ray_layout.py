@@ -176,6 +176,7 @@ def test_ray_cluster_starts_the_head_with_the_key_file_and_workers_without(tmp_p
     actions = RayCluster().plan(facts_for(head, running=None, step=RayCluster()), head)
     assert [a.description for a in actions] == ["create secrets dir (0700)",
                                                  "write the endpoint key (0600)",
+                                                 "clear the previous engine's NCCL debug files",
                                                  "start the Ray head",
                                                  "wait until `ray start` registered this node"]
     assert actions[-1].wait.timeout == 120
@@ -183,8 +184,9 @@ def test_ray_cluster_starts_the_head_with_the_key_file_and_workers_without(tmp_p
     assert run[run.index("--entrypoint") + 1] == "ray" and "--head" in run
     assert "--env-file" in run and KEY not in " ".join(run)
     worker = ctx_for(tmp_path, rank=1)
-    join, registered = RayCluster().plan(facts_for(worker, running=None, step=RayCluster()),
-                                         worker)
+    clear, join, registered = RayCluster().plan(
+        facts_for(worker, running=None, step=RayCluster()), worker)
+    assert list(clear.argv[:2]) == ["rm", "-rf"] and clear.argv[-1].endswith("/nccl-logs")
     assert join.description == "join the Ray cluster (rank 1)" and registered.wait
     assert "--address=10.0.0.10:6379" in join.argv and "--env-file" not in join.argv
 
@@ -236,6 +238,17 @@ def test_a_remote_ranks_error_line_names_its_node_by_rays_ip_prefix():
     assert startup_log.error_line(
         "(APIServer pid=7) (DPEngineCoreActor pid=9, ip=10.233.69.249) ValueError: No room"
     ) == "ValueError: No room"
+
+
+def test_behind_one_ssh_gateway_the_private_address_names_the_node():
+    doc = {**b200_doc(), "nodes": [
+        {"name": "head", "address": "192.0.2.1", "port": 40100, "private_address": "10.233.68.19"},
+        {"name": "gpu-b", "address": "192.0.2.1", "port": 40101, "private_address": "10.233.69.249"}]}
+    inv = inventory.parse(doc)
+    remote = TWO_NODE_LOG.split("(APIServer pid=5332) (DPEngineCoreActor pid=5862) ERROR")[0]
+    assert raylayout.blamed_node(remote, inv) == "gpu-b"
+    gateway = remote.replace("ip=10.233.69.249", "ip=192.0.2.1")   # no node's own address
+    assert raylayout.blamed_node(gateway, inv) is None
 
 
 def test_launch_fails_once_the_serve_log_ends_in_its_exit_line(tmp_path):

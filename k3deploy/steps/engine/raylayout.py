@@ -186,7 +186,9 @@ def blamed_node(log: str, inv: Inventory) -> str | None:
     prefixes what a remote actor prints with "(ActorName pid=N, ip=ADDR)", a local one's
     without ip= (ray python/ray/_private/worker.py print_worker_logs). None: the head's own."""
     found = [m.group(1) for m in _ERROR_LINE.finditer(log)]
-    by_ip = {n.self_ip: n.name for n in inv.nodes} | {n.address: n.name for n in inv.nodes}
+    # A node's own address names it; a gateway's, shared by the nodes behind it, names none.
+    by_ip = {n.address: n.name for n in inv.nodes if not inv.behind_gateway(n)} \
+        | {n.self_ip: n.name for n in inv.nodes}
     return by_ip.get(found[-1]) if found and found[-1] else None
 
 

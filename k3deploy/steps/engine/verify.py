@@ -140,6 +140,11 @@ def memory_problems(gpus: tuple[Gpu, ...] | None, inv, rank: int) -> list[tuple[
              "`k3deploy up` reload every rank")]
 
 
+def _tunnel_lines(inv) -> list[str]:
+    hint = http_probe.tunnel_hint(inv)
+    return [f"reach it:  {hint}"] if hint else []
+
+
 class VerifyEndpoint(Step[VerifyFacts]):
     name = "verify"
     read_only = True
@@ -177,7 +182,8 @@ class VerifyEndpoint(Step[VerifyFacts]):
                 f"call it:  curl -s {http_probe.url(run.inv)}/chat/completions {auth}"
                 "-H 'Content-Type: application/json' -d '{\"model\": \"" + run.inv.model.repo +
                 "\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}], "
-                "\"reasoning_effort\": \"low\"}'"] + fabric_check.transport_lines(all_facts)
+                "\"reasoning_effort\": \"low\"}'"] + _tunnel_lines(run.inv) \
+            + fabric_check.transport_lines(all_facts)
 
     def detail(self, facts: VerifyFacts, node: NodeContext):
         out = {"used_gib": [round(g.used_mib / GIB_MIB, 1) for g in facts.gpus or ()],
