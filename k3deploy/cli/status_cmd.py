@@ -8,7 +8,7 @@ import json
 import shutil
 import time
 
-from k3deploy.cli import cluster_state, status_view
+from k3deploy.cli import cluster_state, status_docs, status_view
 from k3deploy.node import facts as F
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cli import status_cost, status_fabric, status_teardown
@@ -20,7 +20,7 @@ from k3deploy.node.identity import IDENTITY
 from k3deploy.core.redact import redact_obj
 from k3deploy.node.session import Session
 from k3deploy.core.state import ClusterLock
-from k3deploy.remote.protocol import WorkPaths
+from k3deploy.remote import protocol
 from k3deploy.run.playbook import load as load_playbook
 from k3deploy.steps.fabric import fabric_mesh
 from k3deploy.steps import guard as guard_step
@@ -43,11 +43,14 @@ def applicable(steps: list[str], inv) -> list[str]:
 
 
 def guard_label(facts: guard_step.GuardFacts, enabled: bool) -> str:
-    """watching / fired / stale (alive, not beating) / not running / off."""
+    """watching / fired / stale (alive, not beating) / stopped (its state says watching, its
+    process is gone) / not running / off."""
     if not enabled:
         return "off"
     if not facts.guard_pids:
-        return "fired" if facts.spent else "not running"
+        if facts.spent:
+            return "fired"
+        return protocol.STOPPED if facts.reading().state == protocol.STOPPED else "not running"
     if facts.beat_age() >= guard_step.BEAT_STALE:
         return "stale"
     return (facts.guard_state.phase if facts.guard_state else "") or "starting"
@@ -57,7 +60,7 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
     """detail: also the GPUs' memory and the guard (what status shows per node; watch, which
     looks every few seconds for the cluster's state only, spares the nodes nvidia-smi)."""
     probe = [probes.engine_container(inv),
-             probes.file_json("download", WorkPaths(inv.paths.work).progress), *IDENTITY,
+             probes.download_reading(inv), *IDENTITY,
              *cluster_state.live_probes(inv, inv.is_head(name), api_key)]
     if detail:
         probe += [probes.gpus(), *F.renamed(guard_step.guard_facts(inv), GUARD),
@@ -68,12 +71,16 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
         return {"reachable": False, "error": str(err)}
     live = {"reachable": True, "container": found["container"],
             "health": found.get(cluster_state.HEALTH),
-            "download": found["download"], "incident": found["incident"],
+            "download": status_docs.download_view(found["download"]),
+            "incident": found["incident"],
             "identity": {f.name: found[f.name] for f in IDENTITY}}
     if detail:
         gpus = [dataclasses.asdict(g) for g in found["gpus"] or ()]
-        guard = guard_label(guard_step.looked(found, GUARD), inv.guard.enabled)
+        guard_facts = guard_step.looked(found, GUARD)
+        guard = guard_label(guard_facts, inv.guard.enabled)
         live.update(gpus=gpus, guard=guard, fabric=status_fabric.node_view(found))
+        if guard == protocol.STOPPED:
+            live["guard_last_seen"] = status_docs.last_seen(guard_facts.reading())
     return live
 
 

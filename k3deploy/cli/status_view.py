@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import textwrap
 
-from k3deploy.cli import cluster_state, status_cost, status_teardown
+from k3deploy.cli import cluster_state, status_cost, status_docs, status_teardown
 from k3deploy.core import units
+from k3deploy.remote.protocol import STOPPED
 
 BAD = ("failed", "blocked", "interrupted", "stale", "unreachable")
 GIB = 1024
@@ -43,7 +44,9 @@ def weights_cell(live: dict) -> str:
     shards = f"{doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
     if doc.get("state") == "done":
         return f"done {shards}"
-    pct = 100 * doc.get("bytes_done", 0) / max(1, doc.get("bytes_total") or 1)
+    pct = status_docs.percent(doc)
+    if doc.get("state") == STOPPED:   # the when is on its own line (status_docs.stopped_lines)
+        return f"{STOPPED} {pct:.0f}%"
     state = "" if doc.get("state") == "running" else f"{doc.get('state')} "
     return f"{state}{pct:.0f}% {shards}"
 
@@ -53,7 +56,7 @@ def download_detail(live: dict) -> str:
     doc = live.get("download") or {}
     if not doc:
         return "-"
-    pct = 100 * doc.get("bytes_done", 0) / max(1, doc.get("bytes_total") or 1)
+    pct = status_docs.percent(doc)
     cell = f"{doc.get('state')} {pct:.0f}% {doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
     if "hub_bytes" in doc:  # from the Hub and from peers (fan-out), this downloader run
         cell += f" hub {units.size(doc['hub_bytes'])} peers {units.size(doc.get('peer_bytes', 0))}"
@@ -140,6 +143,9 @@ def cluster_lines(doc: dict, width: int) -> list[str]:
     torn = status_teardown.note(nodes)
     if torn:
         lines.append(f"  {torn}")
+    lines += [ln for text in status_docs.stopped_lines(nodes)
+              for ln in textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ",
+                                      break_long_words=False, break_on_hyphens=False)]
     return lines + [status_cost.line(doc["cost"])]
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from k3deploy.facts.lastjson import last_json_line
+from k3deploy.remote.protocol import Reading
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class WeightsStatus:
     running: bool            # the downloader's process lives
     progress: Progress | None   # None before the first start, or of another schema version
     peer: PeerServer | None = None   # asked only with fan-out on
+    # the progress document's reading (protocol.read_document: what `status` shows too);
+    # None from a node program of an older k3deploy
+    downloader: Reading | None = None
 
     @property
     def complete(self) -> bool:
@@ -85,7 +89,9 @@ def status(doc: Mapping) -> WeightsStatus:
                          verified_bytes=doc.get("verified_bytes", 0), running=bool(doc["running"]),
                          progress=progress(doc["progress"]) if doc.get("progress") else None,
                          peer=PeerServer(bool(peer.get("running")), peer.get("manifest_sha256"),
-                                         peer.get("secret_sha256")) if peer else None)
+                                         peer.get("secret_sha256")) if peer else None,
+                         downloader=Reading.from_document(doc["downloader"])
+                         if isinstance(doc.get("downloader"), Mapping) else None)
 
 
 def progress(doc: Mapping) -> Progress:

@@ -19,8 +19,8 @@ TICK = 0.05   # seconds between looks at the progress file (a stat and a 1 kB re
 
 def ended(progress_path, pid_path):
     """The downloader exited, or its progress says it ended."""
-    progress, alive = weights_status.downloader(progress_path, pid_path)
-    return not alive or protocol.download_ended((progress or {}).get("state"))
+    seen = weights_status.downloader(progress_path, pid_path)
+    return not seen.alive or protocol.download_ended(seen.said)
 
 
 def hold(progress_path, pid_path, seconds):

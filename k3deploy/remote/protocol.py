@@ -9,7 +9,10 @@ manifest and the progress document: a node program that reads a document of anot
 stops with an error naming both, instead of misreading it.
 """
 
+import json
 import os
+import time
+from dataclasses import asdict, dataclass
 
 SCHEMA_VERSION = 1
 LEDGER_NAME = ".k3deploy-verified.json"   # in the repo's cache folder: etag -> size, mtime_ns
@@ -115,6 +118,123 @@ def download_ended(state: str | None) -> bool:
     return state in ("done", "failed")
 
 
+# -- documents a node process rewrites while it works: the one reading of them ---------------
+# A writer killed by SIGKILL, the OOM killer or a reboot never writes its end: its last document
+# says it works for ever. Every reader (status, watch, the download step, the hold) reads such a
+# document here, with whether its writer still lives.
+STOPPED = "stopped"   # the document says its writer works, and the writer is dead
+UNREADABLE = "unreadable"   # there is a document, but not a JSON object
+
+
+@dataclass(frozen=True)
+class Writer:
+    """What rewrites a document: its program (a file name in its argv), the document's key for
+    its state, and the states that mean it is still at work."""
+    script: str
+    key: str
+    working: tuple
+
+
+DOWNLOADER = Writer("fetch_weights.py", "state", ("running",))   # fetch_progress.py
+GUARD = Writer("guard.py", "phase", ("watching",))                # guard.py write_state
+WRITERS = {"download": DOWNLOADER, "guard": GUARD}   # by the name doc_reading.py is run with
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A document and its writer. `state` is the document's own, except STOPPED for a dead
+    writer's "still working"; "starting" when a live writer has not written yet; None when
+    there is neither. `said`, `written` and `age`: how and when the writer was last seen."""
+    state: str | None
+    said: str | None        # the state the document itself says
+    alive: bool             # the writer's process lives
+    written: float | None   # the document's last write, epoch seconds on the node's clock
+    age: float | None       # seconds since then, on the node's clock (no laptop clock skew)
+    doc: dict | None
+    error: str | None = None   # why the document could not be read
+    pid: int | None = None     # the live writer's, to stop it (None when it is dead)
+
+    def document(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_document(cls, doc: dict) -> "Reading":
+        """The laptop's side of document() (a missing key takes its neutral value)."""
+        inner = doc.get("doc")
+        return cls(state=_text(doc.get("state")), said=_text(doc.get("said")),
+                   alive=doc.get("alive") is True, written=_number(doc.get("written")),
+                   age=_number(doc.get("age")), doc=inner if isinstance(inner, dict) else None,
+                   error=_text(doc.get("error")), pid=_pid(doc.get("pid")))
+
+
+def _text(value):
+    return value if isinstance(value, str) else None
+
+
+def _pid(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _number(value):
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def reading(doc, writer: Writer, live_pid: int | None, written=None, now=None,
+            error=None) -> Reading:
+    """The rule, from what was seen of a document and its writer (`live_pid`: the writer's
+    process, when one lives)."""
+    alive = live_pid is not None
+    said = doc.get(writer.key) if isinstance(doc, dict) else None
+    said = said if isinstance(said, str) else None
+    if error is not None:
+        state = UNREADABLE
+    elif doc is None:
+        state = "starting" if alive else None
+    else:
+        state = STOPPED if said in writer.working and not alive else said
+    age = None if written is None or now is None else max(0.0, now - written)
+    return Reading(state, said, alive, written, age, doc if isinstance(doc, dict) else None,
+                   error, live_pid)
+
+
+def process_runs(pid, script: str) -> bool:
+    """Process `pid` lives and runs `script` (a file of that name in its argv): a pid the
+    kernel gave to another program since reads as dead, as does a zombie (no argv)."""
+    try:
+        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except (OSError, TypeError, ValueError):
+        return False
+    return any(os.path.basename(arg) == script.encode() for arg in argv)
+
+
+def read_document(path: str, writer: Writer, pid_file: str | None = None) -> Reading:
+    """Node side: the document at `path` and its writer, by the pid in `pid_file` (written by
+    the start command, before the first document) or the document's own "pid"."""
+    doc, error, written = None, None, None
+    try:
+        with open(path, "rb") as fh:
+            written = os.fstat(fh.fileno()).st_mtime
+            doc = json.loads(fh.read())
+        if not isinstance(doc, dict):
+            doc, error = None, "not a JSON object"
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as err:
+        error = f"{type(err).__name__}: {err}"
+    pids = [_pid_in(pid_file), (doc or {}).get("pid")]
+    live = next((int(pid) for pid in pids if process_runs(pid, writer.script)), None)
+    return reading(doc, writer, live, written, time.time(), error)
+
+
+def _pid_in(pid_file: str | None):
+    try:
+        with open(pid_file) as fh:
+            return int(fh.read().strip())
+    except (OSError, TypeError, ValueError):
+        return None
+
+
 def with_schema(doc: dict) -> dict:
     return {"schema": SCHEMA_VERSION, **doc}
 
@@ -156,6 +276,9 @@ class WorkPaths:
         # Mounted into the Ray head container: the exec'd `vllm serve` writes its output here,
         # because a detached `docker exec` keeps none (engines/vllm.py).
         self.serve_logs = f"{work}/serve-logs"
+        # Mounted into every engine container: NCCL's per-process debug files (NCCL_DEBUG_FILE),
+        # the only NCCL output that is line-buffered (engines/fabric.py); cleared at each launch.
+        self.nccl_logs = f"{work}/nccl-logs"
         # The engines' compile caches, one dir per key (engines/compile_cache_key.py), on NVMe.
         self.compile_cache = f"{work}/compile-cache"
         self.peer = PeerFiles(work)

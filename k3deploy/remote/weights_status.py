@@ -55,28 +55,11 @@ def _points_at(link, blob):
     return os.path.realpath(link) == os.path.realpath(blob)
 
 
-def _alive(pid, script=b"fetch_weights"):
-    try:
-        with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
-            return script in fh.read()
-    except (OSError, TypeError, ValueError):
-        return False
-
-
 def downloader(progress_path, pid_path):
-    """The pid file is written by the start command itself, so a downloader that has not yet
-    written its first progress is already seen as running."""
-    try:
-        with open(progress_path) as fh:
-            progress = json.load(fh)
-    except (OSError, ValueError):
-        progress = None
-    try:
-        with open(pid_path) as fh:
-            started = fh.read().strip()
-    except OSError:
-        started = None
-    return progress, _alive(started) or _alive((progress or {}).get("pid"))
+    """The progress document and its writer (protocol.read_document, the reading `status`
+    runs too). The pid file is written by the start command itself, so a downloader that has
+    not yet written its first progress is already seen as running."""
+    return protocol.read_document(progress_path, protocol.DOWNLOADER, pid_path)
 
 
 def _sha256(path):
@@ -95,7 +78,8 @@ def peer_server(pid_path, manifest_path, secret_path):
             pid = fh.read().strip()
     except OSError:
         pid = None
-    return {"running": _alive(pid, b"peer_server"), "manifest_sha256": _sha256(manifest_path),
+    return {"running": protocol.process_runs(pid, "peer_server.py"),
+            "manifest_sha256": _sha256(manifest_path),
             "secret_sha256": _sha256(secret_path)}
 
 
@@ -104,7 +88,8 @@ def main():
         manifest = protocol.check_schema(json.load(sys.stdin), "manifest")
     except protocol.SchemaMismatch as e:
         sys.exit(f"weights_status: {e}")
-    progress, alive = downloader(sys.argv[2], sys.argv[3])
+    seen = downloader(sys.argv[2], sys.argv[3])
+    progress, alive = seen.doc, seen.alive
     try:
         if progress is not None:
             protocol.check_schema(progress, "progress file")
@@ -115,7 +100,8 @@ def main():
     missing, partial, done_bytes = verified_files(manifest, sys.argv[1])
     found = {"total": len(manifest["files"]), "missing_count": len(missing),
              "missing": missing[:5], "partial_bytes": partial,
-             "verified_bytes": done_bytes, "running": alive, "progress": progress}
+             "verified_bytes": done_bytes, "running": alive, "progress": progress,
+             "downloader": {k: v for k, v in seen.document().items() if k != "doc"}}
     if len(sys.argv) > 6:
         found["peer"] = peer_server(*sys.argv[4:7])
     print(json.dumps(found))

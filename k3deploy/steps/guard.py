@@ -28,7 +28,7 @@ from k3deploy.node import facts as F
 from k3deploy.node import guard_config
 from k3deploy.node.context import NodeContext
 from k3deploy.node.guard_config import GuardPaths
-from k3deploy.remote import script_text
+from k3deploy.remote import protocol, script_text
 from k3deploy.steps import node_files
 from k3deploy.steps.engine import regroup
 from k3deploy.steps.base import Action, Step, cmd, upload
@@ -50,6 +50,15 @@ class GuardFacts:
     @property
     def spent(self) -> bool:
         return self.guard_state is not None and self.guard_state.phase == FIRED
+
+    def reading(self) -> protocol.Reading:
+        """The state file as every node document is read (protocol.reading): its writer is
+        alive when its pid is among the guard processes found; `written` is its beat."""
+        state = self.guard_state
+        live = state.pid if state is not None and state.pid in self.guard_pids else None
+        return protocol.reading(dataclasses.asdict(state) if state else None, protocol.GUARD,
+                                live, state.beat if state else None,
+                                float(self.now) if self.now is not None else None)
 
     def beat_age(self) -> float:
         """Seconds since the guard last wrote its state (the node's clock); from the epoch
@@ -86,9 +95,10 @@ def guard_facts(inv) -> list[F.Fact]:
 
 
 def healthy(facts: GuardFacts, digest: str) -> bool:
-    state = facts.guard_state
-    return (state is not None and facts.guard_pids == (state.pid,) and state.phase == WATCHING
-            and state.digest == digest and facts.beat_age() < BEAT_STALE)
+    state, seen = facts.guard_state, facts.reading()
+    return (state is not None and seen.alive and seen.state == WATCHING
+            and facts.guard_pids == (state.pid,) and state.digest == digest
+            and facts.beat_age() < BEAT_STALE)
 
 
 def stop_actions(facts: GuardFacts) -> list[Action]:

@@ -12,7 +12,10 @@ from k3deploy.engines import parsers, startup_phases
 from k3deploy.engines.layout import inventory_runs_over_ray
 from k3deploy.facts import docker, fabric, nccl, nvidia_smi
 from k3deploy.facts.lastjson import json_doc
+from k3deploy.facts.node_doc import parse_reading
 from k3deploy.node import facts as F
+from k3deploy.remote import bundled
+from k3deploy.remote.protocol import Reading, WorkPaths
 
 def lost_gpu_problems(lost: tuple[nvidia_smi.LostGpu, ...],
                       check: str) -> list[tuple[str, str]]:
@@ -143,24 +146,40 @@ def fabric_facts() -> list[F.Fact]:
 # request after it, which every look (each no-op `up`, each `status`) would otherwise read whole.
 STARTUP_LOG_LINES = 20000
 NCCL_LINES_KEPT = 40   # the last init's lines: a few per rank, a relaunch appends its own
+# Lines read of each NCCL debug file (one per rank process): its init and channel lines come
+# first, at communicator init; what NCCL's NET subsystem logs later is not needed here.
+NCCL_FILE_LINES = 2000
+
+
+def nccl_files_script(inv) -> str:
+    """The engine's NCCL debug files (engines/fabric.py NCCL_DEBUG_FILE: "%h.%p.log" in the
+    node's NCCL log dir, cleared at each launch), the first lines of each; nothing when there
+    are none (the glob stays unexpanded and head's complaint is dropped)."""
+    glob = f"{shlex.quote(spec_from_inventory.nccl_log_dir(inv))}/*.log"
+    return f"head -q -n {NCCL_FILE_LINES} -- {glob} 2>/dev/null"
 
 
 def _startup_lines(inv, is_head: bool) -> str:
     """One read of the engine's log (serve_log's file on a Ray head, whose serve prints its Ray
-    workers' lines too) for what its start-up printed: every phase line
-    (engines/startup_phases.py), NCCL's last init lines and one GDRDMA channel line
-    (facts/nccl.py). The NCCL fact and the dry-fire's phases ask this same command: the batch
-    runs it once."""
+    workers' lines too) and of NCCL's debug files for what its start-up printed: every phase
+    line (engines/startup_phases.py), NCCL's last init lines and one line of each kind of
+    GPUDirect evidence (facts/nccl.py). The files come last, so their init lines are the last
+    ones: NCCL writes its lines there, line-buffered, and to the block-buffered stdout only
+    when the file was not set. The NCCL fact and the dry-fire's phases ask this same command:
+    the batch runs it once."""
     log = serve_log(inv, is_head)
     read = log.script if log else shlex.join(docker_logs_argv(inv.engine.container))
     program = ("$0 ~ phase { print; next } $0 ~ init { kept[n++ % keep] = $0; next } "
-               "$0 ~ gdr { channel = $0 } "
+               "$0 ~ gdr { seen[\"gdr\"] = $0; next } $0 ~ chan { seen[\"chan\"] = $0; next } "
+               "$0 ~ dmabuf { seen[\"dmabuf\"] = $0 } "
                "END { for (i = (n > keep ? n - keep : 0); i < n; i++) print kept[i % keep]; "
-               "if (channel != \"\") print channel }")
+               "for (k in seen) print seen[k] }")
     awk = shlex.join(["awk", "-v", f"phase={startup_phases.LOG_PATTERN}",
                       "-v", f"init={nccl.INIT_PATTERN}", "-v", f"gdr={nccl.GDR_PATTERN}",
+                      "-v", f"chan={nccl.CHANNEL_PATTERN}", "-v", f"dmabuf={nccl.DMABUF_PATTERN}",
                       "-v", f"keep={NCCL_LINES_KEPT}", program])
-    return f"{read} 2>&1 | head -n {STARTUP_LOG_LINES} | {awk}"
+    return (f"{{ {read} 2>&1 | head -n {STARTUP_LOG_LINES}; {nccl_files_script(inv)}; }} "
+            f"| {awk}")
 
 
 def nccl_transport(inv, is_head: bool = False) -> F.Fact:
@@ -184,3 +203,14 @@ def engine_exit(node: str, message: str, step: str, log: str, image: str | None,
     if lacking:
         return EngineImageError(node, message, step=step, hint=lacking)
     return StepFailed(node, message, step=step, hint=hint)
+
+
+DOC_READING = bundled("doc_reading.py")
+
+
+def download_reading(inv, name: str = "download", parse=parse_reading) -> F.Fact[Reading]:
+    """The downloader's progress and whether it lives (remote/protocol.py read_document, the
+    reading the download step's weights_status.py makes too): what `status` shows and
+    stop-download stops. In the batch's one Python interpreter: no process of its own."""
+    paths = WorkPaths(inv.paths.work)
+    return F.python(name, DOC_READING, ["download", paths.progress, paths.pid], parse)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k3deploy.facts.docker import Container
+from k3deploy.facts.node_doc import parse_reading
 from k3deploy.node import run_settle
 from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
@@ -132,6 +133,10 @@ class RemoveContainers(Step[ContainerFacts]):
         node.state.record_teardown(str(logs) if logs else None)
 
 
+def _live_pid(out: str, code: int) -> int | None:
+    return parse_reading(out, code).pid
+
+
 @dataclass(frozen=True)
 class DownloaderFacts:
     downloader: int | None   # its pid, while it runs
@@ -146,11 +151,8 @@ class StopDownload(Step[DownloaderFacts]):
     Facts = DownloaderFacts
 
     def probes(self, node: NodeContext) -> list[F.Fact]:
-        pid = shlex.quote(WorkPaths(node.inv.paths.work).pid)
-        # The pid file's process, only while it still is the downloader (pids are reused).
-        alive = (f"p=$(cat {pid}) && tr '\\0' ' ' < /proc/$p/cmdline | grep -q fetch_weights "
-                 "&& echo $p")
-        return [F.Fact("downloader", alive, F.integer)]
+        # The live downloader's pid as every reader of its progress finds it (pids are reused)
+        return [probes.download_reading(node.inv, "downloader", _live_pid)]
 
     def plan(self, facts: DownloaderFacts, node: NodeContext) -> list[Action]:
         pid = facts.downloader

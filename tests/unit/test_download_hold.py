@@ -26,8 +26,9 @@ def _hold(tmp_path, state, pid, seconds=3.0) -> float:
 
 
 def test_a_running_download_holds_the_look_for_the_poll(tmp_path):
-    # a live process whose command line names fetch_weights stands in for the downloader
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "fetch_weights"])
+    # a live process with fetch_weights.py in its argv stands in for the downloader
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
+                             "/work/fetch_weights.py"])
     try:
         assert _hold(tmp_path, "running", live.pid, seconds=1.0) >= 1.0
     finally:

@@ -20,6 +20,7 @@ from k3deploy.core.log import get as get_log
 from k3deploy.facts import download, record
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.remote import bundled, downloader_files
+from k3deploy.remote import protocol
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.steps import node_files
 from k3deploy.steps.weights import download_report, peers, shared_hf
@@ -67,7 +68,12 @@ class DownloadFacts:
     def error(self) -> str:
         """Why the downloader stopped, as its progress says."""
         found = self.status.progress.error if self.status.progress else None
-        return found or "the downloader exited"
+        seen = self.status.downloader
+        if found or seen is None or seen.state != protocol.STOPPED or seen.age is None:
+            return found or "the downloader exited"
+        # killed (SIGKILL, the OOM killer, a reboot): it never wrote its end
+        return (f"the downloader died without a word: its progress, last written "
+                f"{seen.age:.0f}s ago, still said {seen.said!r}")
 
 
 class DownloadWeights(Step[DownloadFacts]):
