@@ -9,7 +9,7 @@ import yaml
 
 from k3deploy import engines
 from k3deploy.engines import spec_from_inventory
-from k3deploy.engines import LaunchSpec, cli_contract
+from k3deploy.engines import LaunchSpec, cli_contract, sglang_defaults
 from k3deploy.engines.cli_contract import Finding
 
 # The argv's shape does not depend on these: image and commit are chosen on the nodes.
@@ -48,6 +48,11 @@ def engine_commands(spec: LaunchSpec) -> list[tuple[str, list[str]]]:
 def spec_findings(spec: LaunchSpec) -> list[Finding]:
     found = [f for engine, args in engine_commands(spec)
              for f in cli_contract.check_argv(engine, args)]
+    if spec.engine == "sglang":   # the table is the newest release's; the image's may be older
+        names = [a[2:].split("=", 1)[0] for _, args in engine_commands(spec) for a in args
+                 if a.startswith("--")]
+        found += [Finding("error", text.split()[0], text)
+                  for text in sglang_defaults.refused(spec.image, names)]
     if spec.engine == "sglang" and spec.secrets_host_dir is not None:
         found += cli_contract.check_sglang_config(
             yaml.safe_load(engines.sglang_secret_config(_SAMPLE_KEY)))

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 
+from k3deploy.engines.spec import LaunchSpec
 from k3deploy.facts.docker import Container
 
 DRY_FIRE_LABEL = "k3deploy.dry-fire"
-DUMMY_ARGS = {"load-format": "dummy"}
+# SGLang's dummy loader refuses any loader option ("Model loader extra config is not supported
+# for load format ...": 0.5.16 wheel srt/model_loader/loader.py:1404 DummyModelLoader); a
+# dry-fire reads no checkpoint, so the real launch's loader option goes.
+DUMMY_ARGS = {"load-format": "dummy", "model-loader-extra-config": None}
 
 
-def dry_fire_spec(spec):
+def dry_fire_spec(spec: LaunchSpec) -> LaunchSpec:
     """The real launch's spec (before its config label) with dummy weights, marked."""
     return dataclasses.replace(spec, extra_args={**spec.extra_args, **DUMMY_ARGS},
                                labels={**spec.labels, DRY_FIRE_LABEL: "1"})
@@ -31,4 +35,4 @@ def dry_fire_spec(spec):
 
 def is_dry_fire(container: Container | None) -> bool:
     """The engine container (facts/docker.py) is a dry-fire's."""
-    return bool(container) and container.labels.get(DRY_FIRE_LABEL) == "1"
+    return container is not None and container.labels.get(DRY_FIRE_LABEL) == "1"

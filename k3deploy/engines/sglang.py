@@ -11,6 +11,7 @@ import yaml
 
 from k3deploy.engines.docker import docker_run_argv
 from k3deploy.engines.parsers import MODEL_PARSER
+from k3deploy.engines.sglang_defaults import decode_hang_flags
 from k3deploy.engines.spec import (SECRETS_MOUNT, SGLANG_SECRET_FILE, FlagValue, LaunchSpec,
                                    SpecError, render_flags)
 
@@ -59,7 +60,11 @@ def _tail_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
             ("served-model-name", spec.model_name),
             # Every rank's scheduler on /metrics (node rank >= 1: its health server), so the
             # guard sees which rank stopped advancing (remote/guard_progress.py).
-            ("enable-metrics", True), ("enable-metrics-for-all-schedulers", True)]
+            ("enable-metrics", True), ("enable-metrics-for-all-schedulers", True),
+            # The cookbook image's first multi-node decode outlives the scheduler watchdog
+            # (sgl-project/sglang#39568): the working launch's flags, where the image's SGLang
+            # accepts them (engines/sglang_defaults.py).
+            *decode_hang_flags(spec.image)]
 
 
 def sglang_launch_argv(spec: LaunchSpec) -> list[str]:

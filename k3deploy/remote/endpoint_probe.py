@@ -10,11 +10,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING
 
 try:
     from thread_pool import pool   # bundled ahead of this program (node/http_probe.py)
 except ImportError:                # imported from the package (the unit tests)
-    from k3deploy.remote.thread_pool import pool
+    if not TYPE_CHECKING:  # the same file by its package name: mypy checks it as thread_pool
+        from k3deploy.remote.thread_pool import pool
 
 TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
@@ -70,6 +72,27 @@ def vision(cfg):
     return call(cfg, "/v1/chat/completions", body, timeout=300)
 
 
+# The load the cookbook image's first multi-node decode hung on (sgl-project/sglang#39568: 32
+# concurrent requests of 8192 prompt tokens; a short request had answered).
+DECODE_BATCH, DECODE_PROMPT, DECODE_OUTPUT = 32, 8192, 16
+
+
+def decode_batch(cfg):
+    """That load through the group: 200 when every request answered 200, else the first other
+    answer. Each waits `decode_timeout` (past the engine's own watchdog, so a hang reads as the
+    engine ending, not as this probe giving up)."""
+    words = min(DECODE_PROMPT, int(cfg.get("prompt_limit") or DECODE_PROMPT))
+    body = {"model": cfg["model"], "max_tokens": DECODE_OUTPUT,
+            "messages": [{"role": "user", "content": " ".join(["hello"] * words)}]}
+    timeout = float(cfg.get("decode_timeout") or 300)
+    with pool(DECODE_BATCH, "decode") as threads:
+        answers = list(threads.map(
+            lambda _: call(cfg, "/v1/chat/completions", body, timeout=timeout),
+            range(DECODE_BATCH)))
+    failed = [a for a in answers if a.get("status") != 200]
+    return failed[0] if failed else {"status": 200, "body": {"answered": len(answers)}}
+
+
 def version(cfg):
     """The engine's version as it reports it: vLLM /version; SGLang /server_info, or on a
     release from before that name /get_server_info (now a deprecated alias that writes a
@@ -92,10 +115,11 @@ CHECKS = {
     "chat": lambda cfg: chat(cfg),
     "tools": lambda cfg: chat(cfg, tools=True),
     "vision": vision,
+    "decode_batch": decode_batch,
 }
 
 
-GENERATING = ("chat", "tools", "vision")  # answered only by a forward step over every rank
+GENERATING = ("chat", "tools", "vision", "decode_batch")  # answered only by a forward step over every rank
 
 
 def run_checks(cfg):

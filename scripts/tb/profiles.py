@@ -1,7 +1,7 @@
 """Testbed profiles: node behaviour as a given upstream version prints and does it.
 
 A profile belongs to one group (docker, docker-unit, toolkit, nvme, nvme-fs, sglang, vllm, ray,
-ray-gpus, gpu, engine-start, fabric);
+ray-gpus, gpu, sglang-decode, engine-start, fabric);
 a node has at most one profile per group, and the group's default when none is named. A
 profile's `settings` are written into the node's `node.json` (top-level keys) where the
 stand-ins read them; `source` says where upstream the behaviour comes from, so that a
@@ -142,6 +142,34 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
        "and topo -m: the 8x H100 node of sgl-project/sglang#30401 (tests/fixtures/real/"
        "nvidia-smi/570.133.20/topo-m-h100-8x-8hca.source)",
        {"ib_hcas": 8, "ib_rate": "400 Gb/sec (4X NDR)", "nvidia_peermem": True}),
+    _p("ib-hcas-eth-frontend", "fabric",
+       "twelve HCAs: eight ConnectX-7 InfiniBand (mlx5_0, 3, 4, 5, 6, 9, 10, 11) one PIX to each "
+       "GPU, beside ConnectX-6 Ethernet ports (mlx5_7, mlx5_8 up; mlx5_1, mlx5_2 down): link "
+       "layers mixed, names sharing prefixes (mlx5_1, mlx5_10); nvidia_peermem loaded",
+       "kvcache-ai/Mooncake#2039 (8x H100: its ibstat and `nvidia-smi topo -m`, tests/fixtures/"
+       "real/linux-sysfs/6.x/ib-ports-h100-12nic-eth-frontend.source, nvidia-smi/unknown/"
+       "topo-m-h100-8x-12nic.source); sysfs formats as for ib-hcas",
+       {"ib_hcas": 12, "nvidia_peermem": True, "ib_port_layout": [
+           [name, "4: ACTIVE", "400 Gb/sec (4X NDR)", "InfiniBand"]
+           for name in ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10",
+                        "mlx5_11")] + [
+           [name, "1: DOWN", "40 Gb/sec (4X QDR)", "Ethernet"] for name in ("mlx5_1", "mlx5_2")] + [
+           [name, "4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet"] for name in ("mlx5_7", "mlx5_8")]}),
+    _p("sglang-decode-completes", "sglang-decode", "every decode step completes",
+       "testbed", {"first_decode_hang": None}, default=True),
+    _p("sglang-kimi-k3-cookbook", "sglang-decode",
+       "the cookbook image lmsysorg/sglang:kimi-k3 (SGLang 0.5.16): on a multi-node group the "
+       "first decode of 32 requests of 8192 prompt tokens never completes; the scheduler "
+       "watchdog fires on every rank after --watchdog-timeout (300 s by default; node.json "
+       "watchdog_time_scale scales it), SGLang's lines, exit 137; not with "
+       "--disable-flashinfer-autotune and --watchdog-timeout 3600",
+       "sgl-project/sglang#39568 (open; the reporter's working launch); sglang 0.5.16 wheel: "
+       "srt/utils/watchdog.py WatchdogRaw, managers/scheduler_components/invariant_checker.py "
+       "create_scheduler_watchdog, utils/cudacore_pyspy_dump_utils.py, managers/"
+       "tokenizer_manager.py running_phase_sigquit_handler, entrypoints/engine.py "
+       "launch_phase_sigquit_handler, utils/common.py kill_process_tree; py-spy failing in "
+       "that image: sgl-project/sglang#33549 (standins/engine/decode_watchdog.py)",
+       {"first_decode_hang": "lmsysorg/sglang:kimi-k3", "watchdog_time_scale": 1.0}),
     _p("engine-start-fast", "engine-start", "engine imports done at once (the testbed default)",
        "testbed", {"engine_import_seconds": 0.0}, default=True),
     _p("slow-engine-start", "engine-start",

@@ -3,9 +3,11 @@ the chat completion the head sends, what `up` prints; dry-fire-stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+from realfix import real
 
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
@@ -61,11 +63,54 @@ def test_the_head_asks_one_chat_completion_and_a_refusal_fails_the_dry_fire(tmp_
     refused = http.Endpoint(chat=http.answer({"status": 500, "body": "CUDA error"}))
     ctx.run.executor.gather = lambda _step, _node, _facts: {"answer": refused}
     with pytest.raises(StepFailed, match="a chat completion answered 500: CUDA error"):
-        step._request(ctx)
+        step._request(ctx, None)
     ok = http.Endpoint(chat=http.answer({"status": 200, "body": {"choices": []}}))
     ctx.run.executor.gather = lambda _step, _node, _facts: {"answer": ok}
-    step._request(ctx)
+    step._request(ctx, None)
     assert ctx.name in step._answers
+
+
+def _asked(answer: http.Endpoint, log: str, seen: list):
+    """The executor's gather: the probe's answer, then the head's engine log."""
+    def gather(_step, _node, facts):
+        seen.append(facts[0])
+        return {"answer": answer} if facts[0].name == "answer" else {facts[0].name: log}
+    return gather
+
+
+def test_a_multi_node_sglang_dry_fire_sends_39568s_load_and_names_the_hang(tmp_path):
+    ctx = ctx_for(tmp_path)
+    step, facts = verdict_facts(ctx)
+    spec = dataclasses.replace(facts.spec, extra_args={"watchdog-timeout": None,
+                                                       "disable-flashinfer-autotune": None})
+    asked = step.plan(facts, ctx)[0]
+    assert "a batch of 32 long requests" in asked.description and asked.note == facts.spec
+    ended = http.answer({"status": None, "error": "Remote end closed connection without response"})
+    answer = http.Endpoint(chat=ended, decode_batch=ended)
+    log = (real("sglang/0.5.16/watchdog-debug-info.txt")
+           + real("sglang/main-2026-05/watchdog-timeout.txt"))
+    seen: list = []
+    ctx.run.executor.gather = _asked(answer, log, seen)
+    with pytest.raises(StepFailed) as err:
+        step._request(ctx, spec)
+    text = f"{err.value} {err.value.hint}"
+    assert "the first multi-node decode outlived SGLang's scheduler watchdog" in text, text
+    assert "TP5's scheduler made no forward progress for 300 s with a batch of 1" in text, text
+    assert "sgl-project/sglang#39568" in text and "--watchdog-timeout 3600" in text, text
+    assert "turns off or changes watchdog-timeout, disable-flashinfer-autotune" in text, text
+    probe = json.loads(seen[0].stdin)
+    # the default watchdog (300 s) polled every half: it fires by 450 s, then 5 s, margin 60
+    assert probe["checks"] == ["chat", "decode_batch"] and probe["decode_timeout"] == 515.0
+
+
+def test_a_failed_load_without_watchdog_lines_says_what_it_got(tmp_path):
+    ctx = ctx_for(tmp_path)
+    step, facts = verdict_facts(ctx)
+    ok = http.answer({"status": 200, "body": {"choices": []}})
+    answer = http.Endpoint(chat=ok, decode_batch=http.answer({"status": 500, "body": "oom"}))
+    ctx.run.executor.gather = _asked(answer, "Load weight end.\n", [])
+    with pytest.raises(StepFailed, match="a batch of 32 long requests answered 500: oom"):
+        step._request(ctx, facts.spec)
 
 
 def test_a_report_is_json_with_the_keys_it_always_had():

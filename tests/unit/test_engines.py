@@ -74,7 +74,7 @@ SERVE_LOGS = "/mnt/nvme/k3deploy/serve-logs"
 def b200_ray_spec(rank: int, **changes) -> LaunchSpec:
     logs = {"serve_log_host_dir": SERVE_LOGS} if rank == 0 else {}
     return b300_vllm_spec(nnodes=2, node_rank=rank, self_address=f"10.0.0.1{rank}",
-                          **{**logs, **changes})
+                          executor="ray", **{**logs, **changes})
 
 
 def pairs(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -106,7 +106,8 @@ def test_h100_rank2_docker_argv_is_the_guide_command_with_documented_differences
     i = expected.index("NCCL_DEBUG=WARN")
     expected[i:i + 1] = ["NCCL_DEBUG=INFO", "--env", "NCCL_DEBUG_SUBSYS=INIT,NET"]
     i = expected.index("NCCL_DEBUG_SUBSYS=INIT,NET") + 1
-    expected[i:i] = ["--env", "HF_HUB_OFFLINE=1"]
+    # 6. C stdio's stdout unbuffered, so NCCL's lines reach `docker logs` as it writes them
+    expected[i:i] = ["--env", "PYTHONUNBUFFERED=1", "--env", "HF_HUB_OFFLINE=1"]
     # 3. the configuration digest label and the settings it covers, before the image
     i = expected.index("lmsysorg/sglang:kimi-k3")
     expected[i:i] = ["--label", f"{CONFIG_LABEL}={digest}",
@@ -116,7 +117,11 @@ def test_h100_rank2_docker_argv_is_the_guide_command_with_documented_differences
     i = expected.index("moonshotai/Kimi-K3") + 1
     expected[i:i] = ["--revision", SHA]
     expected += ["--served-model-name", "moonshotai/Kimi-K3", "--enable-metrics",
-                 "--enable-metrics-for-all-schedulers",
+                 "--enable-metrics-for-all-schedulers"]
+    # 7. the working launch of sgl-project/sglang#39568 (engines/sglang_defaults.py): the
+    # cookbook image's first multi-node decode outlived the scheduler watchdog
+    expected += ["--watchdog-timeout", "3600", "--disable-flashinfer-autotune",
+                 "--model-loader-extra-config", '{"enable_multithread_load": true}',
                  "--config", "/k3deploy/secrets/sglang-secret.yaml"]
 
     assert engines.sglang_launch_argv(spec) == expected
@@ -159,6 +164,8 @@ def test_b300_sglang_dp_attention_matches_the_guide_cell():
         "--host", "0.0.0.0", "--port", "8000", "--context-length", "1048576",
         "--served-model-name", "moonshotai/Kimi-K3",
         "--enable-metrics", "--enable-metrics-for-all-schedulers",
+        "--watchdog-timeout", "3600", "--disable-flashinfer-autotune",
+        "--model-loader-extra-config", '{"enable_multithread_load": true}',
         "--config", "/k3deploy/secrets/sglang-secret.yaml"]
     guide = pairs(guide_tokens(GUIDE_SGLANG_B300))
     for flag, value in guide:
@@ -202,7 +209,7 @@ def test_b300_vllm_container_replaces_the_image_entrypoint_and_uses_env_file():
     envs = [argv[j + 1] for j, t in enumerate(argv) if t == "--env"]
     assert envs == ["VLLM_HOST_IP=10.0.0.10", "NCCL_SOCKET_IFNAME=eth0",
                     "GLOO_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET",
-                    "HF_HUB_OFFLINE=1"]
+                    "PYTHONUNBUFFERED=1", "HF_HUB_OFFLINE=1"]
     assert not any(t.endswith(":/k3deploy/secrets:ro") for t in argv)
 
 
@@ -289,6 +296,8 @@ def test_extra_args_override_in_place_remove_and_append_sorted():
     assert "--decode-attention-backend" not in args and "flashmla" not in args
     tail = args[args.index("--served-model-name") + 2:]
     assert tail == ["--enable-metrics", "--enable-metrics-for-all-schedulers",
+                    "--watchdog-timeout", "3600", "--disable-flashinfer-autotune",
+                    "--model-loader-extra-config", '{"enable_multithread_load": true}',
                     "--alpha-flag", "x", "--zeta-flag", "--config",
                     "/k3deploy/secrets/sglang-secret.yaml"]
     # dict order does not change the argv

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import dry_fire
+from k3deploy.engines.spec import LaunchSpec
 from k3deploy.facts import http, record
 from k3deploy.facts.docker import Container
 from k3deploy.facts.nccl import NcclTransport
@@ -32,7 +33,9 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.base import Action, Step, cmd, upload
 from k3deploy.steps.engine.compile_cache_seal import SealCompileCache, SealFacts
-from k3deploy.steps.dry_fire.dry_fire_rules import HINT, passed_fact, report_path
+from k3deploy.steps.dry_fire import dry_fire_hang
+from k3deploy.steps.dry_fire.dry_fire_rules import (HINT, PassedEverywhere, passed_everywhere,
+                                                    passed_fact, passed_here, report_path)
 
 REQUEST = "request"
 
@@ -90,6 +93,7 @@ class DryFireVerdict(SealCompileCache):
     name = "dry-fire"
     head_first = True
     needs_all_nodes = True
+    settles = True   # a report is kept on every node or the verdict is given again on all
     Facts = DryFireFacts
 
     def prepare(self, run: RunContext) -> None:
@@ -108,16 +112,22 @@ class DryFireVerdict(SealCompileCache):
         kept = {f.name: getattr(seal, f.name) for f in fields(seal) if f.name not in _OWN}
         return record(DryFireFacts, {k: v for k, v in found.items() if k in _OWN}, **kept)
 
+    def settle(self, all_facts: dict[str, DryFireFacts], run: RunContext) -> PassedEverywhere:
+        return passed_everywhere({n: _judged(f) for n, f in all_facts.items()},
+                                 {n: f.dry_fire_passed for n, f in all_facts.items()})
+
     def plan(self, facts: DryFireFacts, node: NodeContext) -> list[Action]:
-        current = facts.container
-        if not (dry_fire.is_dry_fire(current) and current.running):
-            return []
-        config = current.labels.get(engines.CONFIG_LABEL, "unknown")
-        if config in facts.dry_fire_passed:
+        config = _judged(facts)
+        # A report this run kept is this group's: the run's decision predates it.
+        if config is None or node.name in self._reports or \
+                passed_here(node.run, config, facts.dry_fire_passed):
             return []
         report = node_report(facts.gpus, facts.phases, facts.nccl, config)
-        head = [Action("send one chat completion to the dry-fire's endpoint", tag=REQUEST)] \
-            if node.is_head else []
+        asked = ("send one chat completion and a batch of 32 long requests (the load of "
+                 "sgl-project/sglang#39568) to the dry-fire's endpoint"
+                 if dry_fire_hang.wants_load(facts.spec)
+                 else "send one chat completion to the dry-fire's endpoint")
+        head = [Action(asked, tag=REQUEST, note=facts.spec)] if node.is_head else []
         keep = upload("keep the dry-fire's report", report_path(node.inv, config),
                       json.dumps(report.doc(), sort_keys=True), mode=0o644, sudo=True)
         return [*head, *super().plan(facts, node),
@@ -127,17 +137,23 @@ class DryFireVerdict(SealCompileCache):
 
     def apply(self, node: NodeContext, actions: list[Action]) -> None:
         if actions and actions[0].tag == REQUEST:
-            self._request(node)
+            self._request(node, actions[0].note)
             actions = actions[1:]
         for action in actions:
             if isinstance(action.note, Report):
                 self._reports[node.name] = action.note
         super().apply(node, actions)
 
-    def _request(self, node: NodeContext) -> None:
+    def _request(self, node: NodeContext, spec: LaunchSpec | None) -> None:
         asked = time.monotonic()
-        fact = http_probe.fact("answer", node.inv, ["chat"], node.run.inputs.api_key)
-        chat = record(_Asked, node.run.executor.gather(self, node, [fact])).answer.chat
+        load = dry_fire_hang.wants_load(spec)
+        fact = http_probe.fact("answer", node.inv, ["chat", *(["decode_batch"] if load else [])],
+                               node.run.inputs.api_key,
+                               dry_fire_hang.load_settings(spec) if load else None)
+        answer = record(_Asked, node.run.executor.gather(self, node, [fact])).answer
+        chat = answer.chat
+        if load and spec is not None and not (answer.decode_batch and answer.decode_batch.ok):
+            self._hung(node, spec, answer.decode_batch or http.Answer(None, error=http.NO_RESULT))
         if chat is None or not chat.ok:
             raise StepFailed(node.name, "dry-fire (dummy weights): the group serves, but a chat "
                              f"completion answered {chat.status if chat else None}: "
@@ -145,6 +161,13 @@ class DryFireVerdict(SealCompileCache):
                              step=self.name, hint=HINT)
         self._answers[node.name] = time.monotonic() - asked
         self._verdict_at = time.time()
+
+    def _hung(self, node: NodeContext, spec: LaunchSpec, batch: http.Answer) -> None:
+        """The load failed: the head's engine log names why (the group is ended by then when
+        its watchdog fired)."""
+        fact = probes.engine_log(node.inv, True, tail=dry_fire_hang.LOG_TAIL)
+        log = node.run.executor.gather(self, node, [fact]).get(fact.name) or ""
+        raise dry_fire_hang.hang_error(node.name, self.name, spec, str(log), batch, HINT)
 
     def detail(self, facts: DryFireFacts, node: NodeContext) -> dict | None:
         report = self._reports.get(node.name)
@@ -179,3 +202,11 @@ class DryFireStop(Step[StopFacts]):
             return []
         return [cmd("stop the dry-fire's engine",
                     *engines.docker_rm_argv(node.inv.engine.container), sudo=True, retry=True)]
+
+
+def _judged(facts: DryFireFacts) -> str | None:
+    """The configuration of the dry-fire running on the node (None: none runs there)."""
+    current = facts.container
+    if not (dry_fire.is_dry_fire(current) and current.running):
+        return None
+    return current.labels.get(engines.CONFIG_LABEL, "unknown")

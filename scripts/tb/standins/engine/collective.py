@@ -63,6 +63,8 @@ class Forward:
         # on (tokenizer_manager.last_receive_tstamp; http_server.py health_generate).
         self.last_output = 0.0
         self.batch = []   # the requests running, in arrival order
+        self.shape = {}   # the next step's batch: each request's prompt tokens
+        self.watchdog = None   # SGLang's scheduler watchdog (decode_watchdog.py), if attached
         group.on_step_done = self._replied
 
     def generate(self, prompt_tokens, output_tokens):
@@ -102,6 +104,7 @@ class Forward:
             else:
                 mode, tokens = "decode", sum(r.decode.pop(0) for r in batch)
             prefilled = sum(r.prompt for r in prefilling if not r.prefill)
+            self.shape = {"prompts": [r.prompt for r in batch]}
         self.step(mode, tokens, prefilled)
 
     def _held(self):
@@ -120,9 +123,11 @@ class Forward:
             self.seq += 1
             self.replies = set()
         msg = {"event": "step", "seq": self.seq, "mode": mode, "tokens": tokens,
-               "running": self.running}
+               "running": self.running, **self.shape}
         for _, conn in members:
             send(conn, msg)
+        if self.watchdog is not None:
+            self.watchdog.during_step(msg)
         own_share(self.ctx, mode)
         self._await({rank for rank, _ in members})
         for _, conn in members:
@@ -157,11 +162,14 @@ class Share:
     def __init__(self, ctx, group, progress):
         self.ctx, self.group, self.progress = ctx, group, progress
         self.pending = None
+        self.watchdog = None   # as Forward's
         group.on_message = self.handle
 
     def handle(self, msg):
         event = msg.get("event")
         if event == "step":
+            if self.watchdog is not None:
+                self.watchdog.during_step(msg)
             own_share(self.ctx, msg.get("mode", ""))
             self.pending = msg
             send(self.group.conn, {"event": "step_done", "seq": msg.get("seq")})

@@ -1,8 +1,9 @@
 """What a formed SGLang rank does after loading: its share of every forward step
-(collective.py), its progress counters (progress.py) on /metrics, and on a node of rank >= 1
-the dummy health server (rankhttp.py). Attached before the rank reports loaded, so no step
-can reach a rank not yet listening for it."""
+(collective.py) under SGLang's scheduler watchdog (decode_watchdog.py), its progress counters
+(progress.py) on /metrics, and on a node of rank >= 1 the dummy health server (rankhttp.py).
+Attached before the rank reports loaded, so no step can reach a rank not yet listening for it."""
 import collective
+import decode_watchdog
 import progress
 import rankhttp
 
@@ -13,11 +14,13 @@ def attach_sglang(args, ctx, group, serving, first_rank, timeout):
         metrics = progress.Progress("sglang", args.served_model_name or args.model_path,
                                     first_rank, ctx.gpus, args.enable_metrics_for_all_schedulers)
     counts = metrics or progress.Progress("sglang", "", first_rank, 0)
+    watchdog = decode_watchdog.SchedulerWatchdog(args, ctx, first_rank)
     if args.node_rank == 0:
         serving.progress = metrics
         serving.forward = collective.Forward(ctx, group, counts, timeout)
+        serving.forward.watchdog = watchdog
         return
-    collective.Share(ctx, group, counts)
+    collective.Share(ctx, group, counts).watchdog = watchdog
     rankhttp.start(args.host, args.port, metrics)
 
 

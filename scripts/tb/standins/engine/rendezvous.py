@@ -157,6 +157,7 @@ class Group:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
+            _no_delay(conn)
             threading.Thread(target=self._serve_member, args=(conn,), daemon=True).start()
 
     def _serve_member(self, conn):
@@ -203,6 +204,7 @@ class Group:
             try:
                 conn = socket.create_connection((self.host, self.port), timeout=1.0)
                 conn.settimeout(None)
+                _no_delay(conn)
                 return conn
             except OSError as e:
                 if time.monotonic() - last_log >= LOG_EVERY:
@@ -298,3 +300,10 @@ class Group:
                 f"thread terminated with exception: connection to {who} closed\n"
                 "torch.distributed.DistBackendError: NCCL communicator was aborted: a peer "
                 f"process ({who}) exited. Exiting this rank as well.")
+
+
+def _no_delay(conn):
+    """Each forward step is a few small messages each way (collective.py): with Nagle's
+    algorithm a second write waits for the peer's delayed ACK (~40 ms on Linux), a latency no
+    NCCL collective has: a 1024-step prefill over two ranks took 46 s with it, 0.3 s without."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
