@@ -16,6 +16,7 @@ def node_view(found: dict) -> dict:
     t, fab = found.get("nccl"), node_fabric(found)
     return {"nccl_transport": t.transport if t else None,
             "nccl_devices": list(t.devices) if t else [], "gpudirect": t.gpudirect if t else None,
+            "gpudirect_evidence": t.gpudirect_evidence if t else None,
             "hcas": list(fab.hcas) if fab else []}
 
 

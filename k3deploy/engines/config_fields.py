@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines.spec import LaunchSpec
 
 FIELDS_LABEL = "k3deploy.config.fields"
@@ -30,6 +31,7 @@ INVENTORY_NAMES = {
     "context_length": "engine.context_length", "extra_args": "engine.args",
     "extra_env": "engine.env", "compile_cache_host_dir": "compile cache dir (its key)",
     "serve_log_host_dir": "serve log dir",
+    "nccl_log_host_dir": "NCCL debug file dir",
 }
 
 
@@ -53,7 +55,7 @@ def fields_label(spec: LaunchSpec, argvs: list[list[str]]) -> str:
     return json.dumps(config_fields(spec, argvs), sort_keys=True, separators=(",", ":"))
 
 
-def _shown(fields: dict, key: str) -> str:
+def _shown(fields: dict[str, JSON], key: str) -> str:
     return json.dumps(fields[key]) if key in fields else "unset"
 
 

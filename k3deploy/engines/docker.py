@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from k3deploy.engines import fabric  # noqa: I001
 from k3deploy.engines.compile_cache_key import CACHE_MOUNT, cache_env
-from k3deploy.engines.spec import (HF_CACHE_MOUNT, SECRETS_MOUNT, SERVE_LOG_MOUNT, VLLM_ENV_FILE,
-                                   LaunchSpec, SpecError)
+from k3deploy.engines.spec import (HF_CACHE_MOUNT, NCCL_LOG_MOUNT, SECRETS_MOUNT, SERVE_LOG_MOUNT,
+                                   VLLM_ENV_FILE, LaunchSpec, SpecError)
 
 # The guide's Step 6 container flags, in its order.
 _RUN_FLAGS = ["--gpus", "all", "--network", "host", "--ipc=host", "--shm-size", "32g",
@@ -40,7 +40,7 @@ def _sglang_env(spec: LaunchSpec) -> list[tuple[str, str]]:
         ("SGLANG_HOST_IP", spec.self_address),
         ("NCCL_SOCKET_IFNAME", spec.nic),
         ("GLOO_SOCKET_IFNAME", spec.nic),
-        *fabric.env(spec.ib_hcas, spec.ib_disable),
+        *fabric.env(spec.ib_hcas, spec.ib_disable, spec.nccl_log_host_dir is not None),
     ]
 
 
@@ -51,7 +51,7 @@ def _vllm_env(spec: LaunchSpec) -> list[tuple[str, str]]:
         ("VLLM_HOST_IP", spec.self_address),
         ("NCCL_SOCKET_IFNAME", spec.nic),
         ("GLOO_SOCKET_IFNAME", spec.nic),
-        *fabric.env(spec.ib_hcas, spec.ib_disable),
+        *fabric.env(spec.ib_hcas, spec.ib_disable, spec.nccl_log_host_dir is not None),
     ]
 
 
@@ -71,6 +71,8 @@ def docker_run_argv(spec: LaunchSpec, cmd: list[str], *, entrypoint: str | None 
         argv += ["-v", f"{spec.compile_cache_host_dir}:{CACHE_MOUNT}"]
     if spec.serve_log_host_dir is not None:
         argv += ["-v", f"{spec.serve_log_host_dir}:{SERVE_LOG_MOUNT}"]
+    if spec.nccl_log_host_dir is not None:
+        argv += ["-v", f"{spec.nccl_log_host_dir}:{NCCL_LOG_MOUNT}"]
     for key, value in engine_env(spec):
         argv += ["--env", f"{key}={value}"]
     if env_file:

@@ -11,11 +11,13 @@ import re
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 
+from k3deploy.engines.inventory_view import FlagValue as FlagValue  # the argv builders import it from here
+from k3deploy.engines.layout import EXECUTORS
 from k3deploy.engines.static_fraction import SGLANG_MEM_FRACTION_STATIC
 
 ENGINES = ("sglang", "vllm")
 # tp-ep: the guide's multi-node SGLang cell; dp-attention: its single-node B300 SGLang
-# cell; dp-ep: vLLM data parallel + expert parallel (one node, or several over Ray).
+# cell; dp-ep: vLLM data parallel + expert parallel (one node, or several: mp or Ray).
 LAYOUTS = {"tp-ep": "sglang", "dp-attention": "sglang", "dp-ep": "vllm"}
 
 HF_CACHE_MOUNT = "/root/.cache/huggingface"
@@ -24,6 +26,7 @@ SGLANG_SECRET_FILE = "sglang-secret.yaml"
 VLLM_ENV_FILE = "vllm.env"
 SERVE_LOG_MOUNT = "/k3deploy/serve-logs"
 SERVE_LOG_FILE = "vllm-serve.log"
+NCCL_LOG_MOUNT = "/k3deploy/nccl-logs"
 CONFIG_LABEL = "k3deploy.config"
 
 # Flags and variables that carry credentials: they must never be put on a command line.
@@ -32,8 +35,6 @@ SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "S
 _SECRET_ENV_SUFFIX = re.compile(r"(TOKEN|API_KEY|SECRET|PASSWORD)$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _CONTAINER = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
-
-FlagValue = str | int | float | bool | None
 
 
 class SpecError(ValueError):
@@ -63,6 +64,8 @@ class LaunchSpec:
     dist_init_port: int = 20000
     serve_port: int = 8000
     ray_port: int = 6379
+    # vLLM across nodes: "mp" (one `vllm serve` per node) or "ray"; None: mp (engines/layout.py)
+    executor: str | None = None
     mem_fraction_static: float | None = SGLANG_MEM_FRACTION_STATIC
     dist_timeout: int | None = 3600
     context_length: int | None = None
@@ -79,6 +82,9 @@ class LaunchSpec:
     # /dev/infiniband passed in, or NCCL_IB_DISABLE=1 (sockets asked for).
     ib_hcas: tuple[str, ...] = ()
     ib_disable: bool = False
+    # The node dir mounted at NCCL_LOG_MOUNT for NCCL's debug files (engines/fabric.py); None:
+    # NCCL's lines go to the container's stdout only.
+    nccl_log_host_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check_engine_and_layout(self)
@@ -109,6 +115,9 @@ def _check_engine_and_layout(spec: LaunchSpec) -> None:
         raise SpecError(f"layout {spec.layout!r} is not a {spec.engine} layout; use one of {allowed}")
     if not spec.image:
         raise SpecError("image is empty (pick one with engines/images.py choose_image)")
+    if spec.executor is not None and (spec.engine != "vllm" or spec.executor not in EXECUTORS):
+        raise SpecError(f"executor {spec.executor!r}: vLLM's is one of {EXECUTORS}; "
+                        "SGLang has no executor choice")
     if spec.mem_fraction_static is not None and not 0 < spec.mem_fraction_static < 1:
         raise SpecError(f"mem_fraction_static must be in (0, 1), got {spec.mem_fraction_static}")
 
@@ -143,7 +152,8 @@ def _check_names(spec: LaunchSpec) -> None:
         raise SpecError(f"revision_sha must be a 40-hex commit sha, got {spec.revision_sha!r}")
     if not spec.nic or "/" in spec.nic:
         raise SpecError(f"nic {spec.nic!r} is not an interface name")
-    for path_name in ("hf_cache_host_path", "secrets_host_dir", "serve_log_host_dir"):
+    for path_name in ("hf_cache_host_path", "secrets_host_dir", "serve_log_host_dir",
+                      "nccl_log_host_dir"):
         path = getattr(spec, path_name)
         if path is not None and (not path.startswith("/") or ":" in path):
             raise SpecError(f"{path_name} must be an absolute path without ':', got {path!r}")

@@ -10,6 +10,7 @@ nvidia-peermem kernel module"), present as /sys/module/nvidia_peermem while load
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from k3deploy.facts import Probe
@@ -103,6 +104,36 @@ class NodeFabric:
     def usable(self) -> bool:
         """An HCA with an active port and the verbs device a process opens to use it."""
         return bool(self.hcas) and any(d.startswith("uverbs") for d in self.devices)
+
+    @property
+    def active_by_layer(self) -> dict[str, tuple[str, ...]]:
+        """Link layer -> its active ports (mlx5_0:1), for naming a node whose ports mix them."""
+        out: dict[str, tuple[str, ...]] = {}
+        for p in self.ports:
+            if p.active:
+                out[p.link_layer] = (*out.get(p.link_layer, ()), p.label)
+        return out
+
+    def nccl_layer(self, nearest: tuple[str, ...] = ()) -> str | None:
+        """The one link layer NCCL is given: that of the active HCAs nearest the GPUs
+        (`nvidia-smi topo -m`, facts/topology.py) when known, else the one most active ports
+        have. NCCL connects only devices of one link layer ("NET/IB : Attempted to connect
+        incompatible devices", NVIDIA/nccl src/transport/net_ib/connect.cc:985-990)."""
+        active = [p for p in self.ports if p.active]
+        if not active:
+            return None
+        count = Counter(p.link_layer for p in active)
+        near = Counter(p.link_layer for p in active if p.device in nearest) or count
+        # a tie goes to InfiniBand: a GPU node's compute fabric, where Ethernet is the front end
+        return max(near, key=lambda layer: (near[layer], count[layer], layer == "InfiniBand"))
+
+    def nccl_hcas(self, nearest: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """NCCL_IB_HCA's entries: the devices with an active port of `nccl_layer`, a device
+        whose active ports differ in link layer (a VPI card) by its port ("mlx5_0:1")."""
+        layer = self.nccl_layer(nearest)
+        mixed = {p.device for p in self.ports if p.active and p.link_layer != layer}
+        chosen = [p for p in self.ports if p.active and p.link_layer == layer]
+        return tuple(dict.fromkeys(p.label if p.device in mixed else p.device for p in chosen))
 
 
 def probes() -> list[Probe]:

@@ -155,8 +155,12 @@ def nccl_files_script(inv) -> str:
     """The engine's NCCL debug files (engines/fabric.py NCCL_DEBUG_FILE: "%h.%p.log" in the
     node's NCCL log dir, cleared at each launch), the first lines of each; nothing when there
     are none (the glob stays unexpanded and head's complaint is dropped)."""
-    glob = f"{shlex.quote(spec_from_inventory.nccl_log_dir(inv))}/*.log"
-    return f"head -q -n {NCCL_FILE_LINES} -- {glob} 2>/dev/null"
+    return f"head -q -n {NCCL_FILE_LINES} -- {nccl_files_glob(inv)} 2>/dev/null"
+
+
+def nccl_files_glob(inv) -> str:
+    """The shell glob of the node's NCCL debug files (the dir quoted, the pattern not)."""
+    return f"{shlex.quote(spec_from_inventory.nccl_log_dir(inv))}/*.log"
 
 
 def _startup_lines(inv, is_head: bool) -> str:

@@ -35,12 +35,13 @@ class LogsFacts:
     guard: str | None
     incident: str | None          # the guard's incident record (JSON), kept as written
     serve: str | None = None      # over Ray, on the head: the serve's own log file
+    nccl: str | None = None       # the rank processes' NCCL debug files (engines/fabric.py)
     saved: tuple[str, ...] = ()   # after the save: the copies on the laptop
 
     def found(self) -> dict[str, str]:
         """kind -> text of every log there is, the engine's first."""
-        texts = {"engine": self.engine, "serve": self.serve, "download": self.download,
-                 "guard": self.guard, "incident": self.incident}
+        texts = {"engine": self.engine, "serve": self.serve, "nccl": self.nccl,
+                 "download": self.download, "guard": self.guard, "incident": self.incident}
         return {kind: text for kind, text in texts.items() if text}
 
 
@@ -68,7 +69,11 @@ class CollectLogs(Step[LogsFacts]):
         logs = engines.docker_logs_argv(node.inv.engine.container)
         # Over Ray the head's container log is `ray start`'s; the serve's is its own file.
         serve = probes.serve_log(node.inv, node.is_head)
-        return [F.command("engine", logs, F.raw, sudo=True), *([serve] if serve else []),
+        # NCCL's lines are in their own files, not in docker logs (engines/fabric.py):
+        # head names each file ("==> host.pid.log <==") before its lines.
+        nccl = F.Fact("nccl", f"head -n {probes.NCCL_FILE_LINES} -- "
+                      f"{probes.nccl_files_glob(node.inv)} 2>/dev/null; true", F.text, sudo=True)
+        return [F.command("engine", logs, F.raw, sudo=True), *([serve] if serve else []), nccl,
                 F.command("download", ["cat", WorkPaths(node.inv.paths.work).log], F.raw),
                 *guard_files(node)]
 

@@ -118,11 +118,14 @@ def fabric_mounts(ndir: Path, spec: NodeSpec) -> list[str]:
         up, wk = q(str(f / f"{name}-up")), q(str(f / f"{name}-wk"))
         out += [f"rm -rf {up} {wk}", f"mkdir -p {up} {wk}",
                 f"mount -t overlay k3tb-{name} -o lowerdir={where},upperdir={up},workdir={wk} {where}"]
-    for i in range(count):
-        port = f"/sys/class/infiniband/mlx5_{i}/ports/1"
-        out += [f"mkdir -p {port}", f"echo '4: ACTIVE' > {port}/state",
-                f"echo {q(node.get('ib_rate', '400 Gb/sec (4X NDR)'))} > {port}/rate",
-                f"echo InfiniBand > {port}/link_layer"]
+    # [device, state, rate, link layer] per port: the profile's, else `count` NDR HCAs
+    layout = node.get("ib_port_layout") or [
+        [f"mlx5_{i}", "4: ACTIVE", node.get("ib_rate", "400 Gb/sec (4X NDR)"), "InfiniBand"]
+        for i in range(count)]
+    for name, state, rate, layer in layout:
+        port = f"/sys/class/infiniband/{name}/ports/1"
+        out += [f"mkdir -p {q(port)}", f"echo {q(state)} > {q(port)}/state",
+                f"echo {q(rate)} > {q(port)}/rate", f"echo {q(layer)} > {q(port)}/link_layer"]
     if node.get("nvidia_peermem"):
         out.append("mkdir -p /sys/module/nvidia_peermem")
     up, wk = q(str(f / "dev-up")), q(str(f / "dev-wk"))

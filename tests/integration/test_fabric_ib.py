@@ -50,7 +50,7 @@ def test_ib_hcas_reach_every_rank_and_status_says_ib(tmp_path):
             i = argv.index("--device")
             assert argv[i + 1] == "/dev/infiniband", node
             assert argv[argv.index("--cap-add") + 1] == "IPC_LOCK", node
-            assert f"NCCL_IB_HCA={','.join(HCAS)}" in argv and "NCCL_DEBUG=INFO" in argv, node
+            assert f"NCCL_IB_HCA=={','.join(HCAS)}" in argv and "NCCL_DEBUG=INFO" in argv, node
         status = k3("status", "-i", str(tb.inventory), "--json")
         doc = json.loads(status.stdout)
         assert doc["cluster"]["nccl_transport"] == "IB", status.stdout[-2000:]

@@ -62,3 +62,29 @@ def test_check_reports_would_change_and_writes_nothing(tmp_path, ticking_clock):
     assert all(r.actions == [f"save the engine log(s) in {run.inputs.logs_dir}"] for r in results)
     assert not run.inputs.logs_dir.exists()
     assert all(run.ledger.last(n.name, SAVE_LOGS) is None for n in run.inv.nodes)
+
+
+class LogsWithNccl(FakeConn):
+    """The engine log and, on node1 only, NCCL's debug files as `head` prints several."""
+
+    def respond(self, command):
+        if MARK not in command:
+            return 0, ""
+        texts = {"engine": "engine said " + self.name,
+                 "nccl": ("==> /mnt/nvme/.k3deploy/nccl-logs/node1.77.log <==\n"
+                          "node1:77:77 [0] NCCL INFO Using network IB") if self.name == "node1" else ""}
+        names = re.findall(rf"{MARK}begin (\S+);", command)
+        return 0, "".join(f"{MARK}begin {n}\n{texts.get(n.rsplit('.', 1)[-1], '')}\n"
+                          f"{MARK}end {0 if n.rsplit('.', 1)[-1] in texts else 1}\n" for n in names)
+
+
+def test_the_nccl_debug_files_are_saved_beside_the_engine_log(tmp_path, ticking_clock):
+    """docker logs holds none of NCCL's lines (they go to NCCL_DEBUG_FILE): `logs` and `down`
+    save the node's NCCL files as their own kind; a node without any saves none."""
+    inv = inventory.parse(four_nodes())
+    conns = {n.name: LogsWithNccl(n.name) for n in inv.nodes}
+    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path, conns), check=False)
+    Runner(run, [CollectLogs()]).execute()
+    saved = sorted(p.name for p in run.inputs.logs_dir.iterdir())
+    assert "node1-rank1-nccl.log" in saved and "node2-rank2-nccl.log" not in saved
+    assert "Using network IB" in (run.inputs.logs_dir / "node1-rank1-nccl.log").read_text()

@@ -33,7 +33,7 @@ def test_hcas_reach_the_container(mode):
     assert ("--device", "/dev/infiniband") in pairs(argv[:image])
     assert ("--cap-add", "IPC_LOCK") in pairs(argv[:image])
     env = env_of(argv[:image])
-    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1" and "NCCL_IB_DISABLE" not in env
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1" and "NCCL_IB_DISABLE" not in env
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
 
 
@@ -51,3 +51,21 @@ def test_no_hca_or_no_verbs_device_passes_nothing():
     assert engine_fabric.choice("auto", node("ib-ports-mlx4-one-down")) == (("mlx4_0",), False)
     argv = engines.sglang_launch_argv(h100_spec())
     assert "--device" not in argv and "NCCL_IB_DISABLE" not in env_of(argv)
+
+
+def test_nccls_debug_files_go_to_the_nodes_disk_and_stdout_is_unbuffered():
+    """NCCL's stdout is a block-buffered pipe in a container (NVIDIA/nccl#1841): each rank
+    process writes its own line-buffered file into the node's NCCL log dir instead."""
+    argv = engines.sglang_launch_argv(h100_spec(nccl_log_host_dir="/mnt/nvme/.k3deploy/nccl-logs"))
+    image = argv.index("lmsysorg/sglang:kimi-k3")
+    i = argv.index("/mnt/nvme/.k3deploy/nccl-logs:/k3deploy/nccl-logs")
+    assert argv[i - 1] == "-v" and i < image
+    env = env_of(argv[:image])
+    assert env["NCCL_DEBUG_FILE"] == "/k3deploy/nccl-logs/%h.%p.log"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    bare = env_of(engines.sglang_launch_argv(h100_spec()))
+    assert "NCCL_DEBUG_FILE" not in bare and bare["PYTHONUNBUFFERED"] == "1"
+    # an inventory's engine.env can take either away (null removes a default)
+    off = env_of(engines.sglang_launch_argv(h100_spec(
+        nccl_log_host_dir="/d", extra_env={"NCCL_DEBUG_FILE": None, "PYTHONUNBUFFERED": None})))
+    assert "NCCL_DEBUG_FILE" not in off and "PYTHONUNBUFFERED" not in off

@@ -69,7 +69,8 @@ def test_hcas_on_some_nodes_only_rates_differ_and_gpudirect_off():
     rates = {"node0": facts(sysfs("ib-ports-cx7-ndr")),
              "node1": facts(sysfs("ib-ports-mlx4-one-down"), peermem=False)}
     assert "node0: 400 Gb/s; node1: 56 Gb/s" in fabric_check.cluster_problems(rates, run)[0][2]
-    assert "GPUDirect RDMA is off on node1" in fabric_check.warnings(rates, run)[0]
+    # no nvidia_peermem, and nothing read of the driver: unknown, not off
+    assert "GPUDirect RDMA is unknown on node1" in fabric_check.warnings(rates, run)[0]
     assert fabric_check.cluster_problems(some, NS(inv=inv("socket"))) == []
 
 

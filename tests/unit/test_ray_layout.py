@@ -40,8 +40,12 @@ def status_text(nodes: int, gpus: float, used: float = 0.0) -> str:
             f" {used}/{gpus} GPU{pg}\n 0B/1.00TiB memory\n\nDemands:\n (no resource demands)\n")
 
 
-def b200_doc(nodes: int = 2, kind: str = "vllm") -> dict:
-    return {"cluster": "b200", "engine": {"kind": kind}, "gpu": {"model": "b200", "count": 8},
+def b200_doc(nodes: int = 2, kind: str = "vllm", executor: str | None = "ray") -> dict:
+    """executor: engine.executor of a multi-node vLLM doc (this module's layout: Ray)."""
+    engine = {"kind": kind}
+    if kind == "vllm" and nodes > 1 and executor:
+        engine["executor"] = executor
+    return {"cluster": "b200", "engine": engine, "gpu": {"model": "b200", "count": 8},
             "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"} for i in range(nodes)]}
 
 

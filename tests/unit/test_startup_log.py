@@ -23,7 +23,7 @@ def real(version: str, name: str) -> str:
     ("0.5.16", "kimi-k25-loading", (3, 64)),
     ("0.5.4", "rank0-loading", (14, 26)),
     ("0.5.4", "dsv3-multinode-rank0-error", (41, 163)),
-    ("0.5.16", "worker-rank1-startup-error", None),   # workers print no bar
+    ("0.5.8.post1", "worker-rank1-startup-error", None),   # workers print no bar
     ("0.5.16", "ready", None),
 ])
 def test_loading_reads_the_last_bar_of_either_loader(version, name, expected):
@@ -64,12 +64,12 @@ def test_progress_marker_changes_as_the_bar_advances():
 
 
 def test_started_is_the_scheduler_past_the_argument_checks():
-    assert startup_log.started("sglang", real("0.5.16", "worker-rank1-startup-error"))
+    assert startup_log.started("sglang", real("0.5.8.post1", "worker-rank1-startup-error"))
     assert not startup_log.started("sglang", real("0.5.16", "check-server-args-error"))
 
 
 @pytest.mark.parametrize("version, name, line", [
-    ("0.5.16", "worker-rank1-startup-error", "torch.AcceleratorError: CUDA error: out of memory"),
+    ("0.5.8.post1", "worker-rank1-startup-error", "torch.AcceleratorError: CUDA error: out of memory"),
     ("0.5.16", "check-server-args-error",
      "AssertionError: multi-node data parallel is not supported unless dp attention!"),
     ("0.5.4", "dsv3-multinode-rank0-error", None),    # the excerpt ends before the exception
@@ -108,3 +108,25 @@ def test_the_group_formed_once_rank_0_is_past_torch_distributed_init():
     text = real("0.5.16", "group-formed")
     assert startup_log.formed(text) and startup_log.loading(text) is None
     assert not startup_log.formed(text.splitlines()[0])    # "begin": a rank may still be missing
+
+
+def test_in_weight_load_is_the_last_load_line_of_a_rank():
+    """SGLang's every-rank `Load weight begin.`; vLLM's load lines (0.33 transcript)."""
+    assert startup_log.in_weight_load(real("0.5.16", "group-formed")) is True
+    vllm = (REAL.parent / "vllm" / "0.33.x" / "serve-dp8-single-node.txt").read_text()
+    lines = vllm.splitlines()
+    began = next(i for i, line in enumerate(lines) if "Starting to load model" in line)
+    assert startup_log.in_weight_load("\n".join(lines[:began + 1])) is True
+    assert startup_log.in_weight_load(vllm) is False
+    assert startup_log.in_weight_load(real("0.5.16", "check-server-args-error")) is None
+
+
+def test_a_node_is_in_its_load_until_every_scheduler_of_it_ended_its_own():
+    """Each TP rank's scheduler on the node logs its own pair (model_runner.py load_model)."""
+    line = real("0.5.16", "group-formed").splitlines()[2]
+    begins = "\n".join(line.replace("TP0", f"TP{r}") for r in (8, 9))
+    end = ("[2026-05-28 06:26:09 TP8] Load weight end. type=KimiK3ForConditionalGeneration, "
+           "dtype=torch.bfloat16, avail mem=18.61 GB, mem usage=59.60 GB.")
+    assert startup_log.in_weight_load(begins + "\n" + end) is True
+    assert startup_log.in_weight_load(begins + "\n" + end + "\n" + end.replace("TP8", "TP9")) \
+        is False

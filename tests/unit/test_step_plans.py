@@ -253,7 +253,9 @@ def test_launch_fresh_node_writes_key_file_then_runs_its_rank(tmp_path):
                                                  "write the endpoint key (0600)",
                                                  "upload compile_cache_dir.py",
                                                  "check the compile cache (a peer's when there "
-                                                 "is none)", "start rank 2"]
+                                                 "is none)",
+                                                 "clear the previous engine's NCCL debug files",
+                                                 "start rank 2"]
     run = list(actions[-1].argv)
     assert run[:3] == ["docker", "run", "-d"] and run[run.index("--node-rank") + 1] == "2"
     assert run[run.index("--dist-init-addr") + 1] == "10.0.0.10:20000"
@@ -280,9 +282,10 @@ def test_launch_other_config_needs_replace(tmp_path):
     assert "engine.args.max-running-requests: 48 -> unset" in str(err.value)
     step, ctx, facts = launch_facts(tmp_path, options={"replace": True},
                                     container=container(labels={engines.CONFIG_LABEL: "old"}))
-    assert [a.description for a in step.plan(facts, ctx)][-4:] == [
+    assert [a.description for a in step.plan(facts, ctx)][-5:] == [
         "remove old container k3", "upload compile_cache_dir.py",
-        "check the compile cache (a peer's when there is none)", "start rank 0"]
+        "check the compile cache (a peer's when there is none)",
+        "clear the previous engine's NCCL debug files", "start rank 0"]
 
 
 def test_launch_picks_cu12_image_from_driver(tmp_path):

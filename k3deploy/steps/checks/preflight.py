@@ -18,6 +18,7 @@ from k3deploy.core.units import GB
 from k3deploy.facts.docker import Container
 from k3deploy.facts.dockerd import GpuHooks
 from k3deploy.facts.fabric import IbPort
+from k3deploy.facts.gpudirect import DmaBuf
 from k3deploy.facts.http import Endpoint
 from k3deploy.facts.nvidia_smi import Gpu, LostGpu
 from k3deploy.facts.reach import Mesh, NotRun, Reach
@@ -59,6 +60,7 @@ class PreflightFacts:
     ib_ports: tuple[IbPort, ...] | None
     ib_devices: tuple[str, ...] | None
     gpudirect_rdma: bool
+    gpu_dmabuf: DmaBuf | None = None     # facts/gpudirect.py (steps/fabric/fabric_check.facts)
     serving: Endpoint | None = None
     hub_reach: tuple[Reach, ...] | None = None
     shared_marker: str | None = None

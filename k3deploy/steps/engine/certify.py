@@ -82,4 +82,4 @@ def _nccl(transport: NcclTransport | None) -> dict | None:
     if transport is None:
         return None
     return {"transport": transport.transport, "devices": list(transport.devices),
-            "gpudirect": transport.gpudirect}
+            "gpudirect": transport.gpudirect, "gpudirect_evidence": transport.gpudirect_evidence}

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from k3deploy.engines.fabric import sockets_only
+from k3deploy.engines.fabric import ib_hca_value, sockets_only
+from k3deploy.facts import gpudirect
 from k3deploy.facts.fabric import NodeFabric
 from k3deploy.facts.nccl import NcclTransport
 from k3deploy.node import facts as F
@@ -41,7 +42,8 @@ class TransportFound(FabricFound, Protocol):
 
 def facts(node: NodeContext) -> list[F.Fact]:
     peer = _peer(node)
-    return probes.fabric_facts() + ([route_to("route_to_peer", peer)] if peer else [])
+    return probes.fabric_facts() + [F.from_probe(gpudirect.probe())] + \
+        ([route_to("route_to_peer", peer)] if peer else [])
 
 
 def _peer(node: NodeContext) -> str | None:
@@ -76,8 +78,11 @@ def problems(facts: RouteFound, node: NodeContext) -> list[tuple[str, str]]:
                     "and a /dev/infiniband/uverbs device; install the RDMA driver (rdma-core, "
                     "MLNX_OFED/DOCA) or set engine.fabric: auto"))
     if fab and not sockets_only(node.inv.engine.fabric):
+        # a port of the other link layer (an Ethernet front end or storage NIC) is not NCCL's
+        layer = fab.nccl_layer()
         out += [("fabric", f"{p.label} ({p.link_layer}) is {p.state}: NCCL leaves it out; check its cable and "
-                 f"switch port (ibstat {p.device})") for p in fab.ports if not p.active]
+                 f"switch port (ibstat {p.device})") for p in fab.ports
+                if not p.active and layer in (None, p.link_layer)]
     route = facts.route_to_peer
     for var, value in ifnames(node.inv, node.node).items():
         if value == "lo" or (route and route.dev == "lo" and matches(var, value, "lo")):
@@ -111,15 +116,58 @@ def cluster_problems(all_facts: Mapping[str, FabricFound], run) -> list[tuple[st
 
 
 def warnings(all_facts: Mapping[str, fabric_topology.TopologyFound], run) -> list[str]:
-    """GPUDirect RDMA off where HCAs are used: NCCL stages through host memory; then the
-    GPU-to-HCA topology's findings (steps/fabric/fabric_topology.py)."""
+    """GPUDirect RDMA off (or unknown) where HCAs are used: NCCL stages through host memory;
+    then mixed link layers and the GPU-to-HCA topology's findings."""
     if sockets_only(run.inv.engine.fabric):
         return []
-    off = sorted(n for n, f in all_facts.items()
-                 if (fab := node_fabric(f)) and fab.usable and not fab.gpudirect_rdma)
-    return ([f"warning: GPUDirect RDMA is off on {', '.join(off)} (nvidia_peermem not loaded): "
-             "NCCL copies through host memory; `modprobe nvidia_peermem`"] if off else []) + \
+    return gpudirect_warnings(all_facts) + layer_warnings(all_facts) + \
         fabric_topology.warnings(all_facts)
+
+
+def gpudirect_warnings(all_facts: Mapping[str, fabric_topology.TopologyFound]) -> list[str]:
+    """nvidia_peermem or DMA-BUF (facts/gpudirect.py): "off" only when the node rules both out,
+    "unknown" when nothing says; NCCL's own lines decide once it runs (`status`)."""
+    said = {n: gpudirect.support(fab.gpudirect_rdma, getattr(f, "gpu_dmabuf", None))
+            for n, f in all_facts.items() if (fab := node_fabric(f)) and fab.usable}
+    out = []
+    for verdict, text in ((False, "off"), (None, "unknown")):
+        names = sorted(n for n, (v, _) in said.items() if v is verdict)
+        if names:
+            why = "; ".join(sorted({said[n][1] for n in names}))
+            out.append(f"warning: GPUDirect RDMA is {text} on {', '.join(names)} ({why}): "
+                       + ("NCCL copies through host memory; `modprobe nvidia_peermem`, or the "
+                          "open GPU kernel modules on Linux >= 5.12 for DMA-BUF" if verdict is False
+                          else "NCCL says at its init: `k3deploy status` shows gpudirect"))
+    return out
+
+
+def layer_warnings(all_facts: Mapping[str, fabric_topology.TopologyFound]) -> list[str]:
+    """A node whose active ports are of two link layers (InfiniBand HCAs beside an up Ethernet
+    front end): NCCL given both fails to connect ("NET/IB : Attempted to connect incompatible
+    devices", NVIDIA/nccl src/transport/net_ib/connect.cc:985-990), so the launch names one
+    layer's devices exactly (engines/fabric.py ib_hca_value)."""
+    out = []
+    for name, found in all_facts.items():
+        fab = node_fabric(found)
+        if not (fab and fab.usable and len(fab.active_by_layer) > 1):
+            continue
+        shown = "; ".join(f"{layer} {', '.join(ports)}" for layer, ports in fab.active_by_layer.items())
+        keep = fab.nccl_layer()
+        line = (f"warning: {name}'s active ports mix link layers ({shown}): NCCL connects only "
+                f"devices of one; the launch gives it the {keep} ones, "
+                f"NCCL_IB_HCA={ib_hca_value(fab.nccl_hcas())}")
+        topo = fabric_topology.layout(found)
+        near = fab.nccl_layer(near_nics(topo)) if topo else keep
+        if near != keep:
+            line += (f"; the HCAs nearest the GPUs (`nvidia-smi topo -m`) are {near}: to use "
+                     f"them set engine.env NCCL_IB_HCA={ib_hca_value(fab.nccl_hcas(near_nics(topo)))}")
+        out.append(line)
+    return out
+
+
+def near_nics(topo) -> tuple[str, ...]:
+    """Each GPU's nearest HCAs in `nvidia-smi topo -m` (facts/topology.py)."""
+    return tuple(n for g in topo.nearest for n in g.nics)
 
 
 # NCCL over TCP sockets moves a few GB/s per node where 4-8 NDR HCAs move 50-100 GB/s

@@ -194,7 +194,8 @@ def render_table(node, rows):
 
 # (GPUs, HCAs) -> the transcript of such a node (path under tests/fixtures/real/nvidia-smi)
 TOPO = {(8, 8): "570.133.20/topo-m-h100-8x-8hca.txt",        # 8x H100, mlx5_0..7 one PIX each
-        (8, 0): "unknown/topo-m-h100-8x-p5-no-hca.txt"}      # 8x H100 (AWS p5), no HCA
+        (8, 0): "unknown/topo-m-h100-8x-p5-no-hca.txt",      # 8x H100 (AWS p5), no HCA
+        (8, 12): "unknown/topo-m-h100-8x-12nic.txt"}         # 8x H100, 8 IB + 4 Ethernet
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REAL = [os.path.join(_HERE, "..", "real", "nvidia-smi"),     # the testbed's copy
          os.path.join(_HERE, "..", "..", "..", "..", "tests", "fixtures", "real", "nvidia-smi")]
