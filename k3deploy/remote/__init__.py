@@ -1,9 +1,10 @@
 """Scripts uploaded to and run on the nodes (standard library + huggingface_hub only).
 
 They are run as files or with `python3 -c`, never imported by the laptop side, except
-protocol.py (the laptop<->node protocol), thread_pool.py (the one pool of threads) and
-docker_inspect.py (the one reading of `docker inspect`, facts/docker.py), which both sides
-import. The bottom layer: these files import nothing of k3deploy (they ship without
+protocol.py (the laptop<->node protocol), thread_pool.py (the one pool of threads),
+docker_inspect.py (the one reading of `docker inspect`, facts/docker.py) and the router's
+router_admin.py and router_reconcile.py (a fleet's reconcile, on the laptop or a node), which
+both sides import. The bottom layer: these files import nothing of k3deploy (they ship without
 the package), and core may import them (.importlinter).
 """
 import ast

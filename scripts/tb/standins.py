@@ -101,6 +101,7 @@ def build(tb_dir: Path) -> Path:
     shutil.copytree(CLI_TABLES, dest / "engine" / "cli_tables", dirs_exist_ok=True)
     # The sourced nvidia-smi transcripts (each with its .source): `topo -m` answers from them.
     shutil.copytree(NVSMI_REAL, dest / "real" / "nvidia-smi", dirs_exist_ok=True)
+    _write_router_site(dest / "engine" / "router_site")
     _byte_compile(dest)
     nodepy = ensure_nodepy(hub_version())
     _write_wrapper(dest / "python3", f'exec {NODE_PYTHON} "$@"', nodepy)
@@ -108,6 +109,16 @@ def build(tb_dir: Path) -> Path:
                                 f'import main; sys.argv[0] = \'hf\'; sys.exit(main())" "$@"', nodepy)
     _make_world_readable(dest)
     return dest
+
+
+def _write_router_site(path: Path) -> None:
+    """The laptop venv's site-packages holding smg (the test extra), for the router image's
+    containers (standins/engine/router.py); nothing when smg is not installed there."""
+    proc = subprocess.run([laptop_python(), "-c", "import os, smg; "
+                           "print(os.path.dirname(os.path.dirname(smg.__file__)))"],
+                          capture_output=True, text=True)
+    if proc.returncode == 0 and path.parent.is_dir():
+        path.write_text(proc.stdout.strip() + "\n")
 
 
 def _byte_compile(dest: Path) -> None:

@@ -132,6 +132,9 @@ def not_found(ctx, program):
 
 
 def dispatch(ctx, argv):
+    import router
+    if router.is_router_image(ctx.container.image):   # the real SMG (router.py)
+        return router.run(ctx, argv, not_found, say)
     program = os.path.basename(argv[0]) if argv else ""
     rest = argv[1:]
     if program in ("python", "python3") and rest[:2] == ["-m", "sglang.launch_server"] \

@@ -10,17 +10,20 @@ A hung engine (a peer rank died, the scheduler sits in a collective) accepts eve
 chat completions are never answered; SGLang's health check waits for the scheduler for
 SGLANG_HEALTH_CHECK_TIMEOUT (20 s) and then answers 503.
 vLLM starts its API server only once loaded (the port refuses connections before).
-Both require `Authorization: Bearer KEY` on /v1/* when an api key is set.
+With an api key set, vLLM requires `Authorization: Bearer KEY` on /v1/*, SGLang on every route
+but /health* and /metrics*. SGLang's metadata and load routes the router reads: sglang_routes.py.
 """
 import json
 import threading
 import time
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import os
 
 import chat
+import sglang_routes
 import sse
 import vision
 from common import EngineExit, say
@@ -115,7 +118,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorized(self):
         key = self.state.api_key
-        if not key or not self.path.startswith("/v1"):
+        # vLLM guards /v1 only; SGLang every route but /health* and /metrics* (sglang_routes)
+        guarded = (not sglang_routes.open_path(self._path()) if self.state.flavor == "sglang"
+                   else self.path.startswith("/v1"))
+        if not key or not guarded:
             return True
         if self.headers.get("Authorization", "") == f"Bearer {key}":
             return True
@@ -124,6 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _path(self):
         return self.path.split("?", 1)[0]
+
+    def _query(self):
+        return dict(urllib.parse.parse_qsl(self.path.partition("?")[2]))
 
     # ---- routes ---------------------------------------------------------------------------
     def do_GET(self):
@@ -144,10 +153,9 @@ class _Handler(BaseHTTPRequestHandler):
                 say("WARNING: Endpoint '/get_server_info' is deprecated and will be removed in a "
                     "future version. Please use '/server_info' instead.")
             return self._reply(200, self._server_info())
-        if path == "/get_model_info" and sglang:
-            return self._reply(200, {"model_path": self.state.model_root,
-                                     "tokenizer_path": self.state.model_root,
-                                     "is_generation": True})
+        answer = sglang_routes.route(self.state, path, self._query()) if sglang else None
+        if answer is not None:
+            return self._reply(*answer)
         self._reply(404, {"detail": "Not Found"})
 
     def do_POST(self):

@@ -17,6 +17,7 @@ TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ENGINE_REPOS = ("lmsysorg/sglang", "vllm/vllm-openai")
+ROUTER_REPO = "lightseekorg/smg"   # the SGLang router: the real one runs (engine/router.py)
 # The simulated registry's catalogue: the tags a digest reference can name (a pull by tag
 # accepts any tag but *does-not-exist). Test data, not behaviour: the digest of a tag is
 # manifest_digest("repo:tag"), as `docker pull` and `image inspect` report it.
@@ -144,6 +145,12 @@ def image_defaults(source_ref):
         workdir = "/sgl-workspace" if repo == "lmsysorg/sglang" else "/vllm-workspace"
         if repo == "vllm/vllm-openai":
             entrypoint, cmd = ["vllm", "serve"], None
+    if repo == ROUTER_REPO:
+        # smg-project/smg@f8daa883 docker/Dockerfile: base stage ENV VIRTUAL_ENV, PATH; the
+        # router-image stage's ENTRYPOINT (engine/router.py runs it)
+        env = ["PATH=/opt/venv/bin:/opt/ffmpeg/bin:/root/.local/bin:" + DEFAULT_PATH[5:],
+               "VIRTUAL_ENV=/opt/venv"]
+        entrypoint, cmd = ["python3", "-m", "smg.launch_router"], None
     return {"Env": env, "Entrypoint": entrypoint, "Cmd": cmd, "WorkingDir": workdir}
 
 

@@ -1,0 +1,138 @@
+"""The router's admin API (SMG, the Shepherd Model Gateway): list, add and remove workers.
+
+Routes and answers (smg-project/smg@f8daa883 model_gateway/src/server.rs worker_routes,
+worker/service.rs; docs/reference/api/admin.md): `GET /workers` -> 200 {"workers": [...],
+"total"}, each worker with `id`, `url`, `status` (pending, ready, not_ready, failed,
+draining) and `is_healthy`; `POST /workers` {"url", "api_key", "runtime_type",
+"worker_type", "connection_mode"} -> 202 {"worker_id", "status": "accepted"}: registration is
+a background job (the router reads the worker's /health, /server_info, /model_info and
+/v1/models first), 409 if the URL is registered; `DELETE /workers/{id}` -> 202, 404 if
+unknown. With control-plane keys these routes want `Authorization: Bearer <admin key>` of a
+key whose role is admin: 401 without a valid one, 403 for a `user` key
+(crates/auth/src/middleware.rs control_plane_auth_middleware).
+
+Runs on the laptop (imported) or on the router's node (as a script: a JSON config on stdin,
+the admin key in it, never in argv; one JSON line out). Standard library only.
+"""
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import IO, Any
+
+# SMG's defaults for an HTTP SGLang worker, as dstack registers them (dstackai/dstack@511c318c
+# src/dstack/_internal/proxy/gateway/services/model_routers/sglang.py _add_worker_to_router)
+WORKER_DEFAULTS = {"worker_type": "regular", "connection_mode": "http", "runtime_type": "sglang"}
+
+
+class RouterAdminError(Exception):
+    def __init__(self, method: str, path: str, status: int | None, detail: object):
+        self.status = status
+        super().__init__(f"router {method} {path}: {status or 'no answer'}: {detail}")
+
+
+class RouterAdmin:
+    def __init__(self, base_url: str, admin_key: str | None, timeout: float = 10.0):
+        self.base, self.key, self.timeout = base_url.rstrip("/"), admin_key, timeout
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        req = urllib.request.Request(self.base + path, method=method,
+                                     data=None if body is None else json.dumps(body).encode())
+        req.add_header("Content-Type", "application/json")
+        if self.key:
+            req.add_header("Authorization", "Bearer " + self.key)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.status, _json(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, _json(e.read())
+        except (urllib.error.URLError, OSError) as e:
+            raise RouterAdminError(method, path, None, getattr(e, "reason", e)) from None
+
+    def _expect(self, method: str, path: str, ok: tuple[int, ...],
+                body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        status, answer = self._send(method, path, body)
+        if status not in ok:
+            raise RouterAdminError(method, path, status, _detail(answer))
+        return status, answer
+
+    def workers(self) -> list[dict[str, Any]]:
+        workers: list[dict[str, Any]] = self._expect("GET", "/workers", (200,))[1]["workers"]
+        return workers
+
+    def add(self, url: str, api_key: str | None, **spec: str) -> str:
+        """Queue a worker's registration; its id. A URL already registered: RouterAdminError 409."""
+        body = dict(WORKER_DEFAULTS, url=url, **spec)
+        if api_key:
+            body["api_key"] = api_key
+        return str(self._expect("POST", "/workers", (202,), body)[1]["worker_id"])
+
+    def remove(self, worker_id: str) -> bool:
+        """Queue a worker's removal; False if the router did not know it (already gone)."""
+        return self._expect("DELETE", f"/workers/{worker_id}", (202, 404))[0] == 202
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return raw.decode(errors="replace")[:300]
+
+
+def _detail(answer: Any) -> str:
+    if isinstance(answer, dict):
+        err = answer.get("error")
+        return str((err.get("message") if isinstance(err, dict) else err)
+                   or answer.get("message") or json.dumps(answer)[:300])
+    return str(answer or "(empty body)")
+
+
+def apply(admin: RouterAdmin, plan: Any, gone_within: float = 30.0) -> dict[str, Any]:
+    """Removes first; adds once the removed ids left the list (SMG answers 409 to a URL it still
+    holds). Returns {"added": {url: id}, "removed": [ids], "held": [urls]}: held are adds not
+    made this time (a draining worker, or a removal still under way)."""
+    removed = [wid for wid in plan.removes if admin.remove(wid)]
+    deadline = time.monotonic() + gone_within
+    while removed and plan.adds and time.monotonic() < deadline:
+        if not {w["id"] for w in admin.workers()} & set(removed):
+            break
+        time.sleep(0.2)
+    added: dict[str, str] = {}
+    held = list(plan.waits)
+    for s in plan.adds:
+        try:
+            added[s.url] = admin.add(s.url, s.api_key)
+        except RouterAdminError as e:
+            if e.status != 409:
+                raise
+            held.append(s.url)
+    return {"added": added, "removed": removed, "held": held}
+
+
+def main(stdin: IO[str]) -> int:
+    """{"base", "admin_key", "op": workers|add|remove|reconcile, "url", "api_key", "worker_id",
+    "serving": [{"url", "api_key"}]} on stdin; one JSON line out."""
+    cfg = json.load(stdin)
+    admin = RouterAdmin(cfg["base"], cfg.get("admin_key"), cfg.get("timeout", 10.0))
+    op = cfg["op"]
+    out: dict[str, Any]
+    try:
+        if op == "workers":
+            out = {"workers": admin.workers()}
+        elif op == "add":
+            out = {"worker_id": admin.add(cfg["url"], cfg.get("api_key"))}
+        elif op == "remove":
+            out = {"removed": admin.remove(cfg["worker_id"])}
+        else:
+            import router_reconcile as rr   # shipped next to this file
+            serving = [rr.Serving(s["url"], s.get("api_key")) for s in cfg["serving"]]
+            out = apply(admin, rr.plan(admin.workers(), serving))
+    except RouterAdminError as e:
+        out = {"error": str(e), "status": e.status}
+    print(json.dumps(out))
+    return 1 if "error" in out else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.stdin))
