@@ -46,8 +46,17 @@ _MILESTONES = re.compile(r"Load weight end\.|KV Cache is allocated|Memory pool e
                          r"Model loading took|Graph capturing finished|"
                          r"Capturing (?:batches|num tokens)")
 # The scheduler started (SGLang engine.py runs check_server_args before it): flags accepted.
+# vLLM across nodes with the mp executor logs no engine line on any node before every node's
+# engine cores joined (each DP engine core joins the DP group before EngineCore's "Initializing
+# a V1 LLM engine"), so a launch that waits for it on the API node would never start the next
+# node: its lines once the engine config was built and checked, before any engine starts, count
+# too: the API node's "Started DP Coordinator process" (v1/engine/utils.py launch_core_engines,
+# dp_size > 1) and a headless node's "... data parallel engine(s) in headless mode ..."
+# (entrypoints/cli/serve.py run_headless).
 STARTED = {"sglang": re.compile(r"Init torch distributed begin"),
-           "vllm": re.compile(r"Starting to load model|Initializing a V1 LLM engine")}
+           "vllm": re.compile(r"Starting to load model|Initializing a V1 LLM engine|"
+                              r"\] Started DP Coordinator process|"
+                              r"data parallel engine\(s\) in headless mode")}
 # A Python exception's last line ("ValueError: ...", "torch.OutOfMemoryError: ...") or
 # argparse's "prog: error: ..." (vLLM's subcommand parser's prog has a space: "vllm serve").
 # vLLM's "(APIServer pid=N) " and Ray's "(ActorName pid=N, ip=ADDR) " for a remote actor's
@@ -91,6 +100,24 @@ def progress_marker(text: str) -> str | None:
         if _BAR.search(line) or _MILESTONES.search(line) or ready(line):
             last = line.strip()
     return last
+
+
+# A rank's own weight load, in the lines every rank logs (not the bar, global rank 0's only):
+# SGLang model_runner.py load_model "Load weight begin." / "Load weight end." (each TP
+# rank's scheduler); vLLM gpu_model_runner.py "Starting to load model" / "Model loading took"
+# (worker_base "Loading weights took").
+_LOAD_BEGIN = ("Load weight begin.", "] Starting to load model ")
+_LOAD_END = ("Load weight end.", "] Model loading took ", "Loading weights took")
+
+
+def in_weight_load(text: str) -> bool | None:
+    """Some scheduler of the node is in its load (more loads began than ended: a node's log
+    holds one line of each per TP rank it runs), or every one ended (False); None: no load
+    line in the text."""
+    lines = text.splitlines()
+    began = sum(1 for line in lines if any(marker in line for marker in _LOAD_BEGIN))
+    ended = sum(1 for line in lines if any(marker in line for marker in _LOAD_END))
+    return None if not began and not ended else began > ended
 
 
 def error_line(text: str) -> str | None:

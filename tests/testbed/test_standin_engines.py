@@ -13,8 +13,8 @@ import json
 
 import pytest
 from standin_procs import (ENGINE_DIR, GPUS, SHARDS, VLLM_IMAGE, free_port, gpu_report, http,
-                           log_of, make_node, sglang_cmd, shard_name, wait_exit, wait_health,
-                           write_shard)
+                           log_of, make_node, sglang_cmd, shard_name, wait_exit, wait_for_line,
+                           wait_health, write_shard)
 
 sys.path.insert(0, ENGINE_DIR)
 import configfile  # noqa: E402
@@ -81,11 +81,13 @@ def test_incomplete_snapshot_fails_the_load_naming_the_shard(cluster, tmp_path, 
     assert "Multi-thread loading shards:   0% Completed | 0/12 [00:00<?, ?it/s]" in result.stderr
 
 
-def test_one_b200_node_runs_out_of_memory_late_in_the_load(cluster, tmp_path):
+def test_one_b200_node_runs_out_of_memory_building_the_model(cluster, tmp_path):
+    """The model is built on the GPU before a shard is read (loader.py `with target_device:`):
+    weights that do not fit fail at that allocation, before any bar."""
     result = cluster.run(make_node(tmp_path, "node0", gpu="b200"), sglang_cmd(free_port()))
     assert result.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory" in result.stderr
-    assert f"{SHARDS - 1}/{SHARDS}" in result.stderr and "100% Completed" not in result.stderr
+    assert "Load weight begin." in result.stderr and "Completed |" not in result.stderr
 
 
 @pytest.mark.parametrize("version, desc, end", [
@@ -93,14 +95,21 @@ def test_one_b200_node_runs_out_of_memory_late_in_the_load(cluster, tmp_path):
     ("0.5.4", "Loading safetensors checkpoint shards", b"\n"),
 ])
 def test_the_loading_bar_is_framed_as_tqdm_writes_it(cluster, tmp_path, version, desc, end):
-    run = make_node(tmp_path, "node0", gpu="b200")       # runs out of memory before the close
+    run = make_node(tmp_path, "node0", load=4.0)
     node = json.loads((run / "node.json").read_text())
     (run / "node.json").write_text(json.dumps({**node, "sglang_version": version}))
-    err = cluster.run(run, sglang_cmd(free_port()), raw=True).stderr
+    proc = cluster.start(run, sglang_cmd(free_port()))
     first = f"\r{desc}:   0% Completed | 0/{SHARDS} [00:00<?, ?it/s]".encode() + end
+    wait_for_line(proc, f"{SHARDS // 2}/{SHARDS}", timeout=30)   # half-way: 2 s before close
+    err = open(proc.log_file.name, "rb").read()
     assert first + f"\r{desc}:  16% Completed | 2/{SHARDS} [".encode() in err   # every ~10%
-    if not end:   # nothing closed the bar: not one newline from its first redraw to the error
-        assert b"\n" not in err[err.index(first):err.index(f"{SHARDS - 1}/{SHARDS}".encode())]
+    if not end:   # nothing closed the bar yet: not one newline from its first redraw on
+        assert b"\n" not in err[err.index(first):] and b"100% Completed" not in err
+    wait_for_line(proc, "Load weight end.", timeout=30)
+    err = open(proc.log_file.name, "rb").read()
+    close = f"{SHARDS}/{SHARDS} [".encode()
+    assert err.count(close) == 2   # close(): one more redraw of the full bar, then its "\n"
+    assert err.index(b"\n", err.rindex(close)) < err.index(b"Load weight end.")
 
 
 def test_uncached_model_offline_gives_the_hub_error(cluster, tmp_path):

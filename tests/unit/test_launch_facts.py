@@ -48,7 +48,7 @@ def test_the_wait_sums_each_ranks_gpus_from_nvidia_smi(tmp_path):
     warming = http.Endpoint(health=http.Answer(503))
     facts = looked(WaitHealthy(), ctx, waiting=True, container=container(), gpus=gpus,
                    health=warming)
-    assert (facts.gpu_used_mib, facts.gpu_total_mib) == (8 * 1, 8 * 81559)
+    assert facts.gpu_used_mib == 8 * 1
     assert facts.answers and not facts.healthy
     quiet = looked(WaitHealthy(), ctx, container=container())   # not waiting: no log, no GPUs
     assert quiet.gpu_used_mib is None and quiet.log is None and not quiet.answers

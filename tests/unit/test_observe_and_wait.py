@@ -431,7 +431,7 @@ def test_the_batched_look_leaves_the_logs_to_the_wait(tmp_path):
     step.prepare(run)
     for node in Runner(run, [step]).contexts:
         assert not any("logs" in f.script for f in step.probes(node)), node.name
-        assert [f.name for f in step.wait_probes(node)] == ["log", "gpus"]
+        assert [f.name for f in step.wait_probes(node)] == ["log", "gpus", "usage"]
         assert "docker logs" in step.wait_probes(node)[0].script
 
 
@@ -595,27 +595,6 @@ def test_a_look_ahead_that_raises_is_logged_and_looked_at_again(tmp_path):
     assert sorted(e["node"] for e in said) == [f"node{i}" for i in range(4)]
     assert all(e["step"] == "b" and "cannot judge these facts" in e["error"] for e in said)
     assert {c.batches for c in conns.values()} == {2}   # the first look, b's own look now
-
-
-def test_the_user_sees_each_rank_fill_its_gpus_during_the_load(tmp_path):
-    """The bar reaches `docker logs` only at its close: the wait's view is every rank's GPU
-    memory in use of its total (nvidia-smi -q FB Memory Usage), new at each change."""
-    from k3deploy.steps.engine.wait import WaitHealthy
-    inv = inventory.parse(four_nodes())
-    run = RunContext(inv=inv, session=FakeSession(inv, tmp_path))
-    step = WaitHealthy({"form_timeout": 5})
-    step.prepare(run)
-    seen = ranks_waiting(gpus=gpus(8 * 1024))
-    views = []
-    for t in range(3):
-        seen["node2"] = replace(seen["node2"], gpus=gpus(8 * 1024 + 65536 * t))
-        seen["node3"] = replace(seen["node3"], gpus=None)  # its nvidia-smi did not answer this poll
-        step.check_cluster(seen, run, waited=float(t), looked_at=100.0 + t)
-        views.append(step._view)
-    assert views[0] == ("GPU memory in use: rank 0 8.0/637 GiB (1%), rank 1 8.0/637 GiB (1%), "
-                        "rank 2 8.0/637 GiB (1%), rank 3 ?")
-    assert views[2].split(", ")[2] == "rank 2 136.0/637 GiB (21%)"
-    assert len(set(views)) == 3
 
 
 class HeadLooksAtRanks(Asks):

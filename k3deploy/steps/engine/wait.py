@@ -6,10 +6,14 @@ load, then CUDA-graph capture and warm-up take minutes): the group formed once r
 shows it past torch distributed init (a newline-ended line; the loading bar reaches `docker
 logs` only when the load is done, engines/startup_log.py), its loading bar, or rank 0's HTTP
 server answers at all (it starts only after every scheduler reported ready). The form timeout
-bounds silence: nothing moved on any rank (a log line, GPU memory in use) for that long.
-From then on the wait fails only when nothing moved for `stall_seconds`: rank 0's progress
-line (a loading bar, a start-up milestone), any rank's last log line, any rank's GPU memory.
-Only global rank 0 prints the bar (sglang weight_utils.py enable_tqdm)."""
+bounds silence: nothing moved on any rank for that long.
+From then on the wait fails when nothing moved for `stall_seconds`: rank 0's progress line (a
+loading bar, a start-up milestone), and on every rank its engine processes' CPU time and bytes
+read, its last log line, its GPU memory in use (load_watch.py). Through a weight load only the
+CPU time and the reads move (the model is built on the GPU before the first shard is read;
+only global rank 0 prints the bar, sglang weight_utils.py enable_tqdm, and `docker logs` shows
+it when it closes): a rank in its load whose processes use no CPU and read nothing for
+`stall_seconds` is stuck and named, whatever the other ranks do."""
 
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy.core.errors import StepFailed
 from k3deploy.engines import startup_log
-from k3deploy.facts import http
+from k3deploy.facts import engine_usage, http
 from k3deploy.facts.docker import Container
+from k3deploy.facts.engine_usage import EngineUsage
 from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.facts.ray import RayStatus
 from k3deploy.node import facts as F
@@ -28,6 +33,7 @@ from k3deploy.node import http_probe, run_settle
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.engine import raylayout
+from k3deploy.steps.engine.load_watch import LoadWatch
 from k3deploy.steps.base import Action, Step, wait
 
 
@@ -41,6 +47,7 @@ class WaitFacts:
     ray: RayStatus | None = None           # the head over Ray only
     log: str | None = None                 # wait_probes: only while the wait looks
     gpus: tuple[Gpu, ...] | None = None    # wait_probes
+    usage: EngineUsage | None = None       # wait_probes: its processes' CPU time, bytes read
 
     @property
     def healthy(self) -> bool:
@@ -54,18 +61,14 @@ class WaitFacts:
     def gpu_used_mib(self) -> int | None:
         return sum(g.used_mib for g in self.gpus) if self.gpus else None
 
-    @property
-    def gpu_total_mib(self) -> int | None:
-        return sum(g.total_mib for g in self.gpus) if self.gpus else None
-
 
 class WaitParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout: float | None = Field(default=None, gt=0)  # an overall cap; none by default
     form_timeout: float = Field(default=900, gt=0)     # not past distributed init by then: no group
-    # Formed, then no new progress line on rank 0 for this long: stuck. Generous: SGLang's
-    # multi-thread loader shows nothing until the first of its shards is read whole, and
-    # nothing between 100% and "Load weight end" (sgl-project/sglang#17970: minutes).
+    # Formed, then nothing moved on any rank for this long (no line, no CPU time, no byte
+    # read), or a rank in its weight load stood still that long: stuck. A load that runs is
+    # never cut off, however long (K3: ~1800 s on 4x4 GB200, sgl-project/sglang#39568).
     stall_seconds: float = Field(default=1800, gt=0)
     poll_seconds: float = Field(default=2.0, gt=0)
 
@@ -112,6 +115,7 @@ class WaitHealthy(Step[WaitFacts]):
         self._formed, self._shown, self._marker = False, None, None
         self._signals, self._moved_at, self._view, self._shown_view = None, 0.0, None, None
         self._lines: dict[str, str] = {}
+        self._watch = LoadWatch()
 
     def probes(self, node: NodeContext) -> list[F.Fact]:
         name = node.inv.engine.container
@@ -125,8 +129,9 @@ class WaitHealthy(Step[WaitFacts]):
 
     def wait_probes(self, node: NodeContext) -> list[F.Fact]:
         # Each rank's log: the loading progress, and why a rank that exited did so; its GPUs'
-        # memory in use, which grows as the weights land whatever the log shows.
-        return [probes.engine_log(node.inv, node.is_head, tail=30), probes.gpus()]
+        # memory in use; its engine processes' CPU time and reads, all a load shows.
+        return [probes.engine_log(node.inv, node.is_head, tail=30), probes.gpus(),
+                F.from_probe(engine_usage.usage_probe(node.inv.engine.container))]
 
     def plan(self, facts: WaitFacts, node: NodeContext) -> list[Action]:
         state = facts.container
@@ -157,6 +162,8 @@ class WaitHealthy(Step[WaitFacts]):
         head = all_facts[run.inv.head.name]
         self._note_signals(all_facts, run, looked_at)
         self._formed = self._formed or formed(head)
+        if self._formed:
+            _check_loads(run, self._watch, self.p.stall_seconds, looked_at)
         if raylayout.in_use(run.inv):
             # Its ranks being placed on every node (Ray holds the GPUs) is the sign the
             # group formed, and losing them without answering means the serve exited.
@@ -173,21 +180,22 @@ class WaitHealthy(Step[WaitFacts]):
 
     def _note_signals(self, all_facts: dict[str, WaitFacts], run: RunContext,
                       looked_at: float) -> None:
-        """What shows the start-up moving on any rank: rank 0's last progress line, every
-        rank's last log line, every rank's GPU memory in use (the loading bar reaches `docker
-        logs` only when the load is done). Any of them changing is progress."""
+        """What shows the start-up moving on any rank: rank 0's last progress line, and each
+        rank's motion (load_watch.py: CPU time, bytes read, last log line, GPU memory). Any
+        of them changing is progress."""
         head = all_facts[run.inv.head.name]
         self._marker = startup_log.progress_marker(head.log or "") or self._marker
         for n in run.inv.nodes:   # a line pushed out of the tail by /health polls is no news
-            self._lines[n.name] = _last_line(all_facts[n.name].log or "") or \
-                self._lines.get(n.name, "")
-        lines = tuple(self._lines[n.name] for n in run.inv.nodes)
-        memory = tuple(all_facts[n.name].gpu_used_mib for n in run.inv.nodes)
-        signals = (self._marker, lines, memory)
+            facts = all_facts[n.name]
+            self._lines[n.name] = _last_line(facts.log or "") or self._lines.get(n.name, "")
+            self._watch.note(n.name, facts.usage, self._lines[n.name], facts.gpu_used_mib,
+                             facts.log or "", looked_at)
+        names = [n.name for n in run.inv.nodes]
+        signals = (self._marker, self._watch.moves(names))
         if signals != self._signals:
             self._signals, self._moved_at = signals, looked_at
-        totals = [all_facts[n.name].gpu_total_mib for n in run.inv.nodes]
-        self._view = memory_view(run, memory, totals)
+        labels = {n.name: f"rank {run.inv.rank_of(n.name)}" for n in run.inv.nodes}
+        self._view = self._watch.view(labels, looked_at, self.p.stall_seconds)
 
     def progress(self, facts: WaitFacts, node: NodeContext) -> object:
         # None until the group formed: the form timeout judges that phase (as silence).
@@ -203,26 +211,6 @@ class WaitHealthy(Step[WaitFacts]):
             self._shown_view = self._view
 
 
-def memory_view(run: RunContext, memory: tuple[int | None, ...],
-                totals: list[int | None] | None = None) -> str | None:
-    """GPU memory in use per rank, of its GPUs' total, the load's progress while its bar is
-    not in the log (each rank's weights are copied to its GPUs as they are read)."""
-    if not any(memory):
-        return None
-    totals = totals or [None] * len(memory)
-    parts = [f"rank {run.inv.rank_of(n.name)} {_used_of(m, t)}"
-             for n, m, t in zip(run.inv.nodes, memory, totals)]
-    return "GPU memory in use: " + ", ".join(parts)
-
-
-def _used_of(used: int | None, total: int | None) -> str:
-    if used is None:
-        return "?"
-    if not total:
-        return f"{used / 1024:.1f} GiB"
-    return f"{used / 1024:.1f}/{total / 1024:.0f} GiB ({100 * used / total:.0f}%)"
-
-
 def _last_line(log: str) -> str:
     lines = [line for line in log.splitlines() if line.strip() and '"GET /health' not in line]
     return lines[-1] if lines else ""
@@ -236,9 +224,24 @@ def formed(head: WaitFacts) -> bool:
 
 
 def _stall_hint(node: NodeContext) -> str:
-    return (f"rank 0 ({node.name}) printed no new loading or start-up line for that long; "
-            f"`k3deploy logs -i {node.inv.source}` saves every rank's log (a slow disk: raise "
-            "the wait step's stall_seconds)")
+    return (f"no rank printed a new line, used CPU or read a byte for that long (rank 0 is "
+            f"{node.name}); `k3deploy logs -i {node.inv.source}` saves every rank's log (a slow "
+            "disk: raise the wait step's stall_seconds)")
+
+
+def _check_loads(run: RunContext, watch: LoadWatch, stall: float, looked_at: float) -> None:
+    """A rank in its weight load whose processes stood still for `stall` seconds: stuck."""
+    stuck = watch.stuck([n.name for n in run.inv.nodes], stall, looked_at)
+    if not stuck:
+        return
+    node, still = max(stuck, key=lambda s: s[1])
+    name = run.inv.engine.container
+    raise StepFailed(node, f"rank {run.inv.rank_of(node)} is stuck in its weight load: its "
+                     f"engine processes used no CPU and read nothing for {still:.0f}s "
+                     f"(stall_seconds {stall:.0f}), nor logged a line", step="wait",
+                     hint=f"on {node}, `docker top {name} -o pid,stat,cmd` shows its "
+                     "processes (T: stopped, D: blocked on a disk or network filesystem read); "
+                     f"remove the container (`docker rm -f {name}`) and re-run `k3deploy up`")
 
 
 def _check_ranks(run: RunContext, states: dict[str, Container | None]) -> None:

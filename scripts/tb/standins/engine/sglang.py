@@ -108,7 +108,9 @@ class Rank:
         self.dummy = args.load_format == "dummy"
 
     def log(self, text):
-        say(f"[{now_stamp()} {self.tag}] {text}")
+        # SGLang's configure_logger: logging.basicConfig(format="[%(asctime)s{prefix}]
+        # %(message)s", force=True), whose handler writes to stderr, where tqdm's bar goes too.
+        say(f"[{now_stamp()} {self.tag}] {text}", sys.stderr)
 
     def run(self):
         args, ctx = self.args, self.ctx
@@ -178,9 +180,8 @@ class Rank:
             group.form()
             group.watch()
         env = self.ctx.env
-        for line in nccl_init.lines(self.ctx.container, env, env.get("NCCL_SOCKET_IFNAME", "eth0"),
-                                    env.get("SGLANG_HOST_IP", "127.0.0.1")):
-            say(line)
+        nccl_init.init(self.ctx.container, env, env.get("NCCL_SOCKET_IFNAME", "eth0"),
+                       env.get("SGLANG_HOST_IP", "127.0.0.1"), args.nnodes)
         startfaults.nccl_init(self.ctx, self.tag, (args.dist_init_addr or "").rsplit(":", 1)[0])
         self.log("Init torch distributed ends. mem usage=0.55 GB")
         return group or _SingleNode()
@@ -192,11 +193,13 @@ class Rank:
         self.log(f"Load weight begin. avail mem={phys_gb * 0.96:.2f} GB")
         self._snap = snap
         try:
+            if oom_at is not None:   # the model is built on the GPU first: that allocation fails
+                raise weights.LoadError("oom")
+            self.fill_gpu_memory()
             if self.dummy:
-                weights.load_dummy(oom_at)
-                self.fill_gpu_memory(1, 1)
+                weights.load_dummy()
             else:
-                weights.load(snap, ctx.load_seconds, self.progress, oom_at)
+                weights.load(snap, ctx.load_seconds, self.progress)
         except weights.LoadError as e:
             detail = weights.oom_text(ctx.gpu_mem_mib, need_gb, phys_gb) if str(e) == "oom" \
                 else f"Traceback (most recent call last):\n{e}"
@@ -213,7 +216,6 @@ class Rank:
         its description by version (weights.py). tqdm redraws with "\r" + bar
         (tqdm/std.py@v4.67.3 status_printer) and, at close(), redraws once more and writes its
         one "\n"; the bar's own "\n" (BAR_FORMAT before 0.5.10) ends every redraw."""
-        self.fill_gpu_memory(done, total)
         if self.args.node_rank != 0:
             return
         version = self.ctx.sglang_version
@@ -224,14 +226,16 @@ class Rank:
         sys.stderr.write(text)
         sys.stderr.flush()
 
-    def fill_gpu_memory(self, done, total):
-        """Every rank's GPUs fill as its shards land (the weights are copied to the device as
-        each tensor is read, model_loader/loader.py load_weights_and_postprocess), so
-        nvidia-smi's used memory grows through the load on every rank, bar or no bar."""
+    def fill_gpu_memory(self):
+        """The weights' memory, all of it, at `Load weight begin.`: DefaultModelLoader.load_model
+        builds the model on the GPU (`with target_device:`, srt/model_loader/loader.py@0.5.16
+        line 789, @0.5.23 line 1013) before it opens a shard, and load_weights_and_postprocess
+        copies into those tensors. So nvidia-smi's used memory jumps at the start of the load
+        and stands still through it (sgl-project/sglang#39568); the reads show only in the
+        ranks' CPU time and bytes read (diskread.py)."""
         need_gb, _, _ = weights.memory_fit(self._snap, gpus_needed(self.args), self.ctx.gpu_mem_mib)
         weights_mib = min(need_gb * 1000 / 1.048576, self.frac * self.ctx.gpu_mem_mib)
-        self.ctx.report_gpu_memory([CUDA_CONTEXT_MIB + int(weights_mib * done / max(total, 1))]
-                                   * self.ctx.gpus)
+        self.ctx.report_gpu_memory([CUDA_CONTEXT_MIB + int(weights_mib)] * self.ctx.gpus)
 
     def kernel_shape(self):
         """The flags that change which kernels get compiled (parallel sizes, backends)."""

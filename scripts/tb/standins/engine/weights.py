@@ -1,5 +1,5 @@
 """Finding the model in the container's Hugging Face cache, checking every shard, and the
-emulated weight load (progress lines over the node's engine_load_seconds).
+weight load (every shard read, paced over the node's engine_load_seconds: diskread.py).
 
 A shard is complete when its size equals 8 + header length + the largest data_offsets end in
 its safetensors header, which is exactly what a reader needs to find every tensor.
@@ -9,6 +9,7 @@ import os
 import re
 import time
 
+import diskread
 from common import EngineExit
 
 DEFAULT_HF_HOME = "/root/.cache/huggingface"
@@ -141,23 +142,34 @@ def load_error_text(snapshot, shard, problem):
 
 
 def load(snapshot, seconds, progress, oom_at=None):
-    """Walk the shards as a loader does, taking `seconds` in all. progress(done, total,
-    elapsed) is called about every 10%. oom_at (0..1): the fraction at which the GPU runs out
-    of memory (LoadError('oom')). A bad shard raises LoadError naming it."""
+    """Read the shards as a loader does, taking `seconds` in all (diskread.py: every byte
+    read, at a disk's pace, the CPU busy). progress(done, total, elapsed) is called about
+    every 10%. oom_at (0..1): the fraction at which the GPU runs out of memory
+    (LoadError('oom')). A bad shard raises LoadError naming it."""
     total = len(snapshot.shards)
-    step = max(seconds, 0.0) / max(total, 1)
+    paths = [os.path.join(snapshot.host_dir, shard) for shard in snapshot.shards]
+    reads = diskread.PacedLoad(sum(_size(p) for p in paths), seconds)
     start, next_mark = time.monotonic(), 1
     progress(0, total, 0.0)   # tqdm draws its bar once when it is created
-    for done, shard in enumerate(snapshot.shards, 1):
-        problem = shard_problem(os.path.join(snapshot.host_dir, shard))
+    for done, (shard, path) in enumerate(zip(snapshot.shards, paths), 1):
+        problem = shard_problem(path)
         if problem:
             raise LoadError(load_error_text(snapshot, shard, problem))
         if oom_at is not None and done / total >= oom_at:
             raise LoadError("oom")
-        time.sleep(step)
+        reads.read(path)
+        if done == total:
+            reads.finish()
         if done * 10 // total >= next_mark or done == total:
             progress(done, total, time.monotonic() - start)
             next_mark = done * 10 // total + 1
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 # `--load-format dummy` (SGLang python/sglang/srt/model_loader/loader.py DummyModelLoader;
