@@ -58,13 +58,15 @@ def plan(gpu: Annotated[str | None, typer.Option(help="h100 h200 b200 b300 gb200
          price: Annotated[float | None, typer.Option(
              "--price", "--price-per-gpu-hour", help="price per GPU-hour: adds $/hour")] = None,
          emit_inventory: Annotated[str | None, typer.Option("--emit-inventory")] = None,
+         groups: Annotated[int, typer.Option("--groups", min=1, help="with --emit-inventory: "
+                                             "a fleet of N such groups behind one router")] = 1,
          json_out: Json = False) -> int:
     """Sizing arithmetic: which GPU configs fit. No arguments: every reference config."""
     from k3deploy.cli.plan_cmd import run_plan
     return run_plan(gpu=gpu, nodes=nodes, gpus_per_node=gpus_per_node, precision=precision,
                     engine=engine, max_model_len=max_model_len,
                     mem_fraction_static=mem_fraction_static, price=price,
-                    emit_inventory=emit_inventory, json_out=json_out)
+                    emit_inventory=emit_inventory, json_out=json_out, groups=groups)
 
 
 @app.command()
@@ -98,7 +100,11 @@ def check(inventory: Inv,
           accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """Read-only preflight on every node; prints every problem found."""
     from k3deploy.run.run_steps import single
+    from k3deploy.cli.fleet_check import check_fleet
     from k3deploy.cli.launch_contract import report_warnings
+    fleet_code = check_fleet(inventory, log_json=_OUTPUT["log_json"])
+    if fleet_code is not None:   # a fleet: validated and listed; its nodes are not checked yet
+        return fleet_code
     report_warnings(inventory, log_json=_OUTPUT["log_json"])
     steps = single("preflight") + (single("fabric-mesh") if fabric else [])
     return _run(inventory, steps, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)

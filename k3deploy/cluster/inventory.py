@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from k3deploy.core.errors import InventoryError
+from k3deploy.core.errors import FleetNotSupported, InventoryError
 from k3deploy.cluster.inventory_partial import partial
 from k3deploy.cluster.moe_backend import moe_runner_backend
 from k3deploy.engines.static_fraction import SGLANG_MEM_FRACTION_STATIC
@@ -60,6 +60,10 @@ class EngineSpec(_Model):
     # auto: InfiniBand into the containers when the node has an HCA with an active port;
     # ib: required (a node without one is a preflight error); socket: NCCL_IB_DISABLE=1
     fabric: Literal["auto", "ib", "socket"] = "auto"
+    # Multi-node vLLM only: mp, vLLM's own multiprocessing executor (one `vllm serve` per node,
+    # the API node first, --headless on the others: docs/serving/data_parallel_deployment.md),
+    # or ray (a Ray cluster, the head's serve starting every rank). None: mp.
+    executor: Literal["mp", "ray"] | None = None
 
 
 class GpuSpec(_Model):
@@ -252,6 +256,8 @@ def parse(data: dict, source: str = "<memory>") -> Inventory:
     """Validate a loaded document; raise InventoryError with every problem at once."""
     if not isinstance(data, dict):
         raise InventoryError(source, ["<top>: the inventory must be a YAML mapping"])
+    if "groups" in data:  # the one place every command that runs one group learns it is a fleet
+        raise FleetNotSupported(source, data["groups"])
     try:
         inv = Inventory.model_validate({**data, "source": source})
     except ValidationError as err:
@@ -264,13 +270,17 @@ def parse(data: dict, source: str = "<memory>") -> Inventory:
     return inv
 
 
-def load(path: str | os.PathLike) -> Inventory:
-    path = str(path)
+def load_document(path: str) -> object:
+    """The YAML document at PATH, not yet validated."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            return yaml.safe_load(fh)
     except FileNotFoundError:
         raise InventoryError(path, ["file not found"]) from None
     except yaml.YAMLError as err:
         raise InventoryError(path, [f"not valid YAML: {err}"]) from None
-    return parse(data, source=path)
+
+
+def load(path: str | os.PathLike) -> Inventory:
+    path = str(path)
+    return parse(load_document(path), source=path)

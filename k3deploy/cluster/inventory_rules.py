@@ -132,7 +132,9 @@ def secret_rules(inv) -> list[str]:
     return out
 
 
-def port_rules(inv) -> list[str]:
+def named_ports(inv) -> dict[str, int]:
+    """The ports the inventory fixes on every node of the group, by their ports.* name (the
+    ones this group uses: ray over Ray, peer with the fan-out, ...)."""
     ports = {"dist_init": inv.ports.dist_init, "serve": inv.ports.serve}
     if inventory_runs_over_ray(inv):
         ports["ray"] = inv.ports.ray
@@ -142,6 +144,11 @@ def port_rules(inv) -> list[str]:
         ports["guard"] = inv.ports.guard
     if len(inv.nodes) > 1:   # the fabric mesh (check --fabric, up's preflight) pairs nodes
         ports["mesh"] = inv.ports.mesh
+    return ports
+
+
+def port_rules(inv) -> list[str]:
+    ports = named_ports(inv)
     dups = _duplicates([str(p) for p in ports.values()])
     return [f"ports: {d} is used for more than one purpose ("
             + ", ".join(f"ports.{k}" for k, p in ports.items() if str(p) == d) + ")"
@@ -151,9 +158,28 @@ def port_rules(inv) -> list[str]:
 def engine_rules(inv) -> list[str]:
     out = []
     if inv.engine.kind == "vllm" and len(inv.nodes) > VLLM_MAX_NODES:
-        out.append("engine.kind: the vLLM reference configs are 1 node or 2 nodes over Ray; "
+        out.append("engine.kind: the vLLM reference configs are 1 node or 2 nodes; "
                    f"{len(inv.nodes)} nodes is not a layout k3deploy knows")
-    return out
+    return out + executor_rules(inv)
+
+
+def executor_rules(inv) -> list[str]:
+    """engine.executor is vLLM's choice across nodes (engines/layout.py)."""
+    executor = inv.engine.executor
+    if executor is None:
+        return []
+    if inv.engine.kind != "vllm":
+        return [f"engine.executor: {executor} is a vLLM setting (mp or ray across nodes); "
+                "SGLang forms its own group (--nnodes/--dist-init-addr): remove it"]
+    if executor == "ray" and len(inv.nodes) == 1:
+        return ["engine.executor: ray needs more than one node; one node runs every rank in "
+                "one `vllm serve` (remove it, or set mp)"]
+    if executor == "mp" and len(inv.nodes) > 1:
+        return [f"engine.args.{flag}: {inv.engine.args[flag]} asks for Ray, but "
+                "engine.executor is mp (set engine.executor: ray, or remove the flag)"
+                for flag in ("data-parallel-backend", "distributed-executor-backend")
+                if str(inv.engine.args.get(flag)) == "ray"]
+    return []
 
 
 def shared_cache_rules(inv) -> list[str]:

@@ -45,6 +45,21 @@ class InventoryError(BadInputError):
         return [str(self)] + [f"  - {p}" for p in self.problems]
 
 
+class FleetNotSupported(BadInputError):
+    """A fleet inventory (groups: and a router) given to a command that runs one group."""
+
+    def __init__(self, path: str, groups: object):
+        self.path = path
+        names = [str(g.get("name")) for g in groups if isinstance(g, dict)] \
+            if isinstance(groups, list) else []
+        super().__init__(
+            f"{path} describes a fleet ({len(names)} groups: {', '.join(names) or '-'}, "
+            "behind one router); this command runs one group only (up, run, status, down, "
+            "verify, chat, bench, watch and logs take an inventory with nodes: at the top level)",
+            hint=f"`k3deploy check -i {path}` validates a fleet and lists its groups; running "
+                 "a fleet is not built yet (issue 54)")
+
+
 class PlaybookError(BadInputError):
     pass
 

@@ -66,6 +66,9 @@ def _up_parser(sub) -> None:
                     help="ms the CDN waits before each answer (needs --hub-cdn)")
     up.add_argument("--no-hub", action="store_true",
                     help="no mock Hub (the inventory endpoint then has no server behind it)")
+    up.add_argument("--groups", type=int, default=1,
+                    help="a fleet: the nodes in N equal groups, in order; the inventory a fleet "
+                         "inventory with the router (the real SMG) on the first group's head")
     up.add_argument("--ssh-gateway", action="store_true",
                     help="every node's SSH at one gateway address, node i on port 40100+i (a "
                          "forwarding namespace); the inventory's address/port say so, each "
@@ -105,6 +108,9 @@ def _up(args) -> int:
                 "load_seconds": args.load_seconds, "pull_seconds": args.pull_seconds,
                 "compile_seconds": args.compile_seconds,
                 **({"shared_hf": True} if args.shared_hf else {})}
+    if args.groups < 1 or args.nodes % args.groups:
+        raise SpecError(f"--groups {args.groups} must divide --nodes {args.nodes} into equal "
+                        "groups (a fleet's groups have one shape)")
     specs = build_specs(args.nodes, defaults, args.node, profiles.split_names(args.profile))
     if args.hub_token_file and not Path(args.hub_token_file).is_file():
         raise SpecError(f"--hub-token-file {args.hub_token_file}: no such file")
@@ -117,7 +123,7 @@ def _up(args) -> int:
                              hub_conn_rates=args.hub_conn_rates, hub_conn_seed=args.hub_conn_seed,
                              hub_gated=args.hub_gated, shared_hf=args.shared_hf, shards=args.shards,
                              hub_cdn_tls=args.hub_cdn_tls, hub_first_byte_ms=args.hub_first_byte_ms,
-                             ssh_gateway=args.ssh_gateway)
+                             ssh_gateway=args.ssh_gateway, groups=args.groups)
     testbed.up(args.dir, opts)
     return 0
 

@@ -14,6 +14,10 @@ from tb.sshcmd import KEY_FILE, KNOWN_HOSTS_FILE
 
 INVENTORY_FILE = "inventory.yaml"
 ENGINES = ("sglang", "vllm")
+# The router image the docker stand-in runs as the real SMG (standins/engine/router.py), the
+# version pyproject.toml installs; SMG's own default port. Checks every second: the testbed's
+# workers answer at once, and tests/testbed/test_router_smg.py measured SMG at that interval.
+ROUTER_IMAGE, ROUTER_PORT = "lightseekorg/smg:1.13.0", 30000
 
 
 def _flow(mapping: dict) -> str:
@@ -40,11 +44,12 @@ def _looks_special(text: str) -> bool:
 
 def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: str,
            nodes: list[tuple[NodeSpec, str]], shared_hf: bool = False,
-           gateway: dict | None = None) -> str:
+           gateway: dict | None = None, groups: int = 1) -> str:
     """nodes: (spec, address) in rank order. shared_hf: the HF cache is the testbed's one
     shared directory (`up --shared-hf`), k3deploy's download.shared. gateway (tb/gateway.py
     record, `up --ssh-gateway`): each node's SSH endpoint is the gateway's address and the
-    node's port there; its own address stays its private address."""
+    node's port there; its own address stays its private address. groups > 1: a fleet
+    inventory of that many groups (`up --groups`)."""
     hf_home = SHARED_HF_HOME if shared_hf else "/mnt/nvme/hf"
     lines = [
         f"cluster: {cluster}",
@@ -68,16 +73,36 @@ def render(cluster: str, endpoint: str, gpu: str, gpus_per_node: int, engine: st
         "ssh: " + _flow({"user": "root", "port": 22, "key": KEY_FILE, "known_hosts": KNOWN_HOSTS_FILE,
                          "connect_timeout": 5}),
         "hf_token_env: HF_TOKEN",
-        "nodes:",
     ]
-    for spec, address in nodes:
-        entry = {"name": spec.name, "address": address, "private_address": address, "nic": "eth0"}
-        if gateway:
-            entry.update(address=gateway["address"], port=gateway["ports"][spec.name])
-        if spec.user != "root":
-            entry["user"] = spec.user
-        lines.append("  - " + _flow(entry))
+    entries = [_node_entry(spec, address, gateway) for spec, address in nodes]
+    if groups > 1:
+        lines += _fleet_lines(entries, groups)
+    else:
+        lines += ["nodes:", *(f"  - {_flow(e)}" for e in entries)]
     return "\n".join(lines) + "\n"
+
+
+def _node_entry(spec: NodeSpec, address: str, gateway: dict | None) -> dict:
+    entry = {"name": spec.name, "address": address, "private_address": address, "nic": "eth0"}
+    if gateway:
+        entry.update(address=gateway["address"], port=gateway["ports"][spec.name])
+    if spec.user != "root":
+        entry["user"] = spec.user
+    return entry
+
+
+def _fleet_lines(entries: list[dict], groups: int) -> list[str]:
+    """`up --groups N`: k3deploy's fleet shape (docs/inventory.md, "Fleet"): the nodes in N
+    equal groups in order, the router (the real SMG, the image the docker stand-in runs) on
+    the first group's head."""
+    size = len(entries) // groups
+    lines = ["router: " + _flow({"node": entries[0]["name"], "port": ROUTER_PORT,
+                                 "image": ROUTER_IMAGE, "health_check_interval": 1}),
+             "groups:"]
+    for g in range(groups):
+        lines += [f"  - name: g{g}", "    nodes:"]
+        lines += [f"      - {_flow(e)}" for e in entries[g * size:(g + 1) * size]]
+    return lines
 
 
 def write(tb_dir: Path, text: str) -> Path:

@@ -34,6 +34,7 @@ class UpOptions:
     hub_gated: bool = False
     shared_hf: bool = False             # one host dir as every node's HF cache (node.py)
     ssh_gateway: bool = False           # every node's SSH at one address, a port each (gateway.py)
+    groups: int = 1                     # > 1: the inventory is a fleet of that many groups
 
 
 class AlreadyUp(RuntimeError):
@@ -97,7 +98,7 @@ def _bring_up(state: TestbedState, opts: UpOptions, say) -> None:
                 else f"http://{net.bridge_address(idx)}:{hubctl.PREFERRED_PORT}")
     text = inventory.render(f"tb{idx}", endpoint, opts.gpu, opts.gpus_per_node, opts.engine,
                             [(spec, r["address"]) for spec, r in zip(opts.nodes, records)],
-                            shared_hf=opts.shared_hf, gateway=gw)
+                            shared_hf=opts.shared_hf, gateway=gw, groups=opts.groups)
     inventory.write(state.dir, text)
 
 

@@ -1,0 +1,23 @@
+"""Fleet inventory documents for the unit tests: two groups of two H200 nodes by default."""
+
+from __future__ import annotations
+
+import copy
+
+
+def group(name: str, first: int, count: int = 2, **overrides) -> dict:
+    nodes = [{"name": f"node{i}", "address": f"10.0.0.{10 + i}", "nic": "eth0"}
+             for i in range(first, first + count)]
+    return {"name": name, "nodes": nodes, **overrides}
+
+
+def two_groups(**overrides) -> dict:
+    doc = {
+        "cluster": "fl",
+        "model": {"repo": "moonshotai/Kimi-K3", "revision": "main"},
+        "gpu": {"model": "h200", "count": 8},
+        "router": {"node": "node0"},
+        "groups": [group("a", 0), group("b", 2)],
+    }
+    doc.update(copy.deepcopy(overrides))
+    return doc
