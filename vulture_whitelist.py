@@ -29,6 +29,33 @@ do_GET
 close_connection
 # rich reads a column's refresh limit
 max_refresh
+# TypedDict keys: written and read by string key (json.dumps, doc["..."]), which vulture cannot see
+last_error
+schema
+discarded_at
+single_stream_tok_s
+aggregate_tok_s
+guide_tok_s
+measured_tok_s
+guide_single_stream_tok_s
+measured_single_stream_tok_s
+far_below
+aggregate
+Layers
+Created
+Os
+Architecture
+requests
+error_samples
+ttft_s
+itl_s
+output_tok_s
+reasoning_tok_s
+content_tok_s
+per_stream_decode_tok_s
+arguments
+function
+tool_call_id
 # dataclass fields serialised by `plan --json`
 static_pool_per_gpu_gb
 min_nodes

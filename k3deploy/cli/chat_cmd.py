@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 
 from rich.console import Console
 
 from k3deploy.cluster import inventory as inventory_mod
+from k3deploy.core.jsonvalue import JSONable
 from k3deploy.serving import openai_client
 from k3deploy.serving.chat_session import DEFAULT_EFFORT, Conversation
 
@@ -29,7 +31,7 @@ class Display:
         # One-shot: stdout carries the answer alone, so scripts can use it as it is.
         self.side = Console(stderr=True, highlight=False, soft_wrap=True) if one_shot else self.out
         self.quiet = quiet
-        self.last = None
+        self.last: str | None = None   # the kind of text shown last in this turn
 
     def __call__(self, kind: str, text: str) -> None:
         if self.quiet:
@@ -76,7 +78,7 @@ def run_chat(inv_path: str, message: str | None, *, effort: str | None, json_out
     return 0
 
 
-def _user_lines(display: Display):
+def _user_lines(display: Display) -> Iterator[str]:
     interactive = sys.stdin.isatty()
     if interactive:
         display.out.print("k3deploy chat: empty line or /exit to leave", style="dim")
@@ -94,7 +96,8 @@ def _user_lines(display: Display):
             yield line
 
 
-def _document(conv: Conversation, target, effort_default: bool) -> dict:
+def _document(conv: Conversation, target: openai_client.Target,
+              effort_default: bool) -> dict[str, JSONable]:
     last = conv.messages[-1] if conv.messages else {}
     return {"endpoint": target.base_url, "model": target.model,
             "effort": conv.effort, "effort_default": effort_default,

@@ -9,7 +9,36 @@ decoding on hardware k3deploy does not size, so it is left out.
 
 from __future__ import annotations
 
-FIGURES = {
+from typing import TypedDict
+
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.serving.bench_stats import LevelSummary
+
+
+class GuideFigure(TypedDict):
+    single_stream_tok_s: float
+    aggregate_tok_s: dict[int, float]   # concurrency -> output tokens/s
+    note: str
+
+
+class AggregateVsGuide(TypedDict):
+    concurrency: int
+    guide_tok_s: float
+    measured_tok_s: float
+    ratio: float
+
+
+class VsGuide(TypedDict):
+    """The bench's figures beside the guide's, as `bench` prints and keeps them."""
+    guide_single_stream_tok_s: float
+    measured_single_stream_tok_s: float
+    ratio: float
+    far_below: bool
+    note: str
+    aggregate: list[AggregateVsGuide]
+
+
+FIGURES: dict[tuple[str, int, int, str], GuideFigure] = {
     # (gpu, nodes, gpus per node, precision): figures
     ("h100", 4, 8, "mxfp4"): {
         "single_stream_tok_s": 5.8, "aggregate_tok_s": {4: 14.0},
@@ -19,20 +48,20 @@ FIGURES = {
 FAR_BELOW = 0.5   # below half the guide's figure the bring-up is wrong, not just slower
 
 
-def for_inventory(inv) -> dict | None:
+def for_inventory(inv: Inventory) -> GuideFigure | None:
     return FIGURES.get((inv.gpu.model, len(inv.nodes), inv.gpu.count, inv.model.precision))
 
 
-def compare(figure: dict | None, single_tok_s: float | None,
-            levels: list[dict] | None = None) -> dict | None:
+def compare(figure: GuideFigure | None, single_tok_s: float | None,
+            levels: list[LevelSummary] | None = None) -> VsGuide | None:
     """Measured single-stream decode (and aggregate output at the concurrency the guide
     measured, when the bench ran it) against the guide's, where the guide gives a figure."""
     if figure is None or not single_tok_s:
         return None
     ratio = single_tok_s / figure["single_stream_tok_s"]
-    out = {"guide_single_stream_tok_s": figure["single_stream_tok_s"],
-           "measured_single_stream_tok_s": round(single_tok_s, 2), "ratio": round(ratio, 2),
-           "far_below": ratio < FAR_BELOW, "note": figure["note"], "aggregate": []}
+    out: VsGuide = {"guide_single_stream_tok_s": figure["single_stream_tok_s"],
+                    "measured_single_stream_tok_s": round(single_tok_s, 2), "ratio": round(ratio, 2),
+                    "far_below": ratio < FAR_BELOW, "note": figure["note"], "aggregate": []}
     for level in levels or []:
         guide = figure["aggregate_tok_s"].get(level["concurrency"])
         if guide:

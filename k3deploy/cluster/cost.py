@@ -6,6 +6,11 @@ user's, from the inventory or `plan --price`; nothing here is a quoted rate.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from k3deploy.cluster.inventory import Inventory
+
 SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
 
 
@@ -29,7 +34,16 @@ def duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def summary(inv, seconds: float) -> dict | None:
+class CostSummary(TypedDict):
+    gpus: int
+    per_gpu_hour: float
+    currency: str
+    per_hour: float
+    seconds: float
+    spent: float
+
+
+def summary(inv: Inventory, seconds: float) -> CostSummary | None:
     """Cost of `seconds` of the whole cluster, and its burn per hour; None without a price."""
     price = inv.price
     if price is None:

@@ -12,10 +12,16 @@ first off-Hub one) leaves the CDN host in its Location: the host every node must
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urljoin, urlsplit
 
+from k3deploy.cluster.hubmeta import Manifest, RepoFile
 from k3deploy.core.errors import BadInputError, K3Error
+
+if TYPE_CHECKING:
+    import httpx2   # huggingface_hub 2.x's HTTP client (get_session)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -49,21 +55,21 @@ class HubReach:
         return [self.hub] + ([self.cdn] if self.cdn and self.cdn != self.hub else [])
 
 
-def probe_file(manifest):
+def probe_file(manifest: Manifest) -> RepoFile:
     """The file to resolve: the smallest LFS file (its answer redirects where the weights come
     from), else the smallest file."""
     lfs = [f for f in manifest.files if f.sha256]
     return min(lfs or manifest.files, key=lambda f: (f.size, f.path))
 
 
-def resolve_url(manifest, path: str) -> str:
+def resolve_url(manifest: Manifest, path: str) -> str:
     return f"{manifest.endpoint.rstrip('/')}/{manifest.repo}/resolve/{manifest.sha}/{quote(path)}"
 
 
 _MAX_HOPS = 5
 
 
-def check(manifest, token: str | None, token_env: str) -> HubReach:
+def check(manifest: Manifest, token: str | None, token_env: str) -> HubReach:
     """HEAD one /resolve with the token; raises BadInputError when the gate refuses it.
     Redirects within the Hub's origin are followed (a relative `/api/resolve-cache/...` one,
     swift-transformers#209), as huggingface_hub does; the first one off it is the CDN."""
@@ -86,7 +92,7 @@ def check(manifest, token: str | None, token_env: str) -> HubReach:
                   hint="check model.endpoint (a proxy in a loop?)")
 
 
-def _head(manifest, url: str, token: str | None):
+def _head(manifest: Manifest, url: str, token: str | None) -> httpx2.Response:
     # Imported late, as in hubmeta: huggingface_hub is slow to import and `plan` never needs it.
     from huggingface_hub.utils import build_hf_headers, get_session
     try:
@@ -97,7 +103,8 @@ def _head(manifest, url: str, token: str | None):
                       hint="check model.endpoint and the laptop's network") from None
 
 
-def refusal(manifest, status: int, headers, had_token: bool, token_env: str) -> BadInputError:
+def refusal(manifest: Manifest, status: int, headers: Mapping[str, str], had_token: bool,
+            token_env: str) -> BadInputError:
     """The gate's answer, said with what to do about it."""
     page = f"{manifest.endpoint.rstrip('/')}/{manifest.repo}"
     said = headers.get("X-Error-Message") or headers.get("X-Error-Code") or "no reason given"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import TypedDict
 
 BITS = 8
 GBIT = 1e9
@@ -47,7 +48,19 @@ class Link:
         return f"{self.src}->{self.dst}"
 
 
-def links(found: dict[str, dict], names: list[str]) -> list[Link]:
+class ReceivedDoc(TypedDict):
+    bytes: int
+    seconds: float
+
+
+class MeshDoc(TypedDict):
+    """One node's count as remote/fabric_mesh.py prints it (facts/fabric_mesh.py MeshCount)."""
+    received: dict[str, ReceivedDoc]
+    sent: dict[str, int]
+    errors: dict[str, str]
+
+
+def links(found: dict[str, MeshDoc], names: list[str]) -> list[Link]:
     """Every directed link of the schedule, from what each receiver counted."""
     out = []
     for pairs in rounds(names):
@@ -56,9 +69,10 @@ def links(found: dict[str, dict], names: list[str]) -> list[Link]:
     return out
 
 
-def _link(found: dict[str, dict], src: str, dst: str) -> Link:
-    got = ((found.get(dst) or {}).get("received") or {}).get(src)
-    error = ((found.get(src) or {}).get("errors") or {}).get(dst)
+def _link(found: dict[str, MeshDoc], src: str, dst: str) -> Link:
+    receiver, sender = found.get(dst), found.get(src)
+    got = (receiver["received"] or {}).get(src) if receiver else None
+    error = (sender["errors"] or {}).get(dst) if sender else None
     if not got or not got.get("seconds"):
         return Link(src, dst, None, error or f"{dst} received nothing from {src}")
     return Link(src, dst, got["bytes"] * BITS / got["seconds"] / GBIT, error)

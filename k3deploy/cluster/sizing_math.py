@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import overload
 
 from k3deploy.cluster.gpus import GpuModel
 from k3deploy.cluster.moe_backend import moe_runner_backend
-from k3deploy.engines.layout import VLLM_MAX_NODES
-from k3deploy.engines.static_fraction import (SGLANG_MEM_FRACTION_STATIC,  # noqa: F401 (sizing)
-                                              VLLM_GPU_MEMORY_UTILIZATION, default_static_fraction)
+from k3deploy.core.jsonvalue import JSON
+from k3deploy.engines.layout import VLLM_MAX_NODES as VLLM_MAX_NODES  # the sizing facade's too
+from k3deploy.engines.static_fraction import SGLANG_MEM_FRACTION_STATIC as SGLANG_MEM_FRACTION_STATIC
+from k3deploy.engines.static_fraction import VLLM_GPU_MEMORY_UTILIZATION as VLLM_GPU_MEMORY_UTILIZATION
+from k3deploy.engines.static_fraction import default_static_fraction as default_static_fraction
 
 # --- the model ("What Kimi K3 Actually Is", "VRAM Math") ---
 ROUTED_EXPERTS = 896  # "896 total experts, 16 active per token"
@@ -83,10 +86,12 @@ class LaunchShape:
     ep: int
     dp: int
     dp_attention: bool  # attention replicated per rank (SGLang --enable-dp-attention, vLLM DP)
-    ray: bool  # vLLM across nodes runs over a Ray cluster
+    ray: bool  # vLLM across nodes over a Ray cluster (engine.executor ray; new inventories: mp)
     moe_runner_backend: str | None  # moe_backend.moe_runner_backend: marlin for mxfp4 on Hopper
     static_fraction: float  # SGLang --mem-fraction-static / vLLM --gpu-memory-utilization
     context_length: int | None  # None: not chosen (engines then default to the 1M maximum)
+    # vLLM across nodes: "mp", vLLM's multiprocessing executor (what new inventories say)
+    executor: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ class SizingResult:
     cost_per_hour: float | None
     notes: tuple[str, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, JSON]:
         d = asdict(self)
         d["notes"] = list(self.notes)
         return {k: round(v, 2) if isinstance(v, float) else v for k, v in d.items()}
@@ -139,12 +144,20 @@ def default_engine(gpu: GpuModel, nodes: int = 1) -> str:
     return "vllm" if gpu.fp4_native and nodes <= VLLM_MAX_NODES else "sglang"
 
 
-def launch_shape(gpu, gpus, nodes, precision, engine, fraction, context_length) -> LaunchShape:
+def launch_shape(gpu: GpuModel, gpus: int, nodes: int, precision: str, engine: str, fraction: float,
+                 context_length: int | None, vllm_shape: str = "dp-ep") -> LaunchShape:
     """The layouts k3deploy launches (launchspec.layout_for): SGLang on one node is the guide's
     B300 cell (TP=EP=DP, DP attention), across nodes the H100 cookbook cell (TP=EP=all GPUs,
-    the MoE backend from moe_backend); vLLM is DP=EP=all GPUs, over Ray across nodes."""
+    the MoE backend from moe_backend); vLLM is DP=EP=all GPUs, with the mp executor across
+    nodes. vllm_shape "tp": vLLM's own multi-node recipe cell, TP=all GPUs (experts split by
+    TP, no EP flag), shown beside it; k3deploy does not launch it."""
+    executor = "mp" if nodes > 1 else None
+    if engine == "vllm" and vllm_shape == "tp":
+        return LaunchShape("vllm", gpus, gpus, 1, False, False, None, fraction, context_length,
+                           executor)
     if engine == "vllm":
-        return LaunchShape("vllm", 1, gpus, gpus, True, nodes > 1, None, fraction, context_length)
+        return LaunchShape("vllm", 1, gpus, gpus, True, False, None, fraction, context_length,
+                           executor)
     backend = moe_runner_backend(engine, gpu, precision)
     if nodes == 1:
         return LaunchShape("sglang", gpus, gpus, gpus, True, False, backend, fraction,
@@ -175,6 +188,10 @@ def fraction_needed(resident: float, gpu: GpuModel) -> float:
     return math.floor(resident / usable_gb(gpu) * 100) / 100 + 0.01
 
 
+@overload
+def _nodes_for(gpus: int, per_node: int) -> int: ...
+@overload
+def _nodes_for(gpus: int | None, per_node: int) -> int | None: ...
 def _nodes_for(gpus: int | None, per_node: int) -> int | None:
     return None if gpus is None else math.ceil(gpus / per_node)
 
@@ -184,7 +201,8 @@ def default_label(gpu: GpuModel, nodes: int, gpus_per_node: int) -> str:
     return f"{gpus_per_node}x {short}" if nodes == 1 else f"{nodes}x{gpus_per_node} {short}"
 
 
-def _check_inputs(nodes, gpus_per_node, engine, fraction, max_model_len, price) -> None:
+def _check_inputs(nodes: int, gpus_per_node: int, engine: str, fraction: float, max_model_len: int | None,
+                  price: float | None) -> None:
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError("nodes and GPUs per node must be at least 1")
     if engine not in ENGINES:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypedDict
 
 from k3deploy.cluster import sizing_math as S
 from k3deploy.cluster.gpus import GpuModel, get_gpu
@@ -16,6 +17,17 @@ from k3deploy.cluster.sizing_math import (ROUTED_EXPERTS, KV_SHARE_OF_POOL, Sizi
                                           per_rank_resident_gb, usable_gb)
 from k3deploy.cluster.sizing_notes import _fit_notes, _flag, notes_for
 
+if TYPE_CHECKING:
+    from k3deploy.cluster.inventory import Inventory
+
+
+class SizingOptions(TypedDict):
+    """What `plan` passes on to every size_config it makes."""
+    engine: str | None
+    max_model_len: int | None
+    mem_fraction_static: float | None
+    price_per_gpu_hour: float | None
+
 @dataclass(frozen=True)
 class ReferenceConfig:
     label: str
@@ -24,6 +36,7 @@ class ReferenceConfig:
     gpus_per_node: int
     precision: str
     engine: str
+    shape: str = "dp-ep"   # vLLM: "tp" is its own recipe's TP cell (sizing_math.launch_shape)
 
 
 # Grouped by GPU, smallest first; rows that do not fit are kept where the guide warns about them.
@@ -34,7 +47,9 @@ REFERENCE_CONFIGS: tuple[ReferenceConfig, ...] = tuple(
         ("4x8 H200", "h200", 4, 8, "mxfp4", "sglang"),  # "the same 4x8 topology with real KV"
         ("4x8 H200", "h200", 4, 8, "mxfp8", "sglang"),
         ("8x B200", "b200", 1, 8, "mxfp4", "vllm"),  # the trap: dies at ~94% of loading
-        ("2x8 B200", "b200", 2, 8, "mxfp4", "vllm"),  # DP16+EP16 over Ray
+        ("2x8 B200", "b200", 2, 8, "mxfp4", "vllm"),  # the guide's DP16+EP16 (mp executor)
+        # vLLM's own B200 cell (recipes.vllm.ai Kimi-K3, Multi-Node TP): TP16 across the nodes
+        ("2x8 B200", "b200", 2, 8, "mxfp4", "vllm", "tp"),
         ("8x B300", "b300", 1, 8, "mxfp4", "vllm"),  # DP8+EP8, the only one-node option
         ("8x B300", "b300", 1, 8, "mxfp4", "sglang"),  # --tp 8 --ep-size 8 --enable-dp-attention
         ("2x8 B300", "b300", 2, 8, "mxfp8", "vllm"),  # "over 1.8TB of headroom"
@@ -58,6 +73,7 @@ def size_config(
     mem_fraction_static: float | None = None,
     price_per_gpu_hour: float | None = None,
     label: str | None = None,
+    vllm_shape: str = "dp-ep",
 ) -> SizingResult:
     """The arithmetic for one cluster shape."""
     gpu = get_gpu(gpu)
@@ -71,7 +87,7 @@ def size_config(
     total, ckpt = gpus * gpu.memory_gb, checkpoint_gb(precision)
     resident = per_rank_resident_gb(precision, gpus)
     pool = fraction * usable_gb(gpu) - resident
-    shape = launch_shape(gpu, gpus, nodes, precision, engine, fraction, max_model_len)
+    shape = launch_shape(gpu, gpus, nodes, precision, engine, fraction, max_model_len, vllm_shape)
     serve = min_gpus_to_serve(gpu, precision, fraction)
     bare = min_gpus(gpu, precision)
     result = SizingResult(
@@ -95,7 +111,7 @@ def size_config(
     return replace(result, notes=tuple(notes_for(result, gpu)))
 
 
-def _fewest_nodes_that_serve(gpu: GpuModel, per_node: int, precision: str, opts: dict) -> int:
+def _fewest_nodes_that_serve(gpu: GpuModel, per_node: int, precision: str, opts: SizingOptions) -> int:
     fraction = opts["mem_fraction_static"]
     if fraction is None:
         fraction = S.default_static_fraction(opts["engine"] or S.default_engine(gpu, 1))
@@ -103,17 +119,19 @@ def _fewest_nodes_that_serve(gpu: GpuModel, per_node: int, precision: str, opts:
     return max(1, math.ceil(serve / per_node))
 
 
-def _reference_results(model: GpuModel | None, precision: str | None, opts: dict) -> list:
+def _reference_results(model: GpuModel | None, precision: str | None,
+                       opts: SizingOptions) -> list[S.SizingResult]:
     """The reference configs for a GPU / precision filter; the engine option overrides theirs."""
-    chosen: dict[tuple, ReferenceConfig] = {}
+    chosen: dict[tuple[str, int, int, str, str, str], ReferenceConfig] = {}
     for ref in REFERENCE_CONFIGS:
         if model in (None, get_gpu(ref.gpu)) and precision in (None, ref.precision):
             ref = replace(ref, engine=opts["engine"] or ref.engine)
-            key = (ref.gpu, ref.nodes, ref.gpus_per_node, ref.precision, ref.engine)
+            key = (ref.gpu, ref.nodes, ref.gpus_per_node, ref.precision, ref.engine,
+                   ref.shape if ref.engine == "vllm" else "")
             chosen.setdefault(key, ref)
     return [
         size_config(r.gpu, r.nodes, r.gpus_per_node, r.precision, label=r.label,
-                    **{**opts, "engine": r.engine})
+                    vllm_shape=r.shape, **SizingOptions({**opts, "engine": r.engine}))
         for r in chosen.values()
     ]
 
@@ -132,7 +150,7 @@ def plan(
     overriding theirs; a GPU without one gets its smallest serving shape). A shape given (nodes
     and/or GPUs per node): that shape at every precision unless one is named, nodes defaulting
     to the fewest that serve. Bad input raises ValueError."""
-    opts = dict(
+    opts = SizingOptions(
         engine=engine, max_model_len=max_model_len,
         mem_fraction_static=mem_fraction_static, price_per_gpu_hour=price_per_gpu_hour,
     )
@@ -190,7 +208,7 @@ def fits_inventory(
     return result.fits, explain(result)
 
 
-def fits_inventory_of(inv) -> tuple[bool, str]:
+def fits_inventory_of(inv: Inventory) -> tuple[bool, str]:
     """fits_inventory for a loaded inventory (k3deploy.cluster.inventory.Inventory), with its engine
     and static fraction: an engine.args override first, then SGLang's engine.mem_fraction_static."""
     return fits_inventory(

@@ -13,7 +13,9 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import FrameType
 
 from k3deploy.core.errors import Interrupted
 
@@ -21,7 +23,18 @@ GRACE_SECONDS = 4.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _stop = threading.Event()
-_current: dict = {"signum": None, "finalizers": [], "timer": None, "exit": None}
+
+
+@dataclass
+class _Run:
+    """What the handlers of the run in progress share."""
+    signum: int | None = None
+    finalizers: list[Callable[[], None]] = field(default_factory=list)
+    timer: threading.Timer | None = None
+    exit: Callable[[int], None] | None = None
+
+
+_current = _Run()
 
 
 def exit_process(code: int) -> None:
@@ -35,13 +48,13 @@ def requested() -> bool:
 
 
 def signum() -> int | None:
-    return _current["signum"]
+    return _current.signum
 
 
 def check() -> None:
     """Raise Interrupted when a stop was requested."""
     if _stop.is_set():
-        raise Interrupted(_current["signum"] or signal.SIGINT)
+        raise Interrupted(_current.signum or signal.SIGINT)
 
 
 def sleep(seconds: float) -> None:
@@ -50,42 +63,42 @@ def sleep(seconds: float) -> None:
         check()
 
 
-def at_forced_exit(finalizer) -> None:
-    _current["finalizers"].append(finalizer)
+def at_forced_exit(finalizer: Callable[[], None]) -> None:
+    _current.finalizers.append(finalizer)
 
 
-def _handler(num, _frame) -> None:
+def _handler(num: int, _frame: FrameType | None) -> None:
     if _stop.is_set():  # a second Ctrl-C: the user does not want to wait for the grace period
         _force_exit()
-    _current["signum"] = num
+    _current.signum = num
     _stop.set()
     timer = threading.Timer(GRACE_SECONDS, _force_exit)
     timer.daemon = True
-    _current["timer"] = timer
+    _current.timer = timer
     timer.start()
 
 
 def _force_exit() -> None:
-    for finalizer in _current["finalizers"]:
+    for finalizer in _current.finalizers:
         try:
             finalizer()
         except Exception:  # exiting anyway; one failing finalizer must not keep the others
             pass
-    num = _current["signum"] or signal.SIGINT
+    num = _current.signum or signal.SIGINT
     os.write(2, f"interrupted by {signal.Signals(num).name}; a node command did not stop within "
                 f"{GRACE_SECONDS:.0f}s, exiting without it\n".encode())
-    (_current["exit"] or exit_process)(128 + num)
+    (_current.exit or exit_process)(128 + num)
 
 
 @contextlib.contextmanager
-def handling(force_exit: Callable[[int], None] | None = None):
+def handling(force_exit: Callable[[int], None] | None = None) -> Iterator[None]:
     """Install the handlers for the duration of a run (main thread only; elsewhere, as in a
     test's worker thread, signals stay as they are). force_exit: what the forced exit calls with the
     exit code instead of exit_process (a test passes its own)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _current["exit"] = force_exit
+    _current.exit = force_exit
     old = {s: signal.getsignal(s) for s in SIGNALS}
     for s in SIGNALS:
         signal.signal(s, _handler)
@@ -94,7 +107,7 @@ def handling(force_exit: Callable[[int], None] | None = None):
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-        if _current["timer"]:
-            _current["timer"].cancel()
+        if _current.timer:
+            _current.timer.cancel()
         _stop.clear()
-        _current.update(signum=None, finalizers=[], timer=None, exit=None)
+        _current.signum, _current.finalizers, _current.timer, _current.exit = None, [], None, None

@@ -10,12 +10,13 @@ import logging
 import sys
 
 import structlog
+from structlog.typing import EventDict, FilteringBoundLogger, WrappedLogger
 
 from k3deploy.core.redact import redact_obj
 
 
-def _redact_processor(_logger, _name, event_dict):
-    return redact_obj(event_dict)
+def _redact_processor(_logger: WrappedLogger, _name: str, event_dict: EventDict) -> EventDict:
+    return {key: redact_obj(value) for key, value in event_dict.items()}
 
 
 def configure(json_lines: bool = False, verbose: bool = False) -> None:
@@ -38,5 +39,6 @@ def configure(json_lines: bool = False, verbose: bool = False) -> None:
     logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
-def get(**bound):
-    return structlog.get_logger("k3deploy").bind(**bound)
+def get(**bound: str | None) -> FilteringBoundLogger:
+    logger: FilteringBoundLogger = structlog.get_logger("k3deploy")  # make_filtering_bound_logger's class
+    return logger.bind(**bound)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import threading
 
+from k3deploy.core.jsonvalue import JSON
+
 MASK = "***"
 _PATTERNS = [
     re.compile(r"hf_[A-Za-z0-9]{16,}"),
@@ -39,7 +41,7 @@ def redact(text: str) -> str:
     return text
 
 
-def redact_obj(value):
+def redact_obj(value: JSON) -> JSON:
     """Redact every string inside a JSON-like structure."""
     if isinstance(value, str):
         return redact(value)

@@ -12,12 +12,41 @@ import json
 import os
 import time
 from pathlib import Path
+from types import TracebackType
+from typing import NotRequired, TypedDict, cast
 
 from k3deploy.core.errors import LockError
+from k3deploy.core.jsonvalue import JSON, JSONable
 from k3deploy.core.redact import redact_obj
 from k3deploy.core.status import Status
 
 SCHEMA = 1
+
+
+class StepRecord(TypedDict, total=False):
+    """One step's record in a node's state file."""
+    status: str              # a Status
+    attempts: int
+    started: float
+    finished: float
+    inputs_digest: str
+    last_error: str | None
+    detail: dict[str, JSON]  # what the step found across nodes (runner.py add_detail)
+
+
+class TornDown(TypedDict):
+    at: float
+    logs: str | None         # where the engine's logs went
+
+
+class StateDoc(TypedDict):
+    """A node's state file."""
+    schema: int
+    node: str
+    identity: dict[str, JSON] | None   # node/identity.py: what makes it the same machine
+    steps: dict[str, StepRecord]
+    discarded_at: NotRequired[float]   # when a new identity discarded the steps
+    torn_down: NotRequired[TornDown]
 
 
 def state_dir_for(inventory_source: str, cluster: str, override: str | None = None) -> Path:
@@ -27,7 +56,7 @@ def state_dir_for(inventory_source: str, cluster: str, override: str | None = No
     return Path(inventory_source).resolve().parent / ".k3deploy" / cluster
 
 
-def atomic_write_json(path: Path, data: dict, mode: int = 0o600) -> None:
+def atomic_write_json(path: Path, data: JSONable, mode: int = 0o600) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
@@ -51,18 +80,20 @@ class NodeState:
         self.data = self._read()
         self.unsaved = False
 
-    def _read(self) -> dict:
+    def _read(self) -> StateDoc:
         try:
             data = json.loads(self.path.read_text())
         except (FileNotFoundError, ValueError):  # ValueError: bad JSON or not UTF-8
             data = None
         if isinstance(data, dict) and data.get("schema") == SCHEMA \
                 and isinstance(data.get("steps"), dict):
-            return data
+            return cast(StateDoc, data)   # the shape this version writes; older ones start afresh
         return {"schema": SCHEMA, "node": self.node, "identity": None, "steps": {}}
 
     def save(self) -> None:
-        atomic_write_json(self.path, redact_obj(self.data))
+        # A StateDoc is JSON (str keys; str, number, bool, None, list, dict values), which mypy
+        # cannot see of a TypedDict.
+        atomic_write_json(self.path, redact_obj(cast(JSON, self.data)))
         self.unsaved = False
 
     def flush(self) -> None:
@@ -71,7 +102,7 @@ class NodeState:
         if self.unsaved:
             self.save()
 
-    def check_identity(self, identity: dict) -> bool:
+    def check_identity(self, identity: dict[str, JSON]) -> bool:
         """Forget everything when the node is another machine now (spot replaced, rebooted
         into a fresh image). Returns True when stale state was discarded."""
         old = self.data.get("identity")
@@ -83,7 +114,7 @@ class NodeState:
             return True
         return False
 
-    def step(self, name: str) -> dict:
+    def step(self, name: str) -> StepRecord:
         return self.data["steps"].setdefault(name, {"status": Status.NEVER, "attempts": 0})
 
     def begin(self, name: str, digest: str) -> None:
@@ -91,16 +122,16 @@ class NodeState:
         decided from facts already at hand costs no write, and one that hangs on the node
         shows as running."""
         rec = self.step(name)
-        rec.update(status=Status.RUNNING, started=time.time(), inputs_digest=digest,
-                   attempts=rec.get("attempts", 0) + 1)
+        rec["status"], rec["started"], rec["inputs_digest"] = Status.RUNNING, time.time(), digest
+        rec["attempts"] = rec.get("attempts", 0) + 1
         self.unsaved = True
 
     def finish(self, name: str, status: Status, *, error: str | None = None,
-               detail: dict | None = None) -> None:
+               detail: dict[str, JSON] | None = None) -> None:
         """A change or a failure is written at once. "ok" (looked, nothing to do) waits for
         the next write: lost in a crash, it is only a look the next run repeats."""
         rec = self.step(name)
-        rec.update(status=status, finished=time.time())
+        rec["status"], rec["finished"] = status, time.time()
         rec["last_error"] = error
         if detail is not None:
             rec["detail"] = detail
@@ -108,7 +139,7 @@ class NodeState:
         if status != Status.OK:
             self.save()
 
-    def add_detail(self, name: str, detail: dict) -> None:
+    def add_detail(self, name: str, detail: dict[str, JSON]) -> None:
         """More of a finished step's detail (what it found across nodes); written with the
         run's next write."""
         rec = self.step(name)
@@ -125,7 +156,7 @@ class NodeState:
         """A step still running when the process must exit (Ctrl-C, SIGTERM)."""
         running = [rec for rec in self.data["steps"].values() if rec.get("status") == Status.RUNNING]
         for rec in running:
-            rec.update(status=Status.INTERRUPTED, finished=time.time())
+            rec["status"], rec["finished"] = Status.INTERRUPTED, time.time()
         if running:
             self.save()
 
@@ -158,9 +189,10 @@ class ClusterLock:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self):
+    def __enter__(self) -> ClusterLock:
         self.acquire()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, _kind: type[BaseException] | None, _err: BaseException | None,
+                 _tb: TracebackType | None) -> None:
         self.release()

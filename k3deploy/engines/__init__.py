@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 
 from k3deploy.engines.config_fields import FIELDS_LABEL, differences, fields_label
 from k3deploy.engines.docker import (docker_exec_argv, docker_logs_argv, docker_rm_argv,
@@ -34,7 +35,7 @@ __all__ = [
 
 
 def uses_ray(spec: LaunchSpec) -> bool:
-    return runs_over_ray(spec.engine, spec.nnodes)
+    return runs_over_ray(spec.engine, spec.nnodes, spec.executor)
 
 
 def node_launch_argvs(spec: LaunchSpec) -> list[list[str]]:
@@ -74,6 +75,6 @@ def with_config_label(spec: LaunchSpec, api_key: str | None = None) -> LaunchSpe
     return dataclasses.replace(spec, labels=labels)
 
 
-def config_changes(running_labels: dict, spec: LaunchSpec) -> list[str]:
+def config_changes(running_labels: Mapping[str, str], spec: LaunchSpec) -> list[str]:
     """What a running container's configuration differs in from this labelled spec's."""
     return differences(running_labels.get(FIELDS_LABEL), spec.labels[FIELDS_LABEL])

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING, TypedDict
 
 from k3deploy.remote.protocol import WorkPaths
+
+if TYPE_CHECKING:
+    from k3deploy.engines.inventory_view import InventoryView
 
 CACHE_MOUNT = "/k3deploy/compile-cache"
 CACHE_VARS = {
@@ -59,19 +63,29 @@ def kernel_args(argv: list[str]) -> list[list[str]]:
     return found
 
 
+class CacheInputs(TypedDict):
+    """What the key is the digest of (and what the sealed cache records it was built from)."""
+    engine: str
+    image_id: str | None
+    gpu: str | None
+    driver: str | None
+    cuda: str | None
+    kernel_args: list[list[str]]
+
+
 def cache_inputs(engine: str, image_id: str | None, gpu: str | None, driver: str | None,
-                 cuda: str | None, serve_argv: list[str]) -> dict:
+                 cuda: str | None, serve_argv: list[str]) -> CacheInputs:
     return {"engine": engine, "image_id": image_id, "gpu": gpu, "driver": driver, "cuda": cuda,
             "kernel_args": kernel_args(serve_argv)}
 
 
-def cache_key(inputs: dict) -> str:
+def cache_key(inputs: CacheInputs) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_root(inv) -> str:
+def cache_root(inv: InventoryView) -> str:
     return WorkPaths(inv.paths.work).compile_cache
 
 
-def cache_dir(inv, key: str) -> str:
+def cache_dir(inv: InventoryView, key: str) -> str:
     return f"{cache_root(inv)}/{key}"

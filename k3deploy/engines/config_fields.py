@@ -26,7 +26,7 @@ INVENTORY_NAMES = {
     "hf_cache_host_path": "paths.hf", "secrets_host_dir": "endpoint API key file dir",
     "moe_runner_backend": "moe runner backend (precision x GPU)",
     "served_model_name": "engine.served_model_name", "dist_init_port": "ports.dist_init",
-    "serve_port": "ports.serve", "ray_port": "ports.ray",
+    "serve_port": "ports.serve", "ray_port": "ports.ray", "executor": "engine.executor",
     "mem_fraction_static": "engine.mem_fraction_static", "dist_timeout": "engine.dist_timeout",
     "context_length": "engine.context_length", "extra_args": "engine.args",
     "extra_env": "engine.env", "compile_cache_host_dir": "compile cache dir (its key)",

@@ -6,6 +6,10 @@ day-0 K3 support is in nightly; pin a digest in the inventory for production).""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from k3deploy.engines.inventory_view import InventoryView
 
 SGLANG_CU13 = "lmsysorg/sglang:kimi-k3"
 SGLANG_CU12 = "lmsysorg/sglang:kimi-k3-cu12"
@@ -25,7 +29,7 @@ def parse_cuda_version(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2) or 0)
 
 
-def inventory_image(inv, cuda_version: str | None) -> str:
+def inventory_image(inv: InventoryView, cuda_version: str | None) -> str:
     """The image an inventory's nodes run, given a node's CUDA (its pinned image if any)."""
     return choose_image(inv.engine.kind, cuda_version, inv.engine.image)
 

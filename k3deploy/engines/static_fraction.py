@@ -9,6 +9,10 @@ inventory's default, the LaunchSpec's default and verify's memory check all read
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from k3deploy.engines.inventory_view import FlagValue, InventoryView
 
 SGLANG_MEM_FRACTION_STATIC = 0.85
 VLLM_GPU_MEMORY_UTILIZATION = 0.90
@@ -19,7 +23,7 @@ def default_static_fraction(engine: str) -> float:
     return SGLANG_MEM_FRACTION_STATIC if engine == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
 
 
-def static_fraction(engine: str, args: Mapping, mem_fraction_static: float | None) -> float:
+def static_fraction(engine: str, args: Mapping[str, FlagValue], mem_fraction_static: float | None) -> float:
     """What the launch passes: an engine.args override of the engine's flag first (it replaces
     the builder's value), then SGLang's engine.mem_fraction_static, then the engine default."""
     override = args.get(FLAGS[engine])
@@ -30,5 +34,5 @@ def static_fraction(engine: str, args: Mapping, mem_fraction_static: float | Non
     return default_static_fraction(engine)
 
 
-def inventory_static_fraction(inv) -> float:
+def inventory_static_fraction(inv: InventoryView) -> float:
     return static_fraction(inv.engine.kind, inv.engine.args, inv.engine.mem_fraction_static)

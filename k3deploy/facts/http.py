@@ -62,6 +62,7 @@ class Endpoint:
     tools: Answer | None = None
     vision: Answer | None = None
     version: Answer | None = None
+    decode_batch: Answer | None = None   # the dry-fire's load (remote/endpoint_probe.py)
 
 
 CHECKS = frozenset(f.name for f in fields(Endpoint))

@@ -21,12 +21,18 @@ import ctypes
 import errno
 import mmap
 import os
+from typing import Protocol
 
 ALIGN = 4096            # covers 512-byte and 4 KiB logical blocks alike
 WRITE_BUFFER = 1 << 20
 READ_BUFFER = 4 << 20
 IN_MEMORY = frozenset({"tmpfs", "ramfs"})
 _fs_types: dict[int, str] = {}
+
+
+class Hasher(Protocol):
+    """What hash_into feeds: hashlib's objects (fetch_manifest.py FileSpec.new_hasher)."""
+    def update(self, data: bytes | memoryview, /) -> None: ...
 
 
 def _mapped(size: int) -> memoryview:
@@ -62,9 +68,10 @@ class DiskFile:
     """Direct I/O on one partial file, buffered where it cannot be direct. Callers serialise
     write() among themselves and hash_into() among themselves."""
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path, self.fd = path, None
-        self._wbuf = self._rbuf = None
+        self._wbuf: memoryview | None = None
+        self._rbuf: memoryview | None = None
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_DIRECT)
         except OSError as e:
@@ -78,7 +85,7 @@ class DiskFile:
     def direct(self) -> bool:
         return self.fd is not None
 
-    def write(self, buffered_fd: int, data, at: int) -> None:
+    def write(self, buffered_fd: int, data: bytes | bytearray | memoryview, at: int) -> None:
         view, end = memoryview(data).cast("B"), at + len(data)
         lo = min(end, -(-at // ALIGN) * ALIGN)
         hi = max(lo, end // ALIGN * ALIGN)
@@ -93,6 +100,8 @@ class DiskFile:
         """Bytes of `view` written direct: all of them, unless the file system turned out to
         refuse O_DIRECT or a short write left an unaligned rest (the caller writes it buffered).
         From `view` itself where its memory is aligned, else through the aligned buffer."""
+        fd = self.fd
+        assert fd is not None, "write() writes direct only while the file is open direct"
         address = _address(view)
         buf = None if address is not None and address % ALIGN == 0 else self._write_buffer()
         done = 0
@@ -101,7 +110,7 @@ class DiskFile:
             if buf is not None:
                 buf[:n] = view[done:done + n]
             try:
-                wrote = os.pwrite(self.fd, view[done:done + n] if buf is None else buf[:n], at + done)
+                wrote = os.pwrite(fd, view[done:done + n] if buf is None else buf[:n], at + done)
             except OSError as e:
                 if e.errno != errno.EINVAL:
                     raise
@@ -112,10 +121,10 @@ class DiskFile:
                 return done
         return done
 
-    def hash_into(self, hasher, start: int, stop: int) -> int:
+    def hash_into(self, hasher: Hasher, start: int, stop: int) -> int:
         """Feeds bytes [start, stop) of the file to `hasher`; returns how many it fed (fewer
         only if the file ends first)."""
-        if not self.direct:
+        if self.fd is None:  # not direct
             return _hash_buffered(self.path, hasher, start, stop)
         buf, at, fed = self._read_buffer(), start // ALIGN * ALIGN, 0
         while start + fed < stop:
@@ -140,7 +149,7 @@ class DiskFile:
             self._rbuf = _mapped(READ_BUFFER)
         return self._rbuf
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.close()
 
     def close(self) -> None:
@@ -152,7 +161,8 @@ class DiskFile:
                 mem = view.obj
                 view.release()
                 try:
-                    mem.close()
+                    if isinstance(mem, mmap.mmap):  # always: _mapped's buffers
+                        mem.close()
                 except BufferError:   # a slice still alive: the mapping goes when it does
                     pass
         self._wbuf = self._rbuf = None
@@ -175,7 +185,7 @@ def fs_type(dev: int) -> str:
     return _fs_types[dev]
 
 
-def _hash_buffered(path, hasher, start: int, stop: int) -> int:
+def _hash_buffered(path: str | os.PathLike[str], hasher: Hasher, start: int, stop: int) -> int:
     """By pread on an unbuffered fd: a buffered reader reads ahead past `stop`, into bytes
     other connections have not written yet, and a later seek inside its buffer hands those
     stale bytes back (a wrong digest and a whole file fetched again)."""

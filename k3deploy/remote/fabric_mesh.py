@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+from typing import TypedDict
 
 BUFFER = 4 * 1024 * 1024
 HEADER_MAX = 256
@@ -32,14 +33,37 @@ RETRY = 0.2      # between connection attempts while the partner's listener is n
 GO, LATE = b"go\n", b"late\n"
 
 
+class Plan(TypedDict):
+    """The program's argv (steps/fabric/fabric_mesh.py writes it)."""
+    me: str
+    listen: str
+    port: int
+    rounds: list[list[str] | None]   # per round: the partner's [name, address], or None (idle)
+    seconds: float
+    deadline: float
+    round_limit: float
+
+
+class Counted(TypedDict):
+    bytes: int
+    seconds: float
+
+
+class Found(TypedDict):
+    """What the program prints (facts/fabric_mesh.py MeshCount)."""
+    received: dict[str, Counted]
+    sent: dict[str, int]
+    errors: dict[str, str]
+
+
 class Node:
     """What the receivers share with the rounds: the round this node is in, what arrived."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cond = threading.Condition()
         self.current: float = -1
         self.answered: set[int] = set()   # rounds whose partner was told go
-        self.counted: dict = {}
+        self.counted: dict[str, Counted] = {}
         self.done: dict[str, threading.Event] = {}
 
     def enter(self, k: float) -> None:
@@ -78,10 +102,10 @@ def read_line(conn: socket.socket) -> bytes:
     return line
 
 
-def count(conn: socket.socket) -> dict:
+def count(conn: socket.socket) -> Counted:
     buf = bytearray(BUFFER)
     view = memoryview(buf)
-    total, first, last = 0, None, None
+    total, first, last = 0, None, 0.0
     try:
         while n := conn.recv_into(view):
             last = time.monotonic()
@@ -92,7 +116,7 @@ def count(conn: socket.socket) -> dict:
     return {"bytes": total, "seconds": round((last - first) if first else 0.0, 6)}
 
 
-def receive(conn: socket.socket, node: Node, plan: dict) -> None:
+def receive(conn: socket.socket, node: Node, plan: Plan) -> None:
     with conn:
         conn.settimeout(plan["round_limit"])
         try:
@@ -111,11 +135,11 @@ def receive(conn: socket.socket, node: Node, plan: dict) -> None:
         node.finished(name).set()
 
 
-def listen(plan: dict, node: Node, stop: threading.Event) -> threading.Thread:
+def listen(plan: Plan, node: Node, stop: threading.Event) -> threading.Thread:
     srv = socket.create_server((plan["listen"], plan["port"]), reuse_port=False, backlog=64)
     srv.settimeout(0.2)
 
-    def loop():
+    def loop() -> None:
         with srv:
             while not stop.is_set():
                 try:
@@ -146,13 +170,14 @@ class Handshake(Exception):
     """The partner was not reached in this round."""
 
 
-def shake(plan: dict, k: int, addr: str, until: float) -> socket.socket:
+def shake(plan: Plan, k: int, addr: str, until: float) -> socket.socket:
     """A connection to the partner that said go for round k, by `until`; else Handshake."""
     try:
         sock = connect(addr, plan["port"], until)
     except OSError as err:
         raise Handshake(f"round {k}: {type(err).__name__}: {err} (retried for "
                         f"{plan['deadline']:g} s)") from err
+    answer: bytes | OSError
     try:
         sock.sendall(f"{plan['me']} {k}\n".encode())
         sock.settimeout(max(0.1, until - time.monotonic()))
@@ -165,7 +190,7 @@ def shake(plan: dict, k: int, addr: str, until: float) -> socket.socket:
     raise Handshake(why_not(plan, k, answer))
 
 
-def why_not(plan: dict, k: int, answer) -> str:
+def why_not(plan: Plan, k: int, answer: bytes | OSError) -> str:
     if isinstance(answer, TimeoutError):
         return f"round {k}: the partner was not in this round within {plan['deadline']:g} s"
     if isinstance(answer, OSError):
@@ -176,7 +201,7 @@ def why_not(plan: dict, k: int, answer) -> str:
     return f"round {k}: the partner closed without an answer"
 
 
-def push(plan: dict, k: int, addr: str, until: float) -> int:
+def push(plan: Plan, k: int, addr: str, until: float) -> int:
     """Sends zeros to the partner for `seconds` once it says go; the bytes the kernel took."""
     payload = memoryview(bytes(BUFFER))
     with shake(plan, k, addr, until) as sock:
@@ -187,7 +212,8 @@ def push(plan: dict, k: int, addr: str, until: float) -> int:
     return sent
 
 
-def one_round(plan: dict, node: Node, k: int, partner, sent: dict, errors: dict) -> None:
+def one_round(plan: Plan, node: Node, k: int, partner: list[str] | None, sent: dict[str, int],
+              errors: dict[str, str]) -> None:
     begun = time.monotonic()
     node.enter(k)
     if partner is None:
@@ -204,10 +230,11 @@ def one_round(plan: dict, node: Node, k: int, partner, sent: dict, errors: dict)
     node.finished(name).wait(max(0.0, begun + plan["round_limit"] - time.monotonic()))
 
 
-def run(plan: dict) -> dict:
+def run(plan: Plan) -> Found:
     node, stop = Node(), threading.Event()
     listener = listen(plan, node, stop)
-    sent, errors = {}, {}
+    sent: dict[str, int] = {}
+    errors: dict[str, str] = {}
     for k, partner in enumerate(plan["rounds"]):
         one_round(plan, node, k, partner, sent, errors)
     node.enter(len(plan["rounds"]))   # a sender arriving after the last round hears "late"
@@ -218,7 +245,7 @@ def run(plan: dict) -> dict:
 
 
 def main() -> int:
-    plan = json.loads(sys.argv[1])
+    plan: Plan = json.loads(sys.argv[1])
     try:
         found = run(plan)
     except OSError as err:   # the listener: the port taken, the address not on this node

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 TIMEOUT = 5.0
 
 
-def reach(url):
+def reach(url: str) -> str | bool:
     parts = urlsplit(url)
     host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
     try:
@@ -29,10 +29,10 @@ def reach(url):
     return True
 
 
-def main(urls):
-    found = {}
+def main(urls: list[str]) -> None:
+    found: dict[str, str | bool] = {}
 
-    def one(url):
+    def one(url: str) -> None:
         found[url] = reach(url)
 
     threads = [threading.Thread(target=one, args=(u,)) for u in urls]

@@ -32,6 +32,7 @@ import json
 import subprocess
 import sys
 import urllib.parse
+from typing import TypedDict
 
 PROBE_TIMEOUT = 3.0
 CHUNK = 4 << 20
@@ -45,14 +46,23 @@ def secret(path: str) -> str | None:
         return None
 
 
-def _ask(addr: str, port: int, method: str, ref: str, token: str, timeout: float | None):
+def _ask(addr: str, port: int, method: str, ref: str, token: str,
+         timeout: float | None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     conn = http.client.HTTPConnection(addr, port, timeout=timeout)
     conn.request(method, "/image?" + urllib.parse.urlencode({"ref": ref}),
                  headers={"Authorization": f"Bearer {token}"})
     return conn, conn.getresponse()
 
 
-def holder(ref: str, peers: list[tuple[str, str]], port: int, token: str) -> dict | None:
+class Holder(TypedDict):
+    """A peer that holds the image: its name, address, image ID and content key."""
+    node: str
+    addr: str
+    id: str
+    content: str
+
+
+def holder(ref: str, peers: list[tuple[str, str]], port: int, token: str) -> Holder | None:
     for name, addr in peers:
         try:
             conn, resp = _ask(addr, port, "HEAD", ref, token, PROBE_TIMEOUT)
@@ -71,7 +81,19 @@ def image_id(ref: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def content_key(inspect_doc: dict) -> str:
+class RootFS(TypedDict, total=False):
+    Layers: list[str]
+
+
+class InspectedImage(TypedDict, total=False):
+    """The fields of a `docker image inspect` document that content_key reads."""
+    Created: str
+    Os: str
+    Architecture: str
+    RootFS: RootFS
+
+
+def content_key(inspect_doc: InspectedImage) -> str:
     """What every image store reports alike of one image (see the module's docstring)."""
     agreed = [inspect_doc.get("Created"), inspect_doc.get("Os"), inspect_doc.get("Architecture"),
               (inspect_doc.get("RootFS") or {}).get("Layers") or []]
@@ -88,7 +110,7 @@ def image_content(ref: str) -> str | None:
         return None
 
 
-def load(args) -> int:
+def load(args: argparse.Namespace) -> int:
     token = secret(args.secret_file)
     if not token:
         print(f"image_peers: cannot read the peer secret {args.secret_file}", file=sys.stderr)
@@ -103,9 +125,9 @@ def load(args) -> int:
     return 0 if subprocess.run(["docker", "pull", args.ref]).returncode == 0 else 1
 
 
-def fetch(args) -> int:
+def fetch(args: argparse.Namespace) -> int:
     token = secret(args.secret_file)
-    peers = [tuple(p.split("=", 1)) for p in args.peers.split(",") if "=" in p]
+    peers = [(name, addr) for name, _, addr in (p.partition("=") for p in args.peers.split(",") if "=" in p)]
     where = holder(args.ref, peers, args.port, token) if token else None
     if where is None:
         print(f"image_peers: no peer holds {args.ref}; pulling it from its registry")
@@ -115,7 +137,7 @@ def fetch(args) -> int:
     return load(args)
 
 
-def copy_from_peer(args, token: str) -> str | None:
+def copy_from_peer(args: argparse.Namespace, token: str) -> str | None:
     """None when the peer's copy loaded and its content key is the peer's; else why not (a
     copy that loaded but differs is removed again)."""
     addr, _, port = args.peer.rpartition(":")
@@ -127,13 +149,15 @@ def copy_from_peer(args, token: str) -> str | None:
         conn.close()
         return f"the peer answered {resp.status}"
     loader = subprocess.Popen(["docker", "load"], stdin=subprocess.PIPE)
+    stdin = loader.stdin
+    assert stdin is not None  # stdin=PIPE
     try:
         while chunk := resp.read(CHUNK):
-            loader.stdin.write(chunk)
+            stdin.write(chunk)
     except OSError as e:
         print(f"image_peers: the stream from {args.peer} broke: {e}", file=sys.stderr)
     finally:
-        loader.stdin.close()
+        stdin.close()
         conn.close()
     if loader.wait() != 0:
         return "docker load failed"
@@ -144,7 +168,7 @@ def copy_from_peer(args, token: str) -> str | None:
     return None
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The engine image from a peer.")
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("fetch")

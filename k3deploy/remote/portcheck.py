@@ -20,6 +20,7 @@ import selectors
 import socket
 import sys
 import time
+from typing import TypedDict
 
 HELLO = "k3mesh"
 RETRY = 0.1         # a refused probe is tried again this much later
@@ -28,11 +29,19 @@ PARALLEL = 64       # probes in flight: all at once would flood the peers' accep
 GREETING = 2.0      # an accepted connection that names nobody is closed after this
 
 
+class Found(TypedDict):
+    """What the program prints."""
+    ports: dict[int, str]              # port -> listening | busy
+    probes: dict[str, str | bool]      # host:port -> True | why not
+
+
 class Mesh:
-    def __init__(self, seconds, me, ports, targets):
+    def __init__(self, seconds: float, me: str, ports: list[int], targets: list[str]):
         self.deadline = time.monotonic() + seconds
         self.me, self.sel = me, selectors.DefaultSelector()
-        self.status, self.seen, self.results = {}, set(), {}
+        self.status: dict[int, str] = {}
+        self.seen: set[tuple[str, int]] = set()
+        self.results: dict[str, str | bool] = {}
         self.waiting = [(0.0, t) for t in targets]   # (not before, target)
         self.inflight = 0
         peers = {t.rsplit(":", 1)[0] for t in targets}
@@ -43,7 +52,7 @@ class Mesh:
                        if how == "listening"}
         self.total = len(targets)
 
-    def listen(self, ports):
+    def listen(self, ports: list[int]) -> None:
         """A port already in use is reported as busy: something listens there (a running
         engine's rendezvous), so probing it still tests reachability."""
         for port in ports:
@@ -60,7 +69,7 @@ class Mesh:
             self.status[port] = "listening"
             self.sel.register(s, selectors.EVENT_READ, (self.on_listener, port))
 
-    def run(self):
+    def run(self) -> Found:
         while time.monotonic() < self.deadline:
             if len(self.results) == self.total and self.wanted <= self.seen:
                 break
@@ -74,16 +83,16 @@ class Mesh:
             self.results.setdefault(target, "timed out")
         return {"ports": self.status, "probes": self.results}
 
-    def next_wake(self):
+    def next_wake(self) -> float:
         now = time.monotonic()
         ready = [at for at, _ in self.waiting] if self.inflight < PARALLEL else []
         return max(0.0, min(min(ready, default=self.deadline) - now, RETRY))
 
-    def pending(self):
+    def pending(self) -> list[str]:
         return [k.data[1] for k in self.sel.get_map().values() if k.data[0] == self.on_probe]
 
     # -- probing the others ------------------------------------------------------------
-    def start_probes(self):
+    def start_probes(self) -> None:
         now, later = time.monotonic(), []
         for at, target in self.waiting:
             if at <= now and self.inflight < PARALLEL:
@@ -92,7 +101,7 @@ class Mesh:
                 later.append((at, target))
         self.waiting = later
 
-    def connect(self, target):
+    def connect(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
         s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         s.setblocking(False)
@@ -104,7 +113,7 @@ class Mesh:
         self.inflight += 1
         self.sel.register(s, selectors.EVENT_WRITE, (self.on_probe, target, time.monotonic() + ATTEMPT))
 
-    def on_probe(self, sock, target, _until):
+    def on_probe(self, sock: socket.socket, target: str, _until: float) -> None:
         code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         self.drop(sock, probe=True)
         if code == 0:
@@ -118,7 +127,7 @@ class Mesh:
         sock.close()
         self.refused_or_failed(target, code)
 
-    def refused_or_failed(self, target, code):
+    def refused_or_failed(self, target: str, code: int) -> None:
         """Refused: no listener yet, or a REJECT rule; tried again until the deadline. Any
         other reason (unreachable, a timeout) tells a firewall from no listener: final."""
         if code == errno.ECONNREFUSED and time.monotonic() + RETRY <= self.deadline:
@@ -127,7 +136,7 @@ class Mesh:
             self.results[target] = os.strerror(code)
 
     # -- being probed ------------------------------------------------------------------
-    def on_listener(self, sock, port):
+    def on_listener(self, sock: socket.socket, port: int) -> None:
         try:
             while True:
                 conn, _ = sock.accept()
@@ -137,7 +146,7 @@ class Mesh:
         except (BlockingIOError, InterruptedError):
             pass
 
-    def on_greeting(self, conn, port, _until, got):
+    def on_greeting(self, conn: socket.socket, port: int, _until: float, got: bytearray) -> None:
         try:
             chunk = conn.recv(256)
         except (BlockingIOError, InterruptedError):
@@ -154,23 +163,25 @@ class Mesh:
             self.seen.add((words[1], port))
 
     # -- timeouts ----------------------------------------------------------------------
-    def expire(self):
+    def expire(self) -> None:
         now = time.monotonic()
         for key in list(self.sel.get_map().values()):
             handler, probe = key.data[0], key.data[0] == self.on_probe
             if handler != self.on_listener and key.data[2] <= now:
-                self.drop(key.fileobj, probe=probe)
-                key.fileobj.close()
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)  # only sockets are registered
+                self.drop(sock, probe=probe)
+                sock.close()
                 if probe:
                     self.results[key.data[1]] = "timed out"
 
-    def drop(self, sock, probe=False):
+    def drop(self, sock: socket.socket, probe: bool = False) -> None:
         self.sel.unregister(sock)
         if probe:
             self.inflight -= 1
 
 
-def mesh(seconds, me, ports, targets):
+def mesh(seconds: float, me: str, ports: list[int], targets: list[str]) -> None:
     print(json.dumps(Mesh(seconds, me, ports, targets).run()), flush=True)
 
 

@@ -4,20 +4,22 @@ without k3deploy, and how to resume or stop it."""
 from __future__ import annotations
 
 from k3deploy.core.status import APPLIED, Status
+from k3deploy.run.report import RunReport
 from k3deploy.steps import ENGINE_STEPS, TEARDOWN, steps_in
 
 TEARDOWN_STEPS = steps_in(TEARDOWN)
 
 
-def stopped_at(report) -> str | None:
+def stopped_at(report: RunReport) -> str | None:
     """The step some node was in when the signal came (else the last one that ran)."""
     reached = [s for s in report.steps if any(s in per for per in report.results.values())]
     hit = [s for s in reached if any(per.get(s) and per[s].status == Status.INTERRUPTED
                                      for per in report.results.values())]
-    return (hit or reached or [None])[0]
+    first = hit or reached
+    return first[0] if first else None
 
 
-def downloading_nodes(report) -> list[str]:
+def downloading_nodes(report: RunReport) -> list[str]:
     """Nodes where this run started or found the detached downloader and did not see it
     finish (the waiting `download` step not done there)."""
     labels = [s for s in report.steps if s.startswith("download")]
@@ -29,12 +31,12 @@ def downloading_nodes(report) -> list[str]:
             and not (waiting and per.get(waiting) and per[waiting].status in APPLIED)]
 
 
-def _teardown_run(report) -> bool:
+def _teardown_run(report: RunReport) -> bool:
     """Only teardown steps in the run (guard-stop also runs in a bring-up, before the launch)."""
     return all(s.partition("#")[0] in TEARDOWN_STEPS for s in report.steps)
 
 
-def notes(report, inv_source: str) -> list[str]:
+def notes(report: RunReport, inv_source: str) -> list[str]:
     step = stopped_at(report)
     out = [f"stopped{' during ' + step if step else ''}; the state files record it as "
            "interrupted"]

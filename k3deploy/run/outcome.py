@@ -4,18 +4,20 @@ no-op run has nothing to time or certify). Pure: the runner's report in."""
 
 from __future__ import annotations
 
+from k3deploy.run.report import RunReport
+
 FAILED, BLOCKED = "failed", "blocked"
 
 
-def did_something(report) -> bool:
+def did_something(report: RunReport) -> bool:
     return "changed" in report.statuses()
 
 
-def _nodes_with(report, step: str, status: str) -> list[str]:
+def _nodes_with(report: RunReport, step: str, status: str) -> list[str]:
     return [n for n, per in report.results.items() if step in per and per[step].status == status]
 
 
-def failure_line(report) -> str | None:
+def failure_line(report: RunReport) -> str | None:
     """'failed at launch on node2; blocked after it: wait, verify', or for a run whose only
     failures are the problems it found, how many and on which nodes; None: nothing failed."""
     for step in report.steps:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED
@@ -32,7 +33,7 @@ class RunReport:
         """Keep rows in rank order, not in the order threads happened to finish."""
         self.results = {n: self.results.get(n, {}) for n in names} | self.results
 
-    def statuses(self) -> set[Status]:
+    def statuses(self) -> builtins.set[Status]:  # builtins: `set` here is the method above
         return {r.status for per in self.results.values() for r in per.values()}
 
     def exit_code(self) -> int:
@@ -50,6 +51,6 @@ class RunReport:
         return [n for n, per in self.results.items()
                 if any(r.status == Status.UNREACHABLE for r in per.values())]
 
-    def failed_nodes(self) -> set[str]:
+    def failed_nodes(self) -> builtins.set[str]:
         return {n for n, per in self.results.items()
                 if any(r.status in NOT_THROUGH for r in per.values())}

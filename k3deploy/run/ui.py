@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -11,8 +12,12 @@ from k3deploy.core.redact import redact
 from k3deploy.core import units
 from k3deploy.core.status import Status
 from k3deploy.facts.download import Progress
+from k3deploy.run.report import RunReport
 
-STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.WOULD_CHANGE: "cyan",
+if TYPE_CHECKING:
+    from rich.progress import Progress as Bars, TaskID  # rich.progress is imported at the first bar
+
+STYLE: dict[str, str] = {Status.OK: "green", Status.CHANGED: "yellow", Status.WOULD_CHANGE: "cyan",
          Status.FAILED: "bold red", Status.UNREACHABLE: "magenta", Status.BLOCKED: "red",
          Status.INTERRUPTED: "bold magenta"}
 
@@ -29,6 +34,8 @@ class Ui:
         self.console = console or _console()
         self.quiet = quiet
         self._lock = threading.Lock()
+        self._progress: Bars | None = None
+        self._tasks: dict[str, TaskID] = {}
 
     def say(self, text: str, wrap: bool = True) -> None:
         # wrap=False: a path or command stays on one line in a pipe (rich wraps at the width).
@@ -45,7 +52,7 @@ class Ui:
             for line in error:
                 self.console.print(f"{'':>14}{redact(line)}", markup=False)
 
-    def summary(self, report) -> None:
+    def summary(self, report: RunReport) -> None:
         self.stop_progress()
         table = Table(title="k3deploy run", show_lines=False)
         table.add_column("node")
@@ -58,7 +65,7 @@ class Ui:
         with self._lock:
             self.console.print(table)
 
-    def problems(self, problems, changed: bool = False) -> None:
+    def problems(self, problems: list[tuple[str, str, str]], changed: bool = False) -> None:
         # After launch (verify's problems) "nothing was changed" would be false comfort.
         title = f"{len(problems)} problem(s) found" + ("" if changed else "; nothing was changed")
         table = Table(title=title)
@@ -86,8 +93,8 @@ class Ui:
             bar.update(task, completed=progress.bytes_done, total=progress.bytes_total or 1,
                        shards=shards)
 
-    def _bar(self):
-        if getattr(self, "_progress", None) is None:
+    def _bar(self) -> Bars:
+        if self._progress is None:
             from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
                                        TimeRemainingColumn, TransferSpeedColumn)
             from k3deploy.run.ui_columns import ReadyAtColumn
@@ -101,6 +108,6 @@ class Ui:
         return self._progress
 
     def stop_progress(self) -> None:
-        if getattr(self, "_progress", None) is not None:
+        if self._progress is not None:
             self._progress.stop()
             self._progress = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from rich.progress import ProgressColumn
+from rich.progress import ProgressColumn, Task
 from rich.text import Text
 
 
@@ -20,7 +20,7 @@ def ready_at(remaining_s: float | None, now: float) -> str:
 class ReadyAtColumn(ProgressColumn):
     max_refresh = 1.0
 
-    def render(self, task) -> Text:
+    def render(self, task: Task) -> Text:
         if task.finished:
             return Text("ready", style="progress.remaining")
         return Text(ready_at(task.time_remaining, time.time()), style="progress.remaining")

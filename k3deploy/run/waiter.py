@@ -9,18 +9,21 @@ the download, the endpoint's health, a Ray worker's join and `vllm serve` taking
 from __future__ import annotations
 
 import time
+from typing import TypeVar
 
 from k3deploy.core import group, interrupt
 from k3deploy.core.errors import StepFailed
 from k3deploy.node.context import NodeContext
 from k3deploy.steps.base import Step, Wait
 
+F = TypeVar("F")  # the step's facts record
+
 
 class Waiter:
-    def __init__(self, contexts):
+    def __init__(self, contexts: list[NodeContext]):
         self.contexts = contexts   # every node of the run, in rank order
 
-    def __call__(self, step: Step, node: NodeContext, wait: Wait) -> object:
+    def __call__(self, step: Step[F], node: NodeContext, wait: Wait) -> F:
         started = time.monotonic()
         marker, changed = object(), started
         while True:
@@ -43,8 +46,8 @@ class Waiter:
             # by a round trip is part of the poll, not added to it.
             interrupt.sleep(max(0.0, wait.poll - (time.monotonic() - looked)))
 
-    def _look(self, step: Step, node: NodeContext, wait: Wait, waited: float,
-              looked_at: float) -> object:
+    def _look(self, step: Step[F], node: NodeContext, wait: Wait, waited: float,
+              looked_at: float) -> F:
         if not wait.cluster:
             return step.facts(node, waiting=True)
         others = [c for c in self.contexts if c.name != node.name]

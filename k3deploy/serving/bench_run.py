@@ -6,15 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypedDict
 
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.serving import openai_client
-from k3deploy.serving.bench_stats import RequestRecord, level_summary
+from k3deploy.serving.bench_stats import LevelSummary, RequestRecord, level_summary
+
+if TYPE_CHECKING:
+    import openai   # imported when the bench starts (`import openai` takes a second)
+    from openai.types import ReasoningEffort
 
 PROMPT = "Explain expert parallelism in two sentences."
 ERROR_PAUSE_S = 0.2   # a refused request comes back at once; do not spin on it
 
 
-async def _request(client, model: str, opts: dict, records: list) -> None:
+class BenchOptions(TypedDict):
+    seconds: float          # each level's time
+    effort: ReasoningEffort
+    max_tokens: int
+
+
+async def _request(client: openai.AsyncOpenAI, model: str, opts: BenchOptions,
+                   records: list[RequestRecord]) -> None:
     import openai
     rec = RequestRecord(started=time.monotonic())
     records.append(rec)
@@ -34,7 +48,7 @@ async def _request(client, model: str, opts: dict, records: list) -> None:
         await asyncio.sleep(ERROR_PAUSE_S)
 
 
-def _count(rec: RequestRecord, delta: dict) -> None:
+def _count(rec: RequestRecord, delta: dict[str, JSON]) -> None:
     now = time.monotonic()
     if delta.get("reasoning_content") or delta.get("reasoning"):
         rec.token(now, "reasoning")
@@ -42,12 +56,14 @@ def _count(rec: RequestRecord, delta: dict) -> None:
         rec.token(now, "content")
 
 
-async def _stream(client, model, opts, records) -> None:
+async def _stream(client: openai.AsyncOpenAI, model: str, opts: BenchOptions,
+                  records: list[RequestRecord]) -> None:
     while True:
         await _request(client, model, opts, records)
 
 
-async def _level(client, model: str, opts: dict, concurrency: int) -> dict:
+async def _level(client: openai.AsyncOpenAI, model: str, opts: BenchOptions,
+                 concurrency: int) -> LevelSummary:
     records: list[RequestRecord] = []
     started = time.monotonic()
     tasks = [asyncio.create_task(_stream(client, model, opts, records))
@@ -59,9 +75,10 @@ async def _level(client, model: str, opts: dict, concurrency: int) -> dict:
     return level_summary(records, concurrency, time.monotonic() - started)
 
 
-async def _all(target, levels: list[int], opts: dict, on_level) -> list[dict]:
+async def _all(target: openai_client.Target, levels: list[int], opts: BenchOptions,
+               on_level: Callable[[LevelSummary], None]) -> list[LevelSummary]:
     client = openai_client.client(target, timeout=opts["seconds"] + 30, asynchronous=True)
-    out = []
+    out: list[LevelSummary] = []
     try:
         for concurrency in levels:
             out.append(await _level(client, target.model, opts, concurrency))
@@ -71,7 +88,7 @@ async def _all(target, levels: list[int], opts: dict, on_level) -> list[dict]:
     return out
 
 
-def run(target, levels: list[int], *, seconds: float, effort: str, max_tokens: int,
-        on_level=lambda level: None) -> list[dict]:
-    opts = {"seconds": seconds, "effort": effort, "max_tokens": max_tokens}
+def run(target: openai_client.Target, levels: list[int], *, seconds: float, effort: ReasoningEffort,
+        max_tokens: int, on_level: Callable[[LevelSummary], None] = lambda level: None) -> list[LevelSummary]:
+    opts: BenchOptions = {"seconds": seconds, "effort": effort, "max_tokens": max_tokens}
     return asyncio.run(_all(target, levels, opts, on_level))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 
 @dataclass
@@ -24,7 +25,7 @@ class RequestRecord:
     def token(self, now: float, kind: str) -> None:
         if self.first is None:
             self.first = now
-        else:
+        elif self.last is not None:   # always, after a first token
             self.gaps.append(now - self.last)
         self.last = now
         if kind == "reasoning":
@@ -38,7 +39,7 @@ class RequestRecord:
 
     def decode_tok_s(self) -> float | None:
         """This stream's decode rate after the first token."""
-        if self.first is None or self.tokens < 2 or self.last <= self.first:
+        if self.first is None or self.last is None or self.tokens < 2 or self.last <= self.first:
             return None
         return (self.tokens - 1) / (self.last - self.first)
 
@@ -52,19 +53,41 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def _spread(values: list[float]) -> dict:
+class Spread(TypedDict):
+    p50: float | None
+    p99: float | None
+
+
+class LevelSummary(TypedDict):
+    """One concurrency level's figures, as the bench prints them and the certificate keeps them."""
+    concurrency: int
+    seconds: float
+    requests: int
+    completed: int
+    errors: int
+    error_samples: list[str]
+    ttft_s: Spread
+    itl_s: Spread
+    output_tok_s: float
+    reasoning_tok_s: float
+    content_tok_s: float
+    per_stream_decode_tok_s: float | None
+
+
+def _spread(values: list[float]) -> Spread:
     p50, p99 = percentile(values, 50), percentile(values, 99)
     return {"p50": None if p50 is None else round(p50, 4),
             "p99": None if p99 is None else round(p99, 4)}
 
 
-def level_summary(records: list[RequestRecord], concurrency: int, window_s: float) -> dict:
+def level_summary(records: list[RequestRecord], concurrency: int, window_s: float) -> LevelSummary:
     window = max(window_s, 1e-9)
     ttft = [r.first - r.started for r in records if r.first is not None]
     gaps = [g for r in records for g in r.gaps]
     rates = [x for x in (r.decode_tok_s() for r in records if r.done) if x]
     reasoning = sum(r.reasoning for r in records)
     content = sum(r.content for r in records)
+    median = percentile(rates, 50)
     return {"concurrency": concurrency, "seconds": round(window_s, 2),
             "requests": len(records), "completed": sum(r.done for r in records),
             "errors": sum(r.error is not None for r in records),
@@ -73,9 +96,9 @@ def level_summary(records: list[RequestRecord], concurrency: int, window_s: floa
             "output_tok_s": round((reasoning + content) / window, 2),
             "reasoning_tok_s": round(reasoning / window, 2),
             "content_tok_s": round(content / window, 2),
-            "per_stream_decode_tok_s": None if not rates else round(percentile(rates, 50), 2)}
+            "per_stream_decode_tok_s": None if median is None else round(median, 2)}
 
 
-def single_stream_decode(levels: list[dict]) -> float | None:
+def single_stream_decode(levels: list[LevelSummary]) -> float | None:
     one = next((lv for lv in levels if lv["concurrency"] == 1), None)
     return None if one is None else one["per_stream_decode_tok_s"]

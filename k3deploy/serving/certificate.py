@@ -20,10 +20,10 @@ def directory(state_dir: Path) -> Path:
     return Path(state_dir) / "certificates"
 
 
-def flags_of(argv: list[str]) -> dict[str, object]:
+def flags_of(argv: list[str]) -> dict[str, str | bool]:
     """An engine command line's flags: `--name value` -> value, a bare `--name` -> True;
     positional words (the program, `serve`, a model) are left out."""
-    flags: dict[str, object] = {}
+    flags: dict[str, str | bool] = {}
     i = 0
     while i < len(argv):
         word = argv[i]

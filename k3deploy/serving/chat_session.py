@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.serving import chat_tools
 from k3deploy.serving.chat_stream import AssistantReply
+
+if TYPE_CHECKING:
+    import openai   # imported when the client is made (serving/openai_client.py)
+
+    from k3deploy.cluster.inventory import Inventory
 
 DEFAULT_EFFORT = "low"
 MAX_TOOL_ROUNDS = 4
@@ -21,15 +28,15 @@ Sink = Callable[[str, str], None]   # (kind: reasoning|content|tool, text)
 
 @dataclass
 class Conversation:
-    client: object                   # openai.OpenAI
+    client: openai.OpenAI
     model: str
     effort: str
-    inv: object
+    inv: Inventory
     tools: bool = False
-    messages: list[dict] = field(default_factory=list)
-    replies: list[dict] = field(default_factory=list)   # per request: usage, finish
+    messages: list[dict[str, JSON]] = field(default_factory=list)
+    replies: list[dict[str, JSON]] = field(default_factory=list)   # per request: usage, finish
 
-    def ask(self, text: str, sink: Sink) -> dict:
+    def ask(self, text: str, sink: Sink) -> dict[str, JSON]:
         """One user turn; returns the final assistant message."""
         self.messages.append({"role": "user", "content": text})
         for _ in range(MAX_TOOL_ROUNDS + 1):

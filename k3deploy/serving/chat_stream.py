@@ -6,14 +6,28 @@ Pure: chunks in (as dicts), the message and what to show out.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM also names it `reasoning`
+
+
+class FunctionCall(TypedDict):
+    name: str
+    arguments: str   # JSON text, as the model wrote it
+
+
+class ToolCall(TypedDict):
+    """One tool call of a reply, its streamed pieces joined (OpenAI's message format)."""
+    id: str | None
+    type: str
+    function: FunctionCall
 
 
 class AssistantReply:
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
-        self.calls: dict[int, dict] = {}
+        self.calls: dict[int, ToolCall] = {}
         self.usage: dict | None = None
         self.finish: str | None = None
         self.fields: set[str] = set()
@@ -52,7 +66,7 @@ class AssistantReply:
         call["function"]["arguments"] += fn.get("arguments") or ""
 
     @property
-    def tool_calls(self) -> list[dict]:
+    def tool_calls(self) -> list[ToolCall]:
         return [self.calls[i] for i in sorted(self.calls)]
 
     def message(self) -> dict:
