@@ -230,3 +230,10 @@ def _read(path: str) -> str:
             return f.read()
     except OSError:
         return ""
+
+
+def set_engine(tb: Testbed, **fields) -> None:
+    """Set engine.<field> in tb's inventory (e.g. executor="ray" for vLLM over Ray)."""
+    doc = yaml.safe_load(Path(tb.inventory).read_text())
+    doc["engine"].update(fields)
+    Path(tb.inventory).write_text(yaml.safe_dump(doc, sort_keys=False))

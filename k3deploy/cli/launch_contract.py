@@ -91,7 +91,11 @@ def sizing_warnings(result) -> list[str]:
     --emit-inventory` would write for it (one path from a sized config to an argv)."""
     from k3deploy.cluster import inventory
     from k3deploy.cluster.inventory_skeleton import skeleton_yaml
-    inv = inventory.parse(yaml.safe_load(skeleton_yaml(result)))
+    try:
+        text = skeleton_yaml(result)
+    except ValueError:   # a row shown for comparison (vLLM's TP cell): no launch to check
+        return []
+    inv = inventory.parse(yaml.safe_load(text))
     return [f.message for f in inventory_findings(inv) if f.level == "warning"]
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from rich import box
+from rich.console import JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
 from k3deploy.cluster import sizing
 from k3deploy.cluster.sizing import SizingResult
+from k3deploy.core.jsonvalue import JSON
 
 CAPTION = (
     "GB are decimal. Headroom = total HBM - checkpoint (the guide's figure). Min GPUs: bare "
@@ -22,7 +26,8 @@ def launch_text(r: SizingResult) -> str:
     """The parallel layout in the engines' own terms, e.g. "sglang TP32 EP32 marlin"."""
     s = r.launch
     if s.engine == "vllm":
-        parts = [f"DP{s.dp}", f"EP{s.ep}"] + (["Ray"] if s.ray else [])
+        parts = [f"TP{s.tp}"] if s.tp > 1 else [f"DP{s.dp}", f"EP{s.ep}"]
+        parts += ["Ray"] if s.ray else [s.executor] if s.executor else []
     else:
         parts = [f"TP{s.tp}", f"EP{s.ep}"] + ([f"DP{s.dp}", "dp-attn"] if s.dp_attention else [])
     parts += [s.moe_runner_backend] if s.moe_runner_backend else []
@@ -55,7 +60,7 @@ def _row(r: SizingResult, with_cost: bool, note_refs: str) -> list[str]:
     return row + [note_refs]
 
 
-COLUMNS = (
+COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
     ("Config", "left"), ("Prec", "left"), ("Launch", "left"), ("GPUs", "right"),
     ("Total\nGB", "right"), ("Ckpt\nGB", "right"), ("Fits", "center"),
     ("Headroom\nGB", "right"), ("Headroom\n/GPU", "right"), ("Expts\n/GPU", "right"),
@@ -86,7 +91,7 @@ def render_table(results: list[SizingResult]) -> Table:
         title="Kimi K3 sizing", caption=caption, caption_justify="left",
         box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False,
     )
-    cost = (("$\n/hour", "right"),) if with_cost else ()
+    cost: tuple[tuple[str, JustifyMethod], ...] = (("$\n/hour", "right"),) if with_cost else ()
     for header, justify in COLUMNS + cost + (("Notes", "left"),):
         table.add_column(header, justify=justify, no_wrap=header != "Notes")
     for i, r in enumerate(results):
@@ -97,7 +102,7 @@ def render_table(results: list[SizingResult]) -> Table:
     return table
 
 
-def assumptions() -> dict:
+def assumptions() -> dict[str, JSON]:
     """The named constants the numbers rest on, so a JSON reader can see them."""
     return {
         "units": "decimal GB",
@@ -118,6 +123,11 @@ def assumptions() -> dict:
     }
 
 
-def to_json(results: list[SizingResult]) -> dict:
+class PlanDoc(TypedDict):
+    configs: list[dict[str, JSON]]   # SizingResult.to_dict each, plan_cmd adds its warnings
+    assumptions: dict[str, JSON]
+
+
+def to_json(results: list[SizingResult]) -> PlanDoc:
     """One JSON-able document: {"configs": [...], "assumptions": {...}}."""
     return {"configs": [r.to_dict() for r in results], "assumptions": assumptions()}

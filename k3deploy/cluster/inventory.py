@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, overload
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -229,6 +229,10 @@ class Inventory(_Model):
         machine, which forwards those ports and nothing else to the node."""
         return any(n is not node and n.address.lower() == node.address.lower() for n in self.nodes)
 
+    @overload
+    def resolve_path(self, value: str) -> str: ...
+    @overload
+    def resolve_path(self, value: str | None) -> str | None: ...
     def resolve_path(self, value: str | None) -> str | None:
         """Paths in the inventory are relative to the inventory file."""
         if value is None:

@@ -13,7 +13,7 @@ import yaml
 
 from k3deploy.cluster import sizing
 from k3deploy.cluster.sizing import SizingResult
-from k3deploy.engines.layout import VLLM_MAX_NODES
+from k3deploy.engines.layout import DEFAULT_EXECUTOR, VLLM_MAX_NODES
 from k3deploy.engines.static_fraction import FLAGS, default_static_fraction
 
 PLACEHOLDER_PUBLIC_NET = ipaddress.ip_network("203.0.113.0/24")  # TEST-NET-3
@@ -25,9 +25,9 @@ HF_ENDPOINT = "https://huggingface.co"
 def engine_args(config: SizingResult) -> dict:
     """engine.args overrides (flag without -- -> value, None removes a default flag).
 
-    The engine builders derive the parallel layout (TP/EP/DP, Ray) from engine kind and node
-    count and the MoE backend from moe_backend, as the planner does, so only what differs from
-    their defaults is written here."""
+    The engine builders derive the parallel layout (TP/EP/DP) from engine kind and node count
+    (and vLLM's engine.executor, written beside these) and the MoE backend from moe_backend, as
+    the planner does, so only what differs from their defaults is written here."""
     shape = config.launch
     if shape.static_fraction == default_static_fraction(shape.engine):
         return {}
@@ -56,6 +56,9 @@ def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
             f"{config.label}: k3deploy launches vLLM on at most {VLLM_MAX_NODES} nodes; "
             f"use --engine sglang for {config.nodes} nodes"
         )
+    if config.engine == "vllm" and config.launch.tp > 1:
+        raise ValueError(f"{config.label}: vLLM's TP{config.launch.tp} cell is shown for "
+                         "comparison; k3deploy launches vLLM as DP+EP")
     return {
         "cluster": cluster or f"k3-{config.gpu}-{config.nodes}x{config.gpus_per_node}",
         "model": {
@@ -64,6 +67,9 @@ def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
         },
         "engine": {
             "kind": config.engine,
+            # Written out, so the file says how vLLM spans its nodes (engines/layout.py).
+            **({"executor": DEFAULT_EXECUTOR} if config.engine == "vllm" and config.nodes > 1
+               else {}),
             "image": None,
             "container": "k3",
             "args": engine_args(config),

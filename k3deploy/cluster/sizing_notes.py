@@ -102,6 +102,14 @@ def notes_for(r: S.SizingResult, gpu: GpuModel) -> list[str]:
             f"the guide's vLLM layouts stop at {S.VLLM_MAX_NODES} nodes (Ray); k3deploy launches "
             f"this shape with SGLang"
         )
+    if r.engine == "vllm" and r.launch.tp > 1:
+        notes.append(
+            f"vLLM's own recipe cell: TP{r.launch.tp} over --nnodes/--node-rank/--master-addr (mp "
+            "executor); same weights per GPU as DP+EP, but attention is TP-split, so each GPU's KV "
+            "pool serves the one engine instead of one DP rank each (vLLM "
+            "docs/serving/data_parallel_deployment.md: DP attention for MLA models). k3deploy "
+            "launches the DP+EP row"
+        )
     if S.ROUTED_EXPERTS % r.launch.ep:
         notes.append(f"{S.ROUTED_EXPERTS} experts do not split evenly over EP {r.launch.ep}")
     return notes + _context_notes(r)

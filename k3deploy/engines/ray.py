@@ -33,8 +33,8 @@ def ray_worker_container_argv(spec: LaunchSpec) -> list[str]:
 
 
 def _check_ray_spec(spec: LaunchSpec, *, head: bool) -> None:
-    if not runs_over_ray(spec.engine, spec.nnodes):
-        raise SpecError("a Ray cluster is only used for multi-node vLLM")
+    if not runs_over_ray(spec.engine, spec.nnodes, spec.executor):
+        raise SpecError("a Ray cluster is only used for multi-node vLLM with executor ray")
     if head != spec.is_head:
         want = "rank 0" if head else "a rank > 0"
         raise SpecError(f"this container is for {want}, got rank {spec.node_rank}")

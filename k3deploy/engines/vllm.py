@@ -1,5 +1,6 @@
-"""vLLM command lines: DP+EP on one node (the guide's B300 cell), or across nodes over Ray
-(the guide's 2x8 B200 cell) with the Ray data-parallel backend.
+"""vLLM command lines: DP+EP on one node (the guide's B300 cell), or across nodes (the guide's
+2x8 B200 cell) with vLLM's multiprocessing executor (engine.executor mp: one `vllm serve` per
+node, the API node's first, the others --headless) or over Ray (the Ray data-parallel backend).
 
 The API key reaches vLLM as VLLM_API_KEY from a 0600 `--env-file` (read by the docker
 CLI on the node, not passed in argv); `docker exec` processes inherit the container's env.
@@ -8,6 +9,7 @@ CLI on the node, not passed in argv); `docker exec` processes inherit the contai
 from __future__ import annotations
 
 from k3deploy.engines.docker import docker_exec_argv, docker_run_argv
+from k3deploy.engines.layout import runs_over_ray
 from k3deploy.engines.parsers import MODEL_PARSER
 from k3deploy.engines.sglang import check_api_key
 from k3deploy.engines.spec import (SERVE_LOG_FILE, SERVE_LOG_MOUNT, FlagValue, LaunchSpec,
@@ -28,9 +30,9 @@ def vllm_serve_args(spec: LaunchSpec) -> list[str]:
     """The arguments after `vllm serve`: the model, then the flags."""
     if spec.engine != "vllm":
         raise SpecError(f"not a vLLM spec: engine {spec.engine}")
-    flags = [("revision", spec.revision_sha),
+    flags: list[tuple[str, FlagValue]] = [("revision", spec.revision_sha),
              ("data-parallel-size", spec.world_size), ("enable-expert-parallel", True),
-             *_ray_dp_flags(spec), *_optional_flags(spec),
+             *_multi_node_flags(spec), *_optional_flags(spec),
              ("host", "0.0.0.0"), ("port", spec.serve_port),
              # --enable-auto-tool-choice: without it vLLM answers 400 to any request that
              # carries tools with tool_choice auto (the OpenAI default), parser or not.
@@ -41,9 +43,31 @@ def vllm_serve_args(spec: LaunchSpec) -> list[str]:
     return [spec.model_repo, *render_flags(flags, spec.extra_args)]
 
 
-def _ray_dp_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
+def _multi_node_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
     if spec.nnodes == 1:
         return []
+    if uses_ray(spec):
+        return _ray_dp_flags(spec)
+    return _mp_dp_flags(spec)
+
+
+def _mp_dp_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
+    """docs/serving/data_parallel_deployment.md (internal load balancing, several nodes): every
+    node runs `vllm serve` with the global --data-parallel-size and its own ranks' count; all
+    name the API node's --data-parallel-address and --data-parallel-rpc-port (its handshake
+    socket, vllm/v1/engine/utils.py); the others add --data-parallel-start-rank and --headless
+    (engine cores only, no API server: entrypoints/cli/serve.py run_headless)."""
+    flags: list[tuple[str, FlagValue]] = [
+        ("data-parallel-size-local", spec.gpus_per_node),
+        ("data-parallel-address", spec.head_address),
+        ("data-parallel-rpc-port", spec.dist_init_port)]
+    if not spec.is_head:
+        flags += [("data-parallel-start-rank", spec.node_rank * spec.gpus_per_node),
+                  ("headless", True)]
+    return flags
+
+
+def _ray_dp_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
     # With --data-parallel-backend ray one `vllm serve` on the head starts every DP rank
     # through the Ray cluster; without --data-parallel-size-local vLLM would try to place
     # all of them on the head node (docs/serving/data_parallel_deployment.md, arg_utils).
@@ -59,13 +83,19 @@ def _optional_flags(spec: LaunchSpec) -> list[tuple[str, FlagValue]]:
 
 
 def vllm_launch_argv(spec: LaunchSpec) -> list[str]:
-    """Single node: `docker run ... --entrypoint vllm IMAGE serve MODEL ...`.
-    The vllm/vllm-openai image has its own entrypoint, which is replaced here."""
-    if spec.nnodes != 1:
-        raise SpecError("multi-node vLLM runs over Ray: use ray_head_container_argv, "
-                        "ray_worker_container_argv and vllm_exec_serve_argv")
+    """One node, or one node's share under the mp executor: `docker run ... --entrypoint vllm
+    IMAGE serve MODEL ...`. The vllm/vllm-openai image has its own entrypoint, which is
+    replaced here. Only the API node (rank 0) serves: a headless node's spec has no key
+    (spec_from_inventory.py)."""
+    if uses_ray(spec):
+        raise SpecError("multi-node vLLM with executor ray runs over Ray: use "
+                        "ray_head_container_argv, ray_worker_container_argv and vllm_exec_serve_argv")
     return docker_run_argv(spec, ["serve", *vllm_serve_args(spec)], entrypoint="vllm",
                            env_file=spec.secrets_host_dir is not None)
+
+
+def uses_ray(spec: LaunchSpec) -> bool:
+    return runs_over_ray(spec.engine, spec.nnodes, spec.executor)
 
 
 def vllm_exec_serve_argv(spec: LaunchSpec) -> list[str]:

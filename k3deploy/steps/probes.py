@@ -120,7 +120,22 @@ def _images(name: str, tags: list[str]) -> F.Fact:
 def node_rank_arg(cmd: tuple[str, ...] | list[str]) -> str | None:
     """The --node-rank a running engine container was started with (None: no such flag)."""
     cmd = [str(c) for c in cmd]
-    return cmd[cmd.index("--node-rank") + 1] if "--node-rank" in cmd[:-1] else None
+    return cmd[cmd.index("--node-rank") + 1] if "--node-rank" in cmd[:-1] else _dp_node_rank(cmd)
+
+
+def _dp_node_rank(cmd: list[str]) -> str | None:
+    """vLLM's mp executor across nodes names no node rank: each node's is its first DP rank
+    (--data-parallel-start-rank, 0 on the API node) over its --data-parallel-size-local
+    (engines/vllm.py); None for any other command."""
+    def value(flag: str, default: str | None = None) -> str | None:
+        return cmd[cmd.index(flag) + 1] if flag in cmd[:-1] else default
+    local, start = value("--data-parallel-size-local"), value("--data-parallel-start-rank", "0")
+    if "--data-parallel-address" not in cmd or local is None or start is None:
+        return None
+    try:
+        return str(int(start) // int(local)) if int(local) > 0 else None
+    except ValueError:
+        return None
 
 
 def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:

@@ -20,7 +20,7 @@ from k3deploy.node.apikey import key_path
 from k3deploy.core.state import state_dir_for
 from k3deploy.remote.protocol import WorkPaths
 from k3run import CLI_TIMEOUT, bounded_run
-from tbfixture import testbed
+from tbfixture import set_engine, testbed
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root")]
@@ -128,6 +128,7 @@ def test_b300_sglang_single_node(tmp_path):
 def test_b200_two_nodes_vllm_over_ray(tmp_path):
     with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm",
                  overrides={"node1": {"engine_fault": "oom"}}) as tb:
+        set_engine(tb, executor="ray")
         # The dry-fire's Ray group meets the worker's KV cache fault before any weight is read.
         failed = k3deploy("up", "-i", str(tb.inventory))
         out = " ".join((failed.stdout + failed.stderr).split())   # as one line, unwrapped

@@ -12,7 +12,7 @@ import pytest
 
 from k3run import k3, out
 from polling import wait_until
-from tbfixture import testbed
+from tbfixture import set_engine, testbed
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root")]
@@ -35,6 +35,7 @@ def _serve_after_head_start(tb) -> float:
 def test_first_vllm_up_over_ray_waits_for_ray_status(tmp_path):
     with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm",
                  profile="ray-2.60") as tb:
+        set_engine(tb, executor="ray")
         inv = str(tb.inventory)
         first = k3("up", "-i", inv, "--no-dry-fire")
         assert first.returncode == 0, out(first)
@@ -74,6 +75,7 @@ def test_vllm_up_over_ray_when_the_gpus_are_reserved_but_unused(tmp_path):
     and the re-run leaves it alone."""
     with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm",
                  profile="ray-gpus-reserved") as tb:
+        set_engine(tb, executor="ray")
         inv = str(tb.inventory)
         first = k3("up", "-i", inv, "--no-dry-fire")
         assert first.returncode == 0, out(first)

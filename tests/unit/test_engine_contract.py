@@ -26,7 +26,7 @@ COMMANDS = {
     "h200-4x8.yaml": ["sglang"] * 4,
     "b300-1x8.yaml": ["vllm"],
     "b300-1x8-sglang.yaml": ["sglang"],
-    "b200-2x8.yaml": ["ray", "vllm", "ray"],
+    "b200-2x8.yaml": ["vllm", "vllm"],   # engine.executor mp: the API node, then headless
 }
 # argvs with the real parsers' verdicts, and overrides a user could write (engine.args);
 # `scripts/engine-contract refresh` runs both through the real parsers.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from k3deploy import engines
 from k3deploy.cluster import inventory, sizing
@@ -73,8 +74,34 @@ def test_b300_vllm_is_dp8_ep8_with_parsers_and_max_model_len():
     assert "--enable-auto-tool-choice" in argv and "--data-parallel-backend" not in argv
 
 
+def b200_over_ray() -> inventory.Inventory:
+    """The 2x8 B200 reference with engine.executor ray (what it ran before mp)."""
+    doc = yaml.safe_load((INVENTORIES / "b200-2x8.yaml").read_text())
+    doc["engine"]["executor"] = "ray"
+    return inventory.parse(doc, str(INVENTORIES / "b200-2x8.yaml"))
+
+
+def test_b200_runs_the_mp_executor_api_node_first_then_headless():
+    """vLLM docs/serving/data_parallel_deployment.md, internal load balancing on two nodes."""
+    inv = inventory.load(INVENTORIES / "b200-2x8.yaml")
+    assert inv.engine.executor == "mp"
+    api, headless = _argvs(inv)
+    for argv in (api, headless):
+        assert argv[:2] == ["docker", "run"] and argv[argv.index("--entrypoint") + 1] == "vllm"
+        assert _flag(argv, "--data-parallel-size") == "16" and "--enable-expert-parallel" in argv
+        assert _flag(argv, "--data-parallel-size-local") == "8"
+        assert _flag(argv, "--data-parallel-address") == "192.0.2.10"
+        assert _flag(argv, "--data-parallel-rpc-port") == str(inv.ports.dist_init)
+        assert "--data-parallel-backend" not in argv and not any("ray" in t for t in argv)
+    assert "--headless" not in api and "--data-parallel-start-rank" not in api
+    assert "--headless" in headless and _flag(headless, "--data-parallel-start-rank") == "8"
+    # The key only where the API is served.
+    assert "--env-file" in api and "--env-file" not in headless
+    assert "--env VLLM_HOST_IP=192.0.2.11" in " ".join(headless)
+
+
 def test_b200_runs_ray_head_serve_and_one_worker():
-    head, serve, worker = _argvs(inventory.load(INVENTORIES / "b200-2x8.yaml"))
+    head, serve, worker = _argvs(b200_over_ray())
     assert head[-5:] == ["start", "--block", "--head", "--port=6379",
                          "--node-ip-address=192.0.2.10"]
     assert serve[:4] == ["docker", "exec", "-d", "k3"] and _flag(serve, "--data-parallel-size") == "16"
@@ -86,7 +113,7 @@ def test_b200_runs_ray_head_serve_and_one_worker():
 
 def test_the_engine_log_over_ray_is_the_heads_serve_log_file():
     """Where each node's engine output is read from (launch, wait, collect-logs)."""
-    ray, single = (inventory.load(INVENTORIES / n) for n in ("b200-2x8.yaml", "b300-1x8.yaml"))
+    ray, single = b200_over_ray(), inventory.load(INVENTORIES / "b300-1x8.yaml")
     work = ray.paths.work
     head = probes.engine_log(ray, True, tail=30)
     assert head.name == "log" and head.script == f"tail -n 30 {work}/serve-logs/vllm-serve.log"

@@ -98,7 +98,9 @@ def test_cost_column_only_with_a_price():
 
 
 def test_launch_text_names_the_layout():
-    assert launch_text(size_config("b200", 2, 8)) == "vllm DP16 EP16 Ray"
+    assert launch_text(size_config("b200", 2, 8)) == "vllm DP16 EP16 mp"
+    assert launch_text(size_config("b200", 2, 8, vllm_shape="tp")) == "vllm TP16 mp"
+    assert launch_text(size_config("b300", 1, 8, engine="vllm")) == "vllm DP8 EP8"
     assert launch_text(size_config("h100", 4, 8, "mxfp8")) == "sglang TP32 EP32"
 
 
@@ -137,11 +139,24 @@ SECTION_KEYS = {
 NODE_KEYS = {"name", "address", "private_address", "nic"}
 
 
-@pytest.mark.parametrize("config", plan(), ids=lambda r: f"{r.label}-{r.precision}-{r.engine}")
+def launched() -> list:
+    """The plan's rows k3deploy launches (vLLM's TP cell is shown, not launched)."""
+    return [r for r in plan() if not (r.engine == "vllm" and r.launch.tp > 1)]
+
+
+def test_the_vllm_tp_cell_has_no_skeleton():
+    (tp,) = [r for r in plan() if r.engine == "vllm" and r.launch.tp > 1]
+    with pytest.raises(ValueError, match="launches vLLM as DP\\+EP"):
+        skeleton_for(tp)
+
+
+@pytest.mark.parametrize("config", launched(), ids=lambda r: f"{r.label}-{r.precision}-{r.engine}")
 def test_skeleton_has_the_architecture_shape(config):
     sk = skeleton_for(config)
     assert list(sk) == TOP_KEYS
     for section, keys in SECTION_KEYS.items():
+        if section == "engine" and config.engine == "vllm" and config.nodes > 1:
+            keys = keys | {"executor"}   # new multi-node vLLM inventories say mp
         assert set(sk[section]) == keys, section
     assert re.fullmatch(r"[a-z0-9][a-z0-9-]{0,40}", sk["cluster"])
     assert sk["engine"]["kind"] == config.engine
@@ -159,7 +174,7 @@ def test_skeleton_has_the_architecture_shape(config):
 def test_skeleton_passes_the_inventory_validator():
     from k3deploy.cluster.inventory import parse
 
-    for config in plan():
+    for config in launched():
         inv = parse(skeleton_for(config))
         assert len(inv.nodes) == config.nodes and inv.engine.kind == config.engine
 

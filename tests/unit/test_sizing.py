@@ -130,7 +130,9 @@ def test_b200_16x_totals_3072gb_with_about_1511gb_headroom(b200_2x8):
 
 def test_b200_16x_dp16_ep16_puts_56_experts_per_gpu(b200_2x8):
     shape = b200_2x8.launch
-    assert (shape.engine, shape.dp, shape.ep, shape.ray) == ("vllm", 16, 16, True)
+    # mp: vLLM's own executor across nodes, what new inventories say (engine.executor)
+    assert (shape.engine, shape.dp, shape.ep, shape.ray, shape.executor) == \
+        ("vllm", 16, 16, False, "mp")
     assert b200_2x8.experts_per_gpu == 56
 
 
@@ -306,7 +308,14 @@ def test_plan_without_arguments_returns_every_reference_config():
 
 
 def test_plan_filters_reference_configs_by_gpu_and_precision():
-    assert [(r.nodes, r.fits) for r in plan(gpu="b200")] == [(1, False), (2, True)]
+    b200 = plan(gpu="b200")
+    assert [(r.nodes, r.fits) for r in b200] == [(1, False), (2, True), (2, True)]
+    # Both vLLM shapes on 2x8 B200 (issue 55): the guide's DP16+EP16, vLLM's own TP16 cell;
+    # the same weights per GPU under the planner's per-rank model.
+    dp_ep, tp = b200[1:]
+    assert (dp_ep.launch.tp, dp_ep.launch.dp, tp.launch.tp, tp.launch.dp) == (1, 16, 16, 1)
+    assert tp.per_rank_resident_gb == dp_ep.per_rank_resident_gb
+    assert any(n.startswith("vLLM's own recipe cell: TP16") for n in tp.notes)
     assert [r.gpus for r in plan(gpu="gb200", precision="bf16")] == [32, 72]
 
 

@@ -88,15 +88,16 @@ def test_an_incident_reads_as_lines_under_the_state():
 def test_ray_cluster_is_shown_for_vllm_over_ray_only():
     steps = ["preflight", "ray-cluster", "launch"]
     assert status_cmd.applicable(steps, _inv("sglang", 4)) == ["preflight", "launch"]
-    assert status_cmd.applicable(steps, _inv("vllm", 2)) == steps
+    assert status_cmd.applicable(steps, _inv("vllm", 2, "ray")) == steps
+    assert status_cmd.applicable(steps, _inv("vllm", 2)) == ["preflight", "launch"]   # mp
     assert status_cmd.applicable(steps, _inv("vllm", 1)) == ["preflight", "launch"]
 
 
-def _inv(kind: str, nodes: int):
+def _inv(kind: str, nodes: int, executor: str | None = None):
     from k3deploy.cluster import inventory as inventory_mod
     doc = {"cluster": "c", "model": {"repo": "moonshotai/Kimi-K3"},
-           "engine": {"kind": kind}, "gpu": {"model": "b200" if kind == "vllm" else "h100",
-                                             "count": 8},
+           "engine": {"kind": kind, **({"executor": executor} if executor else {})},
+           "gpu": {"model": "b200" if kind == "vllm" else "h100", "count": 8},
            "nodes": [{"name": f"n{i}", "address": f"10.0.0.{i + 1}",
                       "private_address": f"10.0.0.{i + 1}", "nic": "eth0"}
                      for i in range(nodes)]}
@@ -122,9 +123,13 @@ def test_guard_label():
 def test_status_shows_the_ray_steps_for_vllm_over_ray_only():
     steps = list(status_cmd.STEPS)
     sglang = status_cmd.applicable(steps, inventory.parse(four_nodes()))
-    vllm = status_cmd.applicable(steps, inventory.parse(
-        {"cluster": "b200", "engine": {"kind": "vllm"}, "gpu": {"model": "b200", "count": 8},
-         "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"} for i in range(2)]}))
+    def vllm_with(executor: str) -> list[str]:
+        return status_cmd.applicable(steps, inventory.parse(
+            {"cluster": "b200", "engine": {"kind": "vllm", "executor": executor},
+             "gpu": {"model": "b200", "count": 8},
+             "nodes": [{"name": f"node{i}", "address": f"10.0.0.{10 + i}"} for i in range(2)]}))
+    vllm, mp = vllm_with("ray"), vllm_with("mp")
     assert not {"ray-cluster", "dry-fire-ray-cluster"} & set(sglang)
     assert {"ray-cluster", "dry-fire-ray-cluster", "dry-fire-stop"} <= set(vllm)
+    assert not {"ray-cluster", "dry-fire-ray-cluster"} & set(mp) and "dry-fire-stop" in mp
     assert "dry-fire-stop" in sglang

@@ -58,11 +58,19 @@ def decide(states: Mapping[str, Container | None], inv: Inventory) -> Regroup:
     running, to_start = {}, []
     for rank, node in inv.ranked():
         state = states.get(node.name)
-        if state and state.running and _own_rank(state, rank):
+        if state and state.running and _own_rank(state, rank) and not _ray_node(state):
             running[node.name] = state.id
-        elif not (state and state.running):
+        elif not (state and state.running) or _ray_node(state):
             to_start.append(node.name)
     return Regroup(running, tuple(to_start))
+
+
+def _ray_node(state: Container) -> bool:
+    """A Ray cluster's container (engines/ray.py: `ray start --block` its command) where the
+    inventory asks for no Ray (vLLM's mp executor): no rank of this group, only replaced. A
+    worker's goes when the head's is replaced (`up --replace` from Ray to mp), so it is not
+    one of the group's running ranks either."""
+    return tuple(state.cmd[:2]) == ("start", "--block")
 
 
 def _own_rank(state: Container, rank: int) -> bool:

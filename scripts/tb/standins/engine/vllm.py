@@ -1,5 +1,7 @@
 """Stand-in for `vllm serve MODEL ...`: strict flags, parser-name validation, GPU accounting,
-a Ray cluster when the ranks do not fit on this node, weight load, then the OpenAI API.
+a Ray cluster when the ranks do not fit on this node, or one `vllm serve` per node with the
+multiprocessing executor (vllm_mp.py: the API node and --headless ones), weight load, then the
+OpenAI API.
 
 DP x TP ranks, one GPU each. On one node they must use exactly its GPUs. With
 --data-parallel-backend ray (or --distributed-executor-backend ray), or when they need more
@@ -20,6 +22,7 @@ import ray_job
 import startfaults
 import vision
 import vllm_log as log
+import vllm_mp
 import weights
 from common import EngineExit, arm_crash_fault, block_forever, say
 
@@ -71,6 +74,7 @@ class Server:
         self.model = args.model_tag or DEFAULT_MODEL
         self.world = args.data_parallel_size * args.tensor_parallel_size
         self.dummy = args.load_format == "dummy"
+        self.mp, self.serving = None, None
 
     def run(self):
         args, ctx = self.args, self.ctx
@@ -82,10 +86,22 @@ class Server:
             raise EngineExit("RuntimeError: Failed to infer device type")
         arm_crash_fault(ctx, self.crash_text)
         job, local_gpus = self.place()
+        if self.args.data_parallel_size > 1 and not self.args.headless:
+            # launch_core_engines starts the DP coordinator on DP rank 0 once the engine config
+            # was built and checked, before any engine core (v1/engine/utils.py); a published
+            # 0.11.0 log: tests/fixtures/real/vllm/0.11.0/dp-coordinator-started.txt.
+            log.info(f"Started DP Coordinator process (PID: {os.getpid() + 1})", "coordinator")
+        if self.mp is not None:   # every engine core joins the API node before any loads
+            self.mp.form()
         self.load(snap, local_gpus)
         kernels.warm_or_compile(ctx, "vllm", self.kernel_shape(), say)  # the stand-in's own line, no vLLM prefix
         if job is not None:
             job.wait_workers_loaded()
+        if self.mp is not None and self.mp.headless:
+            self.serve_headless(local_gpus)
+            block_forever()
+        if self.mp is not None:
+            self.mp.group.wait_all_loaded()
         self.serve(snap, max_len, local_gpus)
         if job is not None:
             job.watch()
@@ -116,6 +132,10 @@ class Server:
         """(Ray job or None, GPUs this node's process uses)."""
         args, ctx = self.args, self.ctx
         wants_ray = "ray" in (args.data_parallel_backend, args.distributed_executor_backend)
+        if vllm_mp.multi_node(args):
+            local = vllm_mp.check(args, ctx.gpus)
+            self.mp = vllm_mp.Node(args, ctx, log.info, self.hang)
+            return None, local
         if not wants_ray and self.world <= ctx.gpus:
             if self.world != ctx.gpus:
                 raise EngineExit(
@@ -136,18 +156,20 @@ class Server:
     def load(self, snap, local_gpus):
         ctx = self.ctx
         need, phys, oom_at = weights.memory_fit(snap, self.world, ctx.gpu_mem_mib)
-        engine = "EngineCore_DP0" if self.args.data_parallel_size > 1 else "EngineCore"
+        engine = self.mp.engine_name if self.mp else \
+            "EngineCore_DP0" if self.args.data_parallel_size > 1 else "EngineCore"
         # the workers' NCCL communicators come up in init_device, before the model loads
-        for line in nccl_init.lines(ctx.container, ctx.env, ctx.env.get("NCCL_SOCKET_IFNAME", "eth0"),
-                                    ctx.env.get("VLLM_HOST_IP", "127.0.0.1")):
-            say(line)
+        nccl_init.init(ctx.container, ctx.env, ctx.env.get("NCCL_SOCKET_IFNAME", "eth0"),
+                       ctx.env.get("VLLM_HOST_IP", "127.0.0.1"), -(-self.world // max(ctx.gpus, 1)))
         log.info(f"Starting to load model {self.model}...", "start_load", engine)
         try:
             if self.dummy:
                 weights.load_dummy(oom_at)
             else:
-                weights.load(snap, ctx.load_seconds,
-                             lambda d, t, e: say(weights.progress_line(d, t, e), sys.stderr), oom_at)
+                # The bar is torch.distributed rank 0's only (weight_utils.py): the API node's.
+                bar = (lambda d, t, e: None) if self.mp and self.mp.headless else \
+                    (lambda d, t, e: say(weights.progress_line(d, t, e), sys.stderr))
+                weights.load(snap, ctx.load_seconds, bar, oom_at)
             startfaults.vllm_kv_cache(ctx)
         except (weights.LoadError, EngineExit) as e:
             detail = weights.oom_text(ctx.gpu_mem_mib, need, phys) if str(e) == "oom" else \
@@ -178,6 +200,9 @@ class Server:
             auto_tool_choice=args.enable_auto_tool_choice, decode_tok_s=ctx.decode_tok_s,
             vision_off=vision.off_flag("vllm", args))
         rankwork.attach_vllm(serving, ctx, serving.served_names[0], 600)
+        if self.mp is not None:   # each step needs the headless nodes' ranks too
+            self.mp.attach_api(serving, serving.progress)
+        self.serving = serving
         host = args.host or "0.0.0.0"
         openai_api.start(serving, host, args.port)
         log.info(f"Starting vLLM server on http://{host}:{args.port}", "serving")
@@ -185,6 +210,18 @@ class Server:
         log.uvicorn("Waiting for application startup.")
         serving.ready.set()
         log.uvicorn("Application startup complete.")
+
+    def serve_headless(self, local_gpus):
+        """Engine cores only (run_headless): its GPUs held, its share of every step, no API."""
+        ctx = self.ctx
+        ctx.report_gpu_memory([int(self.args.gpu_memory_utilization * ctx.gpu_mem_mib)] * local_gpus)
+        self.mp.attach_headless((self.args.served_model_name or [self.model])[0])
+        self.mp.group.report_loaded()
+
+    def hang(self):
+        """A peer node is gone: the local engine cores sit in a collective, the API stays up."""
+        if self.serving is not None:
+            self.serving.hung.set()
 
     def crash_text(self):
         return ("(EngineCore_DP0 pid=1) ERROR [core.py:832] EngineCore encountered a fatal "

@@ -15,6 +15,8 @@ From the vllm 0.33.0 wheel (PyPI, vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.wh
 - model_executor/model_loader/weight_utils.py: tqdm "Loading safetensors checkpoint shards"
   with _BAR_FORMAT "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<
   {remaining}, {rate_fmt}]", on torch.distributed rank 0 only, written raw (no prefix).
+- v1/engine/utils.py launch_core_engines "Started DP Coordinator process (PID: %d)" (its line
+  number as a published 0.11.0 log shows it, tests/fixtures/real/vllm/0.11.0/).
 - entrypoints/launchers/api_server/entry.py:139 "Starting vLLM server on %s", then uvicorn's
   lines; a published log shows them with the APIServer prefix too (vllm-project/vllm#29830:
   '(APIServer pid=3413524) INFO:     127.0.0.1:39606 - "GET /health HTTP/1.1" 200 OK').
@@ -29,7 +31,7 @@ LOGO = ("\n       █     █     █▄   ▄█\n ▄▄ ▄█ █     █   
         "  █▄█▀ █     █     █     █  model   {model}\n   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀\n")
 WHERE = {"logo": "launcher.py:367", "args": "startup.py:96", "start_load": "gpu_model_runner.py:4978",
          "weights": "default_loader.py:506", "loaded": "gpu_model_runner.py:5088",
-         "serving": "entry.py:139"}
+         "serving": "entry.py:139", "coordinator": "utils.py:651"}
 
 
 def prefix(process):
