@@ -15,13 +15,16 @@ containers first (the ray-cluster step's, with the dry-fire's spec), then dry-fi
 `vllm serve --load-format dummy` on its head, as the real launch does.
 
 Planned nothing: with --no-dry-fire, on one node (the real launch is as quick to tell), when
-the real group already runs with this configuration, or when a dry-fire of this configuration
-passed on this node (its report file).
+the real group already runs with this configuration, or when a dry-fire passed on every node
+(each node's report file of its configuration). A report on some nodes only (a run cut short
+between the nodes' reports) is no pass: the group fires again on every node, the dry-fire
+containers an earlier run left replaced (issue 53).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -34,8 +37,9 @@ from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps.engine import raylayout, serves
 from k3deploy.steps.base import Action, wait
-from k3deploy.steps.dry_fire.dry_fire_rules import (HINT, SMALL_FILES, missing_small_files, passed_fact,
-                                           skipped)
+from k3deploy.steps.dry_fire.dry_fire_rules import (HINT, SMALL_FILES, PassedEverywhere,
+                                                    missing_small_files, passed_everywhere,
+                                                    passed_fact, passed_here, skipped)
 from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts
 from k3deploy.steps.engine.ray_cluster import RayCluster, RayFacts
 from k3deploy.steps.engine.wait import WaitFacts, WaitHealthy
@@ -52,11 +56,10 @@ class DryFireLaunchFacts(LaunchFacts):
 
 @dataclass(frozen=True)
 class DryFireRayFacts(RayFacts):
-    """The ray-cluster's facts with the dry-fire's spec; `due` decided when looked at."""
+    """The ray-cluster's facts with the dry-fire's spec."""
 
     dry_fire_passed: tuple[str, ...] = ()
     real_config: str = ""                    # derived, as DryFireLaunchFacts'
-    due: bool = False                        # derived: a dry-fire's Ray cluster is to start
 
 
 class DueFacts(Protocol):
@@ -90,9 +93,12 @@ class DryFireLaunch(_DummyWeights, LaunchEngine):
     name = "dry-fire-launch"
     Facts = DryFireLaunchFacts
 
-    def settle(self, all_facts: dict[str, DryFireLaunchFacts], run: RunContext) -> None:
-        """Nothing: whether the real group is relaunched whole is the real launch's decision;
-        a dry-fire's containers are replaced anyway."""
+    def settle(self, all_facts: dict[str, DryFireLaunchFacts],
+               run: RunContext) -> PassedEverywhere | None:
+        """Whether a dry-fire passed is the cluster's answer, not a node's (PassedEverywhere):
+        due on one node, it is due on all. Whether the real group is relaunched whole is the
+        real launch's decision; a dry-fire's containers are replaced anyway."""
+        return None if skipped(run) else _passed(all_facts)
 
     def probes(self, node: NodeContext) -> list[F.Fact]:
         found = super().probes(node)
@@ -143,15 +149,21 @@ class DryFireRayCluster(_DummyWeights, RayCluster):
         found = super().probes(node)
         return [*found, passed_fact(node.inv)] if found and not skipped(node.run) else found
 
+    def settle(self, all_facts: dict[str, DryFireRayFacts],
+               run: RunContext) -> PassedEverywhere | None:
+        """As DryFireLaunch.settle: the Ray cluster is formed again on every node or none."""
+        if skipped(run) or not any(f.ray_layout for f in all_facts.values()):
+            return None
+        return _passed(all_facts)
+
     def observe(self, found: F.Found, node: NodeContext) -> DryFireRayFacts:
         facts = super().observe(found, node)
         if not facts.ray_layout or skipped(node.run):
             return facts
-        facts = _with_real_config(facts, node)
-        return dataclasses.replace(facts, due=_due(facts, node))
+        return _with_real_config(facts, node)
 
     def plan(self, facts: DryFireRayFacts, node: NodeContext) -> list[Action]:
-        if not facts.due:
+        if not (facts.ray_layout and _due(facts, node)):
             return []
         return super().plan(_fresh(facts, node, self._launched), node)
 
@@ -169,7 +181,10 @@ class DryFireWait(WaitHealthy):
     def plan(self, facts: WaitFacts, node: NodeContext) -> list[Action]:
         # Nothing to wait for when this run has no dry-fire (a failed one's container left by
         # an earlier run is the real launch's to replace), none was due, or it was stopped.
-        if skipped(node.run) or not dry_fire.is_dry_fire(facts.container):
+        # Passed on every node, dry-fire-launch started none: one left by a run cut short
+        # after its verdict, running or exited since, is dry-fire-stop's to remove.
+        if skipped(node.run) or not dry_fire.is_dry_fire(facts.container) or \
+                _none_due(node.run):
             return []
         return super().plan(facts, node)
 
@@ -196,10 +211,23 @@ def _with_real_config(facts: Due, node: NodeContext) -> Due:
 
 
 def _due(facts: DueFacts, node: NodeContext) -> bool:
-    """No dry-fire of this spec passed here, and the real group does not already run."""
-    if skipped(node.run) or facts.spec.labels[engines.CONFIG_LABEL] in facts.dry_fire_passed:
+    """No dry-fire of this spec passed on every node, and the real group does not already
+    run."""
+    if skipped(node.run) or passed_here(node.run, facts.spec.labels[engines.CONFIG_LABEL],
+                                        facts.dry_fire_passed):
         return False
     return not serves.runs_configuration(facts.container, facts.real_config)
+
+
+def _none_due(run: RunContext) -> bool:
+    """This run's dry-fire steps found a pass of every node's configuration: none fired."""
+    decided = run.ledger.decided(PassedEverywhere)
+    return decided is not None and decided.everywhere
+
+
+def _passed(all_facts: Mapping[str, DueFacts]) -> PassedEverywhere:
+    return passed_everywhere({n: f.spec.labels[engines.CONFIG_LABEL] for n, f in all_facts.items()},
+                             {n: f.dry_fire_passed for n, f in all_facts.items()})
 
 
 def _fresh(facts: Due, node: NodeContext, launched: set[str]) -> Due:

@@ -4,6 +4,8 @@ run has one, where a node keeps a passed dry-fire's report, the small files it w
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from k3deploy.cluster.hubmeta import Manifest, small_files
 from k3deploy.cluster.inventory import Inventory
@@ -40,6 +42,35 @@ def passed_fact(inv: Inventory) -> F.Fact[tuple[str, ...]]:
     folder = shlex.quote(report_path(inv, "x").rsplit("/", 1)[0])
     script = f"ls {folder} 2>/dev/null | sed -n 's/\\.json$//p'; true"
     return F.Fact("dry_fire_passed", script, _words, sudo=True)
+
+
+@dataclass(frozen=True)
+class PassedEverywhere:
+    """Whether every node kept the report of a passed dry-fire of its own configuration (a
+    run-wide decision; each rank's config label is its own).
+
+    A dry-fire is one group: its verdict holds for the cluster only when every node kept its
+    report. A run cut short between the nodes' reports (a disk that filled at one node's seal,
+    a killed laptop) leaves the report on some nodes only: those nodes must fire again with the
+    others, or the others' fresh ranks wait for a rank 0 left from the earlier group, which
+    formed its group long ago and takes no new member."""
+
+    everywhere: bool
+
+
+def passed_everywhere(configs: Mapping[str, str | None],
+                      reports: Mapping[str, tuple[str, ...]]) -> PassedEverywhere:
+    """From each node's configuration to judge (None: nothing to judge there) and the
+    configurations its reports name (passed_fact)."""
+    return PassedEverywhere(all(config in reports.get(node, ())
+                                for node, config in configs.items() if config is not None))
+
+
+def passed_here(run: RunContext, config: str, reports: tuple[str, ...]) -> bool:
+    """Whether a dry-fire of this node's configuration passed, as far as the node's plan may
+    trust: the run's decision (every node's reports) once made, else the node's own reports."""
+    decided = run.ledger.decided(PassedEverywhere)
+    return decided.everywhere if decided is not None else config in reports
 
 
 def missing_small_files(inv: Inventory, manifest: Manifest) -> F.Fact[tuple[str, ...]]:

@@ -38,6 +38,7 @@ from k3deploy.steps.dry_fire.dry_fire_rules import (HINT, PassedEverywhere, pass
                                                     passed_fact, passed_here, report_path)
 
 REQUEST = "request"
+KEPT = "report kept"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class DryFireVerdict(SealCompileCache):
     def plan(self, facts: DryFireFacts, node: NodeContext) -> list[Action]:
         config = _judged(facts)
         # A report this run kept is this group's: the run's decision predates it.
-        if config is None or node.name in self._reports or \
+        if config is None or node.run.ledger.last(node.name, KEPT, self.label) or \
                 passed_here(node.run, config, facts.dry_fire_passed):
             return []
         report = node_report(facts.gpus, facts.phases, facts.nccl, config)
@@ -133,7 +134,7 @@ class DryFireVerdict(SealCompileCache):
         return [*head, *super().plan(facts, node),
                 cmd("create the dry-fire reports dir", "install", "-d", "-m", "755",
                     report_path(node.inv, config).rsplit("/", 1)[0], sudo=True, retry=True),
-                dataclasses.replace(keep, note=report)]
+                dataclasses.replace(keep, note=report, tag=KEPT)]
 
     def apply(self, node: NodeContext, actions: list[Action]) -> None:
         if actions and actions[0].tag == REQUEST:

@@ -116,6 +116,11 @@ class LaunchEngine(Step[LaunchFacts]):
                                *engines.docker_rm_argv(spec.container_name), sudo=True, retry=True))
         if spec.compile_cache_host_dir is not None:
             actions += compile_cache_prepare.prepare_actions(node, spec, facts)
+        if spec.nccl_log_host_dir is not None:
+            # The last engine's NCCL files would read as this one's (`docker run -v` makes the
+            # dir again): the node keeps one launch's, written at communicator set-up.
+            actions.append(cmd("clear the previous engine's NCCL debug files", "rm", "-rf",
+                               spec.nccl_log_host_dir, sudo=True, retry=True))
         return actions + [cmd(f"start rank {spec.node_rank}", *engines.node_launch_argvs(spec)[0],
                               sudo=True)]
 
