@@ -46,3 +46,16 @@ def test_preflight_and_status_agree(head, other, health):
 def test_a_node_that_did_not_answer_is_not_serving():
     facts = {"n0": _node(True, 200, head=True), "n1": _node(True)}
     assert not reachability.serving(RUN, facts)
+
+
+def test_a_dry_fire_group_left_running_is_not_serving():
+    """Issue 53.1: a dry-fire's engines (dummy weights) left by an interrupted run answer
+    /health; status must not call that group serving, nor preflight skip the port mesh."""
+    from k3deploy.engines import dry_fire
+    left = container(True, labels={dry_fire.DRY_FIRE_LABEL: "1"})
+    facts = {n: SimpleNamespace(container=left, serving=None) for n in NAMES}
+    facts["n0"].serving = http.Endpoint(health=http.Answer(200))
+    lives = {n: {"reachable": True, "incident": None, "container": f.container,
+                 "health": f.serving} for n, f in facts.items()}
+    assert not reachability.serving(RUN, facts)
+    assert cluster_state.summarize(lives)["state"] != cluster_state.SERVING

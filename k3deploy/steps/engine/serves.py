@@ -38,12 +38,13 @@ def serves(nnodes: int, running: Iterable[bool], head_health: Endpoint | None) -
 
 
 def engine_running(container: Container | None) -> bool:
-    """A node's engine runs, from its engine container (facts/docker.py)."""
-    return bool(container and container.running)
+    """A node's real engine runs, from its engine container (facts/docker.py). A dry-fire's
+    engine (dummy weights) left by an interrupted run answers /health too, but serves nothing
+    a user asked for: status must not call that group serving."""
+    return bool(container and container.running and not dry_fire.is_dry_fire(container))
 
 
 def runs_configuration(container: Container | None, config: str) -> bool:
-    """The node's real engine (not a dry-fire's) runs with this configuration label: the
-    launch leaves it as it is."""
-    return engine_running(container) and not dry_fire.is_dry_fire(container) and \
+    """The node's real engine runs with this configuration label: the launch leaves it as it is."""
+    return engine_running(container) and container is not None and \
         container.labels.get(engines.CONFIG_LABEL) == config
