@@ -11,6 +11,7 @@ from k3deploy.engines.compile_cache_key import CACHE_MOUNT, cache_env
 from k3deploy.engines.spec import (HF_CACHE_MOUNT, NCCL_LOG_MOUNT, SECRETS_MOUNT, SERVE_LOG_MOUNT,
                                    VLLM_ENV_FILE, LaunchSpec, SpecError)
 
+VLLM_READY_TIMEOUT_S = 3600
 # The guide's Step 6 container flags, in its order.
 _RUN_FLAGS = ["--gpus", "all", "--network", "host", "--ipc=host", "--shm-size", "32g",
               "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
@@ -47,7 +48,13 @@ def _sglang_env(spec: LaunchSpec) -> list[tuple[str, str]]:
 def _vllm_env(spec: LaunchSpec) -> list[tuple[str, str]]:
     # VLLM_HOST_IP: the address vLLM (and, with the Ray DP backend, the DP master) binds
     # on a multi-NIC host; vLLM's run_cluster.sh passes it per node for the same reason.
+    # VLLM_ENGINE_READY_TIMEOUT_S bounds how long the API server waits for its engine cores'
+    # ready message, which comes only after the weights are loaded (envs.py: default 600 s;
+    # core_client.py MPClient). A 1.56 TB load takes 30-40 minutes (vllm-project/vllm#38476),
+    # so vLLM's own K3 recipe sets 3600 (vllm-project/recipes Kimi-K3, vLLM's K3 post
+    # 2026-07-27-k3.md); k3deploy's wait, not this clock, judges whether a load still moves.
     return [
+        ("VLLM_ENGINE_READY_TIMEOUT_S", str(VLLM_READY_TIMEOUT_S)),
         ("VLLM_HOST_IP", spec.self_address),
         ("NCCL_SOCKET_IFNAME", spec.nic),
         ("GLOO_SOCKET_IFNAME", spec.nic),

@@ -207,7 +207,8 @@ def test_b300_vllm_container_replaces_the_image_entrypoint_and_uses_env_file():
     assert argv[i + 1:i + 3] == ["serve", "moonshotai/Kimi-K3"]
     assert ("--env-file", f"{SECRETS}/vllm.env") in pairs(argv)
     envs = [argv[j + 1] for j, t in enumerate(argv) if t == "--env"]
-    assert envs == ["VLLM_HOST_IP=10.0.0.10", "NCCL_SOCKET_IFNAME=eth0",
+    assert envs == ["VLLM_ENGINE_READY_TIMEOUT_S=3600", "VLLM_HOST_IP=10.0.0.10",
+                    "NCCL_SOCKET_IFNAME=eth0",
                     "GLOO_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET",
                     "PYTHONUNBUFFERED=1", "HF_HUB_OFFLINE=1"]
     assert not any(t.endswith(":/k3deploy/secrets:ro") for t in argv)
