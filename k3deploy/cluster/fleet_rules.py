@@ -15,7 +15,7 @@ from k3deploy.cluster.inventory_rules import PARALLEL_FLAGS, _repeats, named_por
 from k3deploy.engines.layout import inventory_executor, parallel_layout
 
 if TYPE_CHECKING:
-    from k3deploy.cluster.fleet import RouterSpec
+    from k3deploy.cluster.fleet_router import RouterSpec
     from k3deploy.cluster.inventory import Inventory, Node
 
     # (the group's name, None when it has none; its Inventory, or what parsed of a broken one)

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from k3deploy.cluster.fleet import SMG_IMAGE
+from k3deploy.cluster.fleet_router import SMG_IMAGE
 from k3deploy.cluster.inventory_skeleton import _nodes, skeleton_for, skeleton_yaml
 from k3deploy.cluster.sizing import SizingResult
 

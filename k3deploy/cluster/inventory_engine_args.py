@@ -4,10 +4,11 @@ misspelt flag is exit 2 with a did-you-mean instead of a container that dies on 
 from __future__ import annotations
 
 from k3deploy.engines import cli_contract
+from k3deploy.engines.inventory_view import InventoryView
 
 
-def engine_arg_rules(inv) -> list[str]:
-    out = []
+def engine_arg_rules(inv: InventoryView) -> list[str]:
+    out: list[str] = []
     for key, finding in cli_contract.check_flags(inv.engine.kind, inv.engine.args):
         if finding.level != "error":
             continue    # deprecations are warnings: `check` lists them
@@ -19,5 +20,5 @@ def engine_arg_rules(inv) -> list[str]:
     return out
 
 
-def _label(inv) -> str:
+def _label(inv: InventoryView) -> str:
     return cli_contract.load_table(inv.engine.kind).label

@@ -20,6 +20,7 @@ MAX_THREADS = 32  # SSH sessions opened at once; a larger cluster queues behind 
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
+E = TypeVar("E", bound=BaseException)
 
 
 class GroupResult(dict[K, V | BaseException], Generic[K, V]):
@@ -40,13 +41,15 @@ class GroupResult(dict[K, V | BaseException], Generic[K, V]):
             raise found
         return found
 
-    def failures(self, expected: type[BaseException]) -> dict[K, BaseException]:
+    def failures(self, expected: type[E]) -> dict[K, E]:
         """The failures of the kind the caller reports per node; any other is raised (the
         first in key order)."""
-        for err in self.failed.values():
+        failed: dict[K, E] = {}
+        for key, err in self.failed.items():
             if not isinstance(err, expected):
                 raise err
-        return self.failed
+            failed[key] = err
+        return failed
 
     def unwrapped(self) -> dict[K, V]:
         """Every return value; the first failure in key order is raised instead."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from k3deploy.remote.protocol import JSON
 from k3deploy.facts import Probe
 from k3deploy.remote.docker_inspect import GO_ZERO_TIME, Container, documents, parse_inspect
 
@@ -29,16 +30,16 @@ def inspect_script(name: str, refs: list[str]) -> str:
     return f"docker inspect {shlex.join([name, *refs])} 2>/dev/null"
 
 
-def container_probe(name: str, refs: list[str]) -> Probe:
+def container_probe(name: str, refs: list[str]) -> Probe[Container | None]:
     """The container named `name`, or None when there is none."""
     return Probe("container", inspect_script(name, refs), lambda out, _code: parse_inspect(out),
                  sudo=True)
 
 
-def summary(found: Container | None) -> dict | None:
+def summary(found: Container | None) -> dict[str, JSON] | None:
     """The container in `k3deploy status --json` (these keys are that document's)."""
     if found is None:
         return None
     return {"id": found.id, "status": found.status, "running": found.running,
-            "exit_code": found.exit_code, "image": found.image, "labels": dict(found.labels),
-            "cmd": list(found.cmd), "started": found.started, "finished": found.finished}
+            "exit_code": found.exit_code, "image": found.image, "labels": {**found.labels},
+            "cmd": [*found.cmd], "started": found.started, "finished": found.finished}

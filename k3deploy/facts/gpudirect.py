@@ -39,7 +39,7 @@ class DmaBuf:
         return self.open_modules and (int(m.group(1)), int(m.group(2))) >= DMABUF_KERNEL
 
 
-def probe() -> Probe:
+def probe() -> Probe[DmaBuf]:
     # the version file's lines, then the kernel release on the last line
     return Probe("gpu_dmabuf", f"cat {NV_VERSION} 2>/dev/null; uname -r", parse_dmabuf)
 
@@ -57,11 +57,11 @@ def support(peermem: bool, dmabuf: DmaBuf | None) -> tuple[bool | None, str]:
     if peermem:
         return True, "nvidia_peermem loaded"
     supported = dmabuf.supported if dmabuf else None
-    if supported:
-        return True, f"DMA-BUF (open kernel modules, kernel {dmabuf.kernel})"
-    if supported is None:
+    if dmabuf is None or supported is None:
         return None, (f"nvidia_peermem not loaded, and {NV_VERSION} or the kernel release "
                       "could not be read to tell whether DMA-BUF can stand in")
+    if supported:
+        return True, f"DMA-BUF (open kernel modules, kernel {dmabuf.kernel})"
     why = "the proprietary kernel modules" if not dmabuf.open_modules else \
         f"kernel {dmabuf.kernel} (DMA-BUF needs 5.12 or later)"
     return False, f"nvidia_peermem not loaded, and no DMA-BUF with {why}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 
+from k3deploy.remote.protocol import JSON
 from k3deploy.facts.lastjson import last_json_line
 
 NO_RESULT = "no probe result"
@@ -101,13 +102,13 @@ def _text(body: object) -> str | None:
     return (body if isinstance(body, str) else json.dumps(body))[:TEXT_KEPT]
 
 
-def _said(doc: dict) -> str | None:
+def _said(doc: dict[str, JSON]) -> str | None:
     error = doc.get("error")
     return _str(doc.get("message")) or (_str(error.get("message")) if isinstance(error, dict)
                                          else None)
 
 
-def _message(doc: dict) -> Message | None:
+def _message(doc: dict[str, JSON]) -> Message | None:
     choices = doc.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return None
@@ -119,19 +120,19 @@ def _message(doc: dict) -> Message | None:
                    _str(msg.get("reasoning")), len(calls) if isinstance(calls, list) else 0)
 
 
-def _models(doc: dict) -> tuple[str, ...]:
+def _models(doc: dict[str, JSON]) -> tuple[str, ...]:
     data = doc.get("data")
     if not isinstance(data, list):
         return ()
-    return tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
+    return tuple(name for m in data if isinstance(m, dict) and isinstance(name := m.get("id"), str))
 
 
-def _version(doc: dict) -> Version | None:
+def _version(doc: dict[str, JSON]) -> Version | None:
     version, path = doc.get("version"), doc.get("path")
     return Version(version, path) if isinstance(version, str) and isinstance(path, str) else None
 
 
-def summary(found: Endpoint | None) -> dict | None:
+def summary(found: Endpoint | None) -> dict[str, JSON] | None:
     """The answers in `k3deploy status --json`: each check's status and why none came."""
     if found is None:
         return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from k3deploy.remote.protocol import JSON
+
 
 def last_json_line(out: str) -> object:
     """The parsed last non-blank line; None when there is none or it is not JSON."""
@@ -25,7 +27,7 @@ def json_doc(out: str, code: int) -> object:
         return None
 
 
-def json_object(out: str, code: int) -> dict | None:
+def json_object(out: str, code: int) -> dict[str, JSON] | None:
     """The output as one JSON object; None when it failed, or holds no object."""
     doc = json_doc(out, code)
     return doc if isinstance(doc, dict) else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from k3deploy.remote.protocol import JSON
 from k3deploy.facts.lastjson import last_json_line
 
 
@@ -40,7 +41,7 @@ class NotRun:
     output: tuple[str, ...]
 
 
-def reaches(doc: dict) -> tuple[Reach, ...]:
+def reaches(doc: dict[str, JSON]) -> tuple[Reach, ...]:
     return tuple(Reach(str(t), None if how is True else str(how)) for t, how in doc.items())
 
 
@@ -55,6 +56,6 @@ def parse_mesh(out: str) -> Mesh | None:
     doc = last_json_line(out)
     if not isinstance(doc, dict) or not isinstance(doc.get("probes"), dict):
         return None
-    ports = doc.get("ports") if isinstance(doc.get("ports"), dict) else {}
+    ports = doc["ports"] if isinstance(doc.get("ports"), dict) else {}
     return Mesh(tuple(Listener(int(p), how == "busy") for p, how in ports.items()),
                 reaches(doc["probes"]))

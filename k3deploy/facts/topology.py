@@ -45,7 +45,7 @@ class Topology:
         return "; ".join(f"GPU{g.gpu}>{'/'.join(g.nics)} {g.path}" for g in self.nearest)
 
 
-def probe() -> Probe:
+def probe() -> Probe[Topology | None]:
     return Probe("gpu_nic_topology", "nvidia-smi topo -m", parse_topology)
 
 
@@ -59,7 +59,7 @@ def parse_topology(out: str, code: int) -> Topology | None:
         return None
     columns = _columns(lines[header])
     rows = _rows(lines[header + 1:], columns)
-    legend = dict(m.groups() for line in lines if (m := _LEGEND.match(line)))
+    legend = {m[1]: m[2] for line in lines if (m := _LEGEND.match(line))}
     nic_cols = [c for c in columns if not _GPU.match(c)]
     gpus = tuple(int(m.group(1)) for c in columns if (m := _GPU.match(c)) and c in rows)
     nearest = tuple(g for g in (_nearest(i, rows[f"GPU{i}"], columns, legend) for i in gpus) if g)
@@ -82,7 +82,7 @@ def _rows(lines: list[str], columns: list[str]) -> dict[str, list[str]]:
     return rows
 
 
-def _nearest(gpu: int, cells: list[str], columns: list[str], legend: dict) -> GpuNic | None:
+def _nearest(gpu: int, cells: list[str], columns: list[str], legend: dict[str, str]) -> GpuNic | None:
     paths = {legend.get(c, c): cell for c, cell in zip(columns, cells)
              if not _GPU.match(c) and cell in PATHS}
     if not paths:

@@ -10,6 +10,7 @@ import os
 import secrets
 from pathlib import Path
 
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.core.errors import BadInputError
 from k3deploy.core.redact import register
 from k3deploy.node.secretfile import read_or_create
@@ -19,7 +20,7 @@ def key_path(state_dir: Path) -> Path:
     return state_dir / "secrets" / "api-key"
 
 
-def load_or_create(inv, state_dir: Path, create: bool = True) -> str | None:
+def load_or_create(inv: Inventory, state_dir: Path, create: bool = True) -> str | None:
     if not inv.engine.require_api_key:
         return None
     if inv.engine.api_key_env:

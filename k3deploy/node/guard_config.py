@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines import spec_from_inventory
 from k3deploy.remote import script_text
 from k3deploy.remote.protocol import WorkPaths
@@ -21,7 +23,7 @@ SCRIPTS = ("guard.py", "guard_http.py", "guard_record.py", "guard_progress.py", 
            "docker_inspect.py")
 
 
-def guard_dir(inv) -> str:
+def guard_dir(inv: Inventory) -> str:
     return WorkPaths(inv.paths.work).guard
 
 
@@ -59,7 +61,7 @@ class GuardPaths:
         return f"{self.dir}/incidents"       # incidents moved away once the cluster serves again
 
 
-def node_paths(inv) -> GuardPaths:
+def node_paths(inv: Inventory) -> GuardPaths:
     return GuardPaths(guard_dir(inv))
 
 
@@ -68,7 +70,7 @@ def load_or_create_secret(state_dir: Path, create: bool = True) -> str | None:
     return cluster_secret(state_dir, "guard-secret", create)
 
 
-def config(inv, node_name: str) -> dict:
+def config(inv: Inventory, node_name: str) -> dict[str, JSON]:
     """The guard's config for one node, without its digest."""
     paths, rank = node_paths(inv), inv.rank_of(node_name)
     me = inv.node(node_name)
@@ -86,7 +88,7 @@ def config(inv, node_name: str) -> dict:
             "secrets_dir": spec_from_inventory.secrets_dir(inv)}
 
 
-def probe_config(inv) -> dict:
+def probe_config(inv: Inventory) -> dict[str, JSON]:
     """The head guard's 1-token request while the endpoint is idle: often enough that a wedge
     of an idle group is seen within a quarter of wedge_seconds more, at most every 2 s."""
     every = min(15.0, max(2.0, inv.guard.wedge_seconds / 4))
@@ -94,6 +96,6 @@ def probe_config(inv) -> dict:
             "key_file": spec_from_inventory.api_key_file(inv)}
 
 
-def with_digest(cfg: dict, secret: str) -> dict:
+def with_digest(cfg: dict[str, JSON], secret: str) -> dict[str, JSON]:
     blob = json.dumps(cfg, sort_keys=True) + "".join(script_text(s) for s in SCRIPTS) + secret
     return {**cfg, "digest": hashlib.sha256(blob.encode()).hexdigest()[:16]}

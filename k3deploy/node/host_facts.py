@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts.lastjson import json_doc
 from k3deploy.node import facts as F
 
@@ -24,7 +25,7 @@ class Address:
 
     @property
     def network(self) -> ipaddress.IPv4Network:
-        return ipaddress.ip_interface(f"{self.address}/{self.prefixlen}").network
+        return ipaddress.IPv4Interface(f"{self.address}/{self.prefixlen}").network
 
     def __str__(self) -> str:
         return f"{self.ifname} {self.address}/{self.prefixlen}"
@@ -64,11 +65,13 @@ def parse_route(out: str, code: int) -> Route | None:
     return Route(doc[0].get("dev", ""), doc[0].get("prefsrc"))
 
 
-def _bytes(value) -> int:
+def _bytes(value: JSON) -> int:
     # util-linux prints numbers for -b in JSON since 2.33; older ones print strings
+    if not isinstance(value, (str, int, float)):
+        return 0
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except ValueError:
         return 0
 
 
@@ -81,19 +84,19 @@ def parse_mounts(out: str, code: int) -> list[Mount] | None:
             for fs in doc.get("filesystems", [])]
 
 
-def addresses() -> F.Fact:
+def addresses() -> F.Fact[list[Address] | None]:
     return F.command("addresses", ADDR_ARGV, parse_addresses)
 
 
-def mounts() -> F.Fact:
+def mounts() -> F.Fact[list[Mount] | None]:
     return F.command("mounts", MOUNT_ARGV, parse_mounts)
 
 
-def hostname() -> F.Fact:
+def hostname() -> F.Fact[str | None]:
     return F.command("hostname", ["uname", "-n"])
 
 
-def route_to(name: str, address: str) -> F.Fact:
+def route_to(name: str, address: str) -> F.Fact[Route | None]:
     """The route to ADDR; `address` is a parsed IPv4 address (ValueError otherwise)."""
     return F.command(name, ["ip", "-j", "route", "get", str(ipaddress.IPv4Address(address))],
                      parse_route)

@@ -10,7 +10,9 @@ import json
 import shlex
 from dataclasses import replace
 
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.cluster.inventory_rules import ssh_port
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts import http
 from k3deploy.node import facts as F
 from k3deploy.remote import bundled
@@ -27,7 +29,7 @@ SGLANG_HEALTH_WAIT = 20.0
 HEALTH_MARGIN = 10.0
 
 
-def health_timeout(inv) -> float:
+def health_timeout(inv: Inventory) -> float:
     """The /health probe's timeout: the engine's own wait plus a margin."""
     try:
         engine_wait = float(inv.engine.env.get("SGLANG_HEALTH_CHECK_TIMEOUT", SGLANG_HEALTH_WAIT))
@@ -46,16 +48,16 @@ def health_timeout(inv) -> float:
 AHEAD_WITHIN = 30.0
 
 
-def _config(inv, checks: list[str], key: str | None, within: float | None,
-            extra: dict | None = None) -> str:
+def _config(inv: Inventory, checks: list[str], key: str | None, within: float | None,
+            extra: dict[str, JSON] | None = None) -> str:
     return json.dumps({"base": f"http://127.0.0.1:{inv.ports.serve}", "key": key,
                        "model": inv.model.repo, "checks": checks,
                        "health_timeout": health_timeout(inv), "within": within,
                        **(extra or {})})
 
 
-def fact(name: str, inv, checks: list[str], key: str | None,
-         extra: dict | None = None) -> F.Fact[http.Endpoint]:
+def fact(name: str, inv: Inventory, checks: list[str], key: str | None,
+         extra: dict[str, JSON] | None = None) -> F.Fact[http.Endpoint]:
     """The same probe as a fact, for a step's batch (the key in a here-document). A probe
     that printed nothing answered none of its checks. An earlier step's batch asks it bounded
     by AHEAD_WITHIN (Fact.ahead). `extra`: settings of a check (the decode batch's)."""
@@ -76,7 +78,7 @@ def answered(found: http.Endpoint | None) -> bool:
     return found is not None and found.health is not None and found.health.status is not None
 
 
-def url(inv) -> str:
+def url(inv: Inventory) -> str:
     """Behind an SSH gateway the head's address is the gateway's, which forwards SSH ports
     only: the endpoint is then at the head's private address (a laptop on that network, or a
     VPN into it, reaches it; tunnel_hint says how otherwise)."""
@@ -84,7 +86,7 @@ def url(inv) -> str:
     return f"http://{head.self_ip if inv.behind_gateway(head) else head.address}:{inv.ports.serve}/v1"
 
 
-def tunnel_hint(inv) -> str | None:
+def tunnel_hint(inv: Inventory) -> str | None:
     """How a laptop outside the private network reaches an endpoint behind an SSH gateway."""
     head = inv.head
     if not inv.behind_gateway(head):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.core.errors import InventoryError
 
 
-def missing_key_files(inv) -> list[str]:
+def missing_key_files(inv: Inventory) -> list[str]:
     """One problem per key field that names a file which is not there, with the path it
     resolved to (relative paths are relative to the inventory file)."""
     fields = [(f"nodes[{i}].key", n.key) for i, n in enumerate(inv.nodes) if n.key]
@@ -24,7 +25,7 @@ def missing_key_files(inv) -> list[str]:
     return problems
 
 
-def check_key_files(inv) -> None:
+def check_key_files(inv: Inventory) -> None:
     problems = missing_key_files(inv)
     if problems:
         raise InventoryError(inv.source, problems)

@@ -88,7 +88,7 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def _only_reason(net, per_host: dict[str, list[Address]]) -> str:
+def _only_reason(net: ipaddress.IPv4Network, per_host: dict[str, list[Address]]) -> str:
     others = sorted({str(a.network) for addrs in per_host.values() for a in addrs} - {str(net)})
     if not others:
         return f"{net}: the only private subnet found"
@@ -113,7 +113,7 @@ def choose(per_host: dict[str, list[Address]], ssh: dict[str, str],
     return chosen, notes
 
 
-def _why_not(passed: list[Address], net) -> str:
+def _why_not(passed: list[Address], net: ipaddress.IPv4Network) -> str:
     off = sorted({str(a.network) for a in passed if a.network != net})
     if not off:
         return f"the first of its addresses in {net}"

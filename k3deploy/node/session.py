@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import TracebackType
 
 from k3deploy.cluster.inventory import Inventory, Node
 from k3deploy.node.keyfiles import check_key_files
@@ -33,12 +34,13 @@ class Session:
                             for n in inv.nodes}
         self.states = {n.name: NodeState(self.state_dir, n.name) for n in inv.nodes}
 
-    def __enter__(self):
+    def __enter__(self) -> Session:
         if self.lock:
             self.lock.acquire()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, _kind: type[BaseException] | None, _err: BaseException | None,
+                 _tb: TracebackType | None) -> None:
         for conn in self.connections.values():
             conn.close()
         if self.lock:

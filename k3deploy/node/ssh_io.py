@@ -7,6 +7,7 @@ from __future__ import annotations
 import select
 import socket
 import time
+from typing import Protocol
 
 from k3deploy.core import interrupt
 
@@ -16,7 +17,30 @@ KEEPALIVE_SECONDS = 15
 DEAD_PEER_SECONDS = 20
 
 
-def drain(chan, deadline: float) -> tuple[str, str]:
+class Channel(Protocol):
+    """What is read of a Paramiko channel (paramiko/channel.py)."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def eof_received(self) -> int: ...
+    def exit_status_ready(self) -> bool: ...
+    def recv_ready(self) -> bool: ...
+    def recv_stderr_ready(self) -> bool: ...
+    def recv(self, _nbytes: int, /) -> bytes: ...
+    def recv_stderr(self, _nbytes: int, /) -> bytes: ...
+    def close(self) -> None: ...
+    def fileno(self) -> int: ...
+
+
+class Transport(Protocol):
+    """What is set on a Paramiko transport (paramiko/transport.py): its socket is a channel of
+    the jump host's transport through a ProxyJump."""
+    @property
+    def sock(self) -> socket.socket | Channel: ...
+    def set_keepalive(self, interval: float) -> None: ...
+
+
+def drain(chan: Channel, deadline: float) -> tuple[str, str]:
     """Read stdout and stderr until the remote side closes both, without deadlocking on
     either buffer filling up; TimeoutError (carrying stdout so far) past the deadline."""
     out, err = bytearray(), bytearray()
@@ -50,7 +74,7 @@ def direct_socket(host: str, port: int, timeout: float) -> socket.socket:
     return sock
 
 
-def detect_dead_peer(transport, connect_timeout: float) -> None:
+def detect_dead_peer(transport: Transport, connect_timeout: float) -> None:
     """SSH keepalives plus TCP_USER_TIMEOUT (Linux): data unacknowledged for
     DEAD_PEER_SECONDS (or 3 connect timeouts) fails the socket, so a silent node is noticed."""
     interval = max(1, min(KEEPALIVE_SECONDS, int(connect_timeout)))
@@ -61,6 +85,6 @@ def detect_dead_peer(transport, connect_timeout: float) -> None:
         transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(limit * 1000))
 
 
-def _wait_readable(chan) -> None:
+def _wait_readable(chan: Channel) -> None:
     # Paramiko channels are selectable; a short select avoids a busy loop.
     select.select([chan], [], [], 0.02)

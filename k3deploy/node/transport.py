@@ -219,7 +219,12 @@ class NodeConnection:
 
     # -- commands ---------------------------------------------------------------------
     def _wrap(self, command: str, sudo: bool) -> str:
-        if sudo and (self._conn.user or "root") != "root":
+        if not sudo:
+            return command
+        # the connection's user decides; after a dropped connection (close() forgets it) that
+        # needs the connection opened again first
+        self.open()
+        if (self._conn.user or "root") != "root":
             return "sudo -n -- sh -c " + shlex.quote(command)
         return command
 

@@ -18,6 +18,11 @@ import os
 import shutil
 import sys
 import time
+from typing import TypeAlias
+
+# protocol.JSON's: this program is uploaded alone, without its siblings
+JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
+Doc: TypeAlias = dict[str, JSON]
 
 SUMS, COMPLETE = ".k3deploy-sums.json", ".k3deploy-complete.json"
 OWN = (SUMS, COMPLETE)
@@ -41,10 +46,11 @@ def files_of(root: str) -> list[str]:
     return sorted(found)
 
 
-def read_json(path: str):
+def read_json(path: str) -> JSON:
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            doc: JSON = json.load(fh)
+            return doc
     except (OSError, ValueError):
         return None
 
@@ -53,7 +59,7 @@ def missed_marker(root: str) -> str:
     return root.rstrip("/") + ".peer-miss"
 
 
-def check(root: str, prune: bool = False) -> dict:
+def check(root: str, prune: bool = False) -> Doc:
     """absent | missed (absent, no peer had it) | incomplete | corrupt | complete. Files the
     engines wrote after the seal are not vouched for: removed when pruning."""
     if not os.path.isdir(root):
@@ -66,11 +72,13 @@ def check(root: str, prune: bool = False) -> dict:
     if prune and not bad:
         for rel in extra:
             os.unlink(os.path.join(root, rel))
-    return {"state": "corrupt" if bad else "complete", "files": len(sums), "bad": bad[:10],
+    return {"state": "corrupt" if bad else "complete", "files": len(sums), "bad": [*bad[:10]],
             "pruned": len(extra) if prune and not bad else 0}
 
 
-def _matches(root: str, rel: str, want: dict) -> bool:
+def _matches(root: str, rel: str, want: JSON) -> bool:
+    if not isinstance(want, dict):
+        return False
     path = os.path.join(root, rel)
     try:
         return os.path.getsize(path) == want["size"] and sha256(path) == want["sha256"]
@@ -78,13 +86,13 @@ def _matches(root: str, rel: str, want: dict) -> bool:
         return False
 
 
-def seal(root: str, inputs: dict) -> dict:
+def seal(root: str, inputs: JSON) -> Doc:
     found = check(root)
     if found["state"] == "complete":
         return found
     if found["state"] in ("absent", "missed"):
         return found  # nothing was compiled into it (or the engine keeps no cache here)
-    sums = {rel: {"size": os.path.getsize(os.path.join(root, rel)),
+    sums: Doc = {rel: {"size": os.path.getsize(os.path.join(root, rel)),
                   "sha256": sha256(os.path.join(root, rel))} for rel in files_of(root)}
     _write_json(os.path.join(root, SUMS), sums)
     _write_json(os.path.join(root, COMPLETE), {"inputs": inputs, "sealed_at": time.time()})
@@ -93,7 +101,7 @@ def seal(root: str, inputs: dict) -> dict:
     return {"state": "complete", "files": len(sums), "sealed": True}
 
 
-def _write_json(path: str, doc) -> None:
+def _write_json(path: str, doc: JSON) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, sort_keys=True)
@@ -102,7 +110,7 @@ def _write_json(path: str, doc) -> None:
     os.replace(tmp, path)
 
 
-def prepare(root: str, peers: list[str], port: int, secret: str | None) -> dict:
+def prepare(root: str, peers: list[str], port: int, secret: str | None) -> Doc:
     """Before the engine starts: a complete cache is pruned to what was sealed; a torn or
     corrupt one removed (the engine rebuilds it, never loads it); none: from a peer."""
     found = check(root, prune=True)
@@ -116,7 +124,7 @@ def prepare(root: str, peers: list[str], port: int, secret: str | None) -> dict:
         if got:
             return {**found, "state": "complete", "from": peer, "files": got}
     open(missed_marker(root), "w").close()
-    return {**found, "state": "missed", "tried": peers}
+    return {**found, "state": "missed", "tried": [*peers]}
 
 
 def _get(peer: str, port: int, secret: str | None, path: str) -> bytes | None:
@@ -138,8 +146,11 @@ def fetch(root: str, peer: str, port: int, secret: str | None) -> int:
     key = os.path.basename(root.rstrip("/"))
     raw = _get(peer, port, secret, f"/compile-cache/{key}/{SUMS}")
     complete = _get(peer, port, secret, f"/compile-cache/{key}/{COMPLETE}")
+    if not raw or not complete:
+        return 0
+    sums: JSON
     try:
-        sums = json.loads(raw) if raw and complete else None
+        sums = json.loads(raw)
     except ValueError:
         sums = None
     if not isinstance(sums, dict):
@@ -148,7 +159,8 @@ def fetch(root: str, peer: str, port: int, secret: str | None) -> int:
     shutil.rmtree(partial, ignore_errors=True)
     for rel, want in sorted(sums.items()):
         body = _get(peer, port, secret, f"/compile-cache/{key}/f/{rel}")
-        if body is None or hashlib.sha256(body).hexdigest() != want.get("sha256"):
+        wanted = want.get("sha256") if isinstance(want, dict) else None
+        if body is None or hashlib.sha256(body).hexdigest() != wanted:
             shutil.rmtree(partial, ignore_errors=True)
             return 0
         path = os.path.join(partial, rel)

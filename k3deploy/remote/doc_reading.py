@@ -11,7 +11,7 @@ import sys
 import protocol
 
 
-def main():
+def main() -> None:
     kind, path, *pid_file = sys.argv[1:]
     seen = protocol.read_document(path, protocol.WRITERS[kind], pid_file[0] if pid_file else None)
     print(json.dumps(seen.document()))

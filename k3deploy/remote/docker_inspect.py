@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 GO_ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -34,14 +35,39 @@ class Container:
     cmd: tuple[str, ...]
 
 
-def documents(raw: str) -> list[dict]:
+class InspectState(TypedDict, total=False):
+    """ContainerState, the fields read (moby api/swagger.yaml@v28.5.1)."""
+    Status: str
+    Running: bool
+    ExitCode: int
+    StartedAt: str
+    FinishedAt: str
+
+
+class InspectConfig(TypedDict, total=False):
+    """ContainerConfig, the fields read; Labels and Cmd are null when unset."""
+    Image: str
+    Labels: dict[str, str] | None
+    Cmd: list[str] | None
+
+
+class InspectDoc(TypedDict, total=False):
+    """One object `docker inspect` printed: a container (with State), or an image."""
+    Id: str
+    Image: str
+    State: InspectState
+    Config: InspectConfig
+
+
+def documents(raw: str) -> list[InspectDoc]:
     """Every object `docker inspect` printed; [] when it printed no JSON list (docker or
     its daemon missing, only an error on stderr)."""
     try:
         data = json.loads(raw)
     except ValueError:
         return []
-    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+    # moby's schema (InspectDoc) vouches for the objects' fields; json.loads cannot
+    return [cast(InspectDoc, d) for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 
 
 def parse_inspect(raw: str) -> Container | None:
@@ -52,8 +78,9 @@ def parse_inspect(raw: str) -> Container | None:
     return None if doc is None else container(doc)
 
 
-def container(doc: dict) -> Container:
-    state, config = doc.get("State") or {}, doc.get("Config") or {}
+def container(doc: InspectDoc) -> Container:
+    state: InspectState = doc.get("State") or {}
+    config: InspectConfig = doc.get("Config") or {}
     return Container(
         id=doc.get("Id") or "", status=state.get("Status") or "", running=bool(state.get("Running")),
         exit_code=int(state.get("ExitCode") or 0), started=state.get("StartedAt") or GO_ZERO_TIME,

@@ -17,13 +17,13 @@ import weights_status
 TICK = 0.05   # seconds between looks at the progress file (a stat and a 1 kB read)
 
 
-def ended(progress_path, pid_path):
+def ended(progress_path: str, pid_path: str) -> bool:
     """The downloader exited, or its progress says it ended."""
     seen = weights_status.downloader(progress_path, pid_path)
     return not seen.alive or protocol.download_ended(seen.said)
 
 
-def hold(progress_path, pid_path, seconds):
+def hold(progress_path: str, pid_path: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not ended(progress_path, pid_path) and time.monotonic() < deadline:
         time.sleep(TICK)

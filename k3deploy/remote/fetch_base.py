@@ -13,8 +13,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import protocol
 
 # errno of a local open, write, allocation or sync that no request to the Hub or a peer changes
 LOCAL_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
@@ -40,12 +43,13 @@ class DiskFault(DownloadError):
     reports the node, the path, the bytes still needed and the bytes free (steps/weights/download.py).
     Only local I/O is classified so (`on_local_disk`): a socket's error stays a transport error."""
 
-    def __init__(self, path, reason: str, needed: int | None = None, free: int | None = None):
+    def __init__(self, path: str | os.PathLike[str], reason: str, needed: int | None = None,
+                 free: int | None = None):
         self.path, self.reason, self.needed, self.free = str(path), reason, needed, free
         space = f": {needed} more bytes needed, {free} free" if needed is not None else ""
         super().__init__(f"{self.path}: {reason}{space}")
 
-    def document(self) -> dict:
+    def document(self) -> protocol.Doc:
         return {"path": self.path, "reason": self.reason, "needed": self.needed, "free": self.free}
 
 
@@ -62,12 +66,12 @@ def local_fault(error: BaseException) -> bool:
 
 
 @contextmanager
-def on_local_disk(path):
+def on_local_disk(path: str | os.PathLike[str]) -> Iterator[None]:
     """Local file I/O inside: an OSError of LOCAL_FAULTS becomes a DiskFault naming `path`."""
     try:
         yield
     except OSError as e:
-        if not local_fault(e):
+        if e.errno is None or not local_fault(e):
             raise
         raise DiskFault(path, f"{e.strerror} ({errno.errorcode.get(e.errno, e.errno)})") from None
 
@@ -84,7 +88,7 @@ def log(message: str) -> None:
             raise
 
 
-def write_json_atomic(path: Path, doc) -> None:
+def write_json_atomic(path: Path, doc: protocol.JSONable) -> None:
     # One line: json.dumps with an indent runs the pure-Python encoder, and a file's ranges
     # record rewritten every half second from 32 connections was ~9% of a downloader's GIL time
     # (py-spy --gil, one node on the CDN testbed); without one it is the C encoder.
@@ -97,7 +101,7 @@ def write_json_atomic(path: Path, doc) -> None:
     os.replace(tmp, path)
 
 
-def overwrite_json(path: Path, doc) -> None:
+def overwrite_json(path: Path, doc: protocol.JSONable) -> None:
     """Rewrite `path` in its own blocks (not atomic): on a full disk a new file gets none, and
     the laptop must still read why the run stopped."""
     data = json.dumps(doc, separators=(",", ":")).encode()

@@ -4,13 +4,13 @@ huggingface_hub's lock files, and the free-space check."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import shutil
 import threading
 import time
 from pathlib import Path
+from types import TracebackType
 
 import protocol
 from fetch_base import DiskFault, Stopped, log, write_json_atomic, write_text_atomic
@@ -77,7 +77,8 @@ class RepoCache:
         """trees/<sha>.json, as huggingface_hub >= 1.22 writes it: offline loads then detect missing files."""
         tree = self.storage / "trees" / f"{sha}.json"
         tree.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"format_version": 1, "files": {f.path: f.tree_entry() for f in sorted(files, key=lambda f: f.path)}}
+        doc: protocol.Doc = {"format_version": 1,
+                             "files": {f.path: f.tree_entry() for f in sorted(files, key=lambda f: f.path)}}
         write_json_atomic(tree, doc)
 
 
@@ -93,10 +94,10 @@ class Ledger:
         self.file_lock = (locks or path.parent) / LEDGER_LOCK
         self.entries = self._read() or {}
 
-    def _read(self) -> dict | None:
-        """The file's records; None when it cannot be read."""
+    def _read(self) -> protocol.Doc | None:
+        """The file's records; None when it cannot be read (or holds no JSON object)."""
         try:
-            return json.loads(self.path.read_text())
+            return protocol.json_object(self.path.read_text())
         except (OSError, ValueError):
             return None
 
@@ -131,7 +132,7 @@ class etag_lock:
     def __init__(self, path: Path, stop_event: threading.Event):
         self.path, self.stop_event = path, stop_event
 
-    def __enter__(self):
+    def __enter__(self) -> etag_lock:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o664)
         waited = False
         while True:
@@ -146,12 +147,13 @@ class etag_lock:
                     os.close(self.fd)
                     raise Stopped() from None
 
-    def __exit__(self, *exc):
+    def __exit__(self, _kind: type[BaseException] | None, _err: BaseException | None,
+                 _tb: TracebackType | None) -> None:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
 
 
-def hold_run_lock(hf_home: str, repo: str):
+def hold_run_lock(hf_home: str, repo: str) -> int | None:
     """One fetch_weights per cache and repo; returns the open lock fd, or None if another holds it."""
     locks = Path(protocol.cache_locks(hf_home, repo))
     locks.mkdir(parents=True, exist_ok=True)
@@ -189,6 +191,6 @@ def disk_fault(cache: RepoCache, files: list[FileSpec], fault: DiskFault) -> Dis
 
 
 def check_free_space(cache: RepoCache, files: list[FileSpec]) -> None:
-    fault = disk_fault(cache, files, DiskFault(cache.blobs, "not enough free space"))
-    if fault.needed > fault.free:
-        raise fault
+    needed, free = bytes_needed(cache, files), shutil.disk_usage(cache.blobs).free
+    if needed > free:
+        raise DiskFault(cache.blobs, "not enough free space", needed, free)

@@ -22,11 +22,17 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from direct_io import aligned, place
 from fetch_base import DownloadError, HubUnavailable, Stopped, log
-from fetch_http import body, fill_bytes
+from fetch_http import Answer, Streamed, body, fill_bytes
 from fetch_retry import BACKOFF_FIRST, CONN_BACKOFF_CAP, Transient
+
+if TYPE_CHECKING:   # the Hub source and the files fetch_weights hands in
+    from fetch_hub import HubSource, Link
+    from fetch_manifest import FileSpec
+    from fetch_ranges import PartialBlob
 
 WARMUP = 2.0          # seconds a connection runs before its rate is judged
 SEGMENT_MEASURE = 1.0  # seconds a range runs before its own rate decides a takeover
@@ -48,11 +54,13 @@ class Replace(Exception):
 
 
 class Segment:
-    def __init__(self, job, start: int, end: int):
-        self.job, self.pos, self.end, self.conn = job, start, end, None
-        self.began, self.first = None, start
+    def __init__(self, job: Job, start: int, end: int):
+        self.job, self.pos, self.end = job, start, end
+        self.conn: Conn | None = None
+        self.began: float | None = None
+        self.first = start
 
-    def running_on(self, conn) -> None:
+    def running_on(self, conn: Conn) -> None:
         self.conn, self.began, self.first = conn, time.monotonic(), self.pos
 
     def own_rate(self) -> float | None:
@@ -81,7 +89,7 @@ class Segment:
 class Job:
     """One file being fetched: its segments waiting, and when its last byte arrived."""
 
-    def __init__(self, spec, part, segment_bytes: int):
+    def __init__(self, spec: FileSpec, part: PartialBlob, segment_bytes: int):
         self.spec, self.part, self.f = spec, part, part.open()
         # At least MIN_PIECES ranges per file, so a file under segment_bytes still spreads.
         segment_bytes = max(MIN_STEAL, min(segment_bytes, -(-spec.size // MIN_PIECES)))
@@ -90,7 +98,8 @@ class Job:
         self.queue = [Segment(self, s, min(e, s + segment_bytes))
                       for gs, e in part.missing() for s in range(gs, e, segment_bytes)]
         self.running: set[Segment] = set()
-        self.last_byte, self.fatal, self.reason = time.monotonic(), None, "no answer yet"
+        self.last_byte, self.reason = time.monotonic(), "no answer yet"
+        self.fatal: DownloadError | None = None
         self.done, self.started = threading.Event(), False
         if not self.queue:
             self.done.set()
@@ -99,7 +108,7 @@ class Job:
 class Conn:
     """A worker's current connection: its link and what it has carried, for its rate."""
 
-    def __init__(self, link):
+    def __init__(self, link: Link):
         self.link, self.opened, self.bytes, self.busy = link, time.monotonic(), 0, False
         self.idle, self.idle_since = 0.0, self.opened   # seconds it waited for a range
         self.buffer = aligned(BUFFER)
@@ -132,7 +141,7 @@ class Conn:
 
 
 class Connections:
-    def __init__(self, source, count: int, segment_bytes: int, retry_seconds: float,
+    def __init__(self, source: HubSource, count: int, segment_bytes: int, retry_seconds: float,
                  replace_per_second: float, stop_event: threading.Event):
         self.source, self.count, self.segment = source, count, segment_bytes
         self.budget, self.stop_event = retry_seconds, stop_event
@@ -141,11 +150,15 @@ class Connections:
         self.conns: dict[int, Conn] = {}
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
-        self.replaced, self.worker_error, self.reference = 0, None, None
-        self.ranked, self.ranked_at = (None, None, None), -RATE_EVERY  # (fastest conn, its rate, second's)
+        self.replaced = 0
+        self.worker_error: str | None = None
+        self.reference: float | None = None
+        # (fastest conn, its rate, second's)
+        self.ranked: tuple[Conn | None, float | None, float | None] = (None, None, None)
+        self.ranked_at = -RATE_EVERY
         self.host_byte = time.monotonic()   # when a byte of any file last arrived
 
-    def fetch(self, spec, part) -> None:
+    def fetch(self, spec: FileSpec, part: PartialBlob) -> None:
         """Fill `part` to spec.size from the Hub (blocks; many workers write into it)."""
         job = Job(spec, part, self.segment)
         self._start_workers()
@@ -220,10 +233,10 @@ class Connections:
                     if not job.started:  # the budget runs from its first request, not its queueing
                         job.started, job.last_byte = True, time.monotonic()
                     return seg
-            seg = self._steal(conn)
-            if seg is None:
+            stolen = self._steal(conn)
+            if stolen is None:
                 self.cond.wait(0.5)
-            return seg
+            return stolen
 
     def _steal(self, thief: Conn) -> Segment | None:
         """Split the range that will take longest and can be split: the running connection
@@ -290,7 +303,7 @@ class Connections:
             self._settle(seg)
         return got
 
-    def _copy(self, seg: Segment, conn: Conn, response, asked: int) -> None:
+    def _copy(self, seg: Segment, conn: Conn, response: Answer | Streamed, asked: int) -> None:
         job = seg.job
         skip = seg.pos if response.status_code == 200 else 0  # the range was ignored
         chunks = body(response, conn.buffer, fill_bytes(job.spec.size, BUFFER), lambda: place(seg.pos))
@@ -314,7 +327,7 @@ class Connections:
         if seg.pos < seg.end and not job.fatal and not self.stop_event.is_set():
             raise Transient(f"the response ended at byte {seg.pos}")
 
-    def _fast_rate(self, but=None) -> float | None:
+    def _fast_rate(self, but: Conn | None = None) -> float | None:
         """The fastest busy connection's rate but `but`'s (the speed a new connection may land
         on), else the last one seen. Under a full link every connection gets about its share, so
         none is far below the fastest; on a slow edge one is (1:8 in xet-core#821). The two
@@ -336,7 +349,7 @@ class Connections:
     def _judge(self, conn: Conn) -> None:
         mine = conn.rate()
         fast = self._fast_rate(conn) if mine is not None else None
-        if fast is None:
+        if mine is None or fast is None:
             return
         now = time.monotonic()
         if mine < SLOW_RATIO * fast:

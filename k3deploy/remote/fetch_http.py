@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import http.client
 import io
+import socket
+import ssl
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit
+from typing import Protocol
+from urllib.parse import SplitResult, urlsplit
 
 import fetch_reader
 
@@ -45,7 +49,7 @@ class Answer:
     """The response as fetch_hub reads it: status_code, headers (case-insensitive .get),
     read(), iter_bytes(), and fill() into a buffer."""
 
-    def __init__(self, response: http.client.HTTPResponse, sock=None):
+    def __init__(self, response: http.client.HTTPResponse, sock: socket.socket | None = None):
         self.raw, self.status_code, self.headers = response, response.status, response.headers
         self.error: BaseException | None = None   # met after a fill's first bytes: raised at the next
         # The connection's socket, read by fetch_reader once http.client's reader is drained
@@ -61,7 +65,7 @@ class Answer:
     def read(self) -> bytes:
         return self.raw.read()
 
-    def iter_bytes(self):
+    def iter_bytes(self) -> Iterator[bytes]:
         while chunk := self.raw.read1(1 << 20):
             yield chunk
 
@@ -97,7 +101,7 @@ class Answer:
     def _read(self, view: memoryview, began: float) -> int:
         """One read: from http.client's buffered reader while it may hold body bytes (read
         with the headers), then through this process's reader thread (fetch_reader)."""
-        if self.timeout is None or not self.drained:
+        if self.sock is None or self.timeout is None or not self.drained:   # (no timeout without a socket)
             n = self.raw.fp.readinto1(view)
             # A readinto1 asking more than the buffered reader's buffer (socket.makefile's
             # io.DEFAULT_BUFFER_SIZE) hands over what it held and reads the socket straight
@@ -120,12 +124,14 @@ class Client:
     """One connection; a request to another origin (a file signed on another CDN host) opens
     a new one. The same `stream()` as httpx.Client's, as fetch_hub calls it."""
 
-    def __init__(self, timeout: float, tls):
+    def __init__(self, timeout: float, tls: ssl.SSLContext | None):
         self.timeout, self.tls = timeout, tls
-        self.conn, self.origin = None, None
+        self.conn: http.client.HTTPConnection | None = None
+        self.origin: tuple[str, str | None, int | None] | None = None
 
     @contextmanager
-    def stream(self, method: str, url: str, headers: dict, **_httpx_options):
+    def stream(self, method: str, url: str, headers: dict[str, str],
+               **_httpx_options: bool) -> Iterator[Answer]:
         """httpx.Client.stream's call (fetch_hub passes follow_redirects=False: this client
         never follows a redirect)."""
         parts = urlsplit(url)
@@ -133,17 +139,20 @@ class Client:
         if self.conn is None or origin != self.origin:
             self.close()
             self.conn, self.origin = self._connect(parts), origin
+        conn = self.conn
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         response = None
         try:
-            self.conn.request(method, target, headers=headers)
-            response = self.conn.getresponse()
-            yield Answer(response, self.conn.sock)
+            conn.request(method, target, headers=headers)
+            response = conn.getresponse()
+            yield Answer(response, conn.sock)
         finally:
             if response is None or not response.isclosed():
                 self.close()   # a body not read to its end: the connection cannot take the next request
 
-    def _connect(self, parts):
+    def _connect(self, parts: SplitResult) -> http.client.HTTPConnection:
+        if parts.hostname is None:   # http.client would fail on it too, less plainly
+            raise ValueError(f"no host in the URL {parts.geturl()!r}")
         if parts.scheme == "https":
             return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
                                                context=self.tls)
@@ -155,7 +164,16 @@ class Client:
             self.conn = None
 
 
-def body(response, view: memoryview, size: int | None = None, place=None):
+class Streamed(Protocol):
+    """A response of huggingface_hub's HTTP package (httpx): its status and its body as it
+    hands it over."""
+    @property
+    def status_code(self) -> int: ...
+    def iter_bytes(self) -> Iterator[bytes]: ...
+
+
+def body(response: Answer | Streamed, view: memoryview, size: int | None = None,
+         place: Callable[[], int] | None = None) -> Iterator[bytes | memoryview]:
     """The response's body in chunks: read into `view` (each chunk a slice of it, valid until
     the next) where the client can (fetch_http.Answer.fill), else as it hands them over. With
     `place`, each fill of at most `size` bytes starts at view offset place() (a direct write

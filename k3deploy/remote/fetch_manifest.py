@@ -15,7 +15,7 @@ HEX40, HEX64 = re.compile(r"^[0-9a-f]{40}$"), re.compile(r"^[0-9a-f]{64}$")
 
 
 class FileSpec:
-    def __init__(self, doc: dict):
+    def __init__(self, doc: protocol.ManifestFile):
         self.path, self.size = str(doc["path"]), int(doc["size"])
         self.sha256, self.oid = doc.get("sha256"), doc.get("oid")
         if self.sha256 is not None and not HEX64.match(self.sha256):
@@ -33,12 +33,12 @@ class FileSpec:
     def algorithm(self) -> str:
         return "sha256" if self.sha256 else "git-sha1"
 
-    def new_hasher(self):
+    def new_hasher(self) -> hashlib._Hash:
         if self.sha256:
             return hashlib.sha256()
         return hashlib.sha1(b"blob %d\0" % self.size)
 
-    def tree_entry(self) -> dict:
+    def tree_entry(self) -> protocol.Doc:
         if not self.sha256:
             return {"size": self.size, "blob_id": self.oid}
         pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {self.size}\n"
@@ -47,7 +47,7 @@ class FileSpec:
 
 
 class Manifest:
-    def __init__(self, doc: dict):
+    def __init__(self, doc: protocol.ManifestDoc):
         try:
             protocol.check_schema(doc, "manifest")
             self.repo, self.revision = str(doc["repo"]), str(doc.get("revision") or doc["sha"])

@@ -7,10 +7,31 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import protocol
 from fetch_base import local_fault, overwrite_json, write_json_atomic
 from fetch_manifest import FileSpec
+
+
+class ProgressDetail(TypedDict, total=False):
+    """A worker process's own files and bytes (Progress._detail), for its parent to add up."""
+    verified: list[str]
+    on_disk: dict[str, int]
+    by_source: dict[str, int]
+    received: int
+    hub_unavailable: list[str]
+
+
+class WorkerDoc(TypedDict, total=False):
+    """What a parent reads of its worker processes' progress documents (Progress.document);
+    {} when a worker wrote none yet (fetch_workers.Workers.docs)."""
+    state: str
+    error: str | None
+    transient: bool
+    detail: ProgressDetail
+    bad_peers: list[str]
+    disk: protocol.Doc | None
 
 
 class Progress:
@@ -23,13 +44,15 @@ class Progress:
         self.detail, self.processes = detail, 1
         self.verified: set[str] = set()
         self.on_disk: dict[str, int] = {}  # partial bytes of files in flight
-        self.received, self.samples = 0, collections.deque(maxlen=12)
+        self.received = 0
+        self.samples: collections.deque[tuple[float, int]] = collections.deque(maxlen=12)
         self.by_source: dict[str, int] = {}  # "hub" or a peer's name -> bytes received
         self.bad_peers: set[str] = set()      # peers that served bytes failing a checksum
         self.hub_unavailable: set[str] = set()  # files failed by the retry budget alone
         self.transient = False                # the run failed only of those: worth a restart
-        self.disk = None                      # fetch_base.DiskFault.document() of a disk fault
-        self.started, self.state, self.error = time.time(), "running", None
+        self.disk: protocol.Doc | None = None   # fetch_base.DiskFault.document() of a disk fault
+        self.started, self.state = time.time(), "running"
+        self.error: str | None = None
         self.stop_event = threading.Event()
 
     def partial(self, spec: FileSpec, have: int) -> None:
@@ -47,7 +70,7 @@ class Progress:
             self.on_disk.pop(spec.path, None)
             self.verified.add(spec.path)
 
-    def document(self) -> dict:
+    def document(self) -> protocol.Doc:
         with self.lock:
             now = time.time()
             self.samples.append((now, self.received))
@@ -63,23 +86,28 @@ class Progress:
                     "hub_bytes": self.by_source.get("hub", 0),
                     "peer_bytes": sum(n for s, n in self.by_source.items() if s != "hub"),
                     "peer_bytes_by": {s: n for s, n in self.by_source.items() if s != "hub"},
-                    "bad_peers": sorted(self.bad_peers), "transient": self.transient,
+                    "bad_peers": [*sorted(self.bad_peers)], "transient": self.transient,
                     "disk": self.disk, "worker_processes": self.processes,
                     "started": self.started, "updated": now, **self._detail()})
 
-    def _detail(self) -> dict:
-        """Called with self.lock held."""
+    def _detail(self) -> protocol.Doc:
+        """Called with self.lock held: a ProgressDetail under "detail"."""
         if not self.detail:
             return {}
-        return {"detail": {"verified": sorted(self.verified), "on_disk": dict(self.on_disk),
-                           "by_source": dict(self.by_source), "received": self.received,
-                           "hub_unavailable": sorted(self.hub_unavailable)}}
+        return {"detail": {"verified": [*sorted(self.verified)], "on_disk": {**self.on_disk},
+                           "by_source": {**self.by_source}, "received": self.received,
+                           "hub_unavailable": [*sorted(self.hub_unavailable)]}}
 
-    def absorb(self, docs: list[dict]) -> None:
+    def absorb(self, docs: list[WorkerDoc]) -> None:
         """The workers' documents as this one's counters (each worker's files are its own)."""
-        verified, on_disk, by_source, received, bad, hub = set(), {}, {}, 0, set(), set()
+        verified: set[str] = set()
+        on_disk: dict[str, int] = {}
+        by_source: dict[str, int] = {}
+        received = 0
+        bad: set[str] = set()
+        hub: set[str] = set()
         for doc in docs:
-            detail = doc.get("detail") or {}
+            detail: ProgressDetail = doc.get("detail") or {}
             verified |= set(detail.get("verified") or ())
             on_disk.update(detail.get("on_disk") or {})
             for source, n in (detail.get("by_source") or {}).items():
@@ -101,7 +129,7 @@ class Progress:
             overwrite_json(self.path, doc)
 
     def run_reporter(self) -> threading.Thread:
-        def loop():
+        def loop() -> None:
             while not self.stop_event.wait(1.0):
                 self.write()
         thread = threading.Thread(target=loop, name="progress", daemon=True)

@@ -24,8 +24,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable, Sequence
+from io import BufferedRandom
 from pathlib import Path
 
+import protocol
 from direct_io import DiskFile
 from fetch_base import log, on_local_disk, write_json_atomic
 from fetch_manifest import FileSpec
@@ -43,7 +46,7 @@ RECORD_EVERY, RECORD_SHARE, RECORD_GAP = 0.5, 0.02, 0.1
 LAG_SHARE, LAG_FLOOR = 0.03, 16 << 10
 
 
-def merge(ranges) -> list[list[int]]:
+def merge(ranges: Iterable[Sequence[int]]) -> list[list[int]]:
     out: list[list[int]] = []
     for start, end in sorted((int(s), int(e)) for s, e in ranges if e > s):
         if out and start <= out[-1][1]:
@@ -53,9 +56,10 @@ def merge(ranges) -> list[list[int]]:
     return out
 
 
-def gaps(done, size: int) -> list[tuple[int, int]]:
+def gaps(done: Iterable[Sequence[int]], size: int) -> list[tuple[int, int]]:
     """The ranges of [0, size) not in `done` (merged)."""
-    out, at = [], 0
+    out: list[tuple[int, int]] = []
+    at = 0
     for start, end in done:
         if start > at:
             out.append((at, start))
@@ -117,12 +121,13 @@ class PartialBlob:
         with self.lock:
             return gaps(self.done, self.spec.size)
 
-    def open(self):
+    def open(self) -> BufferedRandom:
         """A handle for writes at any offset (not O_APPEND: Linux pwrite ignores the offset there)."""
         with on_local_disk(self.path):
             return open(self.path, "r+b")
 
-    def write_at(self, f, offset: int, data, source: str = "hub") -> None:
+    def write_at(self, f: BufferedRandom, offset: int, data: bytes | bytearray | memoryview,
+                 source: str = "hub") -> None:
         with on_local_disk(self.path), self.write_lock:
             self._disk().write(f.fileno(), data, offset)
         with self.lock:
@@ -146,7 +151,8 @@ class PartialBlob:
         Called with self.lock held."""
         return not self.recorded_once and (not self.done or self.done == [[0, self.length]])
 
-    def append(self, f, data, source: str = "hub", offset: int | None = None) -> None:
+    def append(self, f: BufferedRandom, data: bytes | memoryview, source: str = "hub",
+               offset: int | None = None) -> None:
         """Sequential writes (the peer source) at `offset`, by default the prefix; the hash
         follows at once, from `data` when it continues the hashed bytes."""
         at = self.prefix if offset is None else offset
@@ -163,7 +169,8 @@ class PartialBlob:
             with self.lock:
                 if self._plain():
                     return
-                doc = {"size": self.spec.size, "done": [list(r) for r in self.done]}
+                doc: dict[str, protocol.JSONable] = {"size": self.spec.size,
+                                                     "done": [list(r) for r in self.done]}
                 self.written_at, self.recorded = time.monotonic(), sum(e - s for s, e in self.done)
                 self.recorded_once = True
             with on_local_disk(self.record):
@@ -171,7 +178,8 @@ class PartialBlob:
         finally:
             self.save_lock.release()
 
-    def advance_hash(self, wait: bool = False, written: tuple[int, bytes] | None = None) -> None:
+    def advance_hash(self, wait: bool = False,
+                     written: tuple[int, bytes | memoryview] | None = None) -> None:
         """Hash the newly contiguous bytes; a thread finding another at it leaves it the work
         (the last one, digest(), waits and finishes it). `written` (offset, bytes just written
         there): hashed from memory when they continue the hashed bytes."""
@@ -209,13 +217,13 @@ class PartialBlob:
         self.close()   # every byte is written and read back: nothing more for the direct handle
         return self.hasher.hexdigest()
 
-    def finish(self, f) -> None:
+    def finish(self, f: BufferedRandom) -> None:
         with on_local_disk(self.path):
             f.flush()
             os.fsync(f.fileno())
         self.save()
 
-    def restart(self, f=None) -> None:
+    def restart(self, f: BufferedRandom | None = None) -> None:
         with self.hash_lock, self.lock:
             os.truncate(self.path, 0)
             self.done, self.hasher, self.hashed, self.resumed_from = [], self.spec.new_hasher(), 0, 0

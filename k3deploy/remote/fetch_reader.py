@@ -31,13 +31,14 @@ _AGAIN = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, Interrup
 class Fill:
     """One buffer to fill from one socket; written by the reader thread only."""
 
-    def __init__(self, sock, view: memoryview, timeout: float, seconds: float):
+    def __init__(self, sock: socket.socket, view: memoryview, timeout: float, seconds: float):
         self.sock, self.view, self.timeout, self.seconds = sock, view, timeout, seconds
         # TLS: the SSL object's own read. SSLSocket.recv_into is two Python calls around it,
         # made once per 16 KiB record; its one rule on top (a ragged EOF read as the end, as
         # with http.client's suppress_ragged_eofs) is kept in Reader._read.
         self.tls = getattr(sock, "_sslobj", None) if isinstance(sock, ssl.SSLSocket) else None
-        self.got, self.error, self.began = 0, None, time.monotonic()
+        self.got, self.began = 0, time.monotonic()
+        self.error: BaseException | None = None
         self.cancelled, self.done = False, threading.Event()
 
     def due(self, now: float) -> float:
@@ -46,7 +47,7 @@ class Fill:
 
 
 class Reader:
-    def __init__(self):
+    def __init__(self) -> None:
         self.epoll = select.epoll()
         self.lock = threading.Lock()
         self.incoming: list[Fill] = []
@@ -57,7 +58,7 @@ class Reader:
         self.epoll.register(self.wake_r.fileno(), select.EPOLLIN)
         self.thread: threading.Thread | None = None
 
-    def fill(self, sock, view: memoryview, timeout: float,
+    def fill(self, sock: socket.socket, view: memoryview, timeout: float,
              seconds: float = FILL_SECONDS) -> tuple[int, BaseException | None]:
         """Bytes read into `view` by this process's reader thread, and the error that ended the
         fill (None when it ended full, timed, or at the body's end: 0 bytes)."""

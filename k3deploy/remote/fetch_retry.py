@@ -18,6 +18,8 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 RATELIMIT = re.compile(r"\"(?P<resource_type>\w+)\"\s*;\s*r\s*=\s*(?P<r>\d+)\s*;\s*t\s*=\s*(?P<t>\d+)")
 BACKOFF_FIRST, BACKOFF_CAP = 0.5, 30.0
@@ -29,7 +31,13 @@ class Transient(Exception):
     """A failure that another request may not have: retried within the time budget."""
 
 
-def told_wait(status: int, headers) -> float | None:
+class Headers(Protocol):
+    """A response's headers, case-insensitive: http.client's HTTPMessage (fetch_http.Answer)
+    or httpx's Headers (huggingface_hub's client)."""
+    def get(self, key: str, /) -> str | None: ...
+
+
+def told_wait(status: int, headers: Headers) -> float | None:
     """Seconds the answer says to wait before the next request, or None when it says nothing."""
     if status == 429:
         match = RATELIMIT.search(headers.get("RateLimit") or "")
@@ -72,7 +80,7 @@ class Gate:
     any later request was answered is the host's failure: one reset must not pause every
     connection to the CDN for a backoff and then let them through one probe at a time."""
 
-    def __init__(self, stop_event: threading.Event, clock=time.monotonic):
+    def __init__(self, stop_event: threading.Event, clock: Callable[[], float] = time.monotonic):
         self.stop_event, self.clock, self.cond = stop_event, clock, threading.Condition()
         self.not_before: dict[str, float] = {}
         self.streak: dict[str, int] = {}

@@ -55,7 +55,12 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:   # imported at run time only when the manifest names peers (load_peers)
+    from peer_fetch import Peers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its modules ship next to it
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
@@ -73,12 +78,13 @@ import fetch_workers  # noqa: E402
 from thread_pool import pool  # noqa: E402
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 0, 1, 2, 3
+_Call = TypeVar("_Call", bound=Callable[..., None])
 VERIFY_ATTEMPTS = 3        # full fetches of one file whose hash keeps mismatching
 
 
 class Downloader:
     def __init__(self, manifest: Manifest, cache: RepoCache, fetcher: Connections, progress: Progress,
-                 peers=None):
+                 peers: Peers | None = None):
         self.manifest, self.cache, self.fetcher, self.progress = manifest, cache, fetcher, progress
         self.peers = peers  # peer_fetch.Peers, or None: every file from the Hub
         self.ledger = Ledger(cache.ledger, cache.locks)
@@ -126,7 +132,7 @@ class Downloader:
         blob.unlink()
         return False
 
-    def _download_verified(self, spec: FileSpec, peers=None) -> None:
+    def _download_verified(self, spec: FileSpec, peers: Peers | None = None) -> None:
         """From the Hub, or from peers (which raise NotYet/UseHub when they cannot serve it)."""
         digest = None
         if peers:
@@ -169,7 +175,7 @@ class Downloader:
             orphan.unlink(missing_ok=True)
 
 
-def run(manifest: Manifest, args, progress: Progress, token: str | None) -> None:
+def run(manifest: Manifest, args: argparse.Namespace, progress: Progress, token: str | None) -> None:
     """The whole download (the parent, or the only process), or one worker's share of it."""
     cache = RepoCache(args.hf_home, manifest.repo)
     if args.worker is None:
@@ -198,7 +204,8 @@ def here(manifest: Manifest, cache: RepoCache, progress: Progress, token: str | 
         with pool(manifest.max_workers, "fetch") as workers:
             futures = {workers.submit(ensure, spec): spec for spec in manifest.files}
             for future in concurrent.futures.as_completed(futures):
-                error = future.exception() and describe_error(futures[future], future.exception())
+                exc = future.exception()
+                error = describe_error(futures[future], exc) if exc is not None else None
                 if error:
                     errors.append(error)
     if progress.stop_event.is_set():
@@ -222,7 +229,7 @@ def describe_error(spec: FileSpec, error: BaseException) -> str | None:
     return f"{spec.path}: {type(error).__name__}: {error}"
 
 
-def load_peers(manifest: Manifest, progress: Progress):
+def load_peers(manifest: Manifest, progress: Progress) -> Peers | None:
     """peer_fetch.Peers for a manifest with a `peers` block (k3deploy.cluster.fanout), else None."""
     if not manifest.peers:
         return None
@@ -233,7 +240,7 @@ def load_peers(manifest: Manifest, progress: Progress):
         raise BadInput(f"manifest peers block or secret file: {e}") from None
 
 
-def download_call(fn):
+def download_call(fn: _Call) -> _Call:
     """Flag requests as downloads (the Hub's download counter) when this huggingface_hub knows how."""
     try:
         from huggingface_hub.utils._http import flag_as_download_call
@@ -242,7 +249,7 @@ def download_call(fn):
         return fn
 
 
-def parse_args(argv):
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Verified, resumable Hub download into the HF cache.")
     parser.add_argument("--manifest", required=True, help="JSON: repo, revision, sha, endpoint, max_workers, files")
     parser.add_argument("--hf-home", required=True, help="HF_HOME; the cache goes to HF_HOME/hub")
@@ -265,7 +272,7 @@ def finish(progress: Progress, state: str, error: str | None, code: int) -> int:
     return code
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     Path(args.progress).parent.mkdir(parents=True, exist_ok=True)
     try:

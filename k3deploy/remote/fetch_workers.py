@@ -31,10 +31,15 @@ import signal
 import subprocess
 import sys
 import time
+from argparse import Namespace
+from collections.abc import Callable
 from pathlib import Path
 
+import protocol
 from fetch_base import DiskFault, DownloadError, log, raise_first
-from fetch_cache import disk_fault
+from fetch_cache import RepoCache, disk_fault
+from fetch_manifest import FileSpec, Manifest
+from fetch_progress import Progress, WorkerDoc
 
 MAX_PROCESSES = 8
 PROCESS_BYTES = 512 << 20
@@ -42,7 +47,12 @@ PR_SET_PDEATHSIG = 1
 LOOK = 0.5            # seconds between looks at the workers
 
 
-def count(manifest) -> int:
+class Ended(WorkerDoc):
+    """A worker's last document, with its exit code (Workers.wait)."""
+    exit: int | None
+
+
+def count(manifest: Manifest) -> int:
     asked = getattr(manifest, "worker_processes", None)
     if asked is None:
         total = sum(f.size for f in manifest.files)
@@ -50,9 +60,10 @@ def count(manifest) -> int:
     return max(1, min(int(asked), len(manifest.files)))
 
 
-def share(files, workers: int, index: int) -> list:
+def share(files: list[FileSpec], workers: int, index: int) -> list[FileSpec]:
     """The files of worker `index` of `workers`: each file, in order, to the least loaded."""
-    load, mine = [0] * workers, []
+    load: list[int] = [0] * workers
+    mine: list[FileSpec] = []
     for spec in files:
         least = min(range(workers), key=lambda w: (load[w], w))
         load[least] += max(spec.size, 1)
@@ -61,10 +72,10 @@ def share(files, workers: int, index: int) -> list:
     return mine
 
 
-def as_worker(manifest, worker: str) -> None:
+def as_worker(manifest: Manifest, worker: str) -> None:
     """Narrow the manifest to this worker's share and its part of the node's connections."""
-    index, _, workers = worker.partition("/")
-    index, workers = int(index), int(workers)
+    first, _, total = worker.partition("/")
+    index, workers = int(first), int(total)
     manifest.files = share(manifest.files, workers, index)
     manifest.max_workers = math.ceil(manifest.max_workers / workers)
     manifest.connections = math.ceil(manifest.connections / workers)
@@ -98,8 +109,8 @@ class Workers:
                                         "--worker", f"{i}/{workers}"], stdin=subprocess.DEVNULL)
                       for i, path in enumerate(self.paths)]
 
-    def docs(self) -> list[dict]:
-        out = []
+    def docs(self) -> list[WorkerDoc]:
+        out: list[WorkerDoc] = []
         for path in self.paths:
             try:
                 out.append(json.loads(path.read_text()))
@@ -115,7 +126,7 @@ class Workers:
             if proc.poll() is None:
                 proc.send_signal(signum)
 
-    def wait(self, progress, stopping) -> list[dict]:
+    def wait(self, progress: Progress, stopping: Callable[[], bool]) -> list[Ended]:
         """Until every worker ended: absorb their documents into `progress` every LOOK seconds,
         pass a stop on, and stop the rest when one met a disk fault. Their last documents."""
         told = False
@@ -133,15 +144,16 @@ class Workers:
         return [{**d, "exit": p.returncode} for d, p in zip(docs, self.procs)]
 
 
-def outcome(ended: list[dict]) -> tuple[list[str], bool, dict | None]:
+def outcome(ended: list[Ended]) -> tuple[list[str], bool, protocol.Doc | None]:
     """From the workers' last documents: the errors, whether they are all the Hub's budget
     (transient), and the first disk fault's document."""
-    errors, transient, disk = [], True, None
+    errors: list[str] = []
+    transient, disk = True, None
     for i, doc in enumerate(ended):
         if doc["exit"] == 0 and doc.get("state") == "done":
             continue
-        if doc.get("error"):
-            errors.append(doc["error"])
+        if error := doc.get("error"):
+            errors.append(error)
         elif doc["exit"] != 0:
             errors.append(f"worker process {i} ended with exit code {doc['exit']} and no error")
         transient = transient and bool(doc.get("transient"))
@@ -149,7 +161,7 @@ def outcome(ended: list[dict]) -> tuple[list[str], bool, dict | None]:
     return errors, transient and bool(errors), disk
 
 
-def run(script: str, manifest, args, cache, progress) -> None:
+def run(script: str, manifest: Manifest, args: Namespace, cache: RepoCache, progress: Progress) -> None:
     """The manifest's files over `progress.processes` workers; this process only watches."""
     argv = ["--manifest", args.manifest, "--hf-home", args.hf_home,
             *(["--env-file", args.env_file] if args.env_file else [])]
@@ -159,5 +171,5 @@ def run(script: str, manifest, args, cache, progress) -> None:
     if progress.stop_event.is_set():
         raise DownloadError("stopped by a signal")
     if disk:   # partials stay: a re-run with room resumes them
-        raise disk_fault(cache, manifest.files, DiskFault(disk["path"], disk["reason"]))
+        raise disk_fault(cache, manifest.files, DiskFault(str(disk["path"]), str(disk["reason"])))
     raise_first(errors, transient)

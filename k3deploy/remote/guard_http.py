@@ -7,14 +7,25 @@ the cluster as soon as it happens, while an idle cluster of N nodes answers abou
 requests per second over N*N standing connections, not N*N new connections every poll.
 Standard library only; uploaded beside guard.py.
 """
+from __future__ import annotations
+
 import hashlib
 import hmac
 import http.client
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # protocol.JSON's: the guard ships without protocol.py (node/guard_config.py SCRIPTS)
+    JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
+    Doc: TypeAlias = dict[str, JSON]
 
 AUTH = "X-K3-Guard"
 SKEW = 300  # seconds of clock difference between nodes an authenticated request tolerates
@@ -43,8 +54,8 @@ def hold_seconds(peer_timeout: float, poll: float) -> float:
 class Versioned:
     """A state whose changes wake every held poll."""
 
-    def __init__(self, snapshot):
-        self.snapshot = snapshot  # () -> dict, taken under the caller's own lock
+    def __init__(self, snapshot: Callable[[], Doc]):
+        self.snapshot = snapshot  # taken under the caller's own lock
         self.version = 0
         self.cond = threading.Condition()
 
@@ -53,7 +64,7 @@ class Versioned:
             self.version += 1
             self.cond.notify_all()
 
-    def wait_past(self, seen: int, hold: float) -> dict:
+    def wait_past(self, seen: int, hold: float) -> Doc:
         with self.cond:
             if seen == self.version:
                 self.cond.wait_for(lambda: seen != self.version, timeout=hold)
@@ -61,15 +72,15 @@ class Versioned:
         return {**self.snapshot(), "version": version}
 
 
-def serve(bind: str, port: int, secret: str, state: Versioned, max_hold: float):
+def serve(bind: str, port: int, secret: str, state: Versioned, max_hold: float) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # kept alive: one standing connection per peer
         timeout = max_hold * 4 + 30  # a peer that vanished without a FIN frees its thread
 
-        def log_message(self, *args):
+        def log_message(self, format: str, *args: str | int) -> None:
             pass
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             url = urlsplit(self.path)
             if url.path != "/state" or not signed_ok(secret, "GET", self.path,
                                                      self.headers.get(AUTH, "")):
@@ -104,12 +115,12 @@ class PeerLink:
     def __init__(self, address: str, port: int, secret: str, hold: float):
         self.address, self.port, self.secret, self.hold = address, port, secret, hold
         self.seen = -1
-        self.conn = None
+        self.conn: http.client.HTTPConnection | None = None
         # A guard from before long polls (k3deploy upgraded, that node's guard not yet
         # replaced) knows only GET /state and answers at once: the caller paces the polls.
         self.legacy = False
 
-    def ask(self) -> dict:
+    def ask(self) -> Doc:
         try:
             return self._ask("/state" if self.legacy else
                              f"/state?seen={self.seen}&hold={self.hold:g}")
@@ -117,7 +128,7 @@ class PeerLink:
             self.legacy = True
             return self._ask("/state")
 
-    def _ask(self, path: str) -> dict:
+    def _ask(self, path: str) -> Doc:
         ts = f"{time.time():.3f}"
         if self.conn is None:
             # Straight to the peer: no http_proxy from root's environment can carry this.
@@ -131,11 +142,12 @@ class PeerLink:
                 raise LookupError(path)
             if resp.status != 200:
                 raise OSError(f"HTTP {resp.status} from the peer's guard")
-            state = json.loads(body)
+            state: Doc = json.loads(body)
         except (OSError, ValueError, http.client.HTTPException) as err:
             self.close()
             raise OSError(str(err) or type(err).__name__) from None
-        self.seen = state.get("version", -1)
+        version = state.get("version", -1)   # Versioned.wait_past's int
+        self.seen = version if isinstance(version, int) else -1
         return state
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ import http.client
 import json
 import threading
 import time
+from typing import TypedDict
 
 RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
 QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
@@ -35,7 +36,40 @@ KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 SAMPLE_TIMEOUT = 2.0
 
 
-def parse_metrics(text: str) -> dict:
+class Metrics(TypedDict):
+    """What parse_metrics reads of an engine's /metrics (None: the engine has no such series)."""
+    running: float | None
+    queued: float | None
+    tokens: float | None
+    kv: float | None
+
+
+class Seen(Metrics):
+    """The last sample, on this node's monotonic clock."""
+    error: str | None
+    answered_at: float
+    changed_at: float
+
+
+class Public(TypedDict):
+    """What the other guards see of a node's progress (Local.public): ages, not times."""
+    tokens: float | None
+    kv: float | None
+    running: float | None
+    queued: float | None
+    error: str | None
+    unanswered_s: float
+    still_s: float
+
+
+class ProbeState(TypedDict):
+    """The head's 1-token request (Probe.state): under way since, last answered at, why not."""
+    started: float | None
+    done_at: float | None
+    error: str | None
+
+
+def parse_metrics(text: str) -> Metrics:
     """Token counters summed over every series (any rank moving moves the sum); the request
     gauges as their largest series (every TP rank reports the same batch; only > 0 matters)."""
     sums: dict[str, float] = {}
@@ -60,12 +94,12 @@ def parse_metrics(text: str) -> dict:
             "kv": _first(sums, KV_USAGE)}
 
 
-def _first(sums: dict, names: tuple) -> float | None:
+def _first(sums: dict[str, float], names: tuple[str, ...]) -> float | None:
     return next((sums[n] for n in names if n in sums), None)
 
 
 def get(port: int, method: str, path: str, body: bytes | None = None,
-        headers: dict | None = None, timeout: float = SAMPLE_TIMEOUT) -> tuple[int, bytes]:
+        headers: dict[str, str] | None = None, timeout: float = SAMPLE_TIMEOUT) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -83,7 +117,7 @@ class Local:
         self.port, self.every = port, every
         self.lock = threading.Lock()
         now = time.monotonic()
-        self.seen = {"tokens": None, "kv": None, "running": None, "queued": None,
+        self.seen: Seen = {"tokens": None, "kv": None, "running": None, "queued": None,
                      "error": None, "answered_at": now, "changed_at": now}
 
     def sample(self) -> None:
@@ -99,19 +133,19 @@ class Local:
                 self.seen["error"] = error
                 return
             moved = (found["tokens"], found["kv"]) != (self.seen["tokens"], self.seen["kv"])
-            self.seen.update(found, error=None, answered_at=now,
-                             changed_at=now if moved else self.seen["changed_at"])
+            self.seen = {**found, "error": None, "answered_at": now,
+                         "changed_at": now if moved else self.seen["changed_at"]}
 
     def run(self) -> None:
         while True:
             self.sample()
             time.sleep(self.every)
 
-    def public(self) -> dict:
+    def public(self) -> Public:
         """What the other guards see: ages, not times (each node has its own monotonic clock)."""
         now = time.monotonic()
         with self.lock:
-            seen = dict(self.seen)
+            seen = self.seen.copy()
         return {"tokens": seen["tokens"], "kv": seen["kv"], "running": seen["running"],
                 "queued": seen["queued"],
                 "error": seen["error"], "unanswered_s": round(now - seen["answered_at"], 1),
@@ -138,8 +172,9 @@ class Probe:
     def __init__(self, port: int, model: str, key: str | None, deadline: float):
         self.port, self.model, self.key, self.deadline = port, model, key, deadline
         self.lock = threading.Lock()
-        self.started = self.done_at = None
-        self.error = None
+        self.started: float | None = None
+        self.done_at: float | None = None
+        self.error: str | None = None
 
     def start(self) -> None:
         with self.lock:
@@ -165,6 +200,6 @@ class Probe:
             if error is None:
                 self.done_at = time.monotonic()
 
-    def state(self) -> dict:
+    def state(self) -> ProbeState:
         with self.lock:
             return {"started": self.started, "done_at": self.done_at, "error": self.error}

@@ -4,11 +4,21 @@ and the kernel's OOM-killer / Xid lines. Standard library only; uploaded beside 
 Secrets never reach the record: the engine's log is masked with every value found in the
 node's secrets directory, the guard's own secret, and the patterns k3deploy's redact uses.
 """
+from __future__ import annotations
+
 import datetime
 import json
 import os
 import re
 import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # protocol.JSON's: the guard ships without protocol.py (node/guard_config.py SCRIPTS)
+    JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
+    Doc: TypeAlias = dict[str, JSON]
 
 MASK = "***"
 PATTERNS = [
@@ -25,7 +35,7 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")  # noqa: UP017
 
 
-def atomic_write_json(path: str, data) -> None:
+def atomic_write_json(path: str, data: JSON) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1)
@@ -35,9 +45,10 @@ def atomic_write_json(path: str, data) -> None:
 def secret_values(secret: str, secrets_dir: str | None) -> list[str]:
     """The guard secret plus every `key: value` / `KEY=value` value in the secrets dir."""
     found = [secret]
-    for name in sorted(os.listdir(secrets_dir)) if secrets_dir and os.path.isdir(secrets_dir) else []:
+    folder = secrets_dir if secrets_dir and os.path.isdir(secrets_dir) else ""
+    for name in sorted(os.listdir(folder)) if folder else []:
         try:
-            with open(os.path.join(secrets_dir, name), encoding="utf-8") as fh:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
                 lines = fh.read().splitlines()
         except OSError:
             continue
@@ -78,8 +89,8 @@ def kernel_lines(secrets: list[str]) -> list[str] | str:
     return [redact(line, secrets) for line in out.splitlines() if KERNEL.search(line)][-40:]
 
 
-def failure(node: str, rank: int, kind: str, *, exit_code=None, detail: str = "",
-            at: str | None = None) -> dict:
+def failure(node: str, rank: int, kind: str, *, exit_code: int | None = None, detail: str = "",
+            at: str | None = None) -> Doc:
     """kind: exited | unreachable | not serving | wedged; at: when it happened (docker's FinishedAt),
     else now (when it was noticed)."""
     what = {"exited": f"engine exited with code {exit_code}",
@@ -90,7 +101,7 @@ def failure(node: str, rank: int, kind: str, *, exit_code=None, detail: str = ""
             "at": at or now_iso()}
 
 
-def incident(cfg: dict, first: dict, seen_by: str, evidence: dict | None = None) -> dict:
+def incident(cfg: Doc, first: Doc, seen_by: str, evidence: Doc | None = None) -> Doc:
     """This node's record of the cluster's first failure."""
     evidence = evidence or {}
     return {"cluster": cfg["cluster"], "failure": first, "seen_by": seen_by,
@@ -99,7 +110,7 @@ def incident(cfg: dict, first: dict, seen_by: str, evidence: dict | None = None)
             "local_engine": None}
 
 
-def adopt(cfg: dict, theirs: dict, learned_from: str) -> dict:
+def adopt(cfg: Doc, theirs: Doc, learned_from: str) -> Doc:
     """A peer's record of the first failure, kept as this node's own (the evidence included)."""
     return {**theirs, "recorded_by": cfg["node"], "recorded_at": now_iso(),
             "learned_from": learned_from, "local_engine": None}

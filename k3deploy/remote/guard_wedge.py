@@ -10,9 +10,41 @@ holding its lock); while one's metrics have failed for less than that, the verdi
 it; when every rank still answers, none advancing, every rank is named: from the outside an
 NCCL stall looks the same on every member.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:   # its shapes only: the guard hands in what guard_progress made
+    from guard_progress import ProbeState, Public
 
 
-def view(node: str, rank: int, public: dict | None, received_at: float) -> dict | None:
+class View(TypedDict):
+    """One rank's progress on the head's clock."""
+    node: str
+    rank: int
+    tokens: float | None
+    kv: float | None
+    running: float | None
+    queued: float | None
+    error: str | None
+    changed_at: float
+    answered_at: float
+
+
+class Named(TypedDict):
+    node: str
+    rank: int
+
+
+class Verdict(TypedDict):
+    stalled_s: float
+    ranks: list[Named]
+    silent: bool
+    seen: list[str]
+    probe: str | None
+
+
+def view(node: str, rank: int, public: Public | None, received_at: float) -> View | None:
     """One rank's progress on the head's clock; None when that rank publishes none."""
     if not public:
         return None
@@ -23,16 +55,17 @@ def view(node: str, rank: int, public: dict | None, received_at: float) -> dict 
             "answered_at": received_at - float(public.get("unanswered_s") or 0)}
 
 
-def busy(head: dict | None) -> bool:
-    return bool(head) and ((head.get("running") or 0) + (head.get("queued") or 0)) > 0
+def busy(head: View | None) -> bool:
+    return head is not None and ((head.get("running") or 0) + (head.get("queued") or 0)) > 0
 
 
-def last_progress(views: list[dict], probe: dict) -> float | None:
-    times = [v["changed_at"] for v in views] + ([probe["done_at"]] if probe.get("done_at") else [])
+def last_progress(views: list[View], probe: ProbeState) -> float | None:
+    done_at = probe.get("done_at")
+    times = [v["changed_at"] for v in views] + ([done_at] if done_at else [])
     return max(times) if times else None
 
 
-def wants_probe(now: float, views: list[dict], probe: dict, every: float) -> bool:
+def wants_probe(now: float, views: list[View], probe: ProbeState, every: float) -> bool:
     """Idle (nothing running at the head) and nothing seen to move for `every` seconds."""
     if probe.get("started") is not None or busy(views[0] if views else None):
         return False
@@ -40,8 +73,8 @@ def wants_probe(now: float, views: list[dict], probe: dict, every: float) -> boo
     return last is None or now - last >= every
 
 
-def judge(now: float, views: list[dict], probe: dict, wedge_seconds: float,
-          silent_after: float) -> dict | None:
+def judge(now: float, views: list[View], probe: ProbeState, wedge_seconds: float,
+          silent_after: float) -> Verdict | None:
     """The verdict (stalled for how long, which ranks, what was seen) or None."""
     head = views[0] if views and views[0]["rank"] == 0 else None
     outstanding = busy(head) or probe.get("started") is not None
@@ -54,14 +87,14 @@ def judge(now: float, views: list[dict], probe: dict, wedge_seconds: float,
         # wait, at most silent_after, to name it alone rather than every rank.
         return None
     named = silent or views
+    started = probe.get("started")
     return {"stalled_s": round(now - last, 1),
             "ranks": [{"node": v["node"], "rank": v["rank"]} for v in named],
             "silent": bool(silent), "seen": [describe(now, v) for v in views],
-            "probe": None if probe.get("started") is None else
-            f"1-token request unanswered for {now - probe['started']:.0f}s"}
+            "probe": None if started is None else f"1-token request unanswered for {now - started:.0f}s"}
 
 
-def describe(now: float, v: dict) -> str:
+def describe(now: float, v: View) -> str:
     said = (f"metrics unanswered for {now - v['answered_at']:.0f}s ({v['error']})"
             if now - v["answered_at"] > 0.5 and v.get("error") else "metrics answer")
     kv = "" if v.get("kv") is None else f", KV usage {_n(v['kv'])}"
@@ -70,7 +103,7 @@ def describe(now: float, v: dict) -> str:
             f"{_n(v['queued'])}")
 
 
-def cause_detail(verdict: dict) -> str:
+def cause_detail(verdict: Verdict) -> str:
     names = ", ".join(f"rank {r['rank']} ({r['node']})" for r in verdict["ranks"])
     how = "stopped answering its metrics" if verdict["silent"] else \
         "answer their metrics but none advances"
@@ -79,5 +112,5 @@ def cause_detail(verdict: dict) -> str:
             f"{names} {how}")
 
 
-def _n(value) -> str:
+def _n(value: float | None) -> str:
     return "?" if value is None else f"{value:g}"

@@ -86,7 +86,9 @@ class RootFS(TypedDict, total=False):
 
 
 class InspectedImage(TypedDict, total=False):
-    """The fields of a `docker image inspect` document that content_key reads."""
+    """The fields of a `docker image inspect` document that content_key reads, and its Id
+    (the peer server's image route sends it: peer_image.py)."""
+    Id: str
     Created: str
     Os: str
     Architecture: str

@@ -9,6 +9,7 @@ import json
 import os
 import threading
 import time
+from io import BufferedReader
 from pathlib import Path
 
 import protocol
@@ -25,9 +26,11 @@ class Blobs:
 
     def __init__(self, manifest: Manifest, cache: RepoCache, progress: Path | None = None):
         self.sizes, self.progress = {f.etag: f.size for f in manifest.files}, progress
-        self.cache, self.lock, self.stamp = cache, threading.Lock(), None
+        self.cache, self.lock = cache, threading.Lock()
+        self.stamp: tuple[int, int] | None = None   # the ledger file's (mtime_ns, inode) when read
         self.ledger = Ledger(cache.ledger)
-        self.index_lock, self.last_index = threading.Lock(), (0.0, None)
+        self.index_lock = threading.Lock()
+        self.last_index: tuple[float, protocol.PeerIndex | None] = (0.0, None)
 
     def _current_ledger(self) -> Ledger:
         """Re-read when the downloader replaced it (it writes atomically)."""
@@ -40,7 +43,7 @@ class Blobs:
                 self.stamp = (st.st_mtime_ns, st.st_ino)
             return self.ledger
 
-    def open(self, etag: str):
+    def open(self, etag: str) -> BufferedReader | None:
         """The open blob if it is verified and whole, else None. Checked on the open file, so a
         blob replaced between the check and the read cannot slip through."""
         size = self.sizes.get(etag)
@@ -56,7 +59,7 @@ class Blobs:
         f.close()
         return None
 
-    def index(self) -> dict:
+    def index(self) -> protocol.PeerIndex:
         """What a peer asks first: which blobs are served, how far the others are. Built at
         most every INDEX_REUSE seconds; the peers asking meanwhile get the same answer."""
         with self.index_lock:
@@ -66,12 +69,14 @@ class Blobs:
                 self.last_index = (time.monotonic(), doc)
             return doc
 
-    def _build_index(self) -> dict:
+    def _build_index(self) -> protocol.PeerIndex:
         # The downloader's state first: "done" (or "failed") is written after its last verify,
         # so the list read after it is complete. Read last, a download finishing between the
         # two said "done" beside a list without its last files, and a peer waiting for one of
         # them would take it from the Hub too ("its owner's download done without it").
-        downloader, verified, partial = self._downloader(), [], {}
+        downloader = self._downloader()
+        verified: list[str] = []
+        partial: dict[str, int] = {}
         for etag in self.sizes:
             blob = self.open(etag)
             if blob is not None:

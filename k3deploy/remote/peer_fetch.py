@@ -22,11 +22,19 @@ import os
 import threading
 import time
 import zlib
+from collections.abc import Callable
+from concurrent.futures import Future
+from io import BufferedRandom
+from typing import TYPE_CHECKING
 
 import fetch_http
 import protocol
 from direct_io import aligned, place
 from thread_pool import pool  # ships beside this file (protocol.DOWNLOADER_FILES)
+
+if TYPE_CHECKING:   # what fetch_weights hands this module; not imported at run time
+    from fetch_manifest import FileSpec
+    from fetch_ranges import PartialBlob
 
 INDEX_TTL = 0.5      # seconds a peer's index is reused: 16 workers share one request
 # ...and at least this long per peer asked: a node asks each of its N-1 peers, so without it a
@@ -58,13 +66,15 @@ class Peer:
     def __init__(self, name: str, host: str, port: int):
         self.name, self.host, self.port = name, host, port
         self.bad = False                      # served a checksum mismatch: never again
-        self.down_until, self.unreachable_since, self.failures = 0.0, None, 0
-        self.index, self.index_at, self.lock = None, 0.0, threading.Lock()
+        self.down_until, self.failures = 0.0, 0
+        self.unreachable_since: float | None = None
+        self.index: protocol.PeerIndex | None = None
+        self.index_at, self.lock = 0.0, threading.Lock()
 
 
 class Peers:
-    def __init__(self, block: dict, secret: str, stop_event: threading.Event, stopped, log,
-                 bad: set):
+    def __init__(self, block: protocol.PeerBlock, secret: str, stop_event: threading.Event,
+                 stopped: type[BaseException], log: Callable[[str], None], bad: set[str]):
         self.me, self.owner = str(block["self"]), dict(block["owner"])
         self.stall = float(block.get("stall_seconds", 30))
         port = int(block["port"])
@@ -73,23 +83,24 @@ class Peers:
         self.auth = {"Authorization": f"Bearer {secret}"}
         self.stop_event, self.stopped, self.log = stop_event, stopped, log
         self.bad = bad  # names of peers never used again; the progress file reports them
-        self.waiting: dict[str, tuple] = {}   # owner -> (its progress as last seen, since when)
+        # owner -> (its progress as last seen, since when)
+        self.waiting: dict[str, tuple[tuple[int, int] | None, float]] = {}
         self.lock = threading.Lock()
         self.news: set[str] = set()   # etags a peer's index newly lists verified (peer_schedule)
 
-    def owns(self, spec) -> bool:
+    def owns(self, spec: FileSpec) -> bool:
         """The file is in this node's own share (the laptop's split)."""
         return self.owner.get(spec.path) == self.me
 
-    def wants(self, spec) -> bool:
+    def wants(self, spec: FileSpec) -> bool:
         """Every large file is asked of the peers first, this node's own share too: a node
         that replaces a reclaimed one (an empty disk) finds its share on the peers that took
         it from its predecessor; on a first bring-up nobody has it and it goes to the Hub."""
         return self.owner.get(spec.path) is not None
 
     # -- finding a peer -----------------------------------------------------------------
-    def _request(self, peer: Peer, method: str, path: str, headers: dict | None = None,
-                 timeout: float | None = None):
+    def _request(self, peer: Peer, method: str, path: str, headers: dict[str, str] | None = None,
+                 timeout: float | None = None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         conn = http.client.HTTPConnection(peer.host, peer.port, timeout=timeout or self.stall)
         try:
             conn.request(method, path, headers={**self.auth, **(headers or {})})
@@ -98,7 +109,7 @@ class Peers:
             conn.close()
             raise PeerError(f"{type(e).__name__}: {e}") from None
 
-    def _index(self, peer: Peer, wait: bool = False) -> dict | None:
+    def _index(self, peer: Peer, wait: bool = False) -> protocol.PeerIndex | None:
         """{"verified": [etag], "partial": {etag: bytes}}, or None while unusable. While one
         thread asks a peer, the others use what it said last (a dead peer's timeout must not
         hold up every worker), unless they `wait` for its answer."""
@@ -109,7 +120,7 @@ class Peers:
         finally:
             peer.lock.release()
 
-    def _fresh_index(self, peer: Peer) -> dict | None:
+    def _fresh_index(self, peer: Peer) -> protocol.PeerIndex | None:
         now = time.monotonic()
         if peer.bad or now < peer.down_until:
             return None
@@ -122,7 +133,7 @@ class Peers:
                     return peer.index
                 if response.status != 200:
                     raise PeerError(f"HTTP {response.status}")
-                before = set((peer.index or {}).get("verified") or ())
+                before = set(_verified(peer.index))
                 peer.index = json.loads(response.read())
                 self._heard(set(peer.index.get("verified") or ()) - before)
             finally:
@@ -155,20 +166,20 @@ class Peers:
         peer.down_until = now + min(self.stall / 4, RETRY_DOWN * 2 ** (peer.failures - 1))
         peer.index, peer.index_at = None, 0.0
 
-    def holders(self, spec) -> list[Peer]:
+    def holders(self, spec: FileSpec) -> list[Peer]:
         """Peers with the file verified, in an order that differs per node and file."""
         names = sorted(self.peers)
         turn = zlib.crc32(f"{self.me}/{spec.etag}".encode()) % max(1, len(names))
         ordered = [self.peers[n] for n in names[turn:] + names[:turn]]
-        return [p for p in ordered if spec.etag in ((self._index(p) or {}).get("verified") or ())]
+        return [p for p in ordered if spec.etag in _verified(self._index(p))]
 
     # -- the source fetch_weights calls -------------------------------------------------
-    def ready(self, spec) -> None:
+    def ready(self, spec: FileSpec) -> None:
         """Return when some peer has the file verified, else raise NotYet / UseHub."""
         if not self.holders(spec):
             self._no_holder(spec)
 
-    def fetch(self, spec, part) -> None:
+    def fetch(self, spec: FileSpec, part: PartialBlob) -> None:
         """Fill `part` to spec.size from peers, or raise NotYet / UseHub."""
         busy = False
         for peer in self.holders(spec):
@@ -183,14 +194,14 @@ class Peers:
             raise NotYet()
         self._no_holder(spec)
 
-    def _no_holder(self, spec) -> None:
+    def _no_holder(self, spec: FileSpec) -> None:
         if self.owns(spec):
             self._own_share(spec)
         owner = self.peers.get(self.owner.get(spec.path, ""))
         if owner is None or owner.bad:
             raise UseHub(f"its owner {getattr(owner, 'name', '?')} served corrupt bytes")
         index = self._index(owner)
-        if spec.etag in ((index or {}).get("verified") or ()):
+        if spec.etag in _verified(index):
             # holders() read an older index (another worker was refreshing it): this one lists
             # the file, so it is asked of the peers again now, not taken for "done without it".
             self._heard({spec.etag})
@@ -200,7 +211,7 @@ class Peers:
                          f"{index['downloader']} without it")
         # Any progress of the owner counts: with 16 workers it reaches a file of its share only
         # when an earlier one is done, which on a real cluster takes longer than the bound.
-        progress = None if index is None else (len(index.get("verified") or ()),
+        progress = None if index is None else (len(_verified(index)),
                                                sum((index.get("partial") or {}).values()))
         now = time.monotonic()
         with self.lock:
@@ -213,7 +224,7 @@ class Peers:
             raise UseHub(f"no peer has it and its owner {owner.name} {what} for {self.stall:.0f}s")
         raise NotYet()
 
-    def _own_share(self, spec) -> None:
+    def _own_share(self, spec: FileSpec) -> None:
         """No peer has this node's own file verified: from the Hub, but only once every peer
         has answered its index (or is known down); a worker that found another thread asking
         a peer sees no index yet, and must not send a replaced node's share to the Hub."""
@@ -228,7 +239,7 @@ class Peers:
         return [p for p in self.peers.values()
                 if p.index is None and p.unreachable_since is None and not p.bad]
 
-    def _get(self, peer: Peer, spec, part) -> None:
+    def _get(self, peer: Peer, spec: FileSpec, part: PartialBlob) -> None:
         start = part.prefix  # peers send from the prefix on; ranges past it are written again
         conn, response = self._request(peer, "GET", f"/blobs/{spec.etag}",
                                        {"Range": f"bytes={start}-"} if start else None)
@@ -245,7 +256,8 @@ class Peers:
         finally:
             conn.close()
 
-    def _copy(self, peer: Peer, spec, part, response) -> None:
+    def _copy(self, peer: Peer, spec: FileSpec, part: PartialBlob,
+              response: http.client.HTTPResponse) -> None:
         """Receive into one buffer while the other is written and hashed (hashlib lets go of the
         GIL): on a fast private network sha256 in the receiving thread would halve the rate.
         Each buffer takes what the socket brings for at most fetch_http.FILL_SECONDS (or until
@@ -254,7 +266,8 @@ class Peers:
         size = max(1, min(fetch_http.fill_bytes(spec.size, BUFFER), spec.size - part.prefix))
         views = _receive_buffers(size)
         answer = fetch_http.Answer(response)
-        got, turn, pending = part.prefix, 0, None
+        got, turn = part.prefix, 0
+        pending: Future[None] | None = None
         with part.open() as f, \
                 pool(1, "hash") as writer:
             try:
@@ -273,7 +286,7 @@ class Peers:
                     pending.result()
             part.finish(f)
 
-    def _check(self, peer: Peer, part, f, pending) -> None:
+    def _check(self, peer: Peer, part: PartialBlob, f: BufferedRandom, pending: Future[None] | None) -> None:
         if self.stop_event.is_set():
             raise self.stopped()
         if peer.bad:  # found out on another file meanwhile: none of its bytes are kept
@@ -282,7 +295,7 @@ class Peers:
             part.restart(f)
             raise PeerError("it served corrupt bytes of another file")
 
-    def mismatch(self, spec, part) -> None:
+    def mismatch(self, spec: FileSpec, part: PartialBlob) -> None:
         """The file failed its checksum: the peers whose bytes are in it are not used again when
         they wrote all of it; then the file comes from the Hub."""
         sources = sorted(s for s in part.sources if s in self.peers)
@@ -295,7 +308,8 @@ class Peers:
                         else " (the file resumed an earlier partial)"))
 
 
-def load(block: dict, stop_event, stopped, log, bad: set) -> Peers:
+def load(block: protocol.PeerBlock, stop_event: threading.Event, stopped: type[BaseException],
+         log: Callable[[str], None], bad: set[str]) -> Peers:
     path = block["secret_file"]
     if os.stat(path).st_mode & 0o077:
         log(f"warning: {path} is readable by group/others; it should be 0600")
@@ -310,4 +324,10 @@ def _receive_buffers(size: int) -> list[memoryview]:
     downloader's CPU."""
     if getattr(_buffers, "size", 0) < size:
         _buffers.views, _buffers.size = [aligned(size) for _ in range(2)], size
-    return _buffers.views
+    views: list[memoryview] = _buffers.views
+    return views
+
+
+def _verified(index: protocol.PeerIndex | None) -> list[str]:
+    """The etags a peer's index lists verified (none when it has no index, or lists none)."""
+    return (index.get("verified") if index else None) or []

@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Callable
 
-from peer_fetch import NotYet, UseHub
+from fetch_manifest import FileSpec
+from peer_fetch import NotYet, Peers, UseHub
 from thread_pool import pool
 
 RECHECK = 0.5        # seconds before a file no peer has yet is looked at again
 TICK = 0.1           # seconds between looks at finished work and news
 
 
-def schedule(peers, files, ensure, workers: int, describe) -> list[str]:
+def schedule(peers: Peers, files: list[FileSpec], ensure: Callable[[FileSpec, bool], None],
+             workers: int, describe: Callable[[FileSpec, BaseException], str | None]) -> list[str]:
     """Run ensure(spec, via_peers) for every file; the errors `describe` names."""
-    errors, later, pending = [], [], {}
+    errors: list[str] = []
+    later: list[tuple[float, FileSpec]] = []
+    pending: dict[concurrent.futures.Future[None], FileSpec] = {}
     with pool(workers, "hub") as hub, pool(workers, "peer") as lan:
-        def submit(spec, via_peers):
+        def submit(spec: FileSpec, via_peers: bool) -> None:
             # This node's own share stays in the Hub pool, asked of the peers first.
             workers_for = lan if via_peers and not peers.owns(spec) else hub
             pending[workers_for.submit(ensure, spec, via_peers)] = spec
@@ -47,12 +52,12 @@ def schedule(peers, files, ensure, workers: int, describe) -> list[str]:
                 elif isinstance(error, UseHub):
                     peers.log(f"{spec.path}: from the Hub: {error}")
                     submit(spec, False)
-                elif error is not None and describe(spec, error):
-                    errors.append(describe(spec, error))
+                elif error is not None and (said := describe(spec, error)):
+                    errors.append(said)
     return errors
 
 
-def due(later: list, now: float, news: set[str]) -> list:
+def due(later: list[tuple[float, FileSpec]], now: float, news: set[str]) -> list[tuple[float, FileSpec]]:
     """The waiting (time, spec) to ask again now: their recheck time came, or a peer's index
     newly lists them verified."""
     return [x for x in later if x[0] <= now or x[1].etag in news]

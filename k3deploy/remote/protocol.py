@@ -12,7 +12,67 @@ stops with an error naming both, instead of misreading it.
 import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import TypeAlias, TypedDict, TypeVar
+
+# A parsed JSON document, as json.loads returns it (k3deploy.core.jsonvalue's, which the node-side
+# programs cannot import: they ship without the package).
+JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
+Doc: TypeAlias = dict[str, JSON]
+# A document to write (json.dumps): read-only views, so a dict[str, list[str]] is one too
+JSONable: TypeAlias = Mapping[str, "JSONable"] | Sequence["JSONable"] | str | int | float | bool | None
+_Doc = TypeVar("_Doc")
+
+
+class ManifestFile(TypedDict):
+    """A file of the pinned manifest (k3deploy.cluster.hubmeta RepoFile): an LFS file by its
+    sha256, any other by its git oid."""
+    path: str
+    size: int
+    sha256: str | None
+    oid: str
+
+
+class PeerBlock(TypedDict):
+    """The `peers` part of one node's manifest (k3deploy.cluster.fanout.peer_block)."""
+    self: str
+    port: int
+    secret_file: str
+    nodes: dict[str, str]    # every other node: name -> private address
+    owner: dict[str, str]    # large file's path -> the node that fetches it from the Hub
+    stall_seconds: float
+
+
+class PeerIndex(TypedDict):
+    """What a peer asks another first (peer_server.py GET /index, peer_blobs.py Blobs.index):
+    the blobs it serves verified, its partials' bytes by etag, and its downloader's state."""
+    verified: list[str]
+    partial: dict[str, int]
+    downloader: str | None
+
+
+# a total=False base rather than NotRequired (Python 3.11): this module runs on the node's python3
+class _ManifestOptions(TypedDict, total=False):
+    """What the download step adds to the manifest for one node (steps/weights/download.py,
+    steps/weights/peers.py); remote/fetch_manifest.py Manifest has a default for each."""
+    revision: str
+    max_workers: int
+    connections: int
+    segment_bytes: int
+    retry_seconds: float
+    replace_per_second: float
+    worker_processes: int | None
+    peers: PeerBlock | None
+
+
+class ManifestDoc(_ManifestOptions):
+    """The pinned manifest as k3deploy.cluster.hubmeta Manifest.to_json writes it."""
+    schema: int
+    repo: str
+    sha: str
+    endpoint: str
+    files: list[ManifestFile]
 
 SCHEMA_VERSION = 1
 LEDGER_NAME = ".k3deploy-verified.json"   # in the repo's cache folder: etag -> size, mtime_ns
@@ -101,15 +161,26 @@ def snapshot_path(storage: str, sha: str, path: str) -> str:
     return os.path.join(storage, "snapshots", sha, path)
 
 
-def ledger_entry(size: int, mtime_ns: int, verified: float) -> dict:
+def json_value(value: JSON) -> JSON:
+    """json.load's result as the JSON it is (json.load is typed to return Any)."""
+    return value
+
+
+def json_object(text: str | bytes) -> Doc | None:
+    """The JSON object in `text`; None when it is JSON but not an object (ValueError when it
+    is not JSON)."""
+    value = json_value(json.loads(text))
+    return value if isinstance(value, dict) else None
+
+
+def ledger_entry(size: int, mtime_ns: int, verified: float) -> Doc:
     """What the ledger records for a blob verified by its hash."""
     return {"size": size, "mtime_ns": mtime_ns, "verified": verified}
 
 
-def ledger_vouches(entry, size: int, mtime_ns: int) -> bool:
+def ledger_vouches(entry: JSON, size: int, mtime_ns: int) -> bool:
     """The blob on disk is the one that was verified: same size and mtime."""
-    entry = entry or {}
-    return entry.get("size") == size and entry.get("mtime_ns") == mtime_ns
+    return isinstance(entry, dict) and entry.get("size") == size and entry.get("mtime_ns") == mtime_ns
 
 
 def download_ended(state: str | None) -> bool:
@@ -132,7 +203,7 @@ class Writer:
     its state, and the states that mean it is still at work."""
     script: str
     key: str
-    working: tuple
+    working: tuple[str, ...]
 
 
 DOWNLOADER = Writer("fetch_weights.py", "state", ("running",))   # fetch_progress.py
@@ -150,15 +221,15 @@ class Reading:
     alive: bool             # the writer's process lives
     written: float | None   # the document's last write, epoch seconds on the node's clock
     age: float | None       # seconds since then, on the node's clock (no laptop clock skew)
-    doc: dict | None
+    doc: Doc | None
     error: str | None = None   # why the document could not be read
     pid: int | None = None     # the live writer's, to stop it (None when it is dead)
 
-    def document(self) -> dict:
+    def document(self) -> Doc:
         return asdict(self)
 
     @classmethod
-    def from_document(cls, doc: dict) -> "Reading":
+    def from_document(cls, doc: Doc) -> "Reading":
         """The laptop's side of document() (a missing key takes its neutral value)."""
         inner = doc.get("doc")
         return cls(state=_text(doc.get("state")), said=_text(doc.get("said")),
@@ -167,25 +238,25 @@ class Reading:
                    error=_text(doc.get("error")), pid=_pid(doc.get("pid")))
 
 
-def _text(value):
+def _text(value: JSON) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _pid(value):
+def _pid(value: JSON) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _number(value):
+def _number(value: JSON) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def reading(doc, writer: Writer, live_pid: int | None, written=None, now=None,
-            error=None) -> Reading:
+def reading(doc: JSON, writer: Writer, live_pid: int | None, written: float | None = None,
+            now: float | None = None, error: str | None = None) -> Reading:
     """The rule, from what was seen of a document and its writer (`live_pid`: the writer's
     process, when one lives)."""
     alive = live_pid is not None
-    said = doc.get(writer.key) if isinstance(doc, dict) else None
-    said = said if isinstance(said, str) else None
+    said = _text(doc.get(writer.key)) if isinstance(doc, dict) else None
+    state: str | None
     if error is not None:
         state = UNREADABLE
     elif doc is None:
@@ -197,9 +268,11 @@ def reading(doc, writer: Writer, live_pid: int | None, written=None, now=None,
                    error, live_pid)
 
 
-def process_runs(pid, script: str) -> bool:
+def process_runs(pid: JSON, script: str) -> bool:
     """Process `pid` lives and runs `script` (a file of that name in its argv): a pid the
     kernel gave to another program since reads as dead, as does a zombie (no argv)."""
+    if not isinstance(pid, (int, float, str)):
+        return False   # no pid (None, a list, an object): int() of it would raise TypeError
     try:
         with open(f"/proc/{int(pid)}/cmdline", "rb") as fh:
             argv = fh.read().split(b"\0")
@@ -211,35 +284,40 @@ def process_runs(pid, script: str) -> bool:
 def read_document(path: str, writer: Writer, pid_file: str | None = None) -> Reading:
     """Node side: the document at `path` and its writer, by the pid in `pid_file` (written by
     the start command, before the first document) or the document's own "pid"."""
-    doc, error, written = None, None, None
+    doc: Doc | None = None
+    error: str | None = None
+    written: float | None = None
     try:
         with open(path, "rb") as fh:
             written = os.fstat(fh.fileno()).st_mtime
-            doc = json.loads(fh.read())
-        if not isinstance(doc, dict):
-            doc, error = None, "not a JSON object"
+            doc = json_object(fh.read())
+        if doc is None:
+            error = "not a JSON object"
     except FileNotFoundError:
         pass
     except (OSError, ValueError) as err:
         error = f"{type(err).__name__}: {err}"
-    pids = [_pid_in(pid_file), (doc or {}).get("pid")]
-    live = next((int(pid) for pid in pids if process_runs(pid, writer.script)), None)
+    pids: list[JSON] = [_pid_in(pid_file), (doc or {}).get("pid")]
+    live = next((int(pid) for pid in pids
+                 if isinstance(pid, (int, float, str)) and process_runs(pid, writer.script)), None)
     return reading(doc, writer, live, written, time.time(), error)
 
 
-def _pid_in(pid_file: str | None):
+def _pid_in(pid_file: str | None) -> int | None:
+    if pid_file is None:
+        return None
     try:
         with open(pid_file) as fh:
             return int(fh.read().strip())
-    except (OSError, TypeError, ValueError):
+    except (OSError, ValueError):
         return None
 
 
-def with_schema(doc: dict) -> dict:
+def with_schema(doc: Doc) -> Doc:
     return {"schema": SCHEMA_VERSION, **doc}
 
 
-def check_schema(doc, what: str):
+def check_schema(doc: _Doc, what: str) -> _Doc:
     """doc itself if it speaks this version; SchemaMismatch naming both versions otherwise."""
     found = doc.get("schema") if isinstance(doc, dict) else None
     if found != SCHEMA_VERSION:

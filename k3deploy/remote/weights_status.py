@@ -13,14 +13,15 @@ import sys
 import protocol  # bundled ahead of this program (k3deploy.remote.bundled)
 
 
-def verified_files(manifest, hf_home):
+def verified_files(manifest: protocol.ManifestDoc, hf_home: str) -> tuple[list[str], int, int]:
     storage = protocol.cache_storage(hf_home, manifest["repo"])
     try:
         with open(protocol.ledger_path(storage)) as fh:
-            ledger = json.load(fh)
+            ledger = protocol.json_object(fh.read()) or {}
     except (OSError, ValueError):
         ledger = {}
-    missing, partial, done_bytes = [], 0, 0
+    missing: list[str] = []
+    partial, done_bytes = 0, 0
     for f in manifest["files"]:
         etag = f.get("sha256") or f["oid"]
         blob = protocol.blob_path(storage, etag)
@@ -43,7 +44,7 @@ def verified_files(manifest, hf_home):
     return missing, partial, done_bytes
 
 
-def _points_at(link, blob):
+def _points_at(link: str, blob: str) -> bool:
     """The snapshot link leads to the blob. The downloader writes the relative link
     huggingface_hub writes (one readlink tells); any other link is resolved in full."""
     try:
@@ -55,14 +56,14 @@ def _points_at(link, blob):
     return os.path.realpath(link) == os.path.realpath(blob)
 
 
-def downloader(progress_path, pid_path):
+def downloader(progress_path: str, pid_path: str) -> protocol.Reading:
     """The progress document and its writer (protocol.read_document, the reading `status`
     runs too). The pid file is written by the start command itself, so a downloader that has
     not yet written its first progress is already seen as running."""
     return protocol.read_document(progress_path, protocol.DOWNLOADER, pid_path)
 
 
-def _sha256(path):
+def _sha256(path: str) -> str | None:
     try:
         with open(path, "rb") as fh:
             return hashlib.sha256(fh.read()).hexdigest()
@@ -70,12 +71,12 @@ def _sha256(path):
         return None
 
 
-def peer_server(pid_path, manifest_path, secret_path):
+def peer_server(pid_path: str, manifest_path: str, secret_path: str) -> protocol.Doc:
     """Is the peer server running, and with which manifest and secret (their hashes: the laptop
     compares them with what this run would start it with)."""
     try:
         with open(pid_path) as fh:
-            pid = fh.read().strip()
+            pid: str | None = fh.read().strip()
     except OSError:
         pid = None
     return {"running": protocol.process_runs(pid, "peer_server.py"),
@@ -83,9 +84,9 @@ def peer_server(pid_path, manifest_path, secret_path):
             "secret_sha256": _sha256(secret_path)}
 
 
-def main():
+def main() -> None:
     try:
-        manifest = protocol.check_schema(json.load(sys.stdin), "manifest")
+        manifest: protocol.ManifestDoc = protocol.check_schema(json.load(sys.stdin), "manifest")
     except protocol.SchemaMismatch as e:
         sys.exit(f"weights_status: {e}")
     seen = downloader(sys.argv[2], sys.argv[3])
@@ -98,8 +99,8 @@ def main():
         # are not ours to read, but the files it verified are, so the download goes on.
         progress = None
     missing, partial, done_bytes = verified_files(manifest, sys.argv[1])
-    found = {"total": len(manifest["files"]), "missing_count": len(missing),
-             "missing": missing[:5], "partial_bytes": partial,
+    found: protocol.Doc = {"total": len(manifest["files"]), "missing_count": len(missing),
+             "missing": [*missing[:5]], "partial_bytes": partial,
              "verified_bytes": done_bytes, "running": alive, "progress": progress,
              "downloader": {k: v for k, v in seen.document().items() if k != "doc"}}
     if len(sys.argv) > 6:

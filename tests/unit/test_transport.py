@@ -3,6 +3,7 @@
 
 import pytest
 
+from types import SimpleNamespace
 from k3deploy.core import interrupt
 from k3deploy.core.errors import UnreachableError
 from k3deploy.node.transport import Endpoint, NodeConnection
@@ -50,3 +51,22 @@ def test_command_retried_only_when_marked_safe(monkeypatch):
         conn.run(["cat", "/etc/hostname"], retry=True, step="probe")
     assert len(calls) == 3 and err.value.step == "probe"
     assert len(slept) == 2 and all(0 < s <= 5 for s in slept), slept   # wait_exponential(max=5)
+
+
+def test_a_sudo_command_after_a_dropped_connection_opens_it_again_first(monkeypatch):
+    """close() forgets a dropped connection; the next sudo command must ask the reopened
+    connection's user (it raised AttributeError on None before)."""
+    conn = NodeConnection(endpoint())
+    opened = []
+
+    def reopen():
+        opened.append(1)
+        conn._conn = SimpleNamespace(user="ubuntu", is_connected=True)
+
+    monkeypatch.setattr(conn, "open", reopen)
+    ran = []
+    monkeypatch.setattr(conn, "_run_once", lambda command, stdin, timeout: ran.append(command) or
+                        SimpleNamespace(ok=True))
+    conn.close()
+    conn.run(["systemctl", "restart", "docker"], sudo=True)
+    assert opened and ran == ["sudo -n -- sh -c 'systemctl restart docker'"]
