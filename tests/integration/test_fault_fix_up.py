@@ -38,6 +38,7 @@ SHARDS, SHARD_BYTES, NODE_RATE = 24, 1_000_000, 600_000
 # The engine container's dry-fire label (engines/dry_fire.py DRY_FIRE_LABEL) and running state,
 # as `docker inspect` prints them.
 DRY_FIRE_RUNNING = "1 true"
+BLOBS = "/mnt/nvme/hf/hub/models--moonshotai--Kimi-K3/blobs"
 INSPECT = ("docker inspect -f '{{index .Config.Labels \"k3deploy.dry-fire\"}} "
            "{{.State.Running}}' k3 2>/dev/null")
 
@@ -52,7 +53,10 @@ def tb(tmp_path_factory):
 
 @pytest.fixture
 def bare(tb):
-    """The nodes as before any run: no containers, no weights, no k3deploy files."""
+    """The nodes as before any run: no containers, no weights, no k3deploy files, every disk
+    with its room (a test that failed before its fix must not leave its fault to the next)."""
+    for node in tb.nodes:
+        tb.fault("free-disk", node)
     wiped = run("down", "-i", str(tb.inventory), "--wipe-weights", timeout=120)
     assert wiped.returncode == 0, said(wiped)
     return tb
@@ -99,18 +103,25 @@ class OnNode:
             f"{self.node}: the watcher never acted: {r and (r.returncode, r.stdout, r.stderr)}")
 
 
-def when_dry_fire_runs(then: str, tenths: int = 1200) -> str:
-    """Shell: wait (up to tenths/10 s) until the node's dry-fire container runs, then `then`."""
-    return (f"for i in $(seq {tenths}); do [ \"$({INSPECT})\" = {shlex.quote(DRY_FIRE_RUNNING)} ] "
-            f"&& {{ {then}; exit $?; }}; sleep 0.1; done; exit 3")
+def when_dry_fire_runs(then: str, tenths: int = 1200, or_blobs: int | None = None) -> str:
+    """Shell: wait (up to tenths/10 s) until the node's dry-fire container runs (or, with
+    or_blobs, until its Hugging Face blobs hold that many bytes), then `then`."""
+    blobs = (f" || [ \"$(du -sb {BLOBS} 2>/dev/null | cut -f1)\" -ge {or_blobs} ] 2>/dev/null"
+             if or_blobs else "")
+    return (f"for i in $(seq {tenths}); do {{ [ \"$({INSPECT})\" = {shlex.quote(DRY_FIRE_RUNNING)} ]"
+            f"{blobs}; }} && {{ {then}; exit $?; }}; sleep 0.1; done; exit 3")
 
 
 def test_a_disk_filled_mid_download_then_freed(bare):
     # Filled as the dry-fire starts, mid-download: the head keeps its dry-fire's report, the
     # node whose disk is full cannot (the leftover the issue's 300 s wait came from).
+    # Filled when the dry-fire runs or when half the node's share is on its disk, whichever
+    # comes first: on a loaded machine the engine's start (CPU-bound) can come after the
+    # download (link-bound) ended, and a fill then is no longer mid-download.
     tb = bare
     before = hub_bytes(tb, NODE)
-    seen = OnNode(tb, NODE, when_dry_fire_runs("true"))
+    half_share = tb.stats()["hub"]["repo_bytes"] // 2 // len(tb.nodes)
+    seen = OnNode(tb, NODE, when_dry_fire_runs("true", or_blobs=half_share))
     first = k3_bg("up", "-i", str(tb.inventory))
     seen.wait()
     assert first.poll() is None, first.communicate()[0][-3000:]
