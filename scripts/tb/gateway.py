@@ -11,12 +11,11 @@ on the nodes' own addresses, the private addresses of the inventory. The rules l
 namespace and go with it."""
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
 from tb import net
-from tb.sshcmd import ssh_argv
+from tb.sshcmd import login_until, ssh_argv
 
 PORT_BASE = 40100
 
@@ -63,26 +62,11 @@ def wait_for_ssh(tb_dir: Path, gateway: dict, nodes: list[dict], timeout: float)
     for r in nodes:
         port = gateway["ports"][r["name"]]
         argv = ssh_argv(tb_dir, r["user"], gateway["address"], "true", connect_timeout=3, port=port)
-        failed[r["name"]] = _login(argv, deadline)
+        failed[r["name"]] = login_until(argv, deadline)
     said = [f"{name} ({gateway['address']} port {gateway['ports'][name]}): {err}"
             for name, err in failed.items() if err]
     if said:
         raise net.NetError("nodes not accepting SSH through the gateway:\n" + "\n".join(said))
-
-
-def _login(argv: list[str], deadline: float) -> str | None:
-    error = "timed out"
-    while time.monotonic() < deadline:
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            error = "ssh timed out"
-            continue
-        if proc.returncode == 0:
-            return None
-        error = proc.stderr.strip() or f"ssh exit {proc.returncode}"
-        time.sleep(0.2)
-    return error
 
 
 def known_hosts_lines(gateway: dict, host_keys: dict[str, str]) -> list[str]:

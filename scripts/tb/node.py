@@ -21,7 +21,7 @@ from pathlib import Path
 from tb import hubtls, net
 from tb.nodefs import SHARED_HF_MOUNT, node_dir, shared_hf_dir
 from tb.nodespec import NodeSpec
-from tb.sshcmd import ssh_argv
+from tb.sshcmd import login_until, ssh_argv
 from tb.state import process_start_time, same_process
 
 BINDS = (  # (host path relative to the node dir, path inside the node)
@@ -224,17 +224,4 @@ def wait_for_ssh(tb_dir: Path, records: list[dict], timeout: float) -> None:
 
 def _wait_one(tb_dir: Path, record: dict, deadline: float) -> str | None:
     argv = ssh_argv(tb_dir, record["user"], record["address"], "true", connect_timeout=3)
-    error = "timed out"
-    while time.monotonic() < deadline:
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            error = "ssh timed out"
-            continue
-        if proc.returncode == 0:
-            return None
-        error = proc.stderr.strip() or f"ssh exit {proc.returncode}"
-        if not init_alive(record):
-            return f"init exited ({error})"
-        time.sleep(0.2)
-    return error
+    return login_until(argv, deadline, gone=lambda: not init_alive(record))

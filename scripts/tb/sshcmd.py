@@ -1,6 +1,9 @@
 """The ssh client command line for a testbed node: its key, its known_hosts, nothing from ~/.ssh."""
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 KEY_FILE = "id_ed25519"
@@ -27,3 +30,23 @@ def ssh_argv(tb_dir: Path, user: str, address: str, command: str | None = None,
     if command is not None:
         argv += ["--", command]
     return argv
+
+
+def login_until(argv: list[str], deadline: float,
+                gone: Callable[[], bool] = lambda: False) -> str | None:
+    """Run `argv` (an ssh login) until it succeeds (None) or the deadline passes (the last
+    error). `gone`: the node's init exited, so waiting longer cannot help."""
+    error = "timed out"
+    while time.monotonic() < deadline:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            error = "ssh timed out"
+            continue
+        if proc.returncode == 0:
+            return None
+        error = proc.stderr.strip() or f"ssh exit {proc.returncode}"
+        if gone():
+            return f"init exited ({error})"
+        time.sleep(0.2)
+    return error
