@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, TypeGuard, cast
+from typing import TypeGuard, cast
 
 from pydantic import Field, ValidationError
 
@@ -23,6 +23,7 @@ from k3deploy.cluster.inventory import (Inventory, Name, Node, _format_pydantic,
 from k3deploy.cluster.inventory_partial import partial
 from k3deploy.cluster.inventory_rules import semantic_problems
 from k3deploy.core.errors import InventoryError
+from k3deploy.core.jsonvalue import JSON
 
 class FleetGroup(_Model):
     name: Name
@@ -45,7 +46,9 @@ class Fleet(_Model):
         return next(n for g in self.groups for n in g.inventory.nodes if n.name == wanted)
 
 
-def is_fleet(data: object) -> TypeGuard[dict[str, Any]]:
+def is_fleet(data: object) -> TypeGuard[dict[str, JSON]]:
+    """A fleet document: load_document's YAML, a mapping with `groups:` (what is in it,
+    parse checks)."""
     return isinstance(data, dict) and "groups" in data
 
 
@@ -54,20 +57,21 @@ def group_cluster(cluster: str, group: str) -> str:
     return f"{cluster}-{group}"
 
 
-def _merge(shared: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def _merge(shared: dict[str, JSON], override: dict[str, JSON]) -> dict[str, JSON]:
     out = dict(shared)
     for key, value in override.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merge(out[key], value) if both else value
+        current = out.get(key)
+        out[key] = _merge(current, value) if isinstance(current, dict) and isinstance(value, dict) else value
     return out
 
 
-def group_documents(data: dict[str, Any]) -> list[tuple[str | None, dict[str, Any], set[str]]]:
+def group_documents(data: dict[str, JSON]) -> list[tuple[str | None, dict[str, JSON], set[str]]]:
     """(group name, its one-group inventory document, the keys the group gives itself) for
     each entry of `groups:` (parse has made sure each is a mapping)."""
     shared = {k: v for k, v in data.items() if k not in ("router", "groups")}
     out = []
-    for entry in data["groups"] if isinstance(data.get("groups"), list) else []:
+    groups = data.get("groups")
+    for entry in groups if isinstance(groups, list) else []:
         if not isinstance(entry, dict):
             continue
         own = {k: v for k, v in entry.items() if k != "name"}
@@ -83,7 +87,7 @@ def split(fleet: Fleet) -> list[Inventory]:
     return [g.inventory for g in fleet.groups]
 
 
-def _structure_problems(data: dict[str, Any]) -> list[str]:
+def _structure_problems(data: dict[str, JSON]) -> list[str]:
     out = []
     if "nodes" in data:
         out.append("nodes: a fleet's nodes are listed under each group (groups[].nodes); "
@@ -117,7 +121,7 @@ def _in_group(i: int, text: str) -> str:
     return NODE_REF.sub(f"groups[{i}].nodes[", text)
 
 
-def _group_problems(i: int, doc: dict[str, Any], own: set[str],
+def _group_problems(i: int, doc: dict[str, JSON], own: set[str],
                     source: str) -> tuple[Inventory, list[str], list[str]]:
     """(the group's Inventory or a partial one, problems in its own keys, problems in shared
     keys): a shared key's problem is the fleet's, said once when every group has it."""
@@ -136,7 +140,7 @@ def _group_problems(i: int, doc: dict[str, Any], own: set[str],
     return inv, mine, [p for key, p in schema + rules if key not in own]
 
 
-def parse(data: dict[str, Any], source: str = "<memory>") -> Fleet:
+def parse(data: dict[str, JSON], source: str = "<memory>") -> Fleet:
     """Validate a fleet document; InventoryError with every problem at once."""
     problems = _structure_problems(data)
     try:
@@ -144,7 +148,8 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Fleet:
     except ValidationError as err:
         router = cast(RouterSpec, partial(RouterSpec, data.get("router") or {}))
         problems += [f"router.{p}" for p in _format_pydantic(err)]
-    entries = data["groups"] if isinstance(data.get("groups"), list) else []
+    listed = data.get("groups")
+    entries = listed if isinstance(listed, list) else []
     if not entries or any(not isinstance(g, dict) for g in entries):
         # no group paths to name while the list itself is malformed
         raise InventoryError(source, problems)
@@ -156,10 +161,11 @@ def parse(data: dict[str, Any], source: str = "<memory>") -> Fleet:
         problems += mine
         shared.append(theirs)
     problems += _shared_once(shared, [name for name, _, _ in docs])
-    problems += fleet_problems(data.get("cluster"), groups, router)
-    if problems:
+    cluster = data.get("cluster")
+    problems += fleet_problems(cluster, groups, router)
+    if problems or not isinstance(cluster, str):   # a cluster not a name is one of the problems
         raise InventoryError(source, list(dict.fromkeys(problems)))
-    return Fleet(cluster=data["cluster"], router=router, source=source,
+    return Fleet(cluster=cluster, router=router, source=source,
                  groups=[FleetGroup(name=str(n), inventory=inv) for n, inv in groups])
 
 

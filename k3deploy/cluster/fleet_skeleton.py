@@ -8,17 +8,16 @@ the RFC 5737 placeholder addresses stay unique.
 
 from __future__ import annotations
 
-from typing import Any
-
 import yaml
 
 from k3deploy.cluster.fleet_router import SMG_IMAGE
 from k3deploy.cluster.inventory_skeleton import _nodes, skeleton_for, skeleton_yaml
 from k3deploy.cluster.sizing import SizingResult
+from k3deploy.core.jsonvalue import JSONable
 
 
 def fleet_skeleton_for(config: SizingResult, groups: int,
-                       cluster: str | None = None) -> dict[str, Any]:
+                       cluster: str | None = None) -> dict[str, JSONable]:
     """A fleet inventory dict: the shared sections, the router on the first group's head,
     then the groups (g0, g1, ...), each with its own nodes, the first of each its head."""
     if groups < 2:

@@ -19,11 +19,52 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, TypedDict
+
+# For mypy only (annotations naming these are quoted): at run time nothing more is imported.
+if TYPE_CHECKING:
+    from typing import TypeAlias, TypeGuard
+
+    from router_reconcile import Plan, Worker
+
+    # protocol.JSON's: this program is bundled with router_reconcile.py only
+    JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
 
 # SMG's defaults for an HTTP SGLang worker, as dstack registers them (dstackai/dstack@511c318c
 # src/dstack/_internal/proxy/gateway/services/model_routers/sglang.py _add_worker_to_router)
 WORKER_DEFAULTS = {"worker_type": "regular", "connection_mode": "http", "runtime_type": "sglang"}
+
+
+# a total=False base rather than NotRequired (Python 3.11): this program runs on the node's python3
+class _ServingKey(TypedDict, total=False):
+    api_key: str | None
+
+
+class ServingEntry(_ServingKey):
+    """A group serving, in the config's `serving` list (router_reconcile.Serving)."""
+    url: str
+
+
+class _ConfigOptions(TypedDict, total=False):
+    admin_key: str | None
+    timeout: float
+    url: str                        # add
+    api_key: str | None             # add
+    worker_id: str                  # remove
+    serving: list[ServingEntry]     # reconcile
+
+
+class Config(_ConfigOptions):
+    """main's stdin."""
+    base: str
+    op: str                         # workers, add, remove or reconcile
+
+
+class Applied(TypedDict):
+    """apply's result."""
+    added: dict[str, str]           # url -> worker id
+    removed: list[str]              # worker ids
+    held: list[str]                 # urls
 
 
 class RouterAdminError(Exception):
@@ -36,7 +77,8 @@ class RouterAdmin:
     def __init__(self, base_url: str, admin_key: str | None, timeout: float = 10.0):
         self.base, self.key, self.timeout = base_url.rstrip("/"), admin_key, timeout
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    def _send(self, method: str, path: str,
+              body: "dict[str, str] | None" = None) -> "tuple[int, JSON]":
         req = urllib.request.Request(self.base + path, method=method,
                                      data=None if body is None else json.dumps(body).encode())
         req.add_header("Content-Type", "application/json")
@@ -51,14 +93,19 @@ class RouterAdmin:
             raise RouterAdminError(method, path, None, getattr(e, "reason", e)) from None
 
     def _expect(self, method: str, path: str, ok: tuple[int, ...],
-                body: dict[str, Any] | None = None) -> tuple[int, Any]:
+                body: "dict[str, str] | None" = None) -> "tuple[int, JSON]":
         status, answer = self._send(method, path, body)
         if status not in ok:
             raise RouterAdminError(method, path, status, _detail(answer))
         return status, answer
 
-    def workers(self) -> list[dict[str, Any]]:
-        workers: list[dict[str, Any]] = self._expect("GET", "/workers", (200,))[1]["workers"]
+    def workers(self) -> "list[Worker]":
+        status, answer = self._expect("GET", "/workers", (200,))
+        listed = answer.get("workers") if isinstance(answer, dict) else None
+        workers = [w for w in listed if _is_worker(w)] if isinstance(listed, list) else []
+        if not isinstance(listed, list) or len(workers) != len(listed):
+            raise RouterAdminError("GET", "/workers", status, "not a list of workers with id and "
+                                   "url: " + _detail(answer))
         return workers
 
     def add(self, url: str, api_key: str | None, **spec: str) -> str:
@@ -66,21 +113,32 @@ class RouterAdmin:
         body = dict(WORKER_DEFAULTS, url=url, **spec)
         if api_key:
             body["api_key"] = api_key
-        return str(self._expect("POST", "/workers", (202,), body)[1]["worker_id"])
+        status, answer = self._expect("POST", "/workers", (202,), body)
+        worker_id = answer.get("worker_id") if isinstance(answer, dict) else None
+        if worker_id is None:
+            raise RouterAdminError("POST", "/workers", status, "no worker_id: " + _detail(answer))
+        return str(worker_id)
 
     def remove(self, worker_id: str) -> bool:
         """Queue a worker's removal; False if the router did not know it (already gone)."""
         return self._expect("DELETE", f"/workers/{worker_id}", (202, 404))[0] == 202
 
 
-def _json(raw: bytes) -> Any:
+def _json(raw: bytes) -> "JSON":
     try:
-        return json.loads(raw) if raw else None
+        answer: JSON = json.loads(raw) if raw else None   # json.loads is typed to return Any
+        return answer
     except ValueError:
         return raw.decode(errors="replace")[:300]
 
 
-def _detail(answer: Any) -> str:
+def _is_worker(entry: "JSON") -> "TypeGuard[Worker]":
+    """An entry of `GET /workers` with what reconcile reads of it (router_reconcile.Worker)."""
+    return (isinstance(entry, dict) and isinstance(entry.get("id"), str)
+            and isinstance(entry.get("url"), str) and isinstance(entry.get("status", ""), str))
+
+
+def _detail(answer: "JSON") -> str:
     if isinstance(answer, dict):
         err = answer.get("error")
         return str((err.get("message") if isinstance(err, dict) else err)
@@ -88,7 +146,7 @@ def _detail(answer: Any) -> str:
     return str(answer or "(empty body)")
 
 
-def apply(admin: RouterAdmin, plan: Any, gone_within: float = 30.0) -> dict[str, Any]:
+def apply(admin: RouterAdmin, plan: "Plan", gone_within: float = 30.0) -> Applied:
     """Removes first; adds once the removed ids left the list (SMG answers 409 to a URL it still
     holds). Returns {"added": {url: id}, "removed": [ids], "held": [urls]}: held are adds not
     made this time (a draining worker, or a removal still under way)."""
@@ -113,25 +171,25 @@ def apply(admin: RouterAdmin, plan: Any, gone_within: float = 30.0) -> dict[str,
 def main(stdin: IO[str]) -> int:
     """{"base", "admin_key", "op": workers|add|remove|reconcile, "url", "api_key", "worker_id",
     "serving": [{"url", "api_key"}]} on stdin; one JSON line out."""
-    cfg = json.load(stdin)
+    cfg: Config = json.load(stdin)   # the caller's own document (json.load returns Any)
     admin = RouterAdmin(cfg["base"], cfg.get("admin_key"), cfg.get("timeout", 10.0))
     op = cfg["op"]
-    out: dict[str, Any]
     try:
         if op == "workers":
-            out = {"workers": admin.workers()}
+            out = json.dumps({"workers": admin.workers()})
         elif op == "add":
-            out = {"worker_id": admin.add(cfg["url"], cfg.get("api_key"))}
+            out = json.dumps({"worker_id": admin.add(cfg["url"], cfg.get("api_key"))})
         elif op == "remove":
-            out = {"removed": admin.remove(cfg["worker_id"])}
+            out = json.dumps({"removed": admin.remove(cfg["worker_id"])})
         else:
             import router_reconcile as rr   # shipped next to this file
             serving = [rr.Serving(s["url"], s.get("api_key")) for s in cfg["serving"]]
-            out = apply(admin, rr.plan(admin.workers(), serving))
+            out = json.dumps(apply(admin, rr.plan(admin.workers(), serving)))
     except RouterAdminError as e:
-        out = {"error": str(e), "status": e.status}
-    print(json.dumps(out))
-    return 1 if "error" in out else 0
+        print(json.dumps({"error": str(e), "status": e.status}))
+        return 1
+    print(out)
+    return 0
 
 
 if __name__ == "__main__":

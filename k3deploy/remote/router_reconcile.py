@@ -14,10 +14,22 @@ Status names are WorkerStatus in snake_case: pending, ready, not_ready, failed, 
 
 Both sides import this (the laptop's `up`/`watch`, a node's guard): standard library only.
 """
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 TERMINAL = "failed"
 LEAVING = "draining"
+
+
+# a total=False base rather than NotRequired (Python 3.11): this module runs on the node's python3
+class _WorkerState(TypedDict, total=False):
+    status: str        # pending, ready, not_ready, failed, draining
+    is_healthy: bool
+
+
+class Worker(_WorkerState):
+    """One entry of SMG's `GET /workers` list: the keys reconcile reads (SMG gives more)."""
+    id: str
+    url: str
 
 
 class Serving(NamedTuple):
@@ -37,11 +49,11 @@ def norm_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def plan(router_workers: list[dict[str, Any]], serving: list[Serving]) -> Plan:
-    """router_workers: `GET /workers`'s `workers` list (dicts with id, url, status);
+def plan(router_workers: list[Worker], serving: list[Serving]) -> Plan:
+    """router_workers: `GET /workers`'s `workers` list (Worker: id, url, status);
     serving: Serving entries. Returns the Plan that makes the first match the second."""
     wanted = {norm_url(s.url): s for s in serving}
-    by_url: dict[str, list[dict[str, Any]]] = {}
+    by_url: dict[str, list[Worker]] = {}
     for w in router_workers:
         by_url.setdefault(norm_url(w["url"]), []).append(w)
     adds: list[Serving] = []
@@ -57,7 +69,7 @@ def plan(router_workers: list[dict[str, Any]], serving: list[Serving]) -> Plan:
     return Plan(adds, removes, waits)
 
 
-def _one_url(workers: list[dict[str, Any]], is_wanted: bool) -> tuple[list[str], bool, bool]:
+def _one_url(workers: list[Worker], is_wanted: bool) -> tuple[list[str], bool, bool]:
     """(ids to delete, add it?, wait?) for one URL's router entries."""
     leaving = [w for w in workers if w.get("status") == LEAVING]
     staying = [w for w in workers if w.get("status") != LEAVING]
