@@ -23,7 +23,6 @@ LEAVING = "draining"
 # a total=False base rather than NotRequired (Python 3.11): this module runs on the node's python3
 class _WorkerState(TypedDict, total=False):
     status: str        # pending, ready, not_ready, failed, draining
-    is_healthy: bool
 
 
 class Worker(_WorkerState):

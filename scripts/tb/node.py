@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tb import hubtls, net
-from tb.nodefs import SHARED_HF_MOUNT, node_dir, shared_hf_dir
+from tb.nodefs import ROUTER_SITE_MOUNT, SHARED_HF_MOUNT, node_dir, shared_hf_dir
 from tb.nodespec import NodeSpec
 from tb.sshcmd import login_until, ssh_argv
 from tb.state import process_start_time, same_process
@@ -52,7 +52,8 @@ def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str
              *([] if symlinked(spec) else [nvme_mount(spec, "/mnt/nvme")]),
              *shared_hf_mount(ndir.parent.parent, spec),
              f"mount --bind {q(str(standins))} /usr/local/bin",
-             "mount -o remount,bind,ro /usr/local/bin"]
+             "mount -o remount,bind,ro /usr/local/bin",
+             *router_site_mount(standins)]
     lines += [f"mount --bind {q(str(ndir / src))} {dst}" for src, dst in BINDS]
     lines += fabric_mounts(ndir, spec)
     trust = hubtls.trust_bundle(ndir.parent.parent)
@@ -64,6 +65,18 @@ def init_script(ndir: Path, standins: Path, spec: NodeSpec, address: str) -> str
     lines += ["cd /",
               "exec /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config"]
     return "\n".join(lines) + "\n"
+
+
+def router_site_mount(standins: Path) -> list[str]:
+    """The site-packages holding smg (standins.py wrote where) at ROUTER_SITE_MOUNT, read-only;
+    nothing when the laptop's venv has no smg."""
+    site_file = standins / "engine" / "router_site"
+    site = site_file.read_text().strip() if site_file.exists() else ""
+    if not site or not Path(site, "smg").is_dir():
+        return []
+    q = shlex.quote
+    return [f"mount --bind {q(site)} {ROUTER_SITE_MOUNT}",
+            f"mount -o remount,bind,ro {ROUTER_SITE_MOUNT}"]
 
 
 # nvme-symlinked: the NVMe filesystem mounted elsewhere and /mnt/nvme a symlink to it, as on

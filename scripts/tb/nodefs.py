@@ -19,7 +19,11 @@ NODE_PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/bin:/usr/sbin:/sbin"
 # Mount points that must exist on the host for the node's mounts (empty dirs, left in place).
 HOST_MOUNT_POINTS = ("/mnt/nvme", "/etc/docker", "/var/lib/docker", "/run/k3tb", "/run/sshd",
                      "/etc/containerd", "/var/lib/containerd", "/usr/local/sbin", "/run/containerd",
-                     "/mnt/k3tb-shared")
+                     "/mnt/k3tb-shared", "/opt/k3tb-router-site")
+# Where each node sees the laptop venv's site-packages holding smg (the router image runs the
+# real SMG from it: standins/engine/router.py). A bind mount, as the venv may live under /tmp,
+# which a node covers with its own (a clean clone in CI, say).
+ROUTER_SITE_MOUNT = "/opt/k3tb-router-site"
 # Where `up --shared-hf` mounts the testbed's one HF directory on every node (the inventory's
 # paths.hf_home is SHARED_HF_HOME), and the host directory behind it.
 SHARED_HF_MOUNT = "/mnt/k3tb-shared"

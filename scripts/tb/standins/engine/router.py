@@ -17,6 +17,7 @@ import os
 
 REPO = "lightseekorg/smg"
 NODE_PYTHON = "/usr/bin/python3"
+NODE_SITE = "/opt/k3tb-router-site"  # scripts/tb/nodefs.py ROUTER_SITE_MOUNT
 SITE_FILE = "router_site"  # written by scripts/tb/standins.py build: the venv's site-packages
 
 
@@ -34,6 +35,8 @@ def site_dir():
     wrote next to this one, else the source tree's venv (tests run the stand-ins in place)."""
     here = os.path.dirname(os.path.realpath(__file__))
     found = os.environ.get("K3TB_ROUTER_SITE")
+    if not found and os.path.isdir(os.path.join(NODE_SITE, "smg")):
+        found = NODE_SITE   # on a node: scripts/tb/node.py mounts the venv's site-packages here
     if not found and os.path.exists(os.path.join(here, SITE_FILE)):
         with open(os.path.join(here, SITE_FILE)) as f:
             found = f.read().strip()
