@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TypedDict
+
+# one node's count as the program prints it (its document type, defined once there)
+from k3deploy.remote.fabric_mesh import Found
 
 BITS = 8
 GBIT = 1e9
@@ -48,19 +50,7 @@ class Link:
         return f"{self.src}->{self.dst}"
 
 
-class ReceivedDoc(TypedDict):
-    bytes: int
-    seconds: float
-
-
-class MeshDoc(TypedDict):
-    """One node's count as remote/fabric_mesh.py prints it (facts/fabric_mesh.py MeshCount)."""
-    received: dict[str, ReceivedDoc]
-    sent: dict[str, int]
-    errors: dict[str, str]
-
-
-def links(found: dict[str, MeshDoc], names: list[str]) -> list[Link]:
+def links(found: dict[str, Found], names: list[str]) -> list[Link]:
     """Every directed link of the schedule, from what each receiver counted."""
     out = []
     for pairs in rounds(names):
@@ -69,7 +59,7 @@ def links(found: dict[str, MeshDoc], names: list[str]) -> list[Link]:
     return out
 
 
-def _link(found: dict[str, MeshDoc], src: str, dst: str) -> Link:
+def _link(found: dict[str, Found], src: str, dst: str) -> Link:
     receiver, sender = found.get(dst), found.get(src)
     got = (receiver["received"] or {}).get(src) if receiver else None
     error = (sender["errors"] or {}).get(dst) if sender else None
