@@ -5,11 +5,16 @@
   calling thread; a test that reached it unasked fails.
 - The redaction registry (core/redact.py) is process-wide: each test starts with an empty one,
   so a secret one test registered cannot make another's output pass or fail.
+- structlog's configuration is process-wide too: the CLI's global options point it at the
+  stderr of the test that ran them, which pytest closes afterwards; every test ends with the
+  defaults back, so a later test's log line is not written to a closed file (it was, when a
+  CLI test and a runner test shared a worker).
 """
 
 from __future__ import annotations
 
 import pytest
+import structlog
 
 from k3deploy.core import interrupt, redact
 
@@ -30,3 +35,9 @@ def process_exits(monkeypatch):
 @pytest.fixture(autouse=True)
 def fresh_redaction_registry(monkeypatch):
     monkeypatch.setattr(redact, "_known", set())
+
+
+@pytest.fixture(autouse=True)
+def structlog_defaults():
+    yield
+    structlog.reset_defaults()

@@ -3,20 +3,12 @@
 import json
 
 import pytest
-import structlog
 import yaml
 
 from k3deploy.cli import app
 from k3deploy.cluster import inventory
 from k3deploy.node.keyfiles import missing_key_files
 from tests.unit.invdata import four_nodes
-
-
-@pytest.fixture(autouse=True)
-def _logging_reset():
-    # main() points structlog at this test's captured stderr, which is closed afterwards.
-    yield
-    structlog.reset_defaults()
 
 
 def exit_code(argv) -> int:

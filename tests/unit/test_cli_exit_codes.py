@@ -20,7 +20,6 @@ from k3deploy.run.report import StepResult
 from tests.unit import test_cli
 from tests.unit.docker_facts import container
 from tests.unit.invdata import four_nodes
-from tests.unit.test_cli import _logging_reset  # noqa: F401  (autouse: structlog reset)
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 

@@ -4,7 +4,6 @@ playbook, `up --no-fabric`): facts in, the mesh's commands or its closing line o
 import json
 
 import pytest
-import structlog
 
 from k3deploy import engines
 from k3deploy.cli import app
@@ -103,15 +102,8 @@ def test_bringup_measures_the_fabric_right_after_preflight():
     assert steps[1].p.unless_serving is True
 
 
-@pytest.fixture
-def _logging_reset():
-    # main() points structlog at this test's captured stderr, which is closed afterwards.
-    yield
-    structlog.reset_defaults()
-
-
 @pytest.mark.parametrize("flags, off", [([], False), (["--no-fabric"], True)])
-def test_up_passes_no_fabric(monkeypatch, flags, off, _logging_reset):
+def test_up_passes_no_fabric(monkeypatch, flags, off):
     seen = {}
     monkeypatch.setattr(app, "_run", lambda inv, steps, **kw: seen.update(kw) or 0)
     with pytest.raises(SystemExit):

@@ -14,7 +14,6 @@ from k3deploy.core.errors import FleetNotSupported, InventoryError
 from tests.unit import test_cli
 from tests.unit.fleetdata import group, two_groups
 from tests.unit.invdata import four_nodes
-from tests.unit.test_cli import _logging_reset  # noqa: F401  (autouse: structlog reset)
 
 
 def test_a_fleet_splits_into_one_inventory_per_group():
