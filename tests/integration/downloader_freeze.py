@@ -51,6 +51,11 @@ class Freeze:
             f"{self.node}'s downloader was not stopped mid-way: "
             f"{r and (r.returncode, r.stdout[-500:], r.stderr[-500:])}")
 
+    def thaw(self) -> None:
+        """SIGCONT: the stopped downloader goes on from where it stood."""
+        thawed = self.tb.ssh(self.node, f"pkill -CONT -f '{PATTERN}'")
+        assert thawed.returncode == 0, f"{self.node}: no stopped downloader to continue"
+
     def kill(self) -> None:
         """SIGKILL to the stopped downloader (a stopped process takes it at once)."""
         killed = self.tb.ssh(self.node, f"pkill -9 -f '{PATTERN}'")
