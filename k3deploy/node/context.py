@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, Unpack
+
+from structlog.typing import FilteringBoundLogger
 
 from k3deploy.core import log as klog
 from k3deploy.core.state import NodeState
 from k3deploy.facts.download import Progress
 from k3deploy.cluster.inventory import Inventory, Node
 from k3deploy.node.executor import Executor
-from k3deploy.node.run_inputs import RunInputs
+from k3deploy.node.run_inputs import RunInputs, Settled
 from k3deploy.node.run_ledger import RunLedger
 from k3deploy.node.session import Session
 from k3deploy.node.transport import NodeConnection
@@ -47,13 +49,13 @@ class RunContext:
     def option(self, key: str, default: object = None) -> object:
         return self.options.get(key, default)
 
-    def settle(self, **values) -> RunInputs:
+    def settle(self, **values: Unpack[Settled]) -> RunInputs:
         if self.started:
             raise InputsSettled(f"run inputs {sorted(values)} settled after the run started")
         self.inputs = replace(self.inputs, **values, settled=self.inputs.settled | set(values))
         return self.inputs
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: object) -> None:   # any field's value: not read
         if name == "inputs" and getattr(self, "started", False):
             raise InputsSettled("the run's inputs are replaced after the run started")
         super().__setattr__(name, value)
@@ -85,5 +87,5 @@ class NodeContext:
     def is_head(self) -> bool:
         return self.inv.is_head(self.name)
 
-    def log(self, step: str | None = None):
+    def log(self, step: str | None = None) -> FilteringBoundLogger:
         return klog.get(node=self.name, step=step)

@@ -14,22 +14,31 @@ import shlex
 import hashlib
 import secrets
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
+from collections.abc import Callable, Sequence
 
 from k3deploy.facts import Probe
 from k3deploy.remote import for_argv, script_text
+from k3deploy.remote.protocol import FactJob
+
+if TYPE_CHECKING:
+    from k3deploy.node.transport import NodeConnection
 
 MARK = "@@k3fact@@"
-Found = dict[str, object]   # fact name -> its parsed value: what a look returns
+# fact name -> its parsed value: what a look returns (object: each fact parses to its own
+# type, which only the step that asked for it knows)
+Found = dict[str, object]
 T = TypeVar("T")
+# Covariant (a frozen record whose value only comes out of `parse`): a step's probes are one
+# list[Fact[object]] of facts of every value type (steps/base.py).
+T_co = TypeVar("T_co", covariant=True)
 
 
 @dataclass(frozen=True)
-class Fact(Generic[T]):
+class Fact(Generic[T_co]):
     name: str
     script: str                      # POSIX sh; may fail, its exit code is recorded
-    parse: Callable[[str, int], T]  # (output, exit code) -> value
+    parse: Callable[[str, int], T_co]  # (output, exit code) -> value
     sudo: bool = False
     stdin: str | None = field(default=None, repr=False)   # may hold a secret: never printed
     # A Python program and its argv (`python`): run in the batch's one interpreter.
@@ -40,9 +49,9 @@ class Fact(Generic[T]):
     # step's look); or a bounded form of it. A request an engine answers only by a forward
     # step over every rank (verify's chat) never returns from a group whose rank vanished,
     # and unbounded would hold up every step's facts with it.
-    ahead: bool | Fact[T] = True
+    ahead: bool | Fact[T_co] = True
 
-    def asked_ahead(self, first: bool = True) -> Fact[T] | None:
+    def asked_ahead(self, first: bool = True) -> Fact[T_co] | None:
         """What an earlier step's batch asks in this fact's place (under its name), if any.
         A bounded form only in the node's first look of a run (`first`): that look is the
         one a run that changes nothing makes; a later batch follows a change, so the step
@@ -52,14 +61,14 @@ class Fact(Generic[T]):
         return self if self.ahead else None
 
 
-def _first_asker(facts: list[Fact]) -> dict[str, str]:
+def _first_asker(facts: Sequence[Fact[object]]) -> dict[str, str]:
     """fact name -> the name whose section answers it: the same command asked by several
     steps (nvidia-smi, docker inspect) runs once per batch."""
-    first: dict[tuple, str] = {}
+    first: dict[tuple[str, bool, str | None], str] = {}
     return {f.name: first.setdefault((f.script, f.sudo, f.stdin), f.name) for f in facts}
 
 
-def compose(facts: list[Fact]) -> str:
+def compose(facts: Sequence[Fact[object]]) -> str:
     """Every fact runs at once (they only read), each into its own file between its markers;
     then one `cat` prints the files in order. A batch takes its slowest fact's time. Forks are
     what a batch costs the node (dozens of facts on every node at once): none is spent per
@@ -67,7 +76,8 @@ def compose(facts: list[Fact]) -> str:
     interpreter (remote/fact_runner.py), which writes their files in the same format."""
     asker = _first_asker(facts)
     unique = [f for f in facts if asker[f.name] == f.name]
-    runs, jobs = [], []
+    runs: list[str] = []
+    jobs: list[FactJob] = []
     for i, fact in enumerate(unique):
         if fact.op:
             jobs.append((f"{i:05d}", fact.name, None, fact.op[1], None, fact.op[0],
@@ -86,7 +96,7 @@ def compose(facts: list[Fact]) -> str:
                       'k3uid=$(id -u)', *runs, "wait", 'cat "$k3d"/*']) + "\n"
 
 
-def _python_facts(jobs: list[tuple]) -> str:
+def _python_facts(jobs: list[FactJob]) -> str:
     """One `python3 -` for every Python fact; its source (programs and their input, which
     may hold a key) is a here-document, like any fact's input."""
     source = script_text("fact_runner.py") + f"\nrun(sys.argv[1], {MARK!r}, {jobs!r})\n"
@@ -94,7 +104,7 @@ def _python_facts(jobs: list[tuple]) -> str:
     return f"python3 - \"$k3d\" > /dev/null 2>&1 <<'{end}' &\n{source}{end}\n"
 
 
-def _line_end(fact: Fact, i: int) -> str:
+def _line_end(fact: Fact[object], i: int) -> str:
     """The fact's input and the rest of its line (a here-document's text follows the line).
     Files named in fact order: the glob in `cat` keeps it."""
     done = f'; echo "{MARK}end $?"; }} > "$k3d/{i:05d}" &'
@@ -115,16 +125,17 @@ def _sudo(script: str) -> str:
 _SECTION = re.compile(rf"{MARK}begin (\S+)\n(.*?){MARK}end (\d+)", re.S)
 
 
-def parse_output(facts: list[Fact], output: str) -> Found:
+def parse_output(facts: Sequence[Fact[object]], output: str) -> Found:
     sections = {m.group(1): (m.group(2), int(m.group(3))) for m in _SECTION.finditer(output)}
-    values, asker = {}, _first_asker(facts)
+    values: Found = {}
+    asker = _first_asker(facts)
     for fact in facts:
         text, code = sections.get(asker[fact.name], ("", 255))
         values[fact.name] = fact.parse(text, code)
     return values
 
 
-def gather(conn, facts: list[Fact], step: str | None = None,
+def gather(conn: NodeConnection, facts: Sequence[Fact[object]], step: str | None = None,
            timeout: float | None = None) -> Found:
     if not facts:
         return {}
@@ -133,13 +144,14 @@ def gather(conn, facts: list[Fact], step: str | None = None,
     return parse_output(facts, result.stdout)
 
 
-def _q(paths) -> str:
+def _q(paths: Sequence[str]) -> str:
     return shlex.join(paths)
 
 
 # The shell command each of remote/fact_runner.py's OPS answers like: what the batch dedupes
-# by, and what runs under sudo for a login that is not root.
-SHELL_OF_OP = {
+# by, and what runs under sudo for a login that is not root. The arguments (strings) are as
+# many as that command takes, as OPS's.
+SHELL_OF_OP: dict[str, Callable[..., str]] = {
     "cat": lambda *p: f"cat {_q(p)}",
     "cat_quiet": lambda *p: f"cat {_q(p)} 2>/dev/null",
     "sha256": lambda *p: f"sha256sum {_q(p)}",
@@ -158,25 +170,26 @@ SHELL_OF_OP = {
 }
 
 
-def native(name: str, op: str, args: list, parse, sudo: bool = False) -> Fact:
+def native(name: str, op: str, args: Sequence[str | int], parse: Callable[[str, int], T],
+           sudo: bool = False) -> Fact[T]:
     """A small read (a file, a test, a hash) answered by the batch's Python interpreter
     (remote/fact_runner.py OPS[op]) with no process of its own, as SHELL_OF_OP[op] would."""
-    args = tuple(str(a) for a in args)
-    return Fact(name, SHELL_OF_OP[op](*args), parse, sudo, op=(op, args))
+    words = tuple(str(a) for a in args)
+    return Fact(name, SHELL_OF_OP[op](*words), parse, sudo, op=(op, words))
 
 
-def read(name: str, path: str, parse, sudo: bool = False) -> Fact:
+def read(name: str, path: str, parse: Callable[[str, int], T], sudo: bool = False) -> Fact[T]:
     """`cat PATH`."""
     return native(name, "cat", [path], parse, sudo)
 
 
-def renamed(facts: list[Fact], prefix: str) -> list[Fact]:
+def renamed(facts: Sequence[Fact[T]], prefix: str) -> list[Fact[T]]:
     """The same facts under `prefix` (one step's share of a batch for several steps)."""
     return [replace(f, name=f"{prefix}{f.name}") for f in facts]
 
 
-def python(name: str, program: str, args: list[str], parse, stdin: str | None = None,
-           sudo: bool = False) -> Fact:
+def python(name: str, program: str, args: Sequence[str], parse: Callable[[str, int], T],
+           stdin: str | None = None, sudo: bool = False) -> Fact[T]:
     """A node-side Python program as a fact: the program is a here-document of the batch
     (not a file to upload, not argv), its input another one."""
     # A fixed end marker per program: the same program with the same input, asked by two
@@ -211,7 +224,14 @@ def integer(out: str, code: int) -> int | None:
         return None
 
 
-def command(name: str, argv: list[str], parse=text, sudo: bool = False) -> Fact:
+@overload
+def command(name: str, argv: Sequence[str], *, sudo: bool = False) -> Fact[str | None]: ...
+@overload
+def command(name: str, argv: Sequence[str], parse: Callable[[str, int], T],
+            sudo: bool = False) -> Fact[T]: ...
+def command(name: str, argv: Sequence[str], parse: Callable[[str, int], object] = text,
+            sudo: bool = False) -> Fact[object]:
+    """`argv` as a shell command; its output stripped (text) unless a parser is given."""
     return Fact(name, shlex.join(argv), parse, sudo)
 
 

@@ -71,7 +71,8 @@ def load_or_create_secret(state_dir: Path, create: bool = True) -> str | None:
 
 
 def config(inv: Inventory, node_name: str) -> dict[str, JSON]:
-    """The guard's config for one node, without its digest."""
+    """The guard's config for one node, without its digest (the guard reads it as
+    remote/guard_record.py Config: a key changed here changes there)."""
     paths, rank = node_paths(inv), inv.rank_of(node_name)
     me = inv.node(node_name)
     return {"cluster": inv.cluster, "node": node_name, "rank": rank,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TypedDict
 
 from k3deploy.cluster.hubgate import HubReach
 from k3deploy.cluster.hubmeta import Manifest
@@ -45,3 +46,16 @@ class RunInputs:
 
 
 _NOT_INPUTS = {"settled", "mesh_seed"}
+
+
+class Settled(TypedDict, total=False):
+    """What RunContext.settle takes: RunInputs' inputs, by name."""
+    manifest: Manifest | None
+    manifest_json: str | None
+    hub_reach: HubReach | None
+    api_key: str | None
+    peer_secret: str | None
+    guard_secret: str | None
+    logs_dir: Path | None
+    token: str | None
+    mesh_seed: int      # drawn when the inputs are made; settled again only by a test

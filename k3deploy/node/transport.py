@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypedDict
 
 import fabric
 import paramiko
@@ -39,6 +40,26 @@ for f in json.loads(sys.stdin.buffer.read().decode("utf-8")):
 """
 # Transport-level failures: the command's fate is unknown, the connection is not usable.
 TRANSPORT_ERRORS = (paramiko.SSHException, socket.error, EOFError, OSError)
+
+
+class _Fabric(Protocol):
+    """What is used of a fabric.Connection (fabric 3 connection.py; Fabric ships no types)."""
+    client: paramiko.SSHClient
+    transport: paramiko.Transport | None      # the client's, once open() has connected
+    gateway: _Fabric | str | None             # ProxyJump's connection, or a ProxyCommand
+    connect_kwargs: dict[str, list[str] | float | socket.socket]   # SSHClient.connect's
+    user: str
+    is_connected: bool
+
+    def open(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class ConnectionStats(TypedDict):
+    """What a run cost one node (NodeConnection.stats), logged as run.ssh."""
+    logins: int
+    round_trips: int
+    programs: list[str]
 
 
 @dataclass(frozen=True)
@@ -93,7 +114,7 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
         self.known_hosts = known_hosts
         self.lock = lock
 
-    def missing_host_key(self, client, hostname, key):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         with self.lock:
             Path(self.known_hosts).parent.mkdir(parents=True, exist_ok=True)
             with open(self.known_hosts, "a", encoding="ascii") as fh:
@@ -123,21 +144,21 @@ class NodeConnection:
         self.ep = ep
         self.accept_new = accept_new_host_keys
         self.connect_attempts = connect_attempts
-        self._conn: fabric.Connection | None = None
+        self._conn: _Fabric | None = None
         self._lock = threading.Lock()
         # What this run cost the node: `scripts/bench` prints these next to the seconds.
         self.logins = 0
         self.round_trips: list[str] = []   # one entry (the program run) per remote command
 
     # -- connection -------------------------------------------------------------------
-    def _new_connection(self) -> fabric.Connection:
+    def _new_connection(self) -> _Fabric:
         config = fabric.Config(runtime_ssh_path=os.devnull) if not self.ep.use_ssh_config \
             else fabric.Config()
-        kwargs = {"key_filename": [self.ep.key]} if self.ep.key else {}
+        kwargs: dict[str, list[str] | float] = {"key_filename": [self.ep.key]} if self.ep.key else {}
         kwargs.update(banner_timeout=self.ep.connect_timeout, auth_timeout=self.ep.connect_timeout)
-        conn = fabric.Connection(self.ep.host, user=self.ep.user, port=self.ep.port, config=config,
-                                 connect_timeout=max(1, int(self.ep.connect_timeout)),
-                                 connect_kwargs=kwargs)
+        conn: _Fabric = fabric.Connection(
+            self.ep.host, user=self.ep.user, port=self.ep.port, config=config,
+            connect_timeout=max(1, int(self.ep.connect_timeout)), connect_kwargs=kwargs)
         client = conn.client
         if os.path.exists(self.ep.known_hosts):
             client.load_host_keys(self.ep.known_hosts)
@@ -155,13 +176,27 @@ class NodeConnection:
             self._handshake(conn)
         except BaseException:
             conn.close()
-            if conn.connect_kwargs.get("sock") is not None:
-                conn.connect_kwargs["sock"].close()
+            sock = conn.connect_kwargs.get("sock")
+            if isinstance(sock, socket.socket):
+                sock.close()
             raise
-        ssh_io.detect_dead_peer(conn.transport, self.ep.connect_timeout)
+        ssh_io.detect_dead_peer(self._transport(conn), self.ep.connect_timeout)
         self._conn = conn
 
-    def _handshake(self, conn) -> None:
+    def _transport(self, conn: _Fabric) -> paramiko.Transport:
+        """The transport of a connection open() has connected."""
+        if conn.transport is None:
+            raise EOFError("the connection has no transport")
+        return conn.transport
+
+    def _opened(self) -> _Fabric:
+        """The connection, opened first if it is not (open() sets it or raises)."""
+        self.open()
+        if self._conn is None:
+            raise EOFError("the connection was not opened")
+        return self._conn
+
+    def _handshake(self, conn: _Fabric) -> None:
         try:
             conn.open()
         except paramiko.BadHostKeyException as err:
@@ -223,18 +258,17 @@ class NodeConnection:
             return command
         # the connection's user decides; after a dropped connection (close() forgets it) that
         # needs the connection opened again first
-        self.open()
-        if (self._conn.user or "root") != "root":
+        if (self._opened().user or "root") != "root":
             return "sudo -n -- sh -c " + shlex.quote(command)
         return command
 
     def _run_once(self, command: str, stdin: str | None, timeout: float | None) -> Result:
         """One command on a fresh channel of the persistent connection. Invoke's runner is
         not used: it feeds stdin one byte per 10 ms and polls with threads per command."""
-        self.open()
+        conn = self._opened()
         self.round_trips.append(_program(command))
         try:
-            chan = self._conn.transport.open_session(timeout=self.ep.connect_timeout)
+            chan = self._transport(conn).open_session(timeout=self.ep.connect_timeout)
             chan.settimeout(timeout)
             chan.exec_command(command)
             if stdin is not None:
@@ -242,7 +276,7 @@ class NodeConnection:
             chan.shutdown_write()
             out, err = ssh_io.drain(chan, time.monotonic() + (timeout or 1e9))
             code = chan.recv_exit_status()
-            if code == -1 and not self._conn.transport.is_active():
+            if code == -1 and not self._transport(conn).is_active():
                 raise EOFError("connection dropped before the command finished")
         except TimeoutError as late:
             chan.close()
@@ -295,6 +329,6 @@ class NodeConnection:
         doc = json.dumps([{"content": c, "path": p, "mode": m} for c, p, m in files])
         self.run(["python3", "-c", _WRITER], sudo=sudo, stdin=doc, retry=True, step=step)
 
-    def stats(self) -> dict:
+    def stats(self) -> ConnectionStats:
         return {"logins": self.logins, "round_trips": len(self.round_trips),
                 "programs": sorted(set(self.round_trips))}

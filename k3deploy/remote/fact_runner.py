@@ -11,6 +11,7 @@ The small reads (a file, a test, a hash, the time) are built-in operations (OPS)
 as its shell command would, output and exit code, without the two forks and the exec a shell
 fact costs; dozens of them on every node add up to more CPU than the rest of a no-op look.
 One that needs root, asked by a login that is not root, runs its shell command under `sudo -n`.
+Its annotations are strings (no `from __future__ import annotations` before 3.7).
 """
 import hashlib
 import io
@@ -20,9 +21,18 @@ import subprocess
 import sys
 import time
 import traceback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import TypeAlias
+
+    from protocol import FactJob
+
+    Answer: TypeAlias = tuple[str, int]   # (output, exit code), as the shell command's
 
 
-def _cat(paths, quiet):
+def _cat(paths: "Sequence[str]", quiet: bool) -> "Answer":
     out, code = [], 0
     for path in paths:
         try:
@@ -35,7 +45,7 @@ def _cat(paths, quiet):
     return "".join(out), code
 
 
-def _sha256(paths, quiet):
+def _sha256(paths: "Sequence[str]", quiet: bool) -> "Answer":
     out, code = [], 0
     for path in paths:
         try:
@@ -48,12 +58,12 @@ def _sha256(paths, quiet):
     return "".join(out), (0 if quiet else code)
 
 
-def _sha256_hex(path):
+def _sha256_hex(path: str) -> "Answer":
     text, code = _sha256([path], True)
     return (text.split(" ", 1)[0] + "\n", 0) if text else ("", 1)
 
 
-def _tail(count, path):
+def _tail(count: str, path: str) -> "Answer":
     try:
         with open(path, "rb") as fh:
             lines = fh.read().decode("utf-8", "replace").splitlines(True)
@@ -62,21 +72,21 @@ def _tail(count, path):
     return "".join(lines[-int(count):]), 0
 
 
-def _user(uid):
+def _user(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
 
 
-def _owner(path):
+def _owner(path: str) -> "Answer":
     try:
         return _user(os.stat(path).st_uid) + "\n", 0
     except OSError as err:
         return f"stat: cannot statx '{path}': {err.strerror}\n", 1
 
 
-def _avail(path):
+def _avail(path: str) -> "Answer":
     try:
         st = os.statvfs(path)
     except OSError as err:
@@ -84,7 +94,7 @@ def _avail(path):
     return f"{st.f_bavail * st.f_frsize}\n", 0
 
 
-def _root_or_sudo():
+def _root_or_sudo() -> "Answer":
     if os.geteuid() == 0:
         return "", 0
     done = subprocess.run(["sudo", "-n", "true"], stdin=subprocess.DEVNULL,
@@ -92,7 +102,9 @@ def _root_or_sudo():
     return done.stdout.decode("utf-8", "replace"), done.returncode
 
 
-OPS = {   # name -> (args -> (output, exit code)), each as the shell command it replaces
+# name -> (args -> (output, exit code)), each as the shell command it replaces; the arguments
+# (strings) are as many as that command takes: node/facts.py SHELL_OF_OP, keyed alike
+OPS: "dict[str, Callable[..., Answer]]" = {
     "cat": lambda *p: _cat(p, False),                 # cat P...
     "cat_quiet": lambda *p: _cat(p, True),            # cat P... 2>/dev/null
     "sha256": lambda *p: _sha256(p, False),           # sha256sum P...
@@ -111,7 +123,7 @@ OPS = {   # name -> (args -> (output, exit code)), each as the shell command it 
 }
 
 
-def run_op(op, args, sudo_script):
+def run_op(op: str, args: "Sequence[str]", sudo_script: "str | None") -> "Answer":
     if sudo_script is not None and os.geteuid() != 0:
         done = subprocess.run(["sudo", "-n", "sh", "-c", sudo_script], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -122,7 +134,7 @@ def run_op(op, args, sudo_script):
         return traceback.format_exc(), 1
 
 
-def _exit_code(code, out):
+def _exit_code(code: "str | int | None", out: io.StringIO) -> int:
     if code is None:
         return 0
     if isinstance(code, int):
@@ -131,7 +143,7 @@ def _exit_code(code, out):
     return 1
 
 
-def run_one(program, name, args, stdin):
+def run_one(program: str, name: str, args: "Sequence[str]", stdin: "str | None") -> "Answer":
     """(output, exit code) of one program, as `python3 -c program args < stdin` would give."""
     real = sys.stdin, sys.stdout, sys.stderr, sys.argv
     out, code = io.StringIO(), 0
@@ -149,11 +161,13 @@ def run_one(program, name, args, stdin):
     return out.getvalue(), code
 
 
-def run(out_dir, mark, jobs):
+def run(out_dir: str, mark: str, jobs: "list[FactJob]") -> None:
     for file, name, program, args, stdin, op, sudo_script in jobs:
         if op is not None:
             text, code = run_op(op, args, sudo_script)
-        else:
+        elif program is not None:
             text, code = run_one(program, name, args, stdin)
+        else:   # node/facts.py compose gives every job one or the other
+            text, code = f"job {name}: neither a program nor an operation\n", 1
         with open(os.path.join(out_dir, file), "w", encoding="utf-8") as fh:
             fh.write(f"{mark}begin {name}\n{text}{mark}end {code}\n")

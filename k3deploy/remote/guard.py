@@ -10,6 +10,8 @@ which the guard step replaces this spent guard.
 
 usage: python3 guard.py CONFIG.json   (the secret is read from the file the config names)
 """
+from __future__ import annotations
+
 import json
 import os
 import signal
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, TypedDict
 
 sys.dont_write_bytecode = True  # nothing but its own files in the guard dir
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +30,19 @@ import guard_progress as progress
 import guard_record as rec
 import guard_wedge as wedge
 
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from guard_record import Config, Doc, Engine, PeerConfig
+
 WEDGE_STOP_GRACE = 5  # seconds: a wedged engine cannot drain its requests anyway
+
+
+class PeerSeen(TypedDict):
+    """What this guard last heard from one peer's guard (on its own monotonic clock)."""
+    last_ok: float
+    error: str | None
+    state: Doc | None
 
 
 
@@ -41,20 +56,21 @@ def engine_state(info: Container | None, engine_id: str) -> tuple[bool, int | No
     return False, info.exit_code, info.finished
 
 class Guard:
-    def __init__(self, cfg: dict, secret: str):
+    def __init__(self, cfg: Config, secret: str):
         self.cfg, self.secret = cfg, secret
         self.dir = cfg["dir"]
         self.lock = threading.Lock()
-        self.engine = {"running": True, "exit_code": None, "id": None}
-        self.peers = {p["node"]: {"last_ok": time.monotonic(), "error": None, "state": None}
-                      for p in cfg["peers"]}
-        self.incident = None
-        self.refused_since = None
+        self.engine: Engine = {"running": True, "exit_code": None, "id": None}
+        self.peers: dict[str, PeerSeen] = {
+            p["node"]: {"last_ok": time.monotonic(), "error": None, "state": None}
+            for p in cfg["peers"]}
+        self.incident: Doc | None = None
+        self.refused_since: float | None = None
         self.secrets = rec.secret_values(secret, cfg.get("secrets_dir"))
         self.hold = net.hold_seconds(cfg["peer_timeout"], cfg["poll"])
         self.published = net.Versioned(self.public_state)
-        self.local = progress.Local(cfg["metrics_port"], cfg["poll"]) \
-            if cfg.get("metrics_port") else None
+        metrics_port = cfg.get("metrics_port")
+        self.local = progress.Local(metrics_port, cfg["poll"]) if metrics_port else None
         probe = cfg.get("probe")
         self.probe = progress.Probe(probe["port"], probe["model"],
                                     progress.read_api_key(probe.get("key_file")),
@@ -71,12 +87,19 @@ class Guard:
             "pid": os.getpid(), "digest": self.cfg["digest"], "beat": time.time(),
             "phase": "fired" if self.incident else "watching", "container_id": self.engine["id"]})
 
-    def public_state(self) -> dict:
+    def public_state(self) -> Doc:
         with self.lock:
             return {"node": self.cfg["node"], "rank": self.cfg["rank"],
-                    "digest": self.cfg["digest"], "engine": dict(self.engine),
+                    "digest": self.cfg["digest"], "engine": rec.engine_doc(self.engine),
                     "incident": self.incident,
-                    "progress": self.local.public() if self.local else None}
+                    "progress": progress.public_doc(self.local.public()) if self.local else None}
+
+    def engine_id(self) -> str:
+        """The watched container's id: start() sets it before any thread or stop needs it."""
+        found = self.engine["id"]
+        if found is None:
+            raise RuntimeError("the guard has not started: no engine container to act on")
+        return found
 
     # -- the engine container ----------------------------------------------------------
     def inspect(self) -> Container | None:
@@ -88,30 +111,31 @@ class Guard:
     def watch_engine(self) -> None:
         """Blocks in `docker wait` until the container stops; re-checks with inspect."""
         while True:
-            subprocess.run(["docker", "wait", self.engine["id"]], capture_output=True, check=False)
-            running, code, finished = engine_state(self.inspect(), self.engine["id"])
+            subprocess.run(["docker", "wait", self.engine_id()], capture_output=True, check=False)
+            running, code, finished = engine_state(self.inspect(), self.engine_id())
             if running:
                 time.sleep(5)  # docker wait failed for another reason (daemon restart)
                 continue
             with self.lock:
-                self.engine.update(running=False, exit_code=code, finished=finished)
+                self.engine.update({"running": False, "exit_code": code, "finished": finished})
             self.published.changed()
             return
 
     def stop_engine(self) -> str:
         if not self.engine["running"]:
             return f"already exited ({self.engine['exit_code']})"
-        wedged = ((self.incident or {}).get("failure") or {}).get("kind") == "wedged"
+        failure = self.incident.get("failure") if self.incident else None
+        wedged = isinstance(failure, dict) and failure.get("kind") == "wedged"
         grace = str(int(min(self.cfg["stop_grace"], WEDGE_STOP_GRACE) if wedged
                         else self.cfg["stop_grace"]))
-        res = subprocess.run(["docker", "stop", "-t", grace, self.engine["id"]],
+        res = subprocess.run(["docker", "stop", "-t", grace, self.engine_id()],
                              capture_output=True, text=True, check=False)
         self.log(f"docker stop -t {grace} {self.cfg['container']}: exit {res.returncode}")
         return f"stopped by the guard at {rec.now_iso()}" if res.returncode == 0 else \
             f"docker stop failed ({res.returncode}): {res.stderr.strip()[:200]}"
 
     # -- the other guards --------------------------------------------------------------
-    def poll_peer(self, peer: dict) -> None:
+    def poll_peer(self, peer: PeerConfig) -> None:
         """The peer's state as it changes (a held poll answers at once on a change), with a
         heartbeat every `hold` seconds; a failed poll is retried after one poll interval."""
         link = net.PeerLink(peer["address"], self.cfg["port"], self.secret, self.hold)
@@ -119,7 +143,8 @@ class Guard:
             try:
                 state = link.ask()
                 with self.lock:
-                    self.peers[peer["node"]].update(last_ok=time.monotonic(), error=None, state=state)
+                    self.peers[peer["node"]].update(
+                        {"last_ok": time.monotonic(), "error": None, "state": state})
                 if link.legacy:
                     time.sleep(self.cfg["poll"])
             except OSError as err:
@@ -135,18 +160,18 @@ class Guard:
             return False
 
     # -- deciding ----------------------------------------------------------------------
-    def first_failure(self) -> dict | None:
+    def first_failure(self) -> Doc | None:
         """This round's reason to stop, as an incident record, or None."""
         cfg, now = self.cfg, time.monotonic()
         with self.lock:
-            engine, peers = dict(self.engine), {n: dict(p) for n, p in self.peers.items()}
+            engine, peers = self.engine.copy(), {n: p.copy() for n, p in self.peers.items()}
         if not engine["running"]:
             first = rec.failure(cfg["node"], cfg["rank"], "exited", exit_code=engine["exit_code"],
                                 at=engine.get("finished"))
             return rec.incident(cfg, first, cfg["node"], self.evidence())
         for peer in cfg["peers"]:
             theirs = (peers[peer["node"]]["state"] or {}).get("incident")
-            if theirs:
+            if isinstance(theirs, dict) and theirs:
                 return rec.adopt(cfg, theirs, peer["node"])
         # A healthy peer answers at least every `hold` seconds (its heartbeat).
         silent = max(5.0, 3 * cfg["poll"], 2 * self.hold)
@@ -167,18 +192,20 @@ class Guard:
         return self.serving_failure(now) or self.wedge_failure(now, peers)
 
     # -- progress (head only: it has the probe) ----------------------------------------
-    def views(self, peers: dict) -> list[dict]:
+    def views(self, local: progress.Local, peers: dict[str, PeerSeen]) -> list[wedge.View]:
         now = time.monotonic()
-        mine = [wedge.view(self.cfg["node"], self.cfg["rank"], self.local.public(), now)]
-        theirs = [wedge.view(p["node"], p["rank"], (peers[p["node"]]["state"] or {}).get(
-            "progress"), peers[p["node"]]["last_ok"]) for p in self.cfg["peers"]]
+        mine = [wedge.view(self.cfg["node"], self.cfg["rank"], local.public(), now)]
+        theirs = [wedge.view(p["node"], p["rank"], progress.public_from(
+            (peers[p["node"]]["state"] or {}).get("progress")), peers[p["node"]]["last_ok"])
+            for p in self.cfg["peers"]]
         return [v for v in mine + theirs if v]
 
-    def wedge_failure(self, now: float, peers: dict) -> dict | None:
-        if self.probe is None or self.local is None:
+    def wedge_failure(self, now: float, peers: dict[str, PeerSeen]) -> Doc | None:
+        probe = self.cfg["probe"]
+        if self.probe is None or self.local is None or probe is None:
             return None
-        views, cfg = self.views(peers), self.cfg
-        if wedge.wants_probe(now, views, self.probe.state(), cfg["probe"]["every"]):
+        views, cfg = self.views(self.local, peers), self.cfg
+        if wedge.wants_probe(now, views, self.probe.state(), probe["every"]):
             self.probe.start()
         # A peer's view reaches the head within a heartbeat (hold), its samples are a poll
         # plus their timeout apart: older than that, its metrics did not answer.
@@ -189,9 +216,10 @@ class Guard:
         first_rank = verdict["ranks"][0]
         first = rec.failure(first_rank["node"], first_rank["rank"], "wedged",
                             detail=wedge.cause_detail(verdict))
-        return {**rec.incident(cfg, first, cfg["node"], self.evidence()), "wedge": verdict}
+        return {**rec.incident(cfg, first, cfg["node"], self.evidence()),
+                "wedge": wedge.verdict_doc(verdict)}
 
-    def serving_failure(self, now: float) -> dict | None:
+    def serving_failure(self, now: float) -> Doc | None:
         if not self.cfg.get("serve_port"):
             return None
         if self.serving():
@@ -205,15 +233,17 @@ class Guard:
                             f"{now - self.refused_since:.0f}s")
         return rec.incident(self.cfg, first, self.cfg["node"], self.evidence())
 
-    def evidence(self) -> dict:
+    def evidence(self) -> Doc:
         return {"log_tail": rec.log_tail(self.cfg["container"], self.secrets),
                 "kernel": rec.kernel_lines(self.secrets)}
 
-    def fire(self, found: dict) -> None:
+    def fire(self, found: Doc) -> None:
         with self.lock:
             self.incident = found
         self.published.changed()  # the held polls of every peer answer now
-        self.log(f"incident: {found['failure']['cause']} (seen by {found['seen_by']}); "
+        failure = found.get("failure")   # a peer's record (adopted) is only read as JSON
+        cause = failure.get("cause") if isinstance(failure, dict) else None
+        self.log(f"incident: {cause} (seen by {found.get('seen_by')}); "
                  "stopping the local engine")
         path = os.path.join(self.dir, "incident.json")
         rec.atomic_write_json(path, found)  # on record before the slow stop
@@ -258,13 +288,14 @@ class Guard:
 
 def main(config_path: str) -> None:
     with open(config_path, encoding="utf-8") as fh:
-        cfg = json.load(fh)
+        cfg: Config = json.load(fh)   # the laptop wrote it: node/guard_config.py
     with open(cfg["secret_file"], encoding="utf-8") as fh:
         secret = fh.read().strip()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     guard = Guard(cfg, secret)
 
-    def stopped(*_):  # `down`, or a replacement: leave the engine alone
+    def stopped(_signum: int, _frame: FrameType | None) -> None:
+        # `down`, or a replacement: leave the engine alone
         guard.log("stopped (SIGTERM); the engine is left as it is")
         os._exit(0)
     signal.signal(signal.SIGTERM, stopped)

@@ -18,11 +18,16 @@ after every step: `vllm:kv_cache_usage_perc` (SchedulerStats.kv_cache_usage, the
 blocks held) grows with each chunk, whose blocks are allocated when it is scheduled. A step
 completes, or nothing moves: a group stuck in a collective sends no stats at all.
 """
+from __future__ import annotations
+
 import http.client
 import json
 import threading
 import time
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from guard_record import JSON, Doc
 
 RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
 QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
@@ -150,6 +155,30 @@ class Local:
                 "queued": seen["queued"],
                 "error": seen["error"], "unanswered_s": round(now - seen["answered_at"], 1),
                 "still_s": round(now - seen["changed_at"], 1)}
+
+
+def public_doc(public: Public) -> Doc:
+    """What Local.public returned, as the JSON the guard publishes."""
+    return {"tokens": public["tokens"], "kv": public["kv"], "running": public["running"],
+            "queued": public["queued"], "error": public["error"],
+            "unanswered_s": public["unanswered_s"], "still_s": public["still_s"]}
+
+
+def public_from(doc: JSON) -> Public | None:
+    """A peer's published progress (public_doc) read back: None when it publishes none; a key
+    it lacks reads as None (its ages as 0)."""
+    if not isinstance(doc, dict) or not doc:
+        return None
+    error = doc.get("error")
+    return {"tokens": _number(doc.get("tokens")), "kv": _number(doc.get("kv")),
+            "running": _number(doc.get("running")), "queued": _number(doc.get("queued")),
+            "error": error if isinstance(error, str) else None,
+            "unanswered_s": _number(doc.get("unanswered_s")) or 0,
+            "still_s": _number(doc.get("still_s")) or 0}
+
+
+def _number(value: JSON) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def read_api_key(path: str | None) -> str | None:

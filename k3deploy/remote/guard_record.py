@@ -1,5 +1,6 @@
-"""The guard's incident record: what failed first, who saw it, the failed rank's last log lines
-and the kernel's OOM-killer / Xid lines. Standard library only; uploaded beside guard.py.
+"""The guard's config (as guard.py reads it) and its records: the engine it watches, and the
+incident record: what failed first, who saw it, the failed rank's last log lines and the
+kernel's OOM-killer / Xid lines. Standard library only; uploaded beside guard.py.
 
 Secrets never reach the record: the engine's log is masked with every value found in the
 node's secrets directory, the guard's own secret, and the patterns k3deploy's redact uses.
@@ -11,7 +12,7 @@ import json
 import os
 import re
 import subprocess
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -28,6 +29,64 @@ PATTERNS = [
 ]
 KERNEL = re.compile(r"(?i)out of memory|oom-kill|killed process|NVRM: Xid")
 LOG_LINES = 200
+
+
+class Names(TypedDict):
+    """Of the guard's config, what a record names: the cluster, this node."""
+    cluster: str
+    node: str
+
+
+class PeerConfig(TypedDict):
+    node: str
+    rank: int
+    address: str
+
+
+class ProbeConfig(TypedDict):
+    port: int
+    model: str
+    every: float
+    key_file: str
+
+
+class Config(Names):
+    """The guard's CONFIG.json as the laptop writes it (node/guard_config.py config, with_digest)."""
+    rank: int
+    container: str
+    bind: str
+    port: int
+    peers: list[PeerConfig]
+    peer_timeout: float
+    poll: float
+    stop_grace: int
+    wedge_seconds: float
+    serve_port: int | None
+    metrics_port: int | None
+    probe: ProbeConfig | None
+    dir: str
+    secret_file: str
+    secrets_dir: str
+    digest: str
+
+
+class _Engine(TypedDict):
+    running: bool
+    exit_code: int | None
+    id: str | None               # the container's, once the guard found it running
+
+
+class Engine(_Engine, total=False):
+    """The watched container as the guard last saw it (published in its state)."""
+    finished: str | None         # docker's FinishedAt, once it has stopped
+
+
+def engine_doc(engine: Engine) -> Doc:
+    """The engine record as JSON, as it is published (the key `finished` only once known)."""
+    doc: Doc = {"running": engine["running"], "exit_code": engine["exit_code"], "id": engine["id"]}
+    if "finished" in engine:
+        doc["finished"] = engine["finished"]
+    return doc
 
 
 def now_iso() -> str:
@@ -74,19 +133,21 @@ def _run(argv: list[str], timeout: float = 20) -> tuple[int, str]:
     return res.returncode, res.stdout + res.stderr
 
 
-def log_tail(container: str, secrets: list[str]) -> list[str] | None:
+def log_tail(container: str, secrets: list[str]) -> list[JSON] | None:
+    """The engine's last lines, redacted, as the record holds them (JSON strings)."""
     code, out = _run(["docker", "logs", "--tail", str(LOG_LINES), container])
     if code != 0:
         return None
     return [redact(line, secrets) for line in out.splitlines()[-LOG_LINES:]]
 
 
-def kernel_lines(secrets: list[str]) -> list[str] | str:
+def kernel_lines(secrets: list[str]) -> list[JSON] | str:
     """OOM-killer and Xid lines, or why the kernel log could not be read."""
     code, out = _run(["dmesg", "--ctime"])
     if code != 0:
         return f"kernel log not readable: {out.strip()[:200]}"
-    return [redact(line, secrets) for line in out.splitlines() if KERNEL.search(line)][-40:]
+    found: list[JSON] = [redact(line, secrets) for line in out.splitlines() if KERNEL.search(line)]
+    return found[-40:]
 
 
 def failure(node: str, rank: int, kind: str, *, exit_code: int | None = None, detail: str = "",
@@ -101,7 +162,7 @@ def failure(node: str, rank: int, kind: str, *, exit_code: int | None = None, de
             "at": at or now_iso()}
 
 
-def incident(cfg: Doc, first: Doc, seen_by: str, evidence: Doc | None = None) -> Doc:
+def incident(cfg: Names, first: Doc, seen_by: str, evidence: Doc | None = None) -> Doc:
     """This node's record of the cluster's first failure."""
     evidence = evidence or {}
     return {"cluster": cfg["cluster"], "failure": first, "seen_by": seen_by,
@@ -110,7 +171,7 @@ def incident(cfg: Doc, first: Doc, seen_by: str, evidence: Doc | None = None) ->
             "local_engine": None}
 
 
-def adopt(cfg: Doc, theirs: Doc, learned_from: str) -> Doc:
+def adopt(cfg: Names, theirs: Doc, learned_from: str) -> Doc:
     """A peer's record of the first failure, kept as this node's own (the evidence included)."""
     return {**theirs, "recorded_by": cfg["node"], "recorded_at": now_iso(),
             "learned_from": learned_from, "local_engine": None}

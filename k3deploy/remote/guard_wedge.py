@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:   # its shapes only: the guard hands in what guard_progress made
     from guard_progress import ProbeState, Public
+    from guard_record import Doc
 
 
 class View(TypedDict):
@@ -92,6 +93,14 @@ def judge(now: float, views: list[View], probe: ProbeState, wedge_seconds: float
             "ranks": [{"node": v["node"], "rank": v["rank"]} for v in named],
             "silent": bool(silent), "seen": [describe(now, v) for v in views],
             "probe": None if started is None else f"1-token request unanswered for {now - started:.0f}s"}
+
+
+def verdict_doc(verdict: Verdict) -> Doc:
+    """A verdict as the JSON of the incident record (its `wedge`)."""
+    return {"stalled_s": verdict["stalled_s"],
+            "ranks": [{"node": r["node"], "rank": r["rank"]} for r in verdict["ranks"]],
+            "silent": verdict["silent"], "seen": [line for line in verdict["seen"]],
+            "probe": verdict["probe"]}
 
 
 def describe(now: float, v: View) -> str:

@@ -43,6 +43,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.dont_write_bytecode = True  # no __pycache__ in the node's k3deploy dir
 # The downloader's modules ship next to this file (protocol.DOWNLOADER_FILES).
@@ -52,6 +53,11 @@ from fetch_base import BadInput
 from fetch_cache import RepoCache
 from fetch_manifest import Manifest
 from peer_blobs import Blobs
+
+if TYPE_CHECKING:
+    from io import BufferedReader
+
+    from protocol import PeerIndex
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_BUSY = 0, 2, 3
 _BLOB_PATH = re.compile(r"^/blobs/([0-9a-f]{40}|[0-9a-f]{64})$")
@@ -63,18 +69,19 @@ class PeerServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, address, blobs: Blobs, secret: str, served_log: Path, slots: int,
-                 corrupt_flag: Path | None):
+    def __init__(self, address: tuple[str, int], blobs: Blobs, secret: str, served_log: Path,
+                 slots: int, corrupt_flag: Path | None):
         super().__init__(address, PeerHandler)
         self.blobs, self.expected = blobs, f"Bearer {secret}".encode()
         self.served_log, self.log_lock = served_log, threading.Lock()
         self.slots, self.corrupt_flag = threading.BoundedSemaphore(slots), corrupt_flag
+        self.compile_cache: str | None = None   # root of the sealed compile caches (build)
 
     def authorized(self, header: str) -> bool:
         return hmac.compare_digest(header.encode("utf-8", "replace"), self.expected)
 
     def corrupting(self) -> bool:
-        return bool(self.corrupt_flag) and self.corrupt_flag.exists()
+        return self.corrupt_flag is not None and self.corrupt_flag.exists()
 
     def record(self, client: str, etag: str, start: int, sent: int, complete: bool,
                seconds: float) -> None:
@@ -90,13 +97,13 @@ class PeerHandler(BaseHTTPRequestHandler):
     server_version = "k3deploy-peer/1"
     server: PeerServer
 
-    def log_message(self, fmt, *args):
+    def log_message(self, format: str, *args: str | int) -> None:
         pass
 
-    def do_HEAD(self):
+    def do_HEAD(self) -> None:
         self._guarded(send_body=False)
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         self._guarded(send_body=True)
 
     def _guarded(self, send_body: bool) -> None:
@@ -118,10 +125,12 @@ class PeerHandler(BaseHTTPRequestHandler):
         if self.path.startswith("/image?"):
             return peer_image.answer(self, send_body)
         match = _BLOB_PATH.match(self.path)
-        blob = self.server.blobs.open(match.group(1)) if match else None
+        if match is None:
+            return self._status(404)
+        blob = self.server.blobs.open(match.group(1))
         if blob is None:
-            have = self.server.blobs.partial_bytes(match.group(1)) if match else 0
-            return self._status(404, {"X-K3-Partial": str(have)} if match else None)
+            have = self.server.blobs.partial_bytes(match.group(1))
+            return self._status(404, {"X-K3-Partial": str(have)})
         with blob:
             self._send_blob(match.group(1), blob, send_body)
 
@@ -137,7 +146,7 @@ class PeerHandler(BaseHTTPRequestHandler):
         if send_body:
             self.wfile.write(body)
 
-    def _send_blob(self, etag: str, blob, send_body: bool) -> None:
+    def _send_blob(self, etag: str, blob: BufferedReader, send_body: bool) -> None:
         size = os.fstat(blob.fileno()).st_size
         wanted = self.headers.get("Range")
         match = _RANGE.match(wanted.strip()) if wanted else None
@@ -158,7 +167,7 @@ class PeerHandler(BaseHTTPRequestHandler):
             self.server.record(self.client_address[0], etag, start, sent, sent == end + 1 - start,
                                time.monotonic() - began)
 
-    def _body(self, blob, start: int, count: int) -> int:
+    def _body(self, blob: BufferedReader, start: int, count: int) -> int:
         sent = 0
         corrupt = self.server.corrupting()
         try:
@@ -178,7 +187,7 @@ class PeerHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         return sent
 
-    def _json(self, doc: dict) -> None:
+    def _json(self, doc: PeerIndex) -> None:
         body = json.dumps(doc).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -186,7 +195,7 @@ class PeerHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _status(self, status: int, headers: dict | None = None) -> None:
+    def _status(self, status: int, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -204,7 +213,21 @@ def read_secret(path: str) -> str:
     return secret
 
 
-def parse_args(argv):
+class Args(argparse.Namespace):
+    """The command line, as parse_args reads it."""
+    manifest: str
+    hf_home: str
+    listen: str
+    secret_file: str
+    served_log: str
+    max_connections: int
+    test_corrupt_flag: str | None
+    progress: str | None
+    compile_cache: str | None
+    ready_file: str | None
+
+
+def parse_args(argv: list[str] | None) -> Args:
     parser = argparse.ArgumentParser(description="Serve verified blobs to this cluster's peers.")
     parser.add_argument("--manifest", required=True)
     parser.add_argument("--hf-home", required=True)
@@ -216,10 +239,10 @@ def parse_args(argv):
     parser.add_argument("--progress", help="the downloader's progress file (its state is indexed)")
     parser.add_argument("--compile-cache", help="root of the sealed compile caches it serves")
     parser.add_argument("--ready-file", help="written once listening (the starter waits for it)")
-    return parser.parse_args(argv)
+    return parser.parse_args(argv, namespace=Args())
 
 
-def build(args) -> PeerServer:
+def build(args: Args) -> PeerServer:
     manifest = Manifest.load(args.manifest)
     host, _, port = args.listen.rpartition(":")
     progress = Path(args.progress) if args.progress else None
@@ -231,7 +254,7 @@ def build(args) -> PeerServer:
     return server
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         server = build(args)
@@ -244,7 +267,10 @@ def main(argv=None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    threading.Thread(target=lambda: (stop.wait(), server.shutdown()), daemon=True).start()
+    def shut_down_when_stopped() -> None:
+        stop.wait()
+        server.shutdown()
+    threading.Thread(target=shut_down_when_stopped, daemon=True).start()
     if args.ready_file:
         Path(args.ready_file).write_text(f"{os.getpid()}\n")
     print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} peer_server: serving verified blobs on "

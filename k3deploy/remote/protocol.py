@@ -74,6 +74,12 @@ class ManifestDoc(_ManifestOptions):
     endpoint: str
     files: list[ManifestFile]
 
+# One job of the batch's Python fact interpreter (node/facts.py compose -> remote/fact_runner.py
+# run, as a literal in its source): (section file, fact name, program, its argv or the operation's
+# arguments, its stdin, operation, the operation's shell command under sudo for a login not root).
+# A job has a program or an operation, never both.
+FactJob: TypeAlias = tuple[str, str, str | None, tuple[str, ...], str | None, str | None, str | None]
+
 SCHEMA_VERSION = 1
 LEDGER_NAME = ".k3deploy-verified.json"   # in the repo's cache folder: etag -> size, mtime_ns
 
