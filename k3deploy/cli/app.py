@@ -7,14 +7,22 @@ from __future__ import annotations
 import logging
 import sys
 from enum import Enum
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, TypedDict, Unpack
 
 import typer
 
-try:  # typer >= 0.20 vendors click; its exceptions are the ones raised
+if TYPE_CHECKING:  # checked against the installed typer's (one module, not both)
     from typer._click import exceptions as click_exc
-except ImportError:  # pragma: no cover - older typer uses the click package
-    from click import exceptions as click_exc
+
+    from k3deploy.node.context import RunContext
+    from k3deploy.run.report import RunReport
+    from k3deploy.steps.base import AnyStep
+else:
+    try:  # typer >= 0.20 vendors click; its exceptions are the ones raised
+        from typer._click import exceptions as click_exc
+    except ImportError:  # pragma: no cover - older typer uses the click package
+        from click import exceptions as click_exc
 
 from k3deploy.core import interrupt
 from k3deploy.core import log as klog
@@ -34,7 +42,7 @@ Json = Annotated[bool, typer.Option("--json", help="one JSON document on stdout"
 
 @app.callback()
 def _global(log_json: Annotated[bool, typer.Option("--log-json", help="log as JSON lines")] = False,
-            verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False):
+            verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False) -> None:
     _OUTPUT["log_json"] = log_json
     klog.configure(json_lines=log_json, verbose=verbose)
 
@@ -42,7 +50,16 @@ def _global(log_json: Annotated[bool, typer.Option("--log-json", help="log as JS
 _OUTPUT = {"log_json": False}  # set by the global options, read by the commands
 
 
-def _run(inventory, steps, **kw) -> int:
+class _RunOptions(TypedDict, total=False):   # run_steps' keyword arguments the commands pass
+    check: bool
+    options: dict[str, object] | None
+    accept_new_host_keys: bool
+    state_dir: str | None
+    after: Callable[[RunContext, RunReport], list[str]] | None
+    per_node: bool | None
+
+
+def _run(inventory: str, steps: list[AnyStep], **kw: Unpack[_RunOptions]) -> int:
     from k3deploy.run.run_steps import run_steps
     return run_steps(inventory, steps, log_json=_OUTPUT["log_json"], **kw).exit_code()
 

@@ -8,14 +8,33 @@ single-stream decode with the guide's figure for the config where it gives one.
 from __future__ import annotations
 
 import json
+from typing import NotRequired, TypedDict, cast
 
 from rich.console import Console
 from rich.table import Table
 
 from k3deploy.serving import bench_run, bench_stats, openai_client
+from k3deploy.serving.chat_session import effort_of
 from k3deploy.cli import speed_figures
+from k3deploy.cli.speed_figures import VsGuide
 from k3deploy.cluster import inventory as inventory_mod
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.core.errors import EXIT_OK, EXIT_STEP_FAILED, BadInputError
+from k3deploy.core.jsonvalue import JSON
+from k3deploy.serving.bench_stats import LevelSummary
+
+
+class BenchDoc(TypedDict):
+    """What `bench --json` prints and the certificate keeps (but its own path)."""
+    endpoint: str
+    model: str
+    effort: str
+    max_tokens: int
+    seconds_per_level: float
+    levels: list[LevelSummary]
+    single_stream_decode_tok_s: float | None
+    guide: VsGuide | None
+    certificate: NotRequired[str | None]
 
 
 def parse_levels(text: str) -> list[int]:
@@ -36,11 +55,11 @@ def run_bench_cmd(inv_path: str, *, levels: str, seconds: float, effort: str, ma
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     err.print(f"bench {target.base_url}: concurrency {', '.join(map(str, chosen))}, "
               f"{seconds:g} s each, reasoning_effort {effort}, max_tokens {max_tokens}")
-    results = bench_run.run(target, chosen, seconds=seconds, effort=effort,
+    results = bench_run.run(target, chosen, seconds=seconds, effort=effort_of(effort),
                             max_tokens=max_tokens,
                             on_level=lambda lv: err.print(_level_line(lv), markup=False))
     single = bench_stats.single_stream_decode(results)
-    doc = {"endpoint": target.base_url, "model": target.model, "effort": effort,
+    doc: BenchDoc = {"endpoint": target.base_url, "model": target.model, "effort": effort,
            "max_tokens": max_tokens, "seconds_per_level": seconds, "levels": results,
            "single_stream_decode_tok_s": single,
            "guide": speed_figures.compare(speed_figures.for_inventory(inv), single, results)}
@@ -53,17 +72,20 @@ def run_bench_cmd(inv_path: str, *, levels: str, seconds: float, effort: str, ma
     return EXIT_OK if completed else EXIT_STEP_FAILED
 
 
-def _certify(inv, doc, state_dir, accept_new_host_keys, err) -> str | None:
+def _certify(inv: Inventory, doc: BenchDoc, state_dir: str | None, accept_new_host_keys: bool,
+             err: Console) -> str | None:
     from k3deploy.cli import certificate_cmd
-    return certificate_cmd.write_for_bench(inv, doc, state_dir, accept_new_host_keys, err)
+    # The document is JSON, as `--json` prints it: TypedDicts of JSON values, no tuples.
+    return certificate_cmd.write_for_bench(inv, cast(dict[str, JSON], doc), state_dir,
+                                           accept_new_host_keys, err)
 
 
-def _level_line(lv: dict) -> str:
+def _level_line(lv: LevelSummary) -> str:
     return (f"  {lv['concurrency']:>3} stream(s): {lv['completed']} done, {lv['errors']} errors, "
             f"TTFT p50 {lv['ttft_s']['p50']} s, {lv['output_tok_s']} tok/s out")
 
 
-def _show(doc: dict) -> None:
+def _show(doc: BenchDoc) -> None:
     table = Table(title=f"bench {doc['endpoint']} (reasoning_effort {doc['effort']})")
     for col in ("streams", "requests", "done", "errors", "TTFT p50/p99 s", "ITL p50/p99 s",
                 "out tok/s", "reasoning tok/s", "per-stream tok/s"):
@@ -79,7 +101,7 @@ def _show(doc: dict) -> None:
         console.print(line, markup=False)
 
 
-def guide_lines(doc: dict) -> list[str]:
+def guide_lines(doc: BenchDoc) -> list[str]:
     g = doc["guide"]
     if g is None:
         out = [f"single-stream decode {doc['single_stream_decode_tok_s']} tok/s (the guide "
@@ -93,4 +115,5 @@ def guide_lines(doc: dict) -> list[str]:
     for lv in doc["levels"]:
         for error in lv["error_samples"]:
             out.append(f"error at {lv['concurrency']} stream(s): {error}")
-    return out + ([f"certificate: {doc['certificate']}"] if doc.get("certificate") else [])
+    certificate = doc.get("certificate")
+    return out + ([f"certificate: {certificate}"] if certificate else [])

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.console import Console
 
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.serving import certificate, certificate_diff, certificate_facts
+from k3deploy.serving.certificate import ClusterFacts
 from k3deploy.core.errors import EXIT_OK, K3Error
 from k3deploy.node.session import Session
 
 
-def _write(session, inv, kind: str, facts: dict, **parts):
+def _write(session: Session, inv: Inventory, kind: str, facts: ClusterFacts, *,
+           bench: dict[str, JSON] | None = None, bringup: dict[str, JSON] | None = None) -> Path:
     doc = certificate.build(kind, inv.cluster, facts,
-                            verify=certificate_facts.verify_results(session), **parts)
+                            verify=certificate_facts.verify_results(session), bench=bench,
+                            bringup=bringup)
     return certificate.write(session.state_dir, doc)
 
 
-def write_after_up(session, inv, bringup: dict) -> str:
+def write_after_up(session: Session, inv: Inventory, bringup: dict[str, JSON]) -> str:
     try:
         facts = certificate_facts.from_verify(session, inv)
         return f"certificate: {_write(session, inv, 'up', facts, bringup=bringup)}"
@@ -25,7 +31,8 @@ def write_after_up(session, inv, bringup: dict) -> str:
         return f"certificate not written: {err}"
 
 
-def write_for_bench(inv, doc: dict, state_dir, accept_new_host_keys, console) -> str | None:
+def write_for_bench(inv: Inventory, doc: dict[str, JSON], state_dir: str | None,
+                    accept_new_host_keys: bool, console: Console) -> str | None:
     bench = {k: v for k, v in doc.items() if k != "certificate"}
     try:
         # lock=False: reading facts beside a run is safe; bench may run beside `up`.

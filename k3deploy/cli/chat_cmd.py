@@ -15,7 +15,7 @@ from rich.console import Console
 from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.core.jsonvalue import JSONable
 from k3deploy.serving import openai_client
-from k3deploy.serving.chat_session import DEFAULT_EFFORT, Conversation
+from k3deploy.serving.chat_session import DEFAULT_EFFORT, Conversation, effort_of
 
 EFFORT_NOTE = ("reasoning_effort: {effort} (the default; --effort medium|high for harder "
                "questions. Left unset K3 thinks at max effort: at the guide's ~6 tok/s on "
@@ -58,7 +58,7 @@ def run_chat(inv_path: str, message: str | None, *, effort: str | None, json_out
     import openai
     inv = inventory_mod.load(inv_path)
     target = openai_client.target(inv, state_dir)
-    chosen = effort or DEFAULT_EFFORT
+    chosen = effort_of(effort) if effort else DEFAULT_EFFORT
     if effort is None:
         Console(stderr=True, highlight=False, soft_wrap=True).print(EFFORT_NOTE.format(effort=chosen),
                                                     style="dim", markup=False)

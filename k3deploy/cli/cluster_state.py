@@ -9,6 +9,15 @@ engine container runs; recorded, a teardown removed the engine after the last en
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
+
+from pathlib import Path
+
+from k3deploy.cli.status_doc import Looked, Observed
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
+from k3deploy.core.state import StateDoc, TornDown
 from k3deploy.node import facts as F
 from k3deploy.core.errors import BadInputError
 from k3deploy.core.status import Status
@@ -31,7 +40,7 @@ def engine_step(label: str) -> bool:
     return label.partition("#")[0] in ENGINE_STEPS
 
 
-def torn_down(state: dict) -> dict | None:
+def torn_down(state: StateDoc) -> TornDown | None:
     """One node's teardown record ({"at", "logs"}), unless an engine step ran after it (the
     cluster is up again)."""
     rec = state.get("torn_down")
@@ -42,14 +51,14 @@ def torn_down(state: dict) -> dict | None:
     return rec if rec["at"] > max(later, default=0) else None
 
 
-def live_probes(inv, is_head: bool, api_key: str | None) -> list[F.Fact]:
+def live_probes(inv: Inventory, is_head: bool, api_key: str | None) -> list[F.Fact[object]]:
     """Added to status's one round trip per node: the guard's incident, and what
     steps/engine/serves.py needs (the engine container, the head's /health)."""
     return [probes.file_json("incident", guard_config.node_paths(inv).incident, sudo=True),
             *serves.facts(inv, is_head, api_key)]
 
 
-def api_key(inv, state_dir) -> str | None:
+def api_key(inv: Inventory, state_dir: Path) -> str | None:
     """The endpoint's key for the /health probe; None when status cannot know it (never made)."""
     try:
         return apikey.load_or_create(inv, state_dir, create=False)
@@ -57,40 +66,58 @@ def api_key(inv, state_dir) -> str | None:
         return None
 
 
-def summarize(nodes: dict[str, dict]) -> dict:
+class _State(TypedDict):
+    state: str
+    incident: dict[str, JSON] | None
+    since: NotRequired[str]
+    recorded_on: NotRequired[list[JSON]]
+
+
+def _text(doc: Mapping[str, JSON], key: str) -> str:
+    """A text field of a guard's incident document; "" when it is missing."""
+    value = doc.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _failure(incident: Mapping[str, JSON]) -> dict[str, JSON]:
+    failure = incident.get("failure")
+    return failure if isinstance(failure, dict) else {}
+
+
+def summarize(nodes: Mapping[str, Looked]) -> _State:
     """nodes: name -> status's live record (reachable, container, incident)."""
     lives = [n for n in nodes.values()]
-    incidents = [n["incident"] for n in lives if n.get("reachable") and n.get("incident")]
+    incidents = [i for n in lives if n.get("reachable") and (i := n.get("incident"))]
     if incidents:
-        first = min(incidents, key=lambda i: (i.get("failure") or {}).get("at") or "")
-        since = min(i.get("recorded_at") or "" for i in incidents)
+        first = min(incidents, key=lambda i: _text(_failure(i), "at"))
+        since = min(_text(i, "recorded_at") for i in incidents)
         return {"state": STOPPED, "since": since, "incident": first,
-                "recorded_on": sorted(i.get("recorded_by") for i in incidents)}
+                "recorded_on": sorted((i.get("recorded_by") for i in incidents), key=str)}
     if any(not n.get("reachable") for n in lives):
         return {"state": UNREACHABLE, "incident": None}
     return {"state": _engines(lives), "incident": None}
 
 
-def _engines(lives: list[dict]) -> str:
+def _engines(lives: list[Looked]) -> str:
     """Live: down when no rank's engine container runs, serving as steps/engine/serves.py decides."""
     running = [serves.engine_running(n.get("container")) for n in lives]
-    health = next((n["health"] for n in lives if n.get("health") is not None), None)
+    health = next((h for n in lives if (h := n.get("health")) is not None), None)
     return SERVING if serves.serves(len(lives), running, health) else \
         DOWN if not any(running) else DEGRADED
 
 
-def line(name: str, cluster: dict) -> str:
+def line(name: str, cluster: Observed) -> str:
     """One line for people: what state, and for an incident, since when and why."""
     return "; ".join(parts(name, cluster))
 
 
-def parts(name: str, cluster: dict) -> list[str]:
+def parts(name: str, cluster: Observed) -> list[str]:
     """line's parts: the state (and since when), the first failure, what to do."""
     text = f"cluster {name}: {LABELS.get(cluster['state'], cluster['state'])}"
     incident = cluster.get("incident")
     if not incident:
         return [text]
-    failure = incident.get("failure") or {}
+    failure = _failure(incident)
     return [f"{text} since {cluster.get('since')}",
             f"first failure: {failure.get('cause')} at {failure.get('at')} "
             f"(seen by {incident.get('seen_by')})", "`k3deploy up` brings the group back"]

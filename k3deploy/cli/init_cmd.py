@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class InitArgs:
     force: bool
 
 
-def first_facts() -> list[F.Fact]:
+def first_facts() -> list[F.Fact[object]]:
     return [host_facts.addresses(), host_facts.mounts(), host_facts.hostname(),
             probes.gpus(), probes.cuda(), probes.driver(),
             F.native("user", "login_user", [], F.text)]
@@ -68,7 +69,8 @@ def _connections(a: InitArgs, targets: dict[str, init_hosts.Target],
             for h, t in targets.items()}
 
 
-def _gather_all(conns: dict[str, NodeConnection], facts_of) -> dict[str, dict]:
+def _gather_all(conns: dict[str, NodeConnection],
+                facts_of: Callable[[str], Sequence[F.Fact[object]]]) -> dict[str, F.Found]:
     """facts_of(host) -> facts, gathered on every host at once; a host that fails is named
     with the others (exit 1), none is left out silently."""
     found = group.run_each(lambda host: F.gather(conns[host], facts_of(host)), conns)
@@ -79,12 +81,13 @@ def _gather_all(conns: dict[str, NodeConnection], facts_of) -> dict[str, dict]:
     if failed:
         raise NodeError(", ".join(failed), "; ".join(f"{h}: {e}" for h, e in failed.items()),
                         hint="init needs every host: bring it back or leave it out")
-    return dict(found)
+    return found.unwrapped()
 
 
-def _names(found: dict[str, dict]) -> dict[str, str]:
+def _names(found: dict[str, F.Found]) -> dict[str, str]:
     """The hosts' own names when they are valid and distinct, else node0..N-1."""
-    names = {h: (f.get("hostname") or "").lower().split(".")[0] for h, f in found.items()}
+    names = {h: (init_findings.text(f.get("hostname")) or "").lower().split(".")[0]
+             for h, f in found.items()}
     if all(NAME.match(n) for n in names.values()) and len(set(names.values())) == len(names):
         return names
     return {h: f"node{i}" for i, h in enumerate(found)}
@@ -96,7 +99,7 @@ def _ask(options: list[str]) -> int:
     for i, net in enumerate(options, 1):
         print(f"  {i}) {net}", file=sys.stderr)
     choice = typer.prompt("which one carries the cluster's traffic", type=int)
-    if not 1 <= choice <= len(options):
+    if not isinstance(choice, int) or not 1 <= choice <= len(options):   # type=int: always one
         raise BadInputError(f"no choice {choice}")
     return choice - 1
 
@@ -108,7 +111,9 @@ def run_init(a: InitArgs, argv: list[str]) -> int:
     try:
         found = _gather_all(conns, lambda _h: first_facts())
         names = _names(found)
-        chosen, notes = private_net.choose({names[h]: found[h]["addresses"] or [] for h in a.hosts},
+        chosen, notes = private_net.choose({names[h]: init_findings.items(found[h]["addresses"],
+                                                                          host_facts.Address)
+                                            for h in a.hosts},
                                            {names[h]: targets[h].host for h in a.hosts},
                                            _ask if sys.stdin.isatty() else None)
         routes = _gather_all(conns, lambda h: [
@@ -119,11 +124,13 @@ def run_init(a: InitArgs, argv: list[str]) -> int:
     hosts = [init_findings.host_from(targets[h].host, names[h], found[h], targets[h].port)
              for h in a.hosts]
     problems = init_findings.problems(hosts) + private_net.route_problems(
-        chosen, {names[h]: routes[h] for h in a.hosts})
+        chosen, {names[h]: {peer: r if isinstance(r, host_facts.Route) else None
+                            for peer, r in routes[h].items()} for h in a.hosts})
     return _write(a, argv, hosts, chosen, notes, problems)
 
 
-def _write(a: InitArgs, argv: list[str], hosts, chosen, notes, problems) -> int:
+def _write(a: InitArgs, argv: list[str], hosts: list[init_findings.Host],
+           chosen: dict[str, private_net.Choice], notes: list[str], problems: list[str]) -> int:
     head = hosts[0]
     if head.gpu is None:
         raise NodeError(head.name, "; ".join(problems) or "no GPU found",

@@ -14,7 +14,7 @@ import yaml
 
 from k3deploy.cli.init_findings import Host, common, summary
 from k3deploy.cluster import sizing
-from k3deploy.cluster.inventory_skeleton import HF_ENDPOINT, skeleton_for
+from k3deploy.cluster.inventory_skeleton import HF_ENDPOINT, NodeDoc, Skeleton, SshDoc, skeleton_for
 from k3deploy.cluster.sizing import SizingResult
 from k3deploy.engines.images import ImageChoiceError, choose_image
 from k3deploy.node.private_net import Choice
@@ -49,8 +49,8 @@ def _path_for(path: str, out_dir: Path) -> str:
     return full if rel.startswith("..") else rel
 
 
-def _node(host: Host, choice: Choice, ssh_port: int) -> dict:
-    node = {"name": host.name, "address": host.address, "private_address": choice.address,
+def _node(host: Host, choice: Choice, ssh_port: int) -> NodeDoc:
+    node: NodeDoc = {"name": host.name, "address": host.address, "private_address": choice.address,
             "nic": choice.nic}
     if host.port is not None and host.port != ssh_port:   # behind a gateway: a port each
         node["port"] = host.port
@@ -58,14 +58,14 @@ def _node(host: Host, choice: Choice, ssh_port: int) -> dict:
 
 
 def inventory(config: SizingResult, hosts: list[Host], chosen: dict[str, Choice],
-              access: Access, out_dir: Path, cluster: str | None) -> dict:
+              access: Access, out_dir: Path, cluster: str | None) -> Skeleton:
     doc = skeleton_for(config, cluster)
     doc["model"]["endpoint"] = access.hub_endpoint or HF_ENDPOINT
     targets = [h.disk.mount.target for h in hosts if h.disk]
     nvme = common(targets) if targets else "/mnt/nvme"
     doc["paths"] = {"nvme": nvme, "hf_home": protocol.default_hf_home(nvme),
                     "docker_root": protocol.default_docker_root(nvme)}
-    ssh = {"user": common([h.user for h in hosts]), "port": access.port or 22}
+    ssh: SshDoc = {"user": common([h.user for h in hosts]), "port": access.port or 22}
     if access.key:
         ssh["key"] = _path_for(access.key, out_dir)
     if access.known_hosts:
@@ -112,9 +112,10 @@ def _is_reference(config: SizingResult) -> bool:
                for r in sizing.REFERENCE_CONFIGS)
 
 
-def render(doc: dict, head: list[str]) -> str:
-    nodes = doc.pop("nodes")
-    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+def render(doc: Skeleton, head: list[str]) -> str:
+    nodes = doc["nodes"]
+    sections = {k: v for k, v in doc.items() if k != "nodes"}
+    body = yaml.safe_dump(sections, sort_keys=False, default_flow_style=False, width=100)
     rows = [f"  - {yaml.safe_dump(n, default_flow_style=True, sort_keys=False, width=1000).strip()}"
             for n in nodes]
     return "\n".join(head) + "\n" + body + "nodes:   # rank = list order\n" + "\n".join(rows) + "\n"

@@ -5,6 +5,8 @@ warnings, and what the contract test holds to no errors.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import yaml
 
 from k3deploy import engines
@@ -12,10 +14,15 @@ from k3deploy.engines import spec_from_inventory
 from k3deploy.engines import LaunchSpec, cli_contract, sglang_defaults
 from k3deploy.engines.cli_contract import Finding
 
+if TYPE_CHECKING:
+    from k3deploy.cluster.inventory import Inventory
+    from k3deploy.cluster.sizing import SizingResult
+
 # The argv's shape does not depend on these: image and commit are chosen on the nodes.
 _SAMPLE_SHA = "0" * 40
 _SAMPLE_KEY = "k3deploy-sample-key"
-_COMMANDS = {("sglang", "serve"): "sglang", ("vllm", "serve"): "vllm", ("ray", "start"): "ray"}
+_COMMANDS: dict[tuple[str, ...], str] = {("sglang", "serve"): "sglang", ("vllm", "serve"): "vllm",
+                                         ("ray", "start"): "ray"}
 
 
 def container_command(spec: LaunchSpec, argv: list[str]) -> list[str]:
@@ -59,14 +66,14 @@ def spec_findings(spec: LaunchSpec) -> list[Finding]:
     return found
 
 
-def inventory_specs(inv) -> list[LaunchSpec]:
+def inventory_specs(inv: Inventory) -> list[LaunchSpec]:
     image = engines.inventory_image(inv, "13.0")
     return [spec_from_inventory.build(inv, node, rank, image, _SAMPLE_SHA,
                              with_key=inv.engine.require_api_key)
             for rank, node in inv.ranked()]
 
 
-def inventory_findings(inv) -> list[Finding]:
+def inventory_findings(inv: Inventory) -> list[Finding]:
     """Findings over every node's launch, each distinct message once, in rank order."""
     seen: dict[str, Finding] = {}
     for spec in inventory_specs(inv):
@@ -80,13 +87,13 @@ def checked_against() -> str:
     return ", ".join(cli_contract.load_table(e).label for e in cli_contract.ENGINES)
 
 
-def warning_lines(inv) -> list[str]:
+def warning_lines(inv: Inventory) -> list[str]:
     """What `check` prints before the preflight: each distinct warning once."""
     return [f"engine CLI warning: {f.message}" for f in inventory_findings(inv)
             if f.level == "warning"]
 
 
-def sizing_warnings(result) -> list[str]:
+def sizing_warnings(result: SizingResult) -> list[str]:
     """Warnings for the launch of one `plan` row, through the inventory `plan
     --emit-inventory` would write for it (one path from a sized config to an argv)."""
     from k3deploy.cluster import inventory

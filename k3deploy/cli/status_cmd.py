@@ -7,6 +7,7 @@ import dataclasses
 import json
 import shutil
 import time
+from typing import cast
 
 from k3deploy.cli import cluster_state, status_docs, status_view
 from k3deploy.node import facts as F
@@ -16,6 +17,13 @@ from k3deploy.core import group
 from k3deploy.facts import docker, http
 from k3deploy.core.status import Status
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, LockError
+from k3deploy.cli.status_doc import Live, Looked, NodeDoc, StatusDoc
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
+from k3deploy.core.state import StateDoc, StepRecord
+from k3deploy.facts.docker import Container
+from k3deploy.facts.http import Endpoint
+from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.node.identity import IDENTITY
 from k3deploy.core.redact import redact_obj
 from k3deploy.node.session import Session
@@ -37,7 +45,7 @@ def bringup_order() -> list[str]:
     return [s.label for s in load_playbook("bringup")[1]]
 
 
-def applicable(steps: list[str], inv) -> list[str]:
+def applicable(steps: list[str], inv: Inventory) -> list[str]:
     """The steps this inventory's engine runs: the Ray ones only for vLLM over Ray."""
     return [s for s in steps if s.partition("#")[0] not in RAY_STEPS or raylayout.in_use(inv)]
 
@@ -56,7 +64,8 @@ def guard_label(facts: guard_step.GuardFacts, enabled: bool) -> str:
     return (facts.guard_state.phase if facts.guard_state else "") or "starting"
 
 
-def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> dict:
+def _live(session: Session, inv: Inventory, name: str, api_key: str | None,
+          detail: bool = True) -> Looked:
     """detail: also the GPUs' memory and the guard (what status shows per node; watch, which
     looks every few seconds for the cluster's state only, spares the nodes nvidia-smi)."""
     probe = [probes.engine_container(inv),
@@ -69,23 +78,32 @@ def _live(session, inv, name: str, api_key: str | None, detail: bool = True) -> 
         found = F.gather(session.conn(name), probe)
     except K3Error as err:
         return {"reachable": False, "error": str(err)}
-    live = {"reachable": True, "container": found["container"],
-            "health": found.get(cluster_state.HEALTH),
-            "download": status_docs.download_view(found["download"]),
-            "incident": found["incident"],
-            "identity": {f.name: found[f.name] for f in IDENTITY}}
+    # the batch's values by fact name, each of the type its parser returns
+    container, health = found["container"], found.get(cluster_state.HEALTH)
+    download, incident = found["download"], found["incident"]
+    live: Looked = {"reachable": True,
+                    "container": container if isinstance(container, Container) else None,
+                    "health": health if isinstance(health, Endpoint) else None,
+                    "download": status_docs.download_view(download)
+                    if isinstance(download, protocol.Reading) else None,
+                    "incident": incident if isinstance(incident, dict) else None,
+                    # IDENTITY's facts parse to text; a node that did not answer has none
+                    "identity": {f.name: v if isinstance(v := found[f.name], str) else None
+                                 for f in IDENTITY}}
     if detail:
-        gpus = [dataclasses.asdict(g) for g in found["gpus"] or ()]
+        found_gpus = found["gpus"]
+        live["gpus"] = [dataclasses.asdict(g) for g in found_gpus if isinstance(g, Gpu)] \
+            if isinstance(found_gpus, tuple) else []
         guard_facts = guard_step.looked(found, GUARD)
-        guard = guard_label(guard_facts, inv.guard.enabled)
-        live.update(gpus=gpus, guard=guard, fabric=status_fabric.node_view(found))
+        live["guard"] = guard = guard_label(guard_facts, inv.guard.enabled)
+        live["fabric"] = status_fabric.node_view(found)
         if guard == protocol.STOPPED:
             live["guard_last_seen"] = status_docs.last_seen(guard_facts.reading())
     return live
 
 
 def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
-            detail: bool = True) -> dict:
+            detail: bool = True) -> StatusDoc:
     inv = inventory_mod.load(inv_path)
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                  lock=False) as session:
@@ -96,13 +114,31 @@ def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
         nodes = {n: _node_view(inv.rank_of(n), live[n], session.states[n].data, idle)
                  for n in names}
         fabric = fabric_mesh.kept(session.states[inv.head.name].data)
-    cluster = {"name": inv.cluster, **cluster_state.summarize(live),
-               **status_fabric.cluster_view(live)}
-    return redact_obj({"cluster": cluster, "nodes": nodes, "fabric": fabric, "run_active": not idle,
-                       "cost": status_cost.view(inv, nodes, time.time())})
+    doc: StatusDoc = {"cluster": {"name": inv.cluster, **cluster_state.summarize(live),
+                                  **status_fabric.cluster_view(live)},
+                      "nodes": nodes, "fabric": fabric, "run_active": not idle,
+                      "cost": status_cost.view(inv, nodes, time.time())}
+    return _redacted(doc)
 
 
-def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
+def _redacted(doc: StatusDoc) -> StatusDoc:
+    # redact_obj copies a JSON document with its strings masked and nothing else changed, and
+    # the status document is one (no tuples in it: redact_obj would make them lists)
+    return cast(StatusDoc, redact_obj(cast(JSON, doc)))
+
+
+def _document(live: Looked) -> Live:
+    """The record for the document: the container's and /health's fields (facts/docker.py
+    and facts/http.py summary), for --json; an unreachable node says only why."""
+    if "container" not in live and "health" not in live:
+        # the two keys whose types differ are absent (an unreachable node): one record serves
+        return cast(Live, live)
+    return {**live, "container": docker.summary(live.get("container")),
+            "health": http.summary(live.get("health"))}
+
+
+def _node_view(rank: int, looked: Looked, state: StateDoc, idle: bool) -> NodeDoc:
+    live = _document(looked)
     steps = _settled(state.get("steps", {}), idle)
     # The node answers as another machine (spot replacement): what the file says is history.
     replaced = bool(live.get("identity") and state.get("identity")
@@ -110,16 +146,11 @@ def _node_view(rank: int, live: dict, state: dict, idle: bool) -> dict:
     if replaced:
         steps = {name: {**rec, "status": Status.STALE} for name, rec in steps.items()}
     down = None if replaced else status_teardown.view(state)
-    # The document keeps the container's fields (facts/docker.py summary), for --json.
-    if "container" in live:
-        live = {**live, "container": docker.summary(live["container"])}
-    if "health" in live:   # the head's /health (facts/http.py summary)
-        live = {**live, "health": http.summary(live["health"])}
     return {"rank": rank, "live": live, "state": status_teardown.mark(steps, down),
             "replaced": replaced, "torn_down": down}
 
 
-def _no_run_active(session) -> bool:
+def _no_run_active(session: Session) -> bool:
     """True when no k3deploy run holds the cluster lock right now."""
     lock = ClusterLock(session.state_dir)
     try:
@@ -130,7 +161,7 @@ def _no_run_active(session) -> bool:
     return True
 
 
-def _settled(steps: dict, idle: bool) -> dict:
+def _settled(steps: dict[str, StepRecord], idle: bool) -> dict[str, StepRecord]:
     """A step recorded as running while no run is active was interrupted (laptop killed)."""
     if not idle:
         return steps
@@ -139,7 +170,7 @@ def _settled(steps: dict, idle: bool) -> dict:
             for name, rec in steps.items()}
 
 
-def step_order(doc: dict, inv) -> list[str]:
+def step_order(doc: StatusDoc, inv: Inventory) -> list[str]:
     """The steps some state file records (bring-up order first, then any other playbook's);
     the bring-up's when nothing ran yet; only those the inventory's engine runs."""
     bringup = bringup_order()

@@ -7,7 +7,9 @@ from __future__ import annotations
 import calendar
 import time
 
+from k3deploy.cli.status_doc import CostView, NodeDoc
 from k3deploy.cluster import cost
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.facts.docker import GO_ZERO_TIME
 
 
@@ -21,31 +23,32 @@ def parse_started(text: str | None) -> float | None:
         return None
 
 
-def launched_at(nodes: dict) -> float | None:
-    starts = [parse_started((info["live"].get("container") or {}).get("started"))
-              for info in nodes.values()
-              if (info["live"].get("container") or {}).get("running")]
-    starts = [s for s in starts if s is not None]
-    return min(starts) if starts else None
+def launched_at(nodes: dict[str, NodeDoc]) -> float | None:
+    containers = [info["live"].get("container") or {} for info in nodes.values()]
+    starts = [parse_started(started if isinstance(started := c.get("started"), str) else None)
+              for c in containers if c.get("running")]
+    found = [s for s in starts if s is not None]
+    return min(found) if found else None
 
 
-def view(inv, nodes: dict, now: float) -> dict | None:
-    if inv.price is None:
-        return None
+def view(inv: Inventory, nodes: dict[str, NodeDoc], now: float) -> CostView | None:
     launched = launched_at(nodes)
     since = None if launched is None else now - launched
     out = cost.summary(inv, since or 0)
+    if out is None:   # no price in the inventory
+        return None
     return {**out, "launched_at": launched, "seconds_since_launch": since,
             "spent": out["spent"] if since is not None else None}
 
 
-def line(c: dict | None) -> str:
+def line(c: CostView | None) -> str:
     if c is None:
         return "cost: no price in the inventory (price: {per_gpu_hour: 2.49, currency: USD})"
     burn = (f"burns {cost.money(c['per_hour'], c['currency'])}/hour idle or busy "
             f"({c['gpus']} GPUs x {cost.money(c['per_gpu_hour'], c['currency'])}/GPU-hour)")
-    if c["seconds_since_launch"] is None:
+    since, spent = c["seconds_since_launch"], c["spent"]
+    if since is None or spent is None:
         return f"cost: no engine running; while the nodes are rented the cluster {burn}"
     # Within status's 100 columns at any realistic figure.
-    return (f"cost: launched {cost.duration(c['seconds_since_launch'])} ago, "
-            f"{cost.money(c['spent'], c['currency'])} since; {burn}")
+    return (f"cost: launched {cost.duration(since)} ago, "
+            f"{cost.money(spent, c['currency'])} since; {burn}")

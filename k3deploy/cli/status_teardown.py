@@ -7,15 +7,17 @@ from __future__ import annotations
 import time
 
 from k3deploy.cli import cluster_state
+from k3deploy.cli.status_doc import NodeDoc, TornDownView
+from k3deploy.core.state import StateDoc, StepRecord
 
 
-def view(state: dict) -> dict | None:
+def view(state: StateDoc) -> TornDownView | None:
     """cluster_state.torn_down's record, with a readable time."""
     rec = cluster_state.torn_down(state)
     return {**rec, "when": when(rec["at"])} if rec else None
 
 
-def mark(steps: dict, rec: dict | None) -> dict:
+def mark(steps: dict[str, StepRecord], rec: TornDownView | None) -> dict[str, StepRecord]:
     """The engine steps' statuses as torn down when `rec` holds."""
     if not rec:
         return steps
@@ -28,9 +30,9 @@ def when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
-def note(nodes: dict) -> str | None:
+def note(nodes: dict[str, NodeDoc]) -> str | None:
     """'torn down 2026-11-30 17:02:11 UTC, logs in DIR', naming the nodes when not all."""
-    down = {n: info["torn_down"] for n, info in nodes.items() if info.get("torn_down")}
+    down = {n: rec for n, info in nodes.items() if (rec := info.get("torn_down"))}
     if not down:
         return None
     latest = max(down.values(), key=lambda r: r["at"])

@@ -8,7 +8,9 @@ from __future__ import annotations
 import textwrap
 
 from k3deploy.cli import cluster_state, status_cost, status_docs, status_teardown
+from k3deploy.cli.status_doc import Live, StatusDoc
 from k3deploy.core import units
+from k3deploy.core.state import StepRecord
 from k3deploy.remote.protocol import STOPPED
 
 BAD = ("failed", "blocked", "interrupted", "stale", "unreachable")
@@ -27,17 +29,17 @@ def _clip_middle(name: str, width: int) -> str:
     return name[:width - tail - 1] + "…" + name[-tail:]
 
 
-def engine_cell(live: dict) -> str:
+def engine_cell(live: Live) -> str:
     if not live.get("reachable"):
         return "unreachable"
     container = live.get("container") or {}
     status = container.get("status") or "none"
     if status == "exited" and container.get("exit_code") is not None:
         return f"exited {container['exit_code']}"
-    return status
+    return str(status)
 
 
-def weights_cell(live: dict) -> str:
+def weights_cell(live: Live) -> str:
     doc = live.get("download") or {}
     if not doc:
         return "-"
@@ -51,7 +53,7 @@ def weights_cell(live: dict) -> str:
     return f"{state}{pct:.0f}% {shards}"
 
 
-def download_detail(live: dict) -> str:
+def download_detail(live: Live) -> str:
     """The whole progress record: state, share, and where this run's bytes came from."""
     doc = live.get("download") or {}
     if not doc:
@@ -59,30 +61,31 @@ def download_detail(live: dict) -> str:
     pct = status_docs.percent(doc)
     cell = f"{doc.get('state')} {pct:.0f}% {doc.get('shards_done', 0)}/{doc.get('shards_total', 0)}"
     if "hub_bytes" in doc:  # from the Hub and from peers (fan-out), this downloader run
-        cell += f" hub {units.size(doc['hub_bytes'])} peers {units.size(doc.get('peer_bytes', 0))}"
+        cell += (f" hub {units.size(status_docs.number(doc['hub_bytes']))} "
+                 f"peers {units.size(status_docs.number(doc.get('peer_bytes', 0)))}")
     return cell
 
 
-def guard_cell(live: dict) -> str:
+def guard_cell(live: Live) -> str:
     guard = live.get("guard")
     if guard is None:
         return "-"
     return guard
 
 
-def gpu_cell(live: dict) -> str:
+def gpu_cell(live: Live) -> str:
     """Memory in use per GPU: one figure when the GPUs agree within 1 GiB, else min-max."""
     gpus = live.get("gpus") or []
     if not gpus:
         return "-"
-    used = [g["used_mib"] / GIB for g in gpus]
-    total = max(g["total_mib"] for g in gpus) / GIB
+    used = [status_docs.number(g["used_mib"]) / GIB for g in gpus]
+    total = max(status_docs.number(g["total_mib"]) for g in gpus) / GIB
     low, high = min(used), max(used)
     figure = f"{high:.0f}" if high - low < 1 else f"{low:.0f}-{high:.0f}"
     return f"{figure}/{total:.0f} GiB x{len(gpus)}"
 
 
-def steps_cell(state: dict, order: list[str]) -> str:
+def steps_cell(state: dict[str, StepRecord], order: list[str]) -> str:
     """The first step in a bad state, else the last step run and how it ended."""
     records = [(s, state[s].get("status", "-")) for s in order if s in state]
     for step, status in records:
@@ -108,7 +111,7 @@ def _row(cells: list[str], node_width: int, width: int) -> str:
     return _clip(" ".join(parts + cells[len(COLUMNS):]).rstrip(), width)
 
 
-def node_lines(doc: dict, order: list[str], width: int) -> list[str]:
+def node_lines(doc: StatusDoc, order: list[str], width: int) -> list[str]:
     node_width = min(NODE_MAX, max([4] + [len(n) for n in doc["nodes"]]))
     lines = [_row([t for t, _w, _a in COLUMNS] + ["steps"], node_width, width)]
     for name, info in doc["nodes"].items():
@@ -119,7 +122,7 @@ def node_lines(doc: dict, order: list[str], width: int) -> list[str]:
     return lines
 
 
-def cluster_lines(doc: dict, width: int) -> list[str]:
+def cluster_lines(doc: StatusDoc, width: int) -> list[str]:
     cluster, nodes = doc["cluster"], doc["nodes"]
     # An incident's line is long: its parts one under the other.
     first, *rest = cluster_state.parts(cluster["name"], cluster)
@@ -131,8 +134,9 @@ def cluster_lines(doc: dict, width: int) -> list[str]:
     done = sum(1 for lv in lives if (lv.get("download") or {}).get("state") == "done")
     parts = [f"{len(nodes)} nodes", f"engines running {running}/{len(nodes)}",
              f"weights done {done}/{len(nodes)}"]
-    hub = [lv["download"]["hub_bytes"] for lv in lives if "hub_bytes" in (lv.get("download") or {})]
-    repo = max([(lv.get("download") or {}).get("bytes_total") or 0 for lv in lives] + [0])
+    downloads = [lv.get("download") or {} for lv in lives]
+    hub = [status_docs.number(d["hub_bytes"]) for d in downloads if "hub_bytes" in d]
+    repo = max([status_docs.number(d.get("bytes_total")) for d in downloads] + [0])
     if hub and repo:
         parts.append(f"Hub bytes {sum(hub) / repo:.2f}x the repo")
     guards = [lv.get("guard") for lv in lives if lv.get("guard") not in (None, "off")]
@@ -149,7 +153,7 @@ def cluster_lines(doc: dict, width: int) -> list[str]:
     return lines + [status_cost.line(doc["cost"])]
 
 
-def step_lines(doc: dict, order: list[str], width: int) -> list[str]:
+def step_lines(doc: StatusDoc, order: list[str], width: int) -> list[str]:
     """One line per step: its statuses, each with the nodes that have it."""
     step_width = max([4] + [len(s) for s in order])
     lines = ["steps:"]
@@ -170,6 +174,6 @@ def _names(names: list[str]) -> str:
     return " ".join(names) if len(names) <= 6 else f"{len(names)} nodes"
 
 
-def render(doc: dict, order: list[str], width: int = 100, steps: bool = False) -> list[str]:
+def render(doc: StatusDoc, order: list[str], width: int = 100, steps: bool = False) -> list[str]:
     lines = cluster_lines(doc, width) + node_lines(doc, order, width)
     return lines + (step_lines(doc, order, width) if steps else [])

@@ -7,23 +7,48 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Callable, Mapping
+from typing import NotRequired, TypedDict, cast
 
 from k3deploy.cluster import cost
+from k3deploy.cluster.cost import CostSummary
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
+from k3deploy.node.context import RunContext
+from k3deploy.run.report import RunReport
 from k3deploy.run.outcome import did_something
 from k3deploy.serving import certificate
 from k3deploy.facts.guard import Incident
 from k3deploy.steps.guard import RELAUNCHED_AFTER
 
 
-def bringup_record(inv, started: float, finished: float, incidents: dict | None = None) -> dict:
-    record = {"started": started, "finished": finished,
+class Relaunch(TypedDict):
+    after: str | None                 # what stopped the group (the first failure's cause)
+    incident_at: str
+    relaunch_seconds: float
+    incident_to_serving_seconds: float | None
+
+
+class Bringup(TypedDict):
+    """A bring-up's time and cost, as the certificate keeps it."""
+    started: float
+    finished: float
+    seconds: float
+    cost: CostSummary | None
+    relaunch: NotRequired[Relaunch]
+
+
+def bringup_record(inv: Inventory, started: float, finished: float,
+                   incidents: Mapping[str, object] | None = None) -> Bringup:
+    record: Bringup = {"started": started, "finished": finished,
               "seconds": round(finished - started, 1),
               "cost": cost.summary(inv, finished - started)}
     relaunch = relaunch_record(incidents or {}, started, finished)
     return {**record, "relaunch": relaunch} if relaunch else record
 
 
-def relaunch_record(incidents: dict, started: float, finished: float) -> dict | None:
+def relaunch_record(incidents: Mapping[str, object], started: float,
+                    finished: float) -> Relaunch | None:
     """A bring-up that archived the guard's incident relaunched the group: what stopped it and
     how long from the incident (its first record) to serving again."""
     found = [i for i in incidents.values() if isinstance(i, Incident) and i.recorded_at]
@@ -44,7 +69,7 @@ def _epoch(stamp: str) -> float | None:
         return None
 
 
-def cost_line(record: dict) -> str:
+def cost_line(record: Bringup) -> str:
     took = f"bring-up took {cost.duration(record['seconds'])}"
     c = record["cost"]
     if c is None:
@@ -54,11 +79,11 @@ def cost_line(record: dict) -> str:
             f"{cost.money(c['per_hour'], c['currency'])}/hour while it is up, idle or not")
 
 
-def closing_for():
+def closing_for() -> Callable[[RunContext, RunReport], list[str]]:
     """The `after` hook for run_steps, started now (the bring-up's clock starts here)."""
     started = time.time()
 
-    def closing(run, report) -> list[str]:
+    def closing(run: RunContext, report: RunReport) -> list[str]:
         if run.check:
             return []
         if report.exit_code() != 0:
@@ -69,5 +94,6 @@ def closing_for():
                     f"certificate stays {kept}"]
         from k3deploy.cli.certificate_cmd import write_after_up
         record = bringup_record(run.inv, started, time.time(), run.ledger.notes(RELAUNCHED_AFTER))
-        return [cost_line(record), write_after_up(run.session, run.inv, record)]
+        # the record is JSON as the certificate writes it: TypedDicts of JSON values, no tuples
+        return [cost_line(record), write_after_up(run.session, run.inv, cast(dict[str, JSON], record))]
     return closing

@@ -17,10 +17,13 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from typing import TypedDict, Unpack
 
 from rich.console import Console
 
 from k3deploy.cli import cluster_state
+from k3deploy.cli.status_doc import Observed
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.core import interrupt
 from k3deploy.core.errors import EXIT_STEP_FAILED, Interrupted, K3Error
 from k3deploy.core.status import NOT_THROUGH
@@ -29,13 +32,22 @@ from k3deploy.run.ui import Ui
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
 
 
+class SessionOptions(TypedDict, total=False):
+    accept_new_host_keys: bool
+    state_dir: str | None
+
+
+
+
 def backoff(attempt: int) -> float:
     """Seconds before restart `attempt` (1-based): a crash loop should not hammer the nodes."""
-    return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempt - 1))
+    return min(BACKOFF_MAX, BACKOFF_FIRST * 2.0 ** (attempt - 1))
 
 
-def incident_key(incident: dict) -> tuple:
+def incident_key(incident: dict[str, JSON]) -> tuple[JSON, JSON, JSON]:
     failure = incident.get("failure") or {}
+    if not isinstance(failure, dict):
+        failure = {}
     return failure.get("node"), failure.get("at"), failure.get("kind")
 
 
@@ -44,14 +56,15 @@ def say(text: str) -> None:
 
 
 class Watch:
-    def __init__(self, inv_path: str, restart: int | None, interval: float, **session):
+    def __init__(self, inv_path: str, restart: int | None, interval: float,
+                 **session: Unpack[SessionOptions]):
         self.inv_path, self.restart, self.interval = inv_path, restart, interval
         self.session = session
-        self.incidents: list[dict] = []
+        self.incidents: list[dict[str, JSON]] = []
         self.attempts = 0
-        self.last_line = None
+        self.last_line: str | None = None
 
-    def observe(self) -> dict:
+    def observe(self) -> Observed:
         from k3deploy.cli.status_cmd import collect
         try:
             return collect(self.inv_path, self.session.get("accept_new_host_keys", False),
@@ -59,14 +72,14 @@ class Watch:
         except K3Error as err:
             return {"name": "?", "state": "unknown", "incident": None, "error": str(err)}
 
-    def show(self, cluster: dict) -> None:
-        line = cluster_state.line(cluster["name"], cluster) + (
-            f" ({cluster['error']})" if cluster.get("error") else "")
+    def show(self, cluster: Observed) -> None:
+        error = cluster.get("error")
+        line = cluster_state.line(cluster["name"], cluster) + (f" ({error})" if error else "")
         if line != self.last_line:
             say(line)
             self.last_line = line
 
-    def note(self, incident: dict) -> None:
+    def note(self, incident: dict[str, JSON]) -> None:
         if incident_key(incident) not in {incident_key(i) for i in self.incidents}:
             self.incidents.append(incident)
 
@@ -94,8 +107,10 @@ class Watch:
         while True:
             cluster = self.observe()
             self.show(cluster)
+            incident = cluster["incident"]
             if cluster["state"] == cluster_state.STOPPED and self.restart is not None:
-                self.note(cluster["incident"])
+                if incident is not None:   # the guards' state comes with its incident
+                    self.note(incident)
                 if self.attempts >= self.restart:
                     return self.give_up()
                 self.attempts += 1
@@ -111,6 +126,8 @@ class Watch:
         say(f"giving up after {self.attempts} restart(s); {len(self.incidents)} incident(s):")
         for number, incident in enumerate(self.incidents, 1):
             failure = incident.get("failure") or {}
+            if not isinstance(failure, dict):
+                failure = {}
             say(f"  incident {number}: {failure.get('cause')} at {failure.get('at')} "
                 f"(seen by {incident.get('seen_by')})")
         return EXIT_STEP_FAILED
@@ -124,7 +141,8 @@ def refuse_bad_input(inv_path: str) -> None:
     check_key_files(inventory_mod.load(inv_path))
 
 
-def run_watch(inv_path: str, *, restart: int | None, interval: float, **session) -> int:
+def run_watch(inv_path: str, *, restart: int | None, interval: float,
+              **session: Unpack[SessionOptions]) -> int:
     # Explicitly, as a run's handlers are (interrupt.handling): a shell starts background jobs
     # with SIGINT ignored, and Python then installs no KeyboardInterrupt of its own.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -134,4 +152,6 @@ def run_watch(inv_path: str, *, restart: int | None, interval: float, **session)
         say("watch ended; the guards keep running on the nodes")
         sys.stdout.flush()
         # At once: SSH threads of a status or bring-up in flight are not waited for.
-        interrupt.exit_process(getattr(err, "exit_code", 130))
+        code = err.exit_code if isinstance(err, Interrupted) else 130
+        interrupt.exit_process(code)
+        return code   # a test's stand-in for the exit returns

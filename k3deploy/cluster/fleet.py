@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TypeGuard, cast
+from typing import TypeGuard
 
 from pydantic import Field, ValidationError
 
@@ -128,7 +128,7 @@ def _group_problems(i: int, doc: dict[str, JSON], own: set[str],
     try:
         inv, schema = Inventory.model_validate({**doc, "source": source}), []
     except ValidationError as err:
-        inv = cast(Inventory, partial(Inventory, {**doc, "source": source}))
+        inv = partial(Inventory, {**doc, "source": source})
         # The group's cluster name is the fleet's and its own name: fleet_rules says why
         # one of them is wrong.
         schema = [(loc, p) for loc, p in zip((e["loc"][0] if e["loc"] else "" for e in
@@ -146,7 +146,7 @@ def parse(data: dict[str, JSON], source: str = "<memory>") -> Fleet:
     try:
         router = RouterSpec.model_validate(data.get("router") or {})
     except ValidationError as err:
-        router = cast(RouterSpec, partial(RouterSpec, data.get("router") or {}))
+        router = partial(RouterSpec, data.get("router") or {})
         problems += [f"router.{p}" for p in _format_pydantic(err)]
     listed = data.get("groups")
     entries = listed if isinstance(listed, list) else []

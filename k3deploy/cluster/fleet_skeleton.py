@@ -8,24 +8,43 @@ the RFC 5737 placeholder addresses stay unique.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import yaml
 
 from k3deploy.cluster.fleet_router import SMG_IMAGE
-from k3deploy.cluster.inventory_skeleton import _nodes, skeleton_for, skeleton_yaml
+from k3deploy.cluster.inventory_skeleton import NodeDoc, Shared, _nodes, shared_sections, skeleton_yaml
 from k3deploy.cluster.sizing import SizingResult
-from k3deploy.core.jsonvalue import JSONable
+
+
+class RouterDoc(TypedDict):
+    node: str
+    port: int
+    metrics_port: int
+    policy: str
+    image: str
+    health_check_interval: int
+
+
+class GroupDoc(TypedDict):
+    name: str
+    nodes: list[NodeDoc]
+
+
+class FleetDoc(Shared):
+    router: RouterDoc
+    groups: list[GroupDoc]
 
 
 def fleet_skeleton_for(config: SizingResult, groups: int,
-                       cluster: str | None = None) -> dict[str, JSONable]:
+                       cluster: str | None = None) -> FleetDoc:
     """A fleet inventory dict: the shared sections, the router on the first group's head,
     then the groups (g0, g1, ...), each with its own nodes, the first of each its head."""
     if groups < 2:
         raise ValueError(f"a fleet has at least two groups, not {groups}")
-    shared = skeleton_for(config, cluster or f"k3-{config.gpu}-{groups}x{config.nodes}x"
-                          f"{config.gpus_per_node}")
+    shared = shared_sections(config, cluster or f"k3-{config.gpu}-{groups}x{config.nodes}x"
+                             f"{config.gpus_per_node}")
     nodes = _nodes(config.nodes * groups)
-    del shared["nodes"]
     return {
         **shared,
         "router": {"node": nodes[0]["name"], "port": 30000, "metrics_port": 29000,

@@ -256,7 +256,7 @@ def _format_pydantic(err: ValidationError) -> list[str]:
     return problems
 
 
-def parse(data: dict, source: str = "<memory>") -> Inventory:
+def parse(data: object, source: str = "<memory>") -> Inventory:
     """Validate a loaded document; raise InventoryError with every problem at once."""
     if not isinstance(data, dict):
         raise InventoryError(source, ["<top>: the inventory must be a YAML mapping"])
@@ -285,6 +285,6 @@ def load_document(path: str) -> object:
         raise InventoryError(path, [f"not valid YAML: {err}"]) from None
 
 
-def load(path: str | os.PathLike) -> Inventory:
+def load(path: str | os.PathLike[str]) -> Inventory:
     path = str(path)
     return parse(load_document(path), source=path)

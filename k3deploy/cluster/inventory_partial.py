@@ -9,13 +9,15 @@ their place (rules name them by index: `nodes[2].rank`).
 from __future__ import annotations
 
 import typing
-from typing import Annotated
+from typing import TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
+M = TypeVar("M", bound=BaseModel)
 
-def partial(model: type[BaseModel], data: object) -> BaseModel:
+
+def partial(model: type[M], data: object) -> M:
     """`model` built from `data` without raising: the fields that validate, defaults else.
     Its model_fields_set names the fields the data gave (valid or not), so a rule can tell a
     field that is absent from one that failed (None for both); when the data is not even a
@@ -27,19 +29,21 @@ def partial(model: type[BaseModel], data: object) -> BaseModel:
     return model.model_construct(_fields_set=given & set(values), **values)
 
 
-def _default(field: FieldInfo):
+# A field's value is of whatever type the model declares for it: these handle every field
+# alike, so to them it is opaque (object).
+def _default(field: FieldInfo) -> object:
     return None if field.is_required() else field.get_default(call_default_factory=True)
 
 
-def _value(field: FieldInfo, raw: object):
+def _value(field: FieldInfo, raw: object) -> object:
     kind, origin = field.annotation, typing.get_origin(field.annotation)
     if isinstance(kind, type) and issubclass(kind, BaseModel):
         return partial(kind, raw)
-    if origin is list and _model_items(kind):
-        return [partial(_model_items(kind), item) for item in raw] \
-            if isinstance(raw, list) else _default(field)
-    adapter = TypeAdapter(Annotated[kind, *field.metadata]) if field.metadata \
-        else TypeAdapter(kind)
+    items = _model_items(kind) if origin is list else None
+    if items is not None:
+        return [partial(items, item) for item in raw] if isinstance(raw, list) else _default(field)
+    # the annotation with its constraints (Annotated[kind, *metadata] when it has any)
+    adapter: TypeAdapter[object] = TypeAdapter(field.rebuild_annotation())
     if origin is dict and isinstance(raw, dict):
         return {k: v for k, v in raw.items() if _valid(adapter, {k: v})}
     try:
@@ -48,13 +52,14 @@ def _value(field: FieldInfo, raw: object):
         return _default(field)
 
 
-def _model_items(kind) -> type[BaseModel] | None:
+def _model_items(kind: object) -> type[BaseModel] | None:
+    """The model a list annotation holds (list[Node] -> Node), if it holds one."""
     args = typing.get_args(kind)
     item = args[0] if args else None
     return item if isinstance(item, type) and issubclass(item, BaseModel) else None
 
 
-def _valid(adapter: TypeAdapter, raw: object) -> bool:
+def _valid(adapter: TypeAdapter[object], raw: object) -> bool:
     try:
         adapter.validate_python(raw)
     except ValidationError:

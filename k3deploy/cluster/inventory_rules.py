@@ -7,21 +7,110 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from k3deploy.cluster.inventory_engine_args import engine_arg_rules
 from k3deploy.cluster.fanout import peers_enabled
+from k3deploy.engines.inventory_view import EngineChoice, PathsView
 from k3deploy.engines.layout import VLLM_MAX_NODES, inventory_runs_over_ray, parallel_layout
 
 # Env keys that carry secrets must never be inventory env overrides: those become
 # `docker run --env K=V`, i.e. argv on the node, visible in ps and docker inspect.
 SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 PARALLEL_FLAGS = ("tp-size", "tp", "ep-size", "ep")
+H = TypeVar("H", bound=Hashable)
 
 
-def _repeats(values: list) -> list[tuple[int, int]]:
+# What the rules read of cluster/inventory.py's Inventory, as Protocols: inventory.py imports
+# this module, so it cannot import the model back. The rules also run on a partial inventory
+# (inventory_partial.py), where a field that failed validation is None whatever its type.
+class NodeView(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def private_address(self) -> str | None: ...
+    @property
+    def port(self) -> int | None: ...
+    @property
+    def rank(self) -> int | None: ...
+    @property
+    def self_ip(self) -> str: ...
+    @property
+    def model_fields_set(self) -> set[str]: ...
+
+
+class _EngineView(EngineChoice, Protocol):
+    @property
+    def env(self) -> Mapping[str, str | int | float]: ...
+
+
+class _PathsView(PathsView, Protocol):
+    @property
+    def nvme(self) -> str: ...
+    @property
+    def hf_home(self) -> str | None: ...
+
+
+class _Ports(Protocol):
+    dist_init: int   # attributes, as the model's fields are
+    serve: int
+    ray: int
+    peer: int
+    guard: int
+    mesh: int
+
+
+class _Count(Protocol):
+    @property
+    def count(self) -> int: ...
+
+
+class _Port(Protocol):
+    @property
+    def port(self) -> int | None: ...
+
+
+class _Enabled(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+
+
+class _Download(Protocol):
+    @property
+    def peers(self) -> bool | None: ...
+    @property
+    def shared(self) -> bool: ...
+
+
+class RulesView(Protocol):
+    @property
+    def nodes(self) -> Sequence[NodeView]: ...
+    @property
+    def engine(self) -> _EngineView: ...
+    @property
+    def paths(self) -> _PathsView: ...
+    @property
+    def gpu(self) -> _Count: ...
+    @property
+    def ports(self) -> _Ports: ...
+    @property
+    def ssh(self) -> _Port: ...
+    @property
+    def guard(self) -> _Enabled: ...
+    @property
+    def download(self) -> _Download: ...
+    @property
+    def total_gpus(self) -> int: ...
+    def ranked(self) -> Sequence[tuple[int, NodeView]]: ...
+
+
+def _repeats(values: Sequence[H | None]) -> list[tuple[int, int]]:
     """(index, index of the first holder) for every value seen before; None is no value (a
     field that failed validation, reported already)."""
-    first: dict = {}
+    first: dict[H, int] = {}
     out = []
     for i, value in enumerate(values):
         if value is None:
@@ -36,13 +125,13 @@ def _duplicates(values: list[str]) -> list[str]:
     return [v for v, c in Counter(values).items() if c > 1]
 
 
-def ssh_port(inv, node) -> int:
+def ssh_port(inv: RulesView, node: NodeView) -> int:
     """The port a node's SSH endpoint is compared by: the node's, else the inventory's, else
     ssh(1)'s default."""
     return node.port or inv.ssh.port or 22
 
 
-def unique_fields(inv) -> list[str]:
+def unique_fields(inv: RulesView) -> list[str]:
     names = [n.name for n in inv.nodes]
     out = [f"nodes[{i}].name: {names[i]!r} is already used by nodes[{j}]; every node needs its "
            "own name" for i, j in _repeats(names)]
@@ -50,9 +139,9 @@ def unique_fields(inv) -> list[str]:
     # (`ssh -p 40123 root@gw`), so one address with distinct ports is distinct nodes.
     ends = [(n.address.lower(), ssh_port(inv, n)) if n.address else None for n in inv.nodes]
     out += [f"nodes[{i}].address: {inv.nodes[i].address!r} is already used by nodes[{j}] "
-            f"({names[j]}) with SSH port {ends[i][1]}; every node needs its own SSH endpoint "
+            f"({names[j]}) with SSH port {end[1]}; every node needs its own SSH endpoint "
             "(its own address, or its own nodes[].port behind one gateway)"
-            for i, j in _repeats(ends)]
+            for i, j in _repeats(ends) if (end := ends[i]) is not None]
     for i, j in _repeats([n.self_ip for n in inv.nodes]):
         given = bool(inv.nodes[i].private_address)
         out.append(f"nodes[{i}].{'private_address' if given else 'address'}: "
@@ -63,7 +152,7 @@ def unique_fields(inv) -> list[str]:
     return out
 
 
-def rank_rules(inv) -> list[str]:
+def rank_rules(inv: RulesView) -> list[str]:
     given = [n.rank for n in inv.nodes]
     # None: not set, or set and failed validation (reported already, so not "missing" too).
     absent = [i for i, n in enumerate(inv.nodes) if n.rank is None
@@ -84,7 +173,7 @@ def rank_rules(inv) -> list[str]:
     return out
 
 
-def address_rules(inv) -> list[str]:
+def address_rules(inv: RulesView) -> list[str]:
     out = []
     for i, node in enumerate(inv.nodes):
         if node.self_ip is None:  # the address failed validation: reported already
@@ -102,7 +191,7 @@ def address_rules(inv) -> list[str]:
     return out
 
 
-def parallel_rules(inv) -> list[str]:
+def parallel_rules(inv: RulesView) -> list[str]:
     out = []
     total = inv.total_gpus
     for flag in PARALLEL_FLAGS:
@@ -119,7 +208,7 @@ def parallel_rules(inv) -> list[str]:
     return out
 
 
-def secret_rules(inv) -> list[str]:
+def secret_rules(inv: RulesView) -> list[str]:
     out = []
     for key in inv.engine.env:
         if any(word in key.upper() for word in SECRET_WORDS):
@@ -132,7 +221,7 @@ def secret_rules(inv) -> list[str]:
     return out
 
 
-def named_ports(inv) -> dict[str, int]:
+def named_ports(inv: RulesView) -> dict[str, int]:
     """The ports the inventory fixes on every node of the group, by their ports.* name (the
     ones this group uses: ray over Ray, peer with the fan-out, ...)."""
     ports = {"dist_init": inv.ports.dist_init, "serve": inv.ports.serve}
@@ -147,7 +236,7 @@ def named_ports(inv) -> dict[str, int]:
     return ports
 
 
-def port_rules(inv) -> list[str]:
+def port_rules(inv: RulesView) -> list[str]:
     ports = named_ports(inv)
     dups = _duplicates([str(p) for p in ports.values()])
     return [f"ports: {d} is used for more than one purpose ("
@@ -155,7 +244,7 @@ def port_rules(inv) -> list[str]:
             for d in dups]
 
 
-def engine_rules(inv) -> list[str]:
+def engine_rules(inv: RulesView) -> list[str]:
     out = []
     if inv.engine.kind == "vllm" and len(inv.nodes) > VLLM_MAX_NODES:
         out.append("engine.kind: the vLLM reference configs are 1 node or 2 nodes; "
@@ -163,7 +252,7 @@ def engine_rules(inv) -> list[str]:
     return out + executor_rules(inv)
 
 
-def executor_rules(inv) -> list[str]:
+def executor_rules(inv: RulesView) -> list[str]:
     """engine.executor is vLLM's choice across nodes (engines/layout.py)."""
     executor = inv.engine.executor
     if executor is None:
@@ -182,10 +271,10 @@ def executor_rules(inv) -> list[str]:
     return []
 
 
-def shared_cache_rules(inv) -> list[str]:
+def shared_cache_rules(inv: RulesView) -> list[str]:
     """download.shared: the cache must be named, off the node-local NVMe, and not fanned out."""
-    download, paths = getattr(inv, "download", None), getattr(inv, "paths", None)
-    if not getattr(download, "shared", False) or paths is None:
+    download, paths = inv.download, inv.paths
+    if not download.shared:
         return []
     out = []
     hf, nvme = paths.hf_home, (paths.nvme or "").rstrip("/")
@@ -201,11 +290,12 @@ def shared_cache_rules(inv) -> list[str]:
     return out
 
 
-RULES = (unique_fields, rank_rules, address_rules, parallel_rules, secret_rules, port_rules,
-         engine_rules, engine_arg_rules, shared_cache_rules)
+RULES: tuple[Callable[[RulesView], list[str]], ...] = (
+    unique_fields, rank_rules, address_rules, parallel_rules, secret_rules, port_rules,
+    engine_rules, engine_arg_rules, shared_cache_rules)
 
 
-def semantic_problems(inv) -> list[str]:
+def semantic_problems(inv: RulesView) -> list[str]:
     problems: list[str] = []
     for rule in RULES:
         problems.extend(rule(inv))

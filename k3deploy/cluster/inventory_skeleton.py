@@ -8,6 +8,7 @@ yet never reach a real machine by accident.
 from __future__ import annotations
 
 import ipaddress
+from typing import NotRequired, TypedDict
 
 import yaml
 
@@ -22,7 +23,77 @@ MODEL_REPO = "moonshotai/Kimi-K3"
 HF_ENDPOINT = "https://huggingface.co"
 
 
-def engine_args(config: SizingResult) -> dict:
+class NodeDoc(TypedDict):
+    name: str
+    address: str
+    private_address: str
+    nic: str
+    port: NotRequired[int]      # the node's own SSH port, when it differs from ssh.port
+
+
+class ModelDoc(TypedDict):
+    repo: str
+    revision: str
+    endpoint: str
+    precision: str
+
+
+class EngineDoc(TypedDict):
+    kind: str
+    executor: NotRequired[str]
+    image: str | None
+    container: str
+    args: dict[str, float]
+    env: dict[str, str]
+    context_length: int
+
+
+class _Executor(TypedDict, total=False):
+    executor: str
+
+
+class GpuDoc(TypedDict):
+    model: str
+    count: int
+
+
+class PortsDoc(TypedDict):
+    dist_init: int
+    serve: int
+    ray: int
+
+
+class PathsDoc(TypedDict):
+    nvme: str
+    hf_home: str
+    docker_root: str
+
+
+class SshDoc(TypedDict):
+    user: str | None            # None: init's hosts named no login user (the file says null)
+    port: int
+    key: NotRequired[str]
+    known_hosts: NotRequired[str]
+    connect_timeout: NotRequired[int]
+
+
+class Shared(TypedDict):
+    """An inventory's sections but its nodes (a fleet's groups share them)."""
+    cluster: str
+    model: ModelDoc
+    engine: EngineDoc
+    gpu: GpuDoc
+    ports: PortsDoc
+    paths: PathsDoc
+    ssh: SshDoc
+    hf_token_env: str
+
+
+class Skeleton(Shared):
+    nodes: list[NodeDoc]
+
+
+def engine_args(config: SizingResult) -> dict[str, float]:
     """engine.args overrides (flag without -- -> value, None removes a default flag).
 
     The engine builders derive the parallel layout (TP/EP/DP) from engine kind and node count
@@ -34,7 +105,7 @@ def engine_args(config: SizingResult) -> dict:
     return {FLAGS[shape.engine]: shape.static_fraction}
 
 
-def _nodes(count: int) -> list[dict]:
+def _nodes(count: int) -> list[NodeDoc]:
     public = PLACEHOLDER_PUBLIC_NET.network_address
     private = PLACEHOLDER_PRIVATE_NET.network_address
     return [
@@ -48,9 +119,14 @@ def _nodes(count: int) -> list[dict]:
     ]
 
 
-def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
+def skeleton_for(config: SizingResult, cluster: str | None = None) -> Skeleton:
     """An inventory dict for one sized config; rank = list order, node0 is the head.
     ValueError for a shape k3deploy does not launch (vLLM beyond two nodes)."""
+    return {**shared_sections(config, cluster), "nodes": _nodes(config.nodes)}
+
+
+def shared_sections(config: SizingResult, cluster: str | None = None) -> Shared:
+    """skeleton_for's sections but its nodes."""
     if config.engine == "vllm" and config.nodes > VLLM_MAX_NODES:
         raise ValueError(
             f"{config.label}: k3deploy launches vLLM on at most {VLLM_MAX_NODES} nodes; "
@@ -59,6 +135,9 @@ def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
     if config.engine == "vllm" and config.launch.tp > 1:
         raise ValueError(f"{config.label}: vLLM's TP{config.launch.tp} cell is shown for "
                          "comparison; k3deploy launches vLLM as DP+EP")
+    # Written out, so the file says how vLLM spans its nodes (engines/layout.py).
+    executor: _Executor = ({"executor": DEFAULT_EXECUTOR} if config.engine == "vllm"
+                           and config.nodes > 1 else {})
     return {
         "cluster": cluster or f"k3-{config.gpu}-{config.nodes}x{config.gpus_per_node}",
         "model": {
@@ -67,9 +146,7 @@ def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
         },
         "engine": {
             "kind": config.engine,
-            # Written out, so the file says how vLLM spans its nodes (engines/layout.py).
-            **({"executor": DEFAULT_EXECUTOR} if config.engine == "vllm" and config.nodes > 1
-               else {}),
+            **executor,
             "image": None,
             "container": "k3",
             "args": engine_args(config),
@@ -86,7 +163,6 @@ def skeleton_for(config: SizingResult, cluster: str | None = None) -> dict:
             "connect_timeout": 10,
         },
         "hf_token_env": "HF_TOKEN",
-        "nodes": _nodes(config.nodes),
     }
 
 

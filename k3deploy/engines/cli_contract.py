@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from collections.abc import Mapping
+from typing import NotRequired, TypedDict, cast
+
+from k3deploy.core.jsonvalue import JSON
 
 TABLE_DIR = Path(__file__).with_name("cli_tables")
 ENGINES = ("sglang", "vllm", "ray")
@@ -32,16 +35,55 @@ class Finding:
     suggestion: str | None = None   # did-you-mean, for an unknown option
 
 
+class Deprecated(TypedDict):
+    message: str
+    fatal: bool
+
+
+class Option(TypedDict):
+    """One option (or positional) of a table, the keys read here."""
+    option_strings: list[str]
+    nargs: int | str | None                 # argparse's nargs; None: one value
+    takes_value: bool
+    choices: list[JSON] | None
+    type: str | None                        # "int", "float", "str", ...
+    deprecated: Deprecated | None
+    negative_option_strings: list[str]      # --no-X of an EnableDisableAction
+
+
+class Parser(TypedDict):
+    kind: str                               # "argparse" or "click"
+    allow_abbrev: bool
+    underscores_as_dashes: NotRequired[bool]
+    dotted_json_keys: NotRequired[bool]
+
+
+class ConfigMerger(TypedDict, total=False):
+    """SGLang's ConfigArgumentMerger: how a --config YAML key becomes a flag."""
+    store_true_keys: list[str]
+    unsupported_keys: list[str]
+
+
+class TableDoc(TypedDict):
+    """cli_tables/<engine>.json as scripts/engine-contract writes it (the keys read here)."""
+    command: str
+    version: str
+    options: list[Option]
+    positionals: list[Option]
+    parser: Parser
+    config_merger: NotRequired[ConfigMerger]
+
+
 @dataclass(frozen=True, eq=False)
 class CliTable:
     engine: str
     command: str
     version: str
-    options: tuple[dict, ...]
-    positionals: tuple[dict, ...]
-    parser: dict
-    config_merger: dict | None
-    by_string: dict[str, dict]      # every accepted spelling -> its option
+    options: tuple[Option, ...]
+    positionals: tuple[Option, ...]
+    parser: Parser
+    config_merger: ConfigMerger | None
+    by_string: dict[str, Option]      # every accepted spelling -> its option
 
     @property
     def label(self) -> str:
@@ -52,7 +94,9 @@ class CliTable:
 def load_table(engine: str) -> CliTable:
     if engine not in ENGINES:
         raise ValueError(f"no CLI table for {engine!r}; known: {ENGINES}")
-    doc = json.loads((TABLE_DIR / f"{engine}.json").read_text(encoding="utf-8"))
+    # the tables are this package's own files, written by scripts/engine-contract in
+    # TableDoc's shape (tests/unit/test_engine_contract.py reads every one); json.loads cannot say so
+    doc = cast(TableDoc, json.loads((TABLE_DIR / f"{engine}.json").read_text(encoding="utf-8")))
     return CliTable(engine=engine, command=doc["command"], version=doc["version"],
                     options=tuple(doc["options"]), positionals=tuple(doc["positionals"]),
                     parser=doc["parser"], config_merger=doc.get("config_merger"),
@@ -66,7 +110,7 @@ def did_you_mean(table: CliTable, name: str) -> str | None:
     return close[0] if close else None
 
 
-def resolve(table: CliTable, name: str) -> tuple[dict | None, str | None, list[str]]:
+def resolve(table: CliTable, name: str) -> tuple[Option | None, str | None, list[str]]:
     """(option, the full string it matched, ambiguous candidates) for an option token's name,
     with the parser's own rules: exact match, else argparse's unique-prefix match."""
     if table.parser.get("underscores_as_dashes") and name.startswith("--"):
@@ -93,7 +137,7 @@ def _looks_like_option(table: CliTable, token: str) -> bool:
     return not _NEGATIVE_NUMBER.match(token) and " " not in token.partition("=")[0]
 
 
-def _value_errors(table: CliTable, opt: dict, token: str, value: str) -> list[Finding]:
+def _value_errors(table: CliTable, opt: Option, token: str, value: str) -> list[Finding]:
     choices = opt.get("choices")
     if choices and value not in choices:
         shown = ", ".join(repr(c) for c in choices)
@@ -109,7 +153,7 @@ def _value_errors(table: CliTable, opt: dict, token: str, value: str) -> list[Fi
     return []
 
 
-def _option_notes(table: CliTable, token: str, name: str, matched: str, opt: dict) -> list[Finding]:
+def _option_notes(table: CliTable, token: str, name: str, matched: str, opt: Option) -> list[Finding]:
     notes = []
     if matched != name and name.split(".", 1)[0].replace("_", "-") != matched:
         notes.append(Finding("warning", token, f"{table.label}: {name} is not an option; the "
@@ -132,7 +176,7 @@ def _unknown(table: CliTable, token: str, name: str, ambiguous: list[str]) -> Fi
     return Finding("error", token, f"{table.label}: {what}: {name}{tail}", suggestion=hint)
 
 
-def _values_wanted(opt: dict) -> tuple[int, int | None]:
+def _values_wanted(opt: Option) -> tuple[int, int | None]:
     """(at least, at most) values an option consumes, from argparse's nargs."""
     nargs = opt.get("nargs")
     if nargs is None:
@@ -145,7 +189,7 @@ def _values_wanted(opt: dict) -> tuple[int, int | None]:
 def _take_values(table: CliTable, argv: list[str], i: int, most: int | None) -> list[str]:
     if table.parser["kind"] == "click" and most is not None:
         return argv[i:i + most]       # click takes the next token whatever it looks like
-    values = []
+    values: list[str] = []
     while i < len(argv) and (most is None or len(values) < most):
         if argv[i] == "--" or _looks_like_option(table, argv[i]):
             break
@@ -159,7 +203,7 @@ def _check_option(table: CliTable, argv: list[str], i: int) -> tuple[list[Findin
     token = argv[i]
     name, eq, inline = token.partition("=")
     opt, matched, ambiguous = resolve(table, name)
-    if opt is None:
+    if opt is None or matched is None:   # resolve gives both or neither
         # Its would-be values are not reported again as stray arguments.
         skipped = [] if eq else _take_values(table, argv, i + 1, None)
         return [_unknown(table, token, name, ambiguous)], i + 1 + len(skipped)
@@ -228,7 +272,7 @@ def check_sglang_config(mapping: Mapping[str, object]) -> list[Finding]:
     action it cannot map is refused; every other key becomes `--KEY` as written (so
     `api_key` is an unknown option) and goes through the parser like the command line."""
     table = load_table("sglang")
-    merger = table.config_merger or {}
+    merger: ConfigMerger = table.config_merger or {}
     out = []
     for key, value in mapping.items():
         norm = key.replace("-", "_")

@@ -12,7 +12,9 @@ that.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,17 @@ def _listed(entry: str) -> str:
     return ref.wanted[1]
 
 
-def present(ref: str, docs: list[dict]) -> dict | None:
+# any `docker inspect` object (remote/docker_inspect.InspectDoc or wider): only its two
+# reference lists are read here, each narrowed where it is read
+Doc = TypeVar("Doc", bound=Mapping[str, object])
+
+
+def present(ref: str, docs: list[Doc]) -> Doc | None:
     """The `docker inspect` image document `ref` names, or None."""
     field, wanted = parse(ref).wanted
     for doc in docs:
-        if any(_listed(entry) == wanted for entry in doc.get(field) or []
-               if isinstance(entry, str)):
+        listed = doc.get(field)
+        if isinstance(listed, list) and any(_listed(entry) == wanted for entry in listed
+                                            if isinstance(entry, str)):
             return doc
     return None

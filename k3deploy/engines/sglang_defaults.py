@@ -76,6 +76,8 @@ def refused(image: str, names: list[str]) -> list[str]:
     """Of the option names given (no "--"), those among the defaults that this image's
     SGLang is known not to accept: what the launch contract reports."""
     version = image_sglang(image)
+    if version is None:   # not known: every default is accepted (accepts)
+        return []
     return [f"--{f.name} is not an option of SGLang {'.'.join(map(str, version))} (the "
             f"image {image}); it is in {'.'.join(map(str, f.since))} and later"
             for f in DECODE_HANG_FLAGS if f.name in names and not accepts(version, f)]

@@ -3,48 +3,50 @@
 from __future__ import annotations
 
 from k3deploy.engines import fabric
+from k3deploy.engines.inventory_view import InventoryView, LaunchNode, LaunchView
 from k3deploy.engines.spec import LaunchSpec, SpecError
 from k3deploy.engines.spec import SGLANG_SECRET_FILE, VLLM_ENV_FILE
 from k3deploy.engines.layout import inventory_executor, inventory_runs_over_ray, parallel_layout
 from k3deploy.remote.protocol import WorkPaths
 from k3deploy.core.errors import BadInputError
+from k3deploy.facts.fabric import NodeFabric
 
 
-def layout_for(inv) -> str:
+def layout_for(inv: InventoryView) -> str:
     return parallel_layout(inv.engine.kind, len(inv.nodes))
 
 
-def secrets_dir(inv) -> str:
+def secrets_dir(inv: InventoryView) -> str:
     return WorkPaths(inv.paths.work).secrets
 
 
-def serve_log_dir(inv) -> str:
+def serve_log_dir(inv: InventoryView) -> str:
     return WorkPaths(inv.paths.work).serve_logs
 
 
-def nccl_log_dir(inv) -> str:
+def nccl_log_dir(inv: InventoryView) -> str:
     return WorkPaths(inv.paths.work).nccl_logs
 
 
-def api_key_file(inv) -> str:
+def api_key_file(inv: InventoryView) -> str:
     """Where the engine's API key file lives on a node (SGLang's --config yaml, vLLM's env file)."""
     name = SGLANG_SECRET_FILE if inv.engine.kind == "sglang" else VLLM_ENV_FILE
     return f"{secrets_dir(inv)}/{name}"
 
 
-def metrics_on_every_rank(inv) -> bool:
+def metrics_on_every_rank(inv: InventoryView) -> bool:
     """SGLang serves /metrics on every node (node rank >= 1: its health server); vLLM only on
     the head's API server."""
     return inv.engine.kind == "sglang"
 
 
-def _holds_key(inv, rank: int) -> bool:
+def _holds_key(inv: InventoryView, rank: int) -> bool:
     """A headless vLLM node (mp executor, rank > 0) serves no API: the key stays off it."""
     return rank == 0 or inventory_executor(inv) != "mp" or len(inv.nodes) == 1
 
 
-def build(inv, node, rank: int, image: str, sha: str, with_key: bool,
-          node_fabric=None) -> LaunchSpec:
+def build(inv: LaunchView, node: LaunchNode, rank: int, image: str, sha: str, with_key: bool,
+          node_fabric: NodeFabric | None = None) -> LaunchSpec:
     """node_fabric: the node's facts/fabric.NodeFabric (None: not looked at)."""
     head = inv.head
     hcas, ib_disable = fabric.choice(inv.engine.fabric, node_fabric)

@@ -22,9 +22,10 @@ read it, and a table refresh that drops one of these options fails here, not sil
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from k3deploy.engines.cli_contract import load_table
+from k3deploy.engines.cli_contract import Option, load_table
 
 OFF_SWITCHES = {"vllm": ("--language-model-only",), "sglang": ("--language-model-only",)}
 IMAGE_LIMITS = {"vllm": "--limit-mm-per-prompt"}
@@ -36,7 +37,7 @@ class VisionOff:
     as_given: str    # what the argv says, e.g. --limit-mm-per-prompt {"image": 0}
 
 
-def _options(engine: str) -> dict[str, dict]:
+def _options(engine: str) -> dict[str, Option]:
     table = load_table(engine)
     wanted = [*OFF_SWITCHES.get(engine, ()), *filter(None, [IMAGE_LIMITS.get(engine)])]
     missing = [w for w in wanted if w not in table.by_string]
@@ -45,7 +46,7 @@ def _options(engine: str) -> dict[str, dict]:
     return {s: table.by_string[w] for w in wanted for s in table.by_string[w]["option_strings"]}
 
 
-def _words(argv: list[str]):
+def _words(argv: list[str]) -> Iterator[tuple[str, str | None, str]]:
     """(option, value or None, text as given) for each option word of argv."""
     i = 0
     while i < len(argv):

@@ -12,15 +12,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Generic, TypeVar
 
-T = TypeVar("T")
+# Covariant (a frozen record whose value only comes out of `parse`): probes of several value
+# types make one list[Probe[object]].
+T_co = TypeVar("T_co", covariant=True)
 R = TypeVar("R")
 
 
 @dataclass(frozen=True)
-class Probe(Generic[T]):
+class Probe(Generic[T_co]):
     name: str
     script: str                      # POSIX sh, read-only; may fail (its exit code is kept)
-    parse: Callable[[str, int], T]   # (output, exit code) -> value
+    parse: Callable[[str, int], T_co]   # (output, exit code) -> value
     sudo: bool = False
 
 

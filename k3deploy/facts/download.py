@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from k3deploy.facts.lastjson import last_json_line
-from k3deploy.remote.protocol import Reading
+from k3deploy.remote.protocol import JSON, Reading
 
 
 @dataclass(frozen=True)
@@ -77,33 +77,68 @@ def parse_status(out: str, code: int) -> WeightsStatus | Unreadable:
     doc = last_json_line(out)
     try:
         return status(doc) if isinstance(doc, dict) else Unreadable(out, code)
-    except (KeyError, AttributeError):   # another program's JSON
+    except (KeyError, _Foreign):   # another program's JSON
         return Unreadable(out, code)
 
 
-def status(doc: Mapping) -> WeightsStatus:
+class _Foreign(ValueError):
+    """A value of the document is not of the type weights_status.py writes there."""
+
+
+def _int(doc: Mapping[str, JSON], key: str, start: int | None = None) -> int:
+    """A count: `start` when the key is missing (None: the key is required, KeyError)."""
+    value = doc[key] if start is None else doc.get(key, start)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise _Foreign(f"{key}: {value!r}")
+
+
+def _maybe_int(value: JSON) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _Foreign(repr(value))
+
+
+def _maybe_str(value: JSON) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _Foreign(repr(value))
+
+
+def _object(value: JSON) -> dict[str, JSON]:
+    if isinstance(value, dict):
+        return value
+    raise _Foreign(repr(value))
+
+
+def status(doc: Mapping[str, JSON]) -> WeightsStatus:
     """The status document weights_status.py prints."""
     peer = doc.get("peer")
-    return WeightsStatus(total=doc["total"], missing_count=doc["missing_count"],
-                         partial_bytes=doc.get("partial_bytes", 0),
-                         verified_bytes=doc.get("verified_bytes", 0), running=bool(doc["running"]),
-                         progress=progress(doc["progress"]) if doc.get("progress") else None,
-                         peer=PeerServer(bool(peer.get("running")), peer.get("manifest_sha256"),
-                                         peer.get("secret_sha256")) if peer else None,
-                         downloader=Reading.from_document(doc["downloader"])
-                         if isinstance(doc.get("downloader"), Mapping) else None)
+    peer_doc = _object(peer) if peer else None
+    downloader = doc.get("downloader")
+    return WeightsStatus(total=_int(doc, "total"), missing_count=_int(doc, "missing_count"),
+                         partial_bytes=_int(doc, "partial_bytes", 0),
+                         verified_bytes=_int(doc, "verified_bytes", 0), running=bool(doc["running"]),
+                         progress=progress(_object(doc["progress"])) if doc.get("progress") else None,
+                         peer=PeerServer(bool(peer_doc.get("running")),
+                                         _maybe_str(peer_doc.get("manifest_sha256")),
+                                         _maybe_str(peer_doc.get("secret_sha256")))
+                         if peer_doc is not None else None,
+                         downloader=Reading.from_document(downloader)
+                         if isinstance(downloader, dict) else None)
 
 
-def progress(doc: Mapping) -> Progress:
+def progress(doc: Mapping[str, JSON]) -> Progress:
     """The downloader's progress document (fetch_progress.Progress.document())."""
     disk = doc.get("disk")
-    return Progress(error=doc.get("error"), bytes_total=doc.get("bytes_total", 0),
-                    bytes_done=doc.get("bytes_done", 0), shards_total=doc.get("shards_total", 0),
-                    shards_done=doc.get("shards_done", 0), hub_bytes=doc.get("hub_bytes", 0),
-                    peer_bytes=doc.get("peer_bytes", 0),
-                    bad_peers=tuple(doc.get("bad_peers") or ()),
+    disk_doc = _object(disk) if disk else None
+    bad_peers = doc.get("bad_peers") or []
+    return Progress(error=_maybe_str(doc.get("error")), bytes_total=_int(doc, "bytes_total", 0),
+                    bytes_done=_int(doc, "bytes_done", 0), shards_total=_int(doc, "shards_total", 0),
+                    shards_done=_int(doc, "shards_done", 0), hub_bytes=_int(doc, "hub_bytes", 0),
+                    peer_bytes=_int(doc, "peer_bytes", 0),
+                    bad_peers=tuple(str(p) for p in bad_peers) if isinstance(bad_peers, list) else (),
                     transient=bool(doc.get("transient")),
-                    disk=DiskFault(str(disk.get("path")), str(disk.get("reason")), disk.get("needed"),
-                                   disk.get("free")) if disk else None)
-
-
+                    disk=DiskFault(str(disk_doc.get("path")), str(disk_doc.get("reason")),
+                                   _maybe_int(disk_doc.get("needed")), _maybe_int(disk_doc.get("free")))
+                    if disk_doc is not None else None)

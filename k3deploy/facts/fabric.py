@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from k3deploy.facts import Probe
@@ -40,7 +41,7 @@ class IbPort:
         return f"{self.device}:{self.port}"
 
 
-def ports_probe() -> Probe:
+def ports_probe() -> Probe[tuple[IbPort, ...] | None]:
     # grep -H prints "PATH:TEXT" for every line of every file; with no HCA the globs stay
     # unexpanded and grep's complaint is dropped: no output is "no ports", not a failure.
     globs = " ".join(f"{SYS_IB}/*/ports/*/{name}" for name in _PORT_FILES)
@@ -73,7 +74,7 @@ def parse_rate(text: str) -> float | None:
     return int(m.group(1)) + (0.5 if m.group(2) else 0.0)
 
 
-def devices_probe() -> Probe:
+def devices_probe() -> Probe[tuple[str, ...] | None]:
     return Probe("ib_devices", f"ls -1 {DEV_IB} 2>/dev/null; true", parse_devices)
 
 
@@ -84,7 +85,7 @@ def parse_devices(out: str, code: int) -> tuple[str, ...] | None:
     return tuple(sorted(name.strip() for name in out.splitlines() if name.strip()))
 
 
-def peermem_probe() -> Probe:
+def peermem_probe() -> Probe[bool]:
     return Probe("gpudirect_rdma", f"test -d {PEERMEM}", lambda _out, code: code == 0)
 
 
@@ -136,14 +137,18 @@ class NodeFabric:
         return tuple(dict.fromkeys(p.label if p.device in mixed else p.device for p in chosen))
 
 
-def probes() -> list[Probe]:
+def probes() -> list[Probe[object]]:
     return [ports_probe(), devices_probe(), peermem_probe()]
 
 
-def node_fabric(facts: dict) -> NodeFabric | None:
-    """The fabric from a step's facts (the names of `probes()`); None when sysfs was not read."""
-    ports = facts.get("ib_ports")
-    if ports is None:
+def node_fabric(facts: Mapping[str, object]) -> NodeFabric | None:
+    """The fabric from a batch's values by probe name (the names of `probes()`: each value
+    is what its own parser returned, so the batch as a whole holds no one type); None when
+    sysfs was not read."""
+    ports, devices = facts.get("ib_ports"), facts.get("ib_devices")
+    if not isinstance(ports, tuple):   # None: parse_ports could not read sysfs
         return None
-    return NodeFabric(tuple(ports), tuple(facts.get("ib_devices") or ()),
+    return NodeFabric(tuple(p for p in ports if isinstance(p, IbPort)),
+                      tuple(d for d in devices if isinstance(d, str))
+                      if isinstance(devices, tuple) else (),
                       bool(facts.get("gpudirect_rdma")))

@@ -8,22 +8,35 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TypedDict
 
 from k3deploy import __version__
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.core.redact import redact_obj
 from k3deploy.core.state import atomic_write_json
 
 SCHEMA = 1
 
 
+class ClusterFacts(TypedDict, total=False):
+    """What a certificate records of the cluster (certificate_facts.py; a missing key is
+    recorded as unknown)."""
+    head: dict[str, JSON]                 # the head's record (steps/engine/certify.node_record)
+    engine_version: JSON
+    config_digests: dict[str, JSON]       # node -> its launch config's digest
+    gpu_memory_mib: dict[str, JSON]       # node -> {"rank", "used", "total"}
+    started_at: dict[str, JSON]           # node -> its engine container's start
+    fabric: JSON                          # the pairwise mesh's last figures, None if never run
+
+
 def directory(state_dir: Path) -> Path:
     return Path(state_dir) / "certificates"
 
 
-def flags_of(argv: list[str]) -> dict[str, str | bool]:
+def flags_of(argv: list[str]) -> dict[str, JSON]:
     """An engine command line's flags: `--name value` -> value, a bare `--name` -> True;
     positional words (the program, `serve`, a model) are left out."""
-    flags: dict[str, str | bool] = {}
+    flags: dict[str, JSON] = {}
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -40,17 +53,19 @@ def flags_of(argv: list[str]) -> dict[str, str | bool]:
     return flags
 
 
-def build(kind: str, cluster: str, facts: dict, *, verify: dict, bench: dict | None = None,
-          bringup: dict | None = None, now: float | None = None) -> dict:
+def build(kind: str, cluster: str, facts: ClusterFacts, *, verify: dict[str, JSON],
+          bench: dict[str, JSON] | None = None, bringup: dict[str, JSON] | None = None,
+          now: float | None = None) -> dict[str, JSON]:
     now = time.time() if now is None else now
     head = facts.get("head") or {}
+    argv = head.get("argv") or []
     return {"schema": SCHEMA, "kind": kind, "cluster": cluster,
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
             "versions": {"k3deploy": __version__, "image": head.get("image"),
                          "image_digest": head.get("image_digest"),
                          "engine": facts.get("engine_version")},
             "launch": {"config_digest": head.get("config_digest"),
-                       "flags": flags_of(head.get("argv") or []),
+                       "flags": flags_of([str(a) for a in argv] if isinstance(argv, list) else []),
                        "config_digests": facts.get("config_digests", {})},
             "gpu_memory_mib": facts.get("gpu_memory_mib", {}),
             # verify's image probe on the head (None after `bench`, which does not send it)
@@ -60,7 +75,7 @@ def build(kind: str, cluster: str, facts: dict, *, verify: dict, bench: dict | N
             "verify": verify, "bench": bench, "bringup": bringup}
 
 
-def write(state_dir: Path, doc: dict, now: float | None = None) -> Path:
+def write(state_dir: Path, doc: dict[str, JSON], now: float | None = None) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
     path = directory(state_dir) / f"{stamp}.json"
     n = 1
@@ -80,7 +95,7 @@ def latest(state_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def load(path: str) -> dict:
+def load(path: str) -> dict[str, JSON]:
     from k3deploy.core.errors import BadInputError
     try:
         doc = json.loads(Path(path).read_text())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from k3deploy.core.jsonvalue import JSON
+
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM also names it `reasoning`
 
 
@@ -28,61 +30,83 @@ class AssistantReply:
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, ToolCall] = {}
-        self.usage: dict | None = None
+        self.usage: dict[str, JSON] | None = None
         self.finish: str | None = None
         self.fields: set[str] = set()
 
-    def add(self, chunk: dict) -> list[tuple[str, str]]:
+    def add(self, chunk: dict[str, JSON]) -> list[tuple[str, str]]:
         """Take one chunk; return what it adds as (kind, text), kind reasoning|content."""
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
+        usage = chunk.get("usage")
+        if usage and isinstance(usage, dict):
+            self.usage = usage
         shown = []
-        for choice in chunk.get("choices") or []:
-            self.finish = choice.get("finish_reason") or self.finish
-            shown += self._delta(choice.get("delta") or {})
+        for choice in _list(chunk.get("choices")):
+            choice = _object(choice)
+            self.finish = _str(choice.get("finish_reason")) or self.finish
+            shown += self._delta(_object(choice.get("delta")))
         return shown
 
-    def _delta(self, delta: dict) -> list[tuple[str, str]]:
+    def _delta(self, delta: dict[str, JSON]) -> list[tuple[str, str]]:
         shown = []
-        name = next((f for f in REASONING_FIELDS if delta.get(f)), None)
+        name = next((f for f in REASONING_FIELDS if _str(delta.get(f))), None)
         if name:
+            text = _str(delta[name]) or ""
             self.fields.add(name)
-            self.reasoning.append(delta[name])
-            shown.append(("reasoning", delta[name]))
-        if delta.get("content"):
-            self.content.append(delta["content"])
-            shown.append(("content", delta["content"]))
-        for piece in delta.get("tool_calls") or []:
-            self._merge_call(piece)
+            self.reasoning.append(text)
+            shown.append(("reasoning", text))
+        content = _str(delta.get("content"))
+        if content:
+            self.content.append(content)
+            shown.append(("content", content))
+        for piece in _list(delta.get("tool_calls")):
+            self._merge_call(_object(piece))
         return shown
 
-    def _merge_call(self, piece: dict) -> None:
+    def _merge_call(self, piece: dict[str, JSON]) -> None:
         """Tool calls stream in pieces keyed by index; arguments arrive as string fragments."""
-        call = self.calls.setdefault(piece.get("index", len(self.calls)), {
+        index = piece.get("index")
+        call = self.calls.setdefault(index if isinstance(index, int) else len(self.calls), {
             "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-        call["id"] = piece.get("id") or call["id"]
-        fn = piece.get("function") or {}
-        call["function"]["name"] += fn.get("name") or ""
-        call["function"]["arguments"] += fn.get("arguments") or ""
+        call["id"] = _str(piece.get("id")) or call["id"]
+        fn = _object(piece.get("function"))
+        call["function"]["name"] += _str(fn.get("name")) or ""
+        call["function"]["arguments"] += _str(fn.get("arguments")) or ""
 
     @property
     def tool_calls(self) -> list[ToolCall]:
         return [self.calls[i] for i in sorted(self.calls)]
 
-    def message(self) -> dict:
+    def message(self) -> dict[str, JSON]:
         """The whole assistant message for the history."""
-        msg = {"role": "assistant", "content": "".join(self.content) or None}
+        msg: dict[str, JSON] = {"role": "assistant", "content": "".join(self.content) or None}
         reasoning = "".join(self.reasoning)
         if reasoning:
             msg["reasoning_content"] = reasoning
             if "reasoning" in self.fields:
                 msg["reasoning"] = reasoning
         if self.calls:
-            msg["tool_calls"] = self.tool_calls
+            msg["tool_calls"] = [{"id": c["id"], "type": c["type"],
+                                  "function": {"name": c["function"]["name"],
+                                               "arguments": c["function"]["arguments"]}}
+                                 for c in self.tool_calls]
         return msg
 
     def reasoning_tokens(self) -> int | None:
         usage = self.usage or {}
-        details = usage.get("completion_tokens_details") or {}
+        details = _object(usage.get("completion_tokens_details"))
         value = details.get("reasoning_tokens", usage.get("reasoning_tokens"))
-        return None if value is None else int(value)
+        return int(value) if isinstance(value, (int, float, str)) else None
+
+
+# A chunk is the client's model dumped without its None fields (chat_session): these read
+# it as JSON, an absent or other-typed value as nothing.
+def _str(value: JSON) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _object(value: JSON) -> dict[str, JSON]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: JSON) -> list[JSON]:
+    return value if isinstance(value, list) else []
