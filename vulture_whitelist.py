@@ -14,6 +14,8 @@ medium
 high
 # pydantic settings on every model
 model_config
+# pydantic calls a model's validators (steps/base.py NoParams)
+_ignored
 # paramiko calls its host-key policy hook
 missing_host_key
 # stdlib hooks and attributes read by http.server / socketserver / sys
@@ -71,6 +73,36 @@ per_stream_decode_tok_s
 arguments
 function
 tool_call_id
+last_ok
+key_file
+# TypedDict keys of the status, bench and certificate documents and of the engines' option
+# tables (engines/cli_tables/*.json), read by string key
+seconds_per_level
+single_stream_decode_tok_s
+recorded_on
+reachable
+guard_last_seen
+fabric_warning
+seconds_since_launch
+run_active
+incident_at
+relaunch_seconds
+incident_to_serving_seconds
+option_strings
+takes_value
+deprecated
+negative_option_strings
+allow_abbrev
+underscores_as_dashes
+dotted_json_keys
+store_true_keys
+unsupported_keys
+engine_version
+config_digests
+gpu_memory_mib
+started_at
+# a Protocol's keyword, named as the library's (remote/fetch_hub.py HttpClient.stream: httpx's)
+follow_redirects
 # dataclass fields serialised by `plan --json`
 static_pool_per_gpu_gb
 min_nodes

@@ -9,9 +9,12 @@ import dataclasses
 
 from k3deploy.core import group
 from k3deploy.core.errors import Interrupted, K3Error
+from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.steps.base import AnyStep, ClusterProbe
 
 
-def look_across(step, all_facts: dict[str, object], contexts: dict, run) -> dict[str, object]:
+def look_across(step: AnyStep, all_facts: dict[str, object], contexts: dict[str, NodeContext],
+                run: RunContext) -> dict[str, object]:
     """all_facts with each probed node's answers under their probes' keys: the parsed value,
     or the K3Error that stopped the node's commands there (for that probe and the ones after
     it). Ctrl-C stops the step (Interrupted)."""
@@ -37,10 +40,16 @@ def look_across(step, all_facts: dict[str, object], contexts: dict, run) -> dict
         if isinstance(err, Interrupted):
             raise err
     found.failures(K3Error)   # anything else is a bug: raised
-    return {n: dataclasses.replace(f, **found[n]) if n in probes else f
-            for n, f in all_facts.items()}
+    return {n: _with(f, found.value(n)) if n in probes else f for n, f in all_facts.items()}
 
 
-def each(probes) -> tuple:
+def _with(facts: object, found: dict[str, object]) -> object:
+    """The step's facts (a frozen dataclass: steps/base.py) with what its probes found."""
+    if not dataclasses.is_dataclass(facts) or isinstance(facts, type):
+        raise TypeError(f"a step's facts are a dataclass instance, not {type(facts).__name__}")
+    return dataclasses.replace(facts, **found)
+
+
+def each(probes: ClusterProbe | tuple[ClusterProbe, ...]) -> tuple[ClusterProbe, ...]:
     """A node's cluster probes: one ClusterProbe, or several in the order they run."""
     return tuple(probes) if isinstance(probes, (tuple, list)) else (probes,)

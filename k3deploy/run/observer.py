@@ -19,13 +19,17 @@ runner decides to act or to fail only on a look made for the step itself (`fresh
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from k3deploy.node import facts as F
 from k3deploy.node.identity import IDENTITY
-from k3deploy.steps.base import Step
+from k3deploy.node.context import NodeContext
+from k3deploy.steps.base import AnyFact, AnyStep
 
 class Observer:
-    def __init__(self, steps: list[Step], identified=None, looking=None):
+    def __init__(self, steps: list[AnyStep],
+                 identified: Callable[[NodeContext, F.Found, AnyStep], None] | None = None,
+                 looking: Callable[[NodeContext], None] | None = None):
         """identified(ctx, values, step): the node's answer to IDENTITY (which machine it is),
         read in the first look at each node, before the step that looks decides anything.
         looking(ctx): called before each round trip to the node."""
@@ -33,11 +37,11 @@ class Observer:
         self.identified = identified
         self.looking = looking
         self._batches: dict[str, dict[str, F.Found]] = {}   # node -> step label -> parsed values
-        self._own: dict[str, dict[str, list[F.Fact]]] = {}   # node -> step label -> facts left for its look
+        self._own: dict[str, dict[str, list[AnyFact]]] = {}   # node -> step label -> facts left for its look
         self._known: set[str] = set()   # nodes whose identity was read in this run
         self._lock = threading.Lock()
 
-    def facts(self, step: Step, ctx, fresh: bool = False) -> tuple[object, bool]:
+    def facts(self, step: AnyStep, ctx: NodeContext, fresh: bool = False) -> tuple[object, bool]:
         """The step's facts, and whether they were looked at for this step (`fresh`: look
         now) rather than ahead of it, in an earlier step's batch."""
         found, own = (None, []) if fresh else self._pop(ctx, step)
@@ -47,7 +51,7 @@ class Observer:
             found, own = self._pop(ctx, step)
         return step.observe(self._complete(ctx, step, found, own), ctx), looked_now
 
-    def peek(self, step: Step, ctx) -> object:
+    def peek(self, step: AnyStep, ctx: NodeContext) -> object:
         """The step's facts, left in the batch for the step's own decision on the node (a
         cluster-wide `settle` reads every node's first: no extra round trip when nothing
         changed since the batch was made)."""
@@ -66,20 +70,23 @@ class Observer:
             self._batches.clear()
             self._own.clear()
 
-    def _pop(self, ctx, step: Step) -> tuple[F.Found | None, list[F.Fact]]:
+    def _pop(self, ctx: NodeContext, step: AnyStep) -> tuple[F.Found | None, list[AnyFact]]:
         with self._lock:
             own = self._own.get(ctx.name, {}).pop(step.label, [])
             return self._batches.get(ctx.name, {}).pop(step.label, None), own
 
-    def _complete(self, ctx, step: Step, found: F.Found, own: list[F.Fact]) -> F.Found:
+    def _complete(self, ctx: NodeContext, step: AnyStep, found: F.Found | None,
+                  own: list[AnyFact]) -> F.Found:
         """The batched part of a step's facts, with those it asks only in its own look."""
+        if found is None:   # _fill keeps a part for every step it looked for
+            raise RuntimeError(f"no batch for {step.label} on {ctx.name} after a look")
         if not own:
             return found
         if self.looking:
             self.looking(ctx)
         return {**found, **F.gather(ctx.conn, own, step=step.name)}
 
-    def _fill(self, ctx, start: int) -> None:
+    def _fill(self, ctx: NodeContext, start: int) -> None:
         """Looks for the steps from `start` on, in one round trip; keeps each step's part."""
         probes = {step.label: step.probes(ctx) for step in self.steps[start:]}
         # A later step's facts not to be asked ahead (Fact.ahead) wait for its own look; those
@@ -105,7 +112,7 @@ class Observer:
             self._own[ctx.name] = {label: mine for label, mine in own.items() if mine}
 
 
-def _ahead(facts: list[F.Fact], first: bool) -> list[F.Fact]:
+def _ahead(facts: list[AnyFact], first: bool) -> list[AnyFact]:
     return [asked for asked in (f.asked_ahead(first) for f in facts) if asked is not None]
 
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from k3deploy.core.errors import PlaybookError
 from k3deploy.steps import step_class
-from k3deploy.steps.base import Step
+from k3deploy.steps.base import AnyStep
 
 BUILTIN = Path(__file__).parents[1] / "playbooks"
 
@@ -26,7 +26,9 @@ def find(name_or_path: str) -> Path:
                         "or give a path to a .yaml file")
 
 
-def _entry(item, index: int, path: Path) -> Step:
+def _entry(item: object, index: int, path: Path) -> AnyStep:
+    """One entry of a playbook's `steps:` (any YAML value: checked here)."""
+    params: dict[str, object]
     if isinstance(item, str):
         name, params = item, {}
     elif isinstance(item, dict) and "step" in item:
@@ -43,7 +45,7 @@ def _entry(item, index: int, path: Path) -> Step:
         raise PlaybookError(f"{path}: steps[{index}]: {err}") from None
 
 
-def load(name_or_path: str) -> tuple[str, list[Step]]:
+def load(name_or_path: str) -> tuple[str, list[AnyStep]]:
     path = find(name_or_path)
     try:
         doc = yaml.safe_load(path.read_text())
@@ -55,7 +57,7 @@ def load(name_or_path: str) -> tuple[str, list[Step]]:
     return doc.get("name", path.stem), unique_labels(steps)
 
 
-def unique_labels(steps: list[Step]) -> list[Step]:
+def unique_labels(steps: list[AnyStep]) -> list[AnyStep]:
     """A step used twice gets `name#2`: reports and state files key on the label."""
     seen: dict[str, int] = {}
     for step in steps:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -19,13 +20,16 @@ from k3deploy.run.report import RunReport
 from k3deploy.run.runner import Runner
 from k3deploy.node.session import Session
 from k3deploy.steps import step_class
+from k3deploy.steps.base import AnyStep
 from k3deploy.run.ui import Ui
 
 
-def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None = None,
-              accept_new_host_keys: bool = False, state_dir: str | None = None,
-              ui: Ui | None = None, summary: bool = True, log_json: bool = False,
-              after=None, per_node: bool | None = None) -> RunReport:
+def run_steps(inv_path: str, steps: list[AnyStep], *, check: bool = False,
+              options: dict[str, object] | None = None, accept_new_host_keys: bool = False,
+              state_dir: str | None = None, ui: Ui | None = None, summary: bool = True,
+              log_json: bool = False,
+              after: Callable[[RunContext, RunReport], list[str]] | None = None,
+              per_node: bool | None = None) -> RunReport:
     """after(run, report) -> lines: runs inside the session (its connections, no new
     logins) once the steps are done; its lines are shown after the summary. per_node: whether
     the command's goal is per-node work (an unreachable node then makes it partial, exit 3);
@@ -68,7 +72,7 @@ def run_steps(inv_path: str, steps, *, check: bool = False, options: dict | None
     return report
 
 
-def _mark_interrupted(session) -> None:
+def _mark_interrupted(session: Session) -> None:
     for state in session.states.values():
         state.mark_interrupted()
 
@@ -81,9 +85,9 @@ def _log_report(report: RunReport, exit_code: int) -> None:
              nodes={n: {s: r.status for s, r in per.items()} for n, per in report.results.items()})
 
 
-def playbook_steps(name: str):
+def playbook_steps(name: str) -> list[AnyStep]:
     return playbook_mod.load(name)[1]
 
 
-def single(step_name: str, **params):
+def single(step_name: str, **params: object) -> list[AnyStep]:
     return [step_class(step_name)(params or None)]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 from k3deploy.core import group as fan
 from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.core.errors import (BadInputError, Interrupted, K3Error, StepFailed,
+from k3deploy.core.errors import (BadInputError, Interrupted, K3Error, NodeError, StepFailed,
                                   UnreachableError)
 from k3deploy.node import facts as F
 from k3deploy.node import identity
@@ -20,11 +21,12 @@ from k3deploy.run.waiter import Waiter
 from k3deploy.core.redact import redact
 from k3deploy.core.status import SETTLED, Status
 from k3deploy.run.report import RunReport, StepResult
-from k3deploy.steps.base import Step
+from k3deploy.core.group import GroupResult
+from k3deploy.steps.base import Action, AnyStep
 
 
 class Runner:
-    def __init__(self, run: RunContext, steps: list[Step]):
+    def __init__(self, run: RunContext, steps: list[AnyStep]):
         self.run = run
         self.steps = steps
         self.report = RunReport(steps=[s.label for s in steps], partial_ok=all(
@@ -42,9 +44,10 @@ class Runner:
         self.report.ordered([c.name for c in self.contexts])
         self._gate_all()
         # The Hub's answer (prepare) and the SSH logins are independent waits: side by side.
-        found = fan.run_calls({"connect": lambda: identity.connect_all(self.contexts),
-                              "prepare": self._prepare_all})
-        self._fail_nodes(found.value("connect"))
+        found: GroupResult[str, dict[str, K3Error] | bool] = fan.run_calls(
+            {"connect": lambda: identity.connect_all(self.contexts), "prepare": self._prepare_all})
+        connected = found.value("connect")   # connect_all's: the nodes that failed
+        self._fail_nodes(connected if isinstance(connected, dict) else {})
         if not found.value("prepare"):
             return self.report
         self.run.started = True   # the inputs are settled: frozen from the first look on
@@ -89,7 +92,7 @@ class Runner:
         return True
 
     # -- connection and identity ---------------------------------------------------------
-    def _identified(self, ctx: NodeContext, values: F.Found, step: Step) -> None:
+    def _identified(self, ctx: NodeContext, values: F.Found, step: AnyStep) -> None:
         """Which machine the node is, from its first look (inside `step`, so a node that hangs
         there shows as running it). A replaced machine's old state is gone, and with it the
         record that `step` runs: it is recorded again."""
@@ -106,7 +109,7 @@ class Runner:
             self._say(name, None, status, err.lines())
 
     # -- one step ------------------------------------------------------------------------
-    def _targets(self, step: Step) -> list[NodeContext]:
+    def _targets(self, step: AnyStep) -> list[NodeContext]:
         if step.runs_after_failures:
             gone = {n for n, per in self.report.results.items()
                     if any(r.status == Status.UNREACHABLE for r in per.values())}
@@ -114,7 +117,7 @@ class Runner:
             gone = self.report.failed_nodes()
         return [c for c in self.contexts if c.name not in gone]
 
-    def _run_step(self, step: Step) -> bool:
+    def _run_step(self, step: AnyStep) -> bool:
         """Returns False when the playbook must stop here."""
         targets = self._targets(step)
         if step.needs_all_nodes and len(targets) < len(self.contexts):
@@ -140,14 +143,14 @@ class Runner:
         except Interrupted:  # during the cluster probes (preflight's port mesh)
             return False
 
-    def _block(self, step: Step, targets: list[NodeContext]) -> None:
+    def _block(self, step: AnyStep, targets: list[NodeContext]) -> None:
         bad = sorted(self.report.failed_nodes())
         msg = [f"not run on any node: {', '.join(bad)} failed earlier and {step.name} needs "
                "every node"]
         for ctx in targets:
             self._record(ctx, step, StepResult(Status.BLOCKED, error=msg))
 
-    def _fan_out(self, step: Step, targets: list[NodeContext]) -> dict[str, object]:
+    def _fan_out(self, step: AnyStep, targets: list[NodeContext]) -> dict[str, object]:
         all_facts: dict[str, object] = {}
         for n, group in enumerate(_groups(step, targets)):
             all_facts.update(fan.run_each(lambda c: self._on_node(step, c), group,
@@ -159,7 +162,7 @@ class Runner:
                 break   # the head failed: the others have nothing to join
         return all_facts
 
-    def _after_step(self, step: Step, all_facts: dict[str, object]) -> bool:
+    def _after_step(self, step: AnyStep, all_facts: dict[str, object]) -> bool:
         usable = {n: f for n, f in all_facts.items() if f is not None}
         if usable:
             usable = look_across(step, usable, {c.name: c for c in self.contexts}, self.run)
@@ -175,14 +178,14 @@ class Runner:
                 self.run.ui.say(line)
         return not (step.needs_all_nodes and self.report.failed_nodes())
 
-    def _keep_cluster_detail(self, step: Step, usable: dict[str, object]) -> None:
+    def _keep_cluster_detail(self, step: AnyStep, usable: dict[str, object]) -> None:
         detail = step.cluster_detail(usable, self.run)
         head = next((c for c in self.contexts if c.is_head), None)
         if detail is not None and head is not None and not self.run.check:
             head.state.add_detail(step.label, detail)
 
     # -- one node ------------------------------------------------------------------------
-    def _on_node(self, step: Step, ctx: NodeContext) -> object | None:
+    def _on_node(self, step: AnyStep, ctx: NodeContext) -> object | None:
         started, culprit, theirs = time.monotonic(), None, Status.FAILED
         if not self.run.check:
             ctx.state.begin(step.label, step.inputs_digest(ctx))
@@ -213,7 +216,8 @@ class Runner:
         return self.run.check and any(r.status == Status.WOULD_CHANGE
                                       for r in self.report.results.get(ctx.name, {}).values())
 
-    def _decide(self, step: Step, ctx: NodeContext) -> tuple[dict, list, list]:
+    def _decide(self, step: AnyStep,
+                ctx: NodeContext) -> tuple[object, list[tuple[str, str]], list[Action]]:
         """(facts, problems, actions). Facts looked at ahead of time (an earlier step's batch)
         only prove that there is nothing to do; anything to do or to report is decided again
         on a look made now."""
@@ -229,7 +233,7 @@ class Runner:
         found = step.problems(facts, ctx)
         return facts, found, [] if found else step.plan(facts, ctx)
 
-    def _contract(self, step: Step, ctx: NodeContext) -> tuple[dict, StepResult]:
+    def _contract(self, step: AnyStep, ctx: NodeContext) -> tuple[object, StepResult]:
         facts, found, actions = self._decide(step, ctx)
         if found and self._pending(ctx):
             return facts, StepResult(Status.WOULD_CHANGE, actions=[
@@ -254,7 +258,8 @@ class Runner:
         changed = any(not a.on_laptop for a in actions)
         return facts, StepResult(Status.CHANGED if changed else Status.OK, actions=shown)
 
-    def _record(self, ctx: NodeContext, step: Step, result: StepResult, facts=None) -> None:
+    def _record(self, ctx: NodeContext, step: AnyStep, result: StepResult,
+                facts: object = None) -> None:
         self.report.set(ctx.name, step.label, result)
         if not self.run.check and result.status != Status.BLOCKED:
             detail = step.detail(facts, ctx) if facts is not None and result.status in SETTLED else None
@@ -262,14 +267,15 @@ class Runner:
                              error=redact("\n".join(result.error)) or None, detail=detail)
         self._say(ctx.name, step.label, result.status, result.error, result.actions)
 
-    def _say(self, node, step, status, error=(), actions=()):
+    def _say(self, node: str, step: str | None, status: Status, error: Sequence[str] = (),
+             actions: Sequence[str] = ()) -> None:
         klog.get(node=node, step=step).log(self.event_level, "step.result", status=status,
                                            actions=list(actions), error=list(error))
         if self.run.ui:
             self.run.ui.step_result(node, step, status, list(error), list(actions))
 
 
-def _groups(step: Step, targets: list[NodeContext]) -> list[list[NodeContext]]:
+def _groups(step: AnyStep, targets: list[NodeContext]) -> list[list[NodeContext]]:
     """The nodes in the order the step wants them: all at once; the head, then the others at
     once (`head_first`); or the head, then the others one after another (`one_by_one`)."""
     if not step.head_first:
@@ -279,7 +285,7 @@ def _groups(step: Step, targets: list[NodeContext]) -> list[list[NodeContext]]:
 
 
 def _lines(err: K3Error, step: str) -> list[str]:
-    if getattr(err, "step", "x") is None:
+    if isinstance(err, NodeError) and err.step is None:
         err.step = step
     return err.lines()
 

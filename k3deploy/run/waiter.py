@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import TypeVar
 
+from pydantic import BaseModel
+
 from k3deploy.core import group, interrupt
 from k3deploy.core.errors import StepFailed
 from k3deploy.node.context import NodeContext
@@ -23,7 +25,7 @@ class Waiter:
     def __init__(self, contexts: list[NodeContext]):
         self.contexts = contexts   # every node of the run, in rank order
 
-    def __call__(self, step: Step[F], node: NodeContext, wait: Wait) -> F:
+    def __call__(self, step: Step[F, BaseModel], node: NodeContext, wait: Wait) -> F:
         started = time.monotonic()
         marker, changed = object(), started
         while True:
@@ -46,7 +48,7 @@ class Waiter:
             # by a round trip is part of the poll, not added to it.
             interrupt.sleep(max(0.0, wait.poll - (time.monotonic() - looked)))
 
-    def _look(self, step: Step[F], node: NodeContext, wait: Wait, waited: float,
+    def _look(self, step: Step[F, BaseModel], node: NodeContext, wait: Wait, waited: float,
               looked_at: float) -> F:
         if not wait.cluster:
             return step.facts(node, waiting=True)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from k3deploy.core.errors import PlaybookError
+
+if TYPE_CHECKING:
+    from k3deploy.steps.base import AnyStep
 
 BRINGUP, TEARDOWN, ANY = "bring-up", "teardown", "any"
 # (name, "module:Class", phase), bring-up order first, then teardown order; classes are imported
@@ -51,9 +55,13 @@ RAY_STEPS = ("dry-fire-ray-cluster", "ray-cluster")
 ENGINE_STEPS = ("ray-cluster", "launch", "wait", "verify")
 
 
-def step_class(name: str):
+def step_class(name: str) -> type[AnyStep]:
     try:
         module_name, cls = REGISTRY[name].split(":")
     except KeyError:
         raise PlaybookError(f"unknown step {name!r}; known steps: {', '.join(sorted(REGISTRY))}") from None
-    return getattr(importlib.import_module(module_name), cls)
+    found = getattr(importlib.import_module(module_name), cls)
+    from k3deploy.steps.base import Step   # imported by the step's module just now
+    if not (isinstance(found, type) and issubclass(found, Step)):
+        raise PlaybookError(f"the registry's {REGISTRY[name]} is not a step")
+    return found

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from k3deploy.core.digest import sha256_text
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext
-from k3deploy.steps.base import Step, cmd, upload
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, upload
 
 
 class FileParams(BaseModel):
@@ -27,20 +27,20 @@ class FileFacts:
     mode: str | None     # octal, as stat prints it
 
 
-class EnsureFile(Step[FileFacts]):
+class EnsureFile(Step[FileFacts, FileParams]):
     name = "file"
     Params = FileParams
     Facts = FileFacts
 
-    def probes(self, node: NodeContext):
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         path = shlex.quote(self.p.path)
-        probe = [
+        probe: list[AnyFact] = [
             F.Fact("sha256", f"sha256sum {path} | cut -d' ' -f1", F.text, sudo=self.p.sudo),
             F.Fact("mode", f"stat -c %a {path}", F.text, sudo=self.p.sudo),
         ]
         return probe
 
-    def plan(self, facts: FileFacts, node: NodeContext):
+    def plan(self, facts: FileFacts, node: NodeContext) -> list[Action]:
         want = sha256_text(self.p.content)
         mode = self.p.mode.lstrip("0") or "0"
         if facts.sha256 != want:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts import record
 from k3deploy.facts.docker import Container
 from k3deploy.facts.guard import FIRED, WATCHING, GuardState, Incident, parse_incident, \
@@ -26,12 +28,12 @@ from k3deploy.node import run_settle
 from k3deploy.node import detached
 from k3deploy.node import facts as F
 from k3deploy.node import guard_config
-from k3deploy.node.context import NodeContext
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.guard_config import GuardPaths
 from k3deploy.remote import protocol, script_text
 from k3deploy.steps import node_files
 from k3deploy.steps.engine import regroup
-from k3deploy.steps.base import Action, Step, cmd, upload
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, upload
 
 BEAT_STALE = 60  # seconds: the guard rewrites its state every 10 s while alive
 START_WAIT = 150  # tenths of a second the start waits for the new guard's first state
@@ -80,7 +82,7 @@ def process_pattern(paths: GuardPaths) -> str:
     return f"^[^ ]*python[0-9.]* {re.escape(paths.script)}( |$)"
 
 
-def guard_facts(inv) -> list[F.Fact]:
+def guard_facts(inv: Inventory) -> list[AnyFact]:
     """One round trip: the guard's own state file, its processes, the node's clock, incident."""
     paths = guard_config.node_paths(inv)
     pattern = process_pattern(paths)
@@ -113,7 +115,7 @@ def stop_actions(facts: GuardFacts) -> list[Action]:
 RELAUNCHED_AFTER = "relaunched-after-incident"
 
 
-def archive_action(inv, tag: str = "archive-incident", incident: Incident | None = None,
+def archive_action(inv: Inventory, tag: str = "archive-incident", incident: Incident | None = None,
                    if_there: bool = False) -> Action:
     """Move the incident record away; `incident`, when the bring-up recovers from it, is kept
     in the run's ledger for the certificate (what stopped the group, how fast it came back).
@@ -133,14 +135,14 @@ class StartGuard(Step[GuardFacts]):
     needs_all_nodes = True
     Facts = GuardFacts
 
-    def prepare(self, run) -> None:
+    def prepare(self, run: RunContext) -> None:
         run_settle.guard_secret(run)
 
-    def config(self, node: NodeContext) -> dict:
+    def config(self, node: NodeContext) -> dict[str, JSON]:
         return guard_config.with_digest(guard_config.config(node.inv, node.name),
                                     node.run.inputs.guard_secret or "")
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         paths = guard_config.node_paths(node.inv)
         scripts = [f"{paths.dir}/{name}" for name in guard_config.SCRIPTS]
         return guard_facts(node.inv) + [node_files.fact(scripts, sudo=True)]
@@ -148,7 +150,8 @@ class StartGuard(Step[GuardFacts]):
     def plan(self, facts: GuardFacts, node: NodeContext) -> list[Action]:
         if not node.inv.guard.enabled:
             return stop_actions(facts)
-        if healthy(facts, self.config(node)["digest"]):
+        digest = self.config(node)["digest"]   # with_digest's str (a guard's is never else)
+        if isinstance(digest, str) and healthy(facts, digest):
             return []
         archive = ([archive_action(node.inv, RELAUNCHED_AFTER, facts.incident)]
                    if facts.incident else [])
@@ -169,40 +172,42 @@ class StartGuard(Step[GuardFacts]):
                        f"{node.run.inputs.guard_secret or ''}\n", sudo=True),  # None: --check
                 cmd("start the guard, detached", "sh", "-c", started, sudo=True)]
 
-    def inputs(self, node):
+    def inputs(self, node: NodeContext) -> dict[str, object]:
         return {"guard": node.inv.guard.model_dump(), "port": node.inv.ports.guard}
 
-    def detail(self, facts: GuardFacts, node: NodeContext) -> dict:
+    def detail(self, facts: GuardFacts, node: NodeContext) -> dict[str, JSON] | None:
         state = facts.guard_state
         return {"pid": state.pid if state else None, "digest": state.digest if state else None}
 
 
-class StopGuard(Step[GuardFacts]):
+class StopGuardParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # Before launch a watching guard stays, unless `up --replace` swaps the container it
+    # watches. A spent one (it fired) always goes: left alive, it would serve its old
+    # incident to the new guards started after verify, and they would adopt it and stop the
+    # group they guard. Its incident stays on record until the guard step archives it.
+    # The group is relaunched whole (steps/engine/regroup.py) too: every guard goes, or one
+    # would call its engine's removal an incident and stop the group being started.
+    before_launch: bool = False
+    archive: bool = True
+
+
+class StopGuard(Step[GuardFacts, StopGuardParams]):
     name = "guard-stop"
     runs_after_failures = True
     Facts = GuardFacts
-
-    class Params(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        # Before launch a watching guard stays, unless `up --replace` swaps the container it
-        # watches. A spent one (it fired) always goes: left alive, it would serve its old
-        # incident to the new guards started after verify, and they would adopt it and stop the
-        # group they guard. Its incident stays on record until the guard step archives it.
-        # The group is relaunched whole (steps/engine/regroup.py) too: every guard goes, or one
-        # would call its engine's removal an incident and stop the group being started.
-        before_launch: bool = False
-        archive: bool = True
+    Params = StopGuardParams
 
     @property
     def settles(self) -> bool:
         return self.p.before_launch
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         # regroup's look fills `container` (regroup.FACT)
         return guard_facts(node.inv) + (regroup.probes_for(node.inv) if self.p.before_launch
                                         else [])
 
-    def settle(self, all_facts: dict[str, GuardFacts], run) -> regroup.Regroup:
+    def settle(self, all_facts: dict[str, GuardFacts], run: RunContext) -> regroup.Regroup:
         states = {n: f.container for n, f in all_facts.items()}
         decided = regroup.decide(states, run.inv)
         if decided.whole and run.ui:
@@ -225,5 +230,5 @@ class StopGuard(Step[GuardFacts]):
         return stop_actions(facts) + [archive_action(node.inv, if_there=racing)]
 
 
-def _json(doc: dict) -> str:
+def _json(doc: dict[str, JSON]) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"

@@ -12,7 +12,7 @@ from k3deploy.steps.base import Action
 FACT = "node_files"
 
 
-def fact(paths: list[str], sudo: bool = False) -> F.Fact:
+def fact(paths: list[str], sudo: bool = False) -> F.Fact[dict[str, str]]:
     """{path: sha256} of those files that exist."""
     def parse(out: str, _code: int) -> dict[str, str]:
         pairs = (line.split(None, 1) for line in out.splitlines() if len(line.split(None, 1)) == 2)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from k3deploy.core.errors import EngineImageError, StepFailed
 from k3deploy.engines import (ImageChoiceError, docker_logs_argv, image_ref, inventory_image,
@@ -15,7 +17,12 @@ from k3deploy.facts.lastjson import json_doc
 from k3deploy.facts.node_doc import parse_reading
 from k3deploy.node import facts as F
 from k3deploy.remote import bundled
-from k3deploy.remote.protocol import Reading, WorkPaths
+from k3deploy.remote.protocol import WorkPaths
+from k3deploy.steps.base import AnyFact
+
+if TYPE_CHECKING:
+    from k3deploy.cluster.inventory import Inventory
+    from k3deploy.node.context import NodeContext
 
 def lost_gpu_problems(lost: tuple[nvidia_smi.LostGpu, ...],
                       check: str) -> list[tuple[str, str]]:
@@ -30,19 +37,19 @@ parse_json = json_doc
 
 
 # One `nvidia-smi -q` serves every GPU fact (facts/nvidia_smi.py).
-def gpus() -> F.Fact:
+def gpus() -> F.Fact[tuple[nvidia_smi.Gpu, ...] | None]:
     return F.from_probe(nvidia_smi.gpus())
 
 
-def lost_gpus() -> F.Fact:
+def lost_gpus() -> F.Fact[tuple[nvidia_smi.LostGpu, ...]]:
     return F.from_probe(nvidia_smi.lost_gpus())
 
 
-def cuda() -> F.Fact:
+def cuda() -> F.Fact[str | None]:
     return F.from_probe(nvidia_smi.cuda())
 
 
-def driver() -> F.Fact:
+def driver() -> F.Fact[str | None]:
     return F.from_probe(nvidia_smi.driver())
 
 
@@ -50,16 +57,16 @@ def driver() -> F.Fact:
 DOCKER_INFO = "command -v docker >/dev/null && docker info --format '{{json .}}'"
 
 
-def docker_info(name: str, key: str) -> F.Fact:
+def docker_info(name: str, key: str) -> F.Fact[str | None]:
     """One field of `docker info`: a string as it is, anything else as JSON text."""
-    def parse(out: str, code: int):
+    def parse(out: str, code: int) -> str | None:
         data = parse_json(out, code)
         value = data.get(key) if isinstance(data, dict) else None
         return value if value is None or isinstance(value, str) else json.dumps(value)
     return F.Fact(name, DOCKER_INFO, parse, sudo=True)
 
 
-def docker_root() -> F.Fact:
+def docker_root() -> F.Fact[str | None]:
     return docker_info("docker_root", "DockerRootDir")
 
 
@@ -67,23 +74,24 @@ def docker_root() -> F.Fact:
 CUDA_CHOICES = ("13.0", "12.0")
 
 
-def candidate_images(inv) -> list[str]:
+def candidate_images(inv: Inventory) -> list[str]:
     """Every tag the driver could pick (cu13, cu12, or the pinned one)."""
     return sorted({inventory_image(inv, cuda) for cuda in CUDA_CHOICES})
 
 
-def engine_container(inv) -> F.Fact:
+def engine_container(inv: Inventory) -> F.Fact[docker.Container | None]:
     """The engine container as a facts.docker.Container, or None when there is none. The
     image tags ride along: the image step asks the same command, and a batch runs it once."""
     return F.from_probe(docker.container_probe(inv.engine.container, candidate_images(inv)))
 
 
-def serve_log_path(inv) -> str:
+def serve_log_path(inv: Inventory) -> str:
     """Where the head's exec'd `vllm serve` writes its output (engines/vllm.py)."""
     return serve_log_host_path(spec_from_inventory.serve_log_dir(inv))
 
 
-def serve_log(inv, is_head: bool, tail: int | None = None, name: str = "serve") -> F.Fact | None:
+def serve_log(inv: Inventory, is_head: bool, tail: int | None = None,
+              name: str = "serve") -> F.Fact[str | None] | None:
     """Over Ray the head's engine is the exec'd `vllm serve`: its output is in the serve log
     file (docker logs there shows `ray start`). None on every other node and layout."""
     if not (is_head and inventory_runs_over_ray(inv)):
@@ -93,13 +101,14 @@ def serve_log(inv, is_head: bool, tail: int | None = None, name: str = "serve") 
     return F.command(name, argv, F.raw, sudo=True)
 
 
-def engine_log(inv, is_head: bool, tail: int | None = None, name: str = "log") -> F.Fact:
+def engine_log(inv: Inventory, is_head: bool, tail: int | None = None,
+               name: str = "log") -> F.Fact[str | None]:
     """The engine's own output on this node: the serve log (serve_log), else docker logs."""
     return serve_log(inv, is_head, tail, name) or \
         F.command(name, docker_logs_argv(inv.engine.container, tail), F.raw, sudo=True)
 
 
-def engine_images(inv) -> F.Fact:
+def engine_images(inv: Inventory) -> F.Fact[dict[str, docker.Image]]:
     return _images(inv.engine.container, candidate_images(inv))
 
 
@@ -107,11 +116,17 @@ def parse_images(out: str, refs: list[str]) -> dict[str, docker.Image]:
     """Each present reference (tag or digest, image_ref.present) -> its id and digests."""
     docs = [d for d in docker.documents(out) if "State" not in d]   # containers have a State
     found = {ref: image_ref.present(ref, docs) for ref in refs}
-    return {ref: docker.Image(doc.get("Id"), tuple(doc.get("RepoDigests") or ()))
+    return {ref: docker.Image(doc.get("Id"), _repo_digests(doc))
             for ref, doc in found.items() if doc is not None}
 
 
-def _images(name: str, tags: list[str]) -> F.Fact:
+def _repo_digests(doc: Mapping[str, object]) -> tuple[str, ...]:
+    """An image document's RepoDigests (moby's image inspect: a list of strings), or none."""
+    listed = doc.get("RepoDigests")
+    return tuple(d for d in listed if isinstance(d, str)) if isinstance(listed, list) else ()
+
+
+def _images(name: str, tags: list[str]) -> F.Fact[dict[str, docker.Image]]:
     """Each present candidate reference -> its image id and registry digests."""
     return F.Fact("images", docker.inspect_script(name, tags),
                   lambda out, _code: parse_images(out, tags), sudo=True)
@@ -138,11 +153,11 @@ def _dp_node_rank(cmd: list[str]) -> str | None:
         return None
 
 
-def file_json(name: str, path: str, sudo: bool = False) -> F.Fact:
+def file_json(name: str, path: str, sudo: bool = False) -> AnyFact:
     return F.read(name, path, parse_json, sudo=sudo)
 
 
-def chosen_image(cuda: str | None, node) -> str:
+def chosen_image(cuda: str | None, node: NodeContext) -> str:
     """The image this node runs, from its CUDA (the image and launch steps ask the same)."""
     try:
         return inventory_image(node.inv, cuda)
@@ -150,7 +165,7 @@ def chosen_image(cuda: str | None, node) -> str:
         raise StepFailed(node.name, str(err), step="image") from None
 
 
-def fabric_facts() -> list[F.Fact]:
+def fabric_facts() -> list[AnyFact]:
     """The node's HCA ports, /dev/infiniband and nvidia_peermem (facts/fabric.py): preflight
     judges them, launch passes the HCAs into the container; one command each per batch."""
     return [F.from_probe(p) for p in fabric.probes()]
@@ -166,19 +181,19 @@ NCCL_LINES_KEPT = 40   # the last init's lines: a few per rank, a relaunch appen
 NCCL_FILE_LINES = 2000
 
 
-def nccl_files_script(inv) -> str:
+def nccl_files_script(inv: Inventory) -> str:
     """The engine's NCCL debug files (engines/fabric.py NCCL_DEBUG_FILE: "%h.%p.log" in the
     node's NCCL log dir, cleared at each launch), the first lines of each; nothing when there
     are none (the glob stays unexpanded and head's complaint is dropped)."""
     return f"head -q -n {NCCL_FILE_LINES} -- {nccl_files_glob(inv)} 2>/dev/null"
 
 
-def nccl_files_glob(inv) -> str:
+def nccl_files_glob(inv: Inventory) -> str:
     """The shell glob of the node's NCCL debug files (the dir quoted, the pattern not)."""
     return f"{shlex.quote(spec_from_inventory.nccl_log_dir(inv))}/*.log"
 
 
-def _startup_lines(inv, is_head: bool) -> str:
+def _startup_lines(inv: Inventory, is_head: bool) -> str:
     """One read of the engine's log (serve_log's file on a Ray head, whose serve prints its Ray
     workers' lines too) and of NCCL's debug files for what its start-up printed: every phase
     line (engines/startup_phases.py), NCCL's last init lines and one line of each kind of
@@ -201,14 +216,14 @@ def _startup_lines(inv, is_head: bool) -> str:
             f"| {awk}")
 
 
-def nccl_transport(inv, is_head: bool = False) -> F.Fact:
+def nccl_transport(inv: Inventory, is_head: bool = False) -> F.Fact[nccl.NcclTransport | None]:
     """NCCL's init lines in the engine's log -> facts/nccl.NcclTransport, or None: NCCL not
     initialised yet."""
     return F.Fact("nccl", _startup_lines(inv, is_head),
                   lambda out, code: nccl.parse_transport(out), sudo=True)
 
 
-def startup_phase_times(inv, is_head: bool = False) -> F.Fact:
+def startup_phase_times(inv: Inventory, is_head: bool = False) -> F.Fact[dict[str, float]]:
     """The engine's start-up phases -> seconds each (engines/startup_phases.py)."""
     return F.Fact("phases", _startup_lines(inv, is_head),
                   lambda out, code: startup_phases.phases(out), sudo=True)
@@ -227,7 +242,8 @@ def engine_exit(node: str, message: str, step: str, log: str, image: str | None,
 DOC_READING = bundled("doc_reading.py")
 
 
-def download_reading(inv, name: str = "download", parse=parse_reading) -> F.Fact[Reading]:
+def download_reading(inv: Inventory, name: str = "download",
+                     parse: Callable[[str, int], object] = parse_reading) -> AnyFact:
     """The downloader's progress and whether it lives (remote/protocol.py read_document, the
     reading the download step's weights_status.py makes too): what `status` shows and
     stop-download stops. In the batch's one Python interpreter: no process of its own."""

@@ -14,13 +14,14 @@ from k3deploy.node import run_settle
 from k3deploy.node import apikey, detached, guard_config
 from k3deploy import engines
 from k3deploy.node import facts as F
-from k3deploy.node.context import NodeContext
+from k3deploy.node.context import InputsSettled, NodeContext, RunContext
 from k3deploy.remote.protocol import WorkPaths
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.core.redact import redact
 from k3deploy.core.status import Status
 from k3deploy.steps import probes
 from k3deploy.steps.weights import shared_hf
-from k3deploy.steps.base import Action, Step, cmd
+from k3deploy.steps.base import Action, AnyFact, Step, cmd
 
 
 SAVE_LOGS = "save-logs"
@@ -45,7 +46,7 @@ class LogsFacts:
         return {kind: text for kind, text in texts.items() if text}
 
 
-def guard_files(node: NodeContext) -> list[F.Fact]:
+def guard_files(node: NodeContext) -> list[AnyFact]:
     """The guard's own log and its incident record, when there are any."""
     paths = guard_config.node_paths(node.inv)
     wanted = {"guard": paths.log, "incident": paths.incident}
@@ -59,13 +60,13 @@ class CollectLogs(Step[LogsFacts]):
     runs_after_failures = True
     Facts = LogsFacts
 
-    def prepare(self, run):
+    def prepare(self, run: RunContext) -> None:
         # Registering the key makes redact() mask it: SGLang prints server_args, key included.
         apikey.load_or_create(run.inv, run.session.state_dir, create=False)
         guard_config.load_or_create_secret(run.session.state_dir, create=False)
         run_settle.logs_dir(run)
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         logs = engines.docker_logs_argv(node.inv.engine.container)
         # Over Ray the head's container log is `ray start`'s; the serve's is its own file.
         serve = probes.serve_log(node.inv, node.is_head)
@@ -91,14 +92,18 @@ class CollectLogs(Step[LogsFacts]):
     def recheck(self, node: NodeContext) -> tuple[LogsFacts, list[str]]:
         # A running engine's log grows between two looks: what is checked is the copies.
         done = node.run.ledger.last(node.name, SAVE_LOGS, self.label)
-        saved = tuple(done.result) if done else ()
+        # what `_save` returned: the paths it wrote
+        saved = tuple(p for p in done.result if isinstance(p, str)) \
+            if done and isinstance(done.result, tuple) else ()
         copies = LogsFacts(engine=None, download=None, guard=None, incident=None, saved=saved)
         return copies, [f"{p} was not written" for p in saved if not Path(p).is_file()]
 
     def _save(self, node: NodeContext, found: LogsFacts) -> tuple[str, ...]:
         out = node.run.inputs.logs_dir
+        if out is None:
+            raise InputsSettled("collect-logs saves logs before its prepare settled where")
         out.mkdir(parents=True, exist_ok=True)
-        saved = []
+        saved: list[str] = []
         for kind, text in found.found().items():
             ext = "json" if kind == "incident" else "log"
             path = out / f"{node.name}-rank{node.rank}-{kind}.{ext}"
@@ -106,10 +111,10 @@ class CollectLogs(Step[LogsFacts]):
             saved.append(str(path))
         return tuple(saved)
 
-    def closing_lines(self, run, all_facts: dict[str, LogsFacts]) -> list[str]:
+    def closing_lines(self, run: RunContext, all_facts: dict[str, LogsFacts]) -> list[str]:
         return [f"logs {'would be ' if run.check else ''}saved in {run.inputs.logs_dir}"]
 
-    def detail(self, facts: LogsFacts, node: NodeContext) -> dict:
+    def detail(self, facts: LogsFacts, node: NodeContext) -> dict[str, JSON] | None:
         return {"saved": list(facts.saved)}
 
 
@@ -123,7 +128,7 @@ class RemoveContainers(Step[ContainerFacts]):
     runs_after_failures = True
     Facts = ContainerFacts
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         return [probes.engine_container(node.inv)]
 
     def plan(self, facts: ContainerFacts, node: NodeContext) -> list[Action]:
@@ -155,7 +160,7 @@ class StopDownload(Step[DownloaderFacts]):
     runs_after_failures = True
     Facts = DownloaderFacts
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         # The live downloader's pid as every reader of its progress finds it (pids are reused)
         return [probes.download_reading(node.inv, "downloader", _live_pid)]
 
@@ -184,7 +189,7 @@ class WipeWeights(Step[WipeFacts]):
         # A shared cache is one copy: only the head deletes it (and says so, closing_lines).
         return shared_hf.writer(node.inv, node.name)
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         wanted = {"work": node.inv.paths.work}
         if self.deletes_weights(node):
             wanted["weights"] = node.inv.model_cache
@@ -199,7 +204,7 @@ class WipeWeights(Step[WipeFacts]):
         return [cmd(f"delete {what}", "rm", "-rf", "--", *present,
                     sudo=True, retry=True)] if present else []
 
-    def closing_lines(self, run, all_facts: dict[str, WipeFacts]) -> list[str]:
+    def closing_lines(self, run: RunContext, all_facts: dict[str, WipeFacts]) -> list[str]:
         """Printed only when every node ran the step (the runner): the head did too."""
         if not shared_hf.shared(run.inv):
             return []

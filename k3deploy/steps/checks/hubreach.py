@@ -8,6 +8,7 @@ from typing import Protocol
 
 from k3deploy.facts.reach import Reach, parse_hub_reach
 from k3deploy.node import facts as F
+from k3deploy.steps.base import AnyFact
 from k3deploy.node.context import NodeContext
 from k3deploy.remote import script_text
 
@@ -28,19 +29,18 @@ def _urls(node: NodeContext) -> list[str]:
     return [f"{o.scheme}://{o.host}:{o.port}" for o in reach.origins()]
 
 
-def facts(node: NodeContext) -> list[F.Fact]:
+def facts(node: NodeContext) -> list[AnyFact]:
     urls = _urls(node)
     return [F.python("hub_reach", PROGRAM, urls, parse_hub_reach)] if urls else []
 
 
 def problems(found: Found, node: NodeContext) -> list[tuple[str, str]]:
-    urls = _urls(node)
-    if not urls:
+    urls, reach = _urls(node), node.run.inputs.hub_reach
+    if not urls or reach is None:   # no urls when no reach
         return []
     answers = found.hub_reach
     if answers is None:
         return [("hub", f"could not probe {', '.join(urls)} from this node (python3 failed)")]
-    reach = node.run.inputs.hub_reach
     names = {f"{o.scheme}://{o.host}:{o.port}": ("the Hub" if o == reach.hub else "the Hub's CDN")
              for o in reach.origins()}
     return [("hub", f"cannot reach {names[r.target]} at {r.target.split('://', 1)[1]} "

@@ -13,6 +13,7 @@ from k3deploy.node.host_facts import Route
 from k3deploy.cluster import gpus as gpu_table
 from k3deploy.cluster import sizing
 from k3deploy.core.errors import K3Error
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines import ImageChoiceError, inventory_image
 from k3deploy.core.units import GB
 from k3deploy.facts.docker import Container
@@ -29,7 +30,7 @@ from k3deploy.steps.disks import docker_host
 from k3deploy.steps.fabric import fabric_check, fabric_topology
 from k3deploy.steps.checks import hubreach
 from k3deploy.steps.weights import shared_hf
-from k3deploy.steps.base import Step
+from k3deploy.steps.base import AnyFact, ClusterProbe, Step, settled
 from k3deploy.steps.checks.reachability import (NOT_PROBED, TCP_TABLES, mesh_probes, ports_in_use,
                                          reachability_problems, serving, serving_facts)
 from k3deploy.steps.checks.sameness import undeclared_problems
@@ -70,7 +71,7 @@ class PreflightFacts:
     gpu_nic_topology: Topology | K3Error | None = None
 
 
-def _facts(node: NodeContext) -> list[F.Fact]:
+def _facts(node: NodeContext) -> list[AnyFact]:
     inv, n = node.inv, node.node
     return [
         probes.gpus(), probes.lost_gpus(), probes.cuda(), probes.driver(),
@@ -91,32 +92,34 @@ class Preflight(Step[PreflightFacts]):
     read_only = True
     Facts = PreflightFacts
 
-    def gate(self, run) -> None:
+    def gate(self, run: RunContext) -> None:
         run_settle.hub_reach(run)
 
-    def prepare(self, run) -> None:
+    def prepare(self, run: RunContext) -> None:
         run_settle.manifest(run)
 
-    def probes(self, node: NodeContext):
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         volume = shared_hf.volume_free_fact(node.inv) if node.is_head else []
         return (_facts(node) + serving_facts(node) + hubreach.facts(node)
                 + shared_hf.marker_fact(node.inv) + volume + fabric_check.facts(node))
 
-    def problems(self, facts: PreflightFacts, node: NodeContext):
-        out = []
+    def problems(self, facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
         for check in (_gpu_problems, _software_problems, _network_problems, _disk_problems,
                       hubreach.problems, fabric_check.problems):
             out += check(facts, node)
         return out
 
-    def cluster_probes(self, all_facts: dict[str, PreflightFacts], run: RunContext):
+    def cluster_probes(self, all_facts: dict[str, PreflightFacts],
+                       run: RunContext) -> dict[str, ClusterProbe | tuple[ClusterProbe, ...]]:
         """The port mesh, then the GPU-to-HCA layout: both only before a launch."""
         mesh = mesh_probes(run, all_facts)
         topo = fabric_topology.probes_before_launch(run, list(all_facts), serving(run, all_facts))
         return {n: tuple(p for p in (mesh.get(n), topo.get(n)) if p) for n in all_facts
                 if n in mesh or n in topo}
 
-    def cluster_problems(self, all_facts: dict[str, PreflightFacts], run: RunContext):
+    def cluster_problems(self, all_facts: dict[str, PreflightFacts],
+                         run: RunContext) -> list[tuple[str, str, str]]:
         return (_unchecked(all_facts, run) + undeclared_problems(all_facts) + _sizing(run)
                 + shared_hf.marker_problems(all_facts, run) + reachability_problems(run, all_facts)
                 + fabric_check.cluster_problems(all_facts, run)
@@ -126,14 +129,15 @@ class Preflight(Step[PreflightFacts]):
         return ([NOT_PROBED] if serving(run, all_facts) else []) + fabric_check.warnings(
             all_facts, run)
 
-    def detail(self, facts: PreflightFacts, node: NodeContext):
+    def detail(self, facts: PreflightFacts, node: NodeContext) -> dict[str, JSON] | None:
         return {"gpus": len(facts.gpus or ()), "cuda": facts.cuda,
                 "free_gb": round((facts.free_bytes or 0) / GB, 1)}
 
-    def cluster_detail(self, all_facts: dict[str, PreflightFacts], run: RunContext):
+    def cluster_detail(self, all_facts: dict[str, PreflightFacts],
+                       run: RunContext) -> dict[str, JSON] | None:
         """Each node's GPU-to-HCA layout, kept on the head (asked before a launch only)."""
-        found = {n: fabric_topology.summary(t) for n, f in all_facts.items()
-                 if (t := fabric_topology.layout(f))}
+        found: dict[str, JSON] = {n: fabric_topology.summary(t) for n, f in all_facts.items()
+                                  if (t := fabric_topology.layout(f))}
         return {"gpu_nic": found} if found else None
 
 
@@ -200,11 +204,10 @@ def _disk_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, 
     if free is None:
         return [("disk", f"{node.inv.paths.nvme} does not exist on this node; mount the NVMe "
                  "there or set paths.nvme")]
-    manifest = node.run.inputs.manifest
     if shared_hf.shared(node.inv):   # the checkpoint goes to the shared volume, not the NVMe
         return _reserve_problems(free, facts, node) + (
             _volume_problems(facts, node) if node.is_head else [])
-    image = _image_budget(facts, node)
+    image, manifest = _image_budget(facts, node), settled(node.run.inputs.manifest, "manifest")
     need = manifest.total_bytes * 1.02 + image + node.inv.paths.reserve_gb * GB
     have = facts.have_bytes or 0
     if free + have < need:
@@ -234,7 +237,7 @@ def _reserve_problems(free: int, facts: PreflightFacts,
 
 def _volume_problems(facts: PreflightFacts, node: NodeContext) -> list[tuple[str, str]]:
     free, have = facts.volume_free_bytes, facts.have_bytes or 0
-    need = node.run.inputs.manifest.total_bytes * 1.02
+    need = settled(node.run.inputs.manifest, "manifest").total_bytes * 1.02
     if free is None or free + have >= need:
         return []
     return [("disk", f"{free / GB:,.2f} GB free on the shared volume ({node.inv.paths.hf}) + "

@@ -21,11 +21,11 @@ from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.facts.docker import Container
 from k3deploy.facts.http import Endpoint
 from k3deploy.facts.reach import Mesh, NotRun, parse_mesh
-from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
+from k3deploy.node.transport import Result
 from k3deploy.remote import script_text
 from k3deploy.steps.engine import raylayout, serves
-from k3deploy.steps.base import ClusterProbe
+from k3deploy.steps.base import AnyFact, ClusterProbe
 
 SCRIPT = script_text("portcheck.py")  # on stdin, not in argv (every `ps` on the node shows argv)
 MESH_SECONDS = 15  # every node's listeners up, probes answered; a REJECTed port costs this much
@@ -69,7 +69,7 @@ def _ports_for(run: RunContext, name: str, head: str, rng: random.Random,
                busy: frozenset[int]) -> list[int]:
     """A port in use is left out: a listener's owner (a running engine's rendezvous, NCCL's
     bootstrap) must not get a stray connection, and it proves little."""
-    ports = []
+    ports: list[int] = []
     while len(ports) < SAMPLE:
         port = rng.randint(33000, 60000)
         if port not in busy and port not in ports:
@@ -81,7 +81,7 @@ def _ports_for(run: RunContext, name: str, head: str, rng: random.Random,
     return ports + [p for p in fixed if p not in busy]
 
 
-def _mesh_answer(res) -> Mesh | NotRun:
+def _mesh_answer(res: Result) -> Mesh | NotRun:
     return parse_mesh(res.stdout) or NotRun(
         res.exit_code, tuple(failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 6)))
 
@@ -92,7 +92,7 @@ def _mesh(run: RunContext, name: str, ports: list[int], targets: list[str]) -> C
     return ClusterProbe(MESH, argv, _mesh_answer, stdin=SCRIPT, timeout=MESH_SECONDS + 60)
 
 
-def serving_facts(node: NodeContext) -> list[F.Fact]:
+def serving_facts(node: NodeContext) -> list[AnyFact]:
     return serves.facts(node.inv, node.is_head, node.run.inputs.api_key)
 
 

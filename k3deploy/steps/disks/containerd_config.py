@@ -30,7 +30,7 @@ def read(out: str, code: int) -> str:
     return out if code == 0 else ""
 
 
-def fact() -> F.Fact:
+def fact() -> F.Fact[str]:
     return F.read("containerd_toml", PATH, read, sudo=True)
 
 

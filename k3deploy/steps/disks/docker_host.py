@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
+from k3deploy.cluster.inventory import Paths
 from k3deploy.facts.dockerd import GpuHooks, parse_gpu_hooks
 from k3deploy.node import facts as F
+from k3deploy.steps.base import AnyFact
 from k3deploy.steps import probes
 from k3deploy.steps.disks import containerd_config
 
@@ -57,14 +59,15 @@ def _hook_script() -> str:
             f"for f in {specs}; do [ -f \"$f\" ] && echo \"cdi $f\"; done; true")
 
 
-def gpu_hooks() -> F.Fact:
+def gpu_hooks() -> F.Fact[GpuHooks]:
     """The NVIDIA hooks on dockerd's PATH and the CDI specs (facts/dockerd.GpuHooks)."""
     return F.Fact("gpu_hooks", _hook_script(), parse_gpu_hooks)
 
 
 def _version(text: str | None) -> tuple[int, int]:
     parts = [int(p) for p in (text or "").split("-")[0].split(".")[:2] if p.isdigit()]
-    return tuple(parts + [0, 0])[:2]
+    padded = parts + [0, 0]
+    return padded[0], padded[1]
 
 
 def gpu_access_problem(hooks: GpuHooks, server_version: str | None) -> str | None:
@@ -105,7 +108,7 @@ def image_disk_bytes(pulled: float, driver_status: str | None) -> float:
     return unpacked + pulled if uses_containerd_store(driver_status) else unpacked
 
 
-def system_containerd() -> F.Fact:
+def system_containerd() -> F.Fact[bool]:
     return F.native("system_containerd", "exists", [CONTAINERD_SOCKET], F.exit_ok, sudo=True)
 
 
@@ -115,13 +118,13 @@ def images_under_containerd_root(facts: ImageStore) -> bool:
     return uses_containerd_store(facts.driver_status) and facts.system_containerd
 
 
-def image_store_facts() -> list[F.Fact]:
+def image_store_facts() -> list[AnyFact]:
     """What says where the node's images go: the store, a system containerd, its config."""
     return [probes.docker_info("driver_status", "DriverStatus"), system_containerd(),
             containerd_config.fact()]
 
 
-def image_store_problem(facts: ImageStore, paths) -> str | None:
+def image_store_problem(facts: ImageStore, paths: Paths) -> str | None:
     """Why the nvme step could not put the image store on the NVMe (`paths`: the inventory's),
     or None."""
     if not images_under_containerd_root(facts):
@@ -135,7 +138,7 @@ def image_store_problem(facts: ImageStore, paths) -> str | None:
     return None
 
 
-def resolved(name: str, path: str) -> F.Fact:
+def resolved(name: str, path: str) -> F.Fact[str | None]:
     """`path` as the node resolves it (symlinks evaluated, missing tail kept: realpath -m):
     what dockerd would report for it once it exists."""
     return F.native(name, "realpath", [path], F.text, sudo=True)

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from k3deploy.core.errors import CommandError, StepFailed
 from k3deploy.steps.disks import docker_unit
@@ -30,6 +33,7 @@ DAEMON_JSON = "/etc/docker/daemon.json"
 PREVIOUS = DAEMON_JSON + ".k3deploy-previous"   # the file as it was before nvme wrote it
 FAILED = DAEMON_JSON + ".k3deploy-failed"       # nvme's version that dockerd refused
 JOURNAL = ("journalctl", "-u", "docker", "-n", "30", "--no-pager")
+F = TypeVar("F")   # the step's facts: read by none here
 START, BACKUP = "docker-start", "daemon-json-backup"   # action tags nvme's apply looks for
 
 # IDENT is dockerd (docker before 17.06 ran `docker daemon`; RHEL's build `dockerd-current`).
@@ -46,7 +50,7 @@ def dockerd_error(journal: str | None) -> str | None:
     return found
 
 
-def backup(present: bool) -> list:
+def backup(present: bool) -> list[Action]:
     """Before daemon.json is replaced: its copy, for the rollback (nothing when absent)."""
     if not present:
         return []
@@ -54,11 +58,11 @@ def backup(present: bool) -> list:
                         sudo=True, retry=True), tag=BACKUP)]
 
 
-def tag_start(actions: list) -> list:
+def tag_start(actions: list[Action]) -> list[Action]:
     return [replace(a, tag=START) if a.description == "start docker" else a for a in actions]
 
 
-def rollback_actions(wrote: bool, backed_up: bool) -> list:
+def rollback_actions(wrote: bool, backed_up: bool) -> list[Action]:
     """nvme's daemon.json aside, the previous one back (none when there was none), and docker
     started past its start limit. A file nvme did not write this run stays where it is."""
     actions = [cmd(f"keep the refused {DAEMON_JSON} as {FAILED}", "mv", "-f", DAEMON_JSON, FAILED,
@@ -69,11 +73,12 @@ def rollback_actions(wrote: bool, backed_up: bool) -> list:
     return actions + docker_unit.restart_actions(cmd)[1:]
 
 
-def roll_back(step: Step, node: NodeContext, wrote: bool, backed_up: bool, wanted: str) -> None:
+def roll_back(step: Step[F, BaseModel], node: NodeContext, wrote: bool, backed_up: bool,
+              wanted: str) -> None:
     """After `systemctl start docker` failed: read dockerd's error, restore, start, check, and
     fail the step with what dockerd said."""
-    journal = step.run_action(node, Action("read dockerd's error", tuple(JOURNAL), sudo=True,
-                                           retry=True, check=False))
+    journal = step.run_command(node, Action("read dockerd's error", tuple(JOURNAL), sudo=True,
+                                            retry=True, check=False))
     said = dockerd_error(journal.stdout) or "its error is not in the journal's last 30 lines"
     restarted = None
     for action in rollback_actions(wrote, backed_up):
@@ -82,8 +87,8 @@ def roll_back(step: Step, node: NodeContext, wrote: bool, backed_up: bool, wante
         except CommandError as err:
             restarted = err
             break
-    active = step.run_action(node, Action("is docker active", ("systemctl", "is-active", "docker"),
-                                          check=False))
+    active = step.run_command(node, Action("is docker active", ("systemctl", "is-active", "docker"),
+                                           check=False))
     raise failure(node.name, step.name, said, wanted, (wrote, backed_up),
                   active.stdout.strip() == "active", restarted)
 

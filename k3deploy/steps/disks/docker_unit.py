@@ -15,16 +15,21 @@ until `systemctl reset-failed` (systemctl(1): it resets the start rate limit cou
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from k3deploy.core.errors import StepFailed
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext
 
+if TYPE_CHECKING:
+    from k3deploy.steps.base import Action
+
 UNIT = "docker.service"
 DATA_ROOT_FLAGS = ("--data-root", "-g", "--graph")   # -g/--graph: its name before 17.05
 
 
-def unit_fact() -> F.Fact:
+def unit_fact() -> F.Fact[str | None]:
     """`systemctl cat docker.service`: every file systemd reads for the unit, in order, each
     after a `# <path>` line (systemd src/systemctl/systemctl-cat.c)."""
     return F.command("docker_unit", ["systemctl", "cat", UNIT], F.raw)
@@ -81,7 +86,7 @@ def refuse_flag_with_file(unit: str | None, node: NodeContext, wanted: str, step
         "in the inventory")
 
 
-def restart_actions(cmd) -> list:
+def restart_actions(cmd: Callable[..., Action]) -> list[Action]:
     """Stop and start docker, the start preceded by reset-failed so that earlier failed
     starts (systemd's own Restart=always retries count too) do not trip the start limit."""
     return [cmd("stop docker", "systemctl", "stop", "docker", "docker.socket", sudo=True,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from k3deploy.core.errors import CommandError, StepFailed
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts.dockerd import DaemonJson, parse_daemon_json
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext
@@ -20,7 +21,7 @@ from k3deploy.remote import protocol
 from k3deploy.steps import probes
 from k3deploy.steps.disks import containerd_config, docker_host, docker_rollback, docker_unit
 from k3deploy.steps.weights import shared_hf
-from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, take_uploads, upload
 
 DAEMON_JSON = docker_rollback.DAEMON_JSON
 
@@ -50,7 +51,7 @@ class MoveToNvme(Step[NvmeFacts]):
     name = "nvme"
     Facts = NvmeFacts
 
-    def probes(self, node: NodeContext):
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         p = node.inv.paths
         return [
             F.native("hf_owner", "owner", [_owned(node)], F.text),
@@ -64,7 +65,7 @@ class MoveToNvme(Step[NvmeFacts]):
             docker_unit.unit_fact(),
         ]
 
-    def plan(self, facts: NvmeFacts, node: NodeContext):
+    def plan(self, facts: NvmeFacts, node: NodeContext) -> list[Action]:
         actions = self._dirs(facts, node) + shared_hf.write_marker(facts, node)
         actions += self._daemon_json(facts, node)
         moved = self._containerd(facts, node)
@@ -140,8 +141,8 @@ class MoveToNvme(Step[NvmeFacts]):
                             sudo=True, retry=True)]
         return actions
 
-    def detail(self, facts: NvmeFacts, node: NodeContext):
-        out = {"docker_root": facts.docker_root, "hf_home": node.inv.paths.hf}
+    def detail(self, facts: NvmeFacts, node: NodeContext) -> dict[str, JSON] | None:
+        out: dict[str, JSON] = {"docker_root": facts.docker_root, "hf_home": node.inv.paths.hf}
         if docker_host.images_under_containerd_root(facts):
             out["containerd_root"] = node.inv.paths.containerd
         return out

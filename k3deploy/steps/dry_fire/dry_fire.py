@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from pydantic import BaseModel
+
 from k3deploy import engines
 from k3deploy.core.errors import EngineImageError, StepFailed
 from k3deploy.engines import dry_fire
@@ -36,12 +38,13 @@ from k3deploy.facts.docker import Container
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps.engine import raylayout, serves
-from k3deploy.steps.base import Action, wait
+from k3deploy.steps.base import Action, AnyFact, settled, wait
 from k3deploy.steps.dry_fire.dry_fire_rules import (HINT, SMALL_FILES, PassedEverywhere,
                                                     missing_small_files, passed_everywhere,
                                                     passed_fact, passed_here, skipped)
-from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts
-from k3deploy.steps.engine.ray_cluster import RayCluster, RayFacts
+from k3deploy.steps.engine.launch import LaunchEngine, LaunchParams, Launching, StartsEngine
+from k3deploy.steps.engine.launch_look import LaunchFacts
+from k3deploy.steps.engine.ray_cluster import RayFacts, RayJoining, RayParams
 from k3deploy.steps.engine.wait import WaitFacts, WaitHealthy
 
 
@@ -66,7 +69,7 @@ class DueFacts(Protocol):
     """What decides whether a dry-fire is due (either dry-fire Facts)."""
 
     @property
-    def spec(self) -> LaunchSpec | None: ...
+    def launch_spec(self) -> LaunchSpec: ...
     @property
     def container(self) -> Container | None: ...
     @property
@@ -78,7 +81,11 @@ class DueFacts(Protocol):
 Due = TypeVar("Due", DryFireLaunchFacts, DryFireRayFacts)
 
 
-class _DummyWeights:
+LaunchFactsT = TypeVar("LaunchFactsT", bound=LaunchFacts)
+ParamsT = TypeVar("ParamsT", bound=BaseModel, covariant=True)
+
+
+class _DummyWeights(Launching[LaunchFactsT, ParamsT]):
     """The launch's spec with dummy weights; the nodes whose dry-fire this run started."""
 
     def prepare(self, run: RunContext) -> None:
@@ -89,9 +96,11 @@ class _DummyWeights:
         return dry_fire.dry_fire_spec(spec)
 
 
-class DryFireLaunch(_DummyWeights, LaunchEngine):
+class DryFireLaunch(_DummyWeights[DryFireLaunchFacts, LaunchParams],
+                    StartsEngine[DryFireLaunchFacts]):
     name = "dry-fire-launch"
     Facts = DryFireLaunchFacts
+    Params = LaunchParams
 
     def settle(self, all_facts: dict[str, DryFireLaunchFacts],
                run: RunContext) -> PassedEverywhere | None:
@@ -100,11 +109,11 @@ class DryFireLaunch(_DummyWeights, LaunchEngine):
         real launch's decision; a dry-fire's containers are replaced anyway."""
         return None if skipped(run) else _passed(all_facts)
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         found = super().probes(node)
         if skipped(node.run):
             return found
-        return [*found, missing_small_files(node.inv, node.run.inputs.manifest),
+        return [*found, missing_small_files(node.inv, settled(node.run.inputs.manifest, "manifest")),
                 passed_fact(node.inv)]
 
     def observe(self, found: F.Found, node: NodeContext) -> DryFireLaunchFacts:
@@ -127,8 +136,7 @@ class DryFireLaunch(_DummyWeights, LaunchEngine):
 
     def apply(self, node: NodeContext, actions: list[Action]) -> None:
         if actions and actions[0].wait and actions[0].wait.until == SMALL_FILES:
-            facts = self.run_action(node, actions[0])
-            actions = self.plan(facts, node)
+            actions = self.plan(self.run_wait(node, actions[0]), node)
         # Before the start wait: from here on the dry-fire running is this run's own, which the
         # wait's plan must wait for, not replace.
         self._launched.add(node.name)
@@ -138,14 +146,15 @@ class DryFireLaunch(_DummyWeights, LaunchEngine):
             raise _named(err, self.name) from None
 
 
-class DryFireRayCluster(_DummyWeights, RayCluster):
+class DryFireRayCluster(_DummyWeights[DryFireRayFacts, RayParams], RayJoining[DryFireRayFacts]):
     """Multi-node vLLM: the Ray cluster of the dry-fire's containers (its spec and label), head
     first, the workers joining one by one; dry-fire-launch then execs the serve on its head."""
 
     name = "dry-fire-ray-cluster"
     Facts = DryFireRayFacts
+    Params = RayParams
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         found = super().probes(node)
         return [*found, passed_fact(node.inv)] if found and not skipped(node.run) else found
 
@@ -213,7 +222,7 @@ def _with_real_config(facts: Due, node: NodeContext) -> Due:
 def _due(facts: DueFacts, node: NodeContext) -> bool:
     """No dry-fire of this spec passed on every node, and the real group does not already
     run."""
-    if skipped(node.run) or passed_here(node.run, facts.spec.labels[engines.CONFIG_LABEL],
+    if skipped(node.run) or passed_here(node.run, facts.launch_spec.labels[engines.CONFIG_LABEL],
                                         facts.dry_fire_passed):
         return False
     return not serves.runs_configuration(facts.container, facts.real_config)
@@ -226,7 +235,8 @@ def _none_due(run: RunContext) -> bool:
 
 
 def _passed(all_facts: Mapping[str, DueFacts]) -> PassedEverywhere:
-    return passed_everywhere({n: f.spec.labels[engines.CONFIG_LABEL] for n, f in all_facts.items()},
+    return passed_everywhere({n: f.launch_spec.labels[engines.CONFIG_LABEL]
+                              for n, f in all_facts.items()},
                              {n: f.dry_fire_passed for n, f in all_facts.items()})
 
 
@@ -234,6 +244,6 @@ def _fresh(facts: Due, node: NodeContext, launched: set[str]) -> Due:
     """A dry-fire is a fresh group: one left by an earlier run (a rank failed, the rest wait
     for it in vain) is replaced on every node; this run's own is kept."""
     current = facts.container
-    if dry_fire.is_dry_fire(current) and node.name not in launched:
+    if current is not None and dry_fire.is_dry_fire(current) and node.name not in launched:
         return dataclasses.replace(facts, container=dataclasses.replace(current, running=False))
     return facts

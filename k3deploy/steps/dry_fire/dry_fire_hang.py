@@ -13,6 +13,7 @@ launch's flags, k3deploy's defaults for this image (engines/sglang_defaults.py).
 from __future__ import annotations
 
 from k3deploy.core.errors import StepFailed
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines import sglang_defaults
 from k3deploy.engines.sglang import sglang_serve_args
 from k3deploy.engines.spec import LaunchSpec
@@ -43,7 +44,7 @@ def watchdog_seconds(spec: LaunchSpec) -> float:
         return SGLANG_WATCHDOG_S
 
 
-def load_settings(spec: LaunchSpec) -> dict:
+def load_settings(spec: LaunchSpec) -> dict[str, JSON]:
     """The probe's settings: each request outwaits the engine's watchdog (polled every half
     timeout, so it fires by 1.5x) and its grace; the prompt fits the context."""
     wait = watchdog_seconds(spec) * 1.5 + SIGQUIT_GRACE_S + MARGIN_S

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 
 from k3deploy import engines
 from k3deploy.core.errors import StepFailed
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines import dry_fire
 from k3deploy.engines.spec import LaunchSpec
 from k3deploy.facts import http, record
@@ -31,8 +32,8 @@ from k3deploy.node import facts as F
 from k3deploy.node import http_probe, run_settle
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
-from k3deploy.steps.base import Action, Step, cmd, upload
-from k3deploy.steps.engine.compile_cache_seal import SealCompileCache, SealFacts
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, upload
+from k3deploy.steps.engine.compile_cache_seal import SealFacts, Sealing, seal_look
 from k3deploy.steps.dry_fire import dry_fire_hang
 from k3deploy.steps.dry_fire.dry_fire_rules import (HINT, PassedEverywhere, passed_everywhere,
                                                     passed_fact, passed_here, report_path)
@@ -64,7 +65,7 @@ class Report:
     nccl_devices: tuple[str, ...]
     at: float
 
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, JSON]:
         return {"config": self.config, "gpu_used_mib": list(self.gpu_used_mib),
                 "phases_s": dict(self.phases_s), "nccl_transport": self.nccl_transport,
                 "nccl_devices": list(self.nccl_devices), "at": self.at}
@@ -90,7 +91,7 @@ class _Asked:
     answer: http.Endpoint
 
 
-class DryFireVerdict(SealCompileCache):
+class DryFireVerdict(Sealing[DryFireFacts]):
     name = "dry-fire"
     head_first = True
     needs_all_nodes = True
@@ -103,13 +104,13 @@ class DryFireVerdict(SealCompileCache):
         self._reports: dict[str, Report] = {}
         self._answers: dict[str, float] = {}
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         return [*super().probes(node), probes.gpus(), passed_fact(node.inv),
                 probes.startup_phase_times(node.inv, node.is_head),
                 probes.nccl_transport(node.inv, node.is_head)]
 
     def observe(self, found: F.Found, node: NodeContext) -> DryFireFacts:
-        seal = super().observe({k: v for k, v in found.items() if k not in _OWN}, node)
+        seal = seal_look({k: v for k, v in found.items() if k not in _OWN}, node)
         kept = {f.name: getattr(seal, f.name) for f in fields(seal) if f.name not in _OWN}
         return record(DryFireFacts, {k: v for k, v in found.items() if k in _OWN}, **kept)
 
@@ -126,9 +127,9 @@ class DryFireVerdict(SealCompileCache):
         report = node_report(facts.gpus, facts.phases, facts.nccl, config)
         asked = ("send one chat completion and a batch of 32 long requests (the load of "
                  "sgl-project/sglang#39568) to the dry-fire's endpoint"
-                 if dry_fire_hang.wants_load(facts.spec)
+                 if dry_fire_hang.wants_load(facts.launch_spec)
                  else "send one chat completion to the dry-fire's endpoint")
-        head = [Action(asked, tag=REQUEST, note=facts.spec)] if node.is_head else []
+        head = [Action(asked, tag=REQUEST, note=facts.launch_spec)] if node.is_head else []
         keep = upload("keep the dry-fire's report", report_path(node.inv, config),
                       json.dumps(report.doc(), sort_keys=True), mode=0o644, sudo=True)
         return [*head, *super().plan(facts, node),
@@ -138,7 +139,8 @@ class DryFireVerdict(SealCompileCache):
 
     def apply(self, node: NodeContext, actions: list[Action]) -> None:
         if actions and actions[0].tag == REQUEST:
-            self._request(node, actions[0].note)
+            spec = actions[0].note   # the plan's: the launch's spec
+            self._request(node, spec if isinstance(spec, LaunchSpec) else None)
             actions = actions[1:]
         for action in actions:
             if isinstance(action.note, Report):
@@ -150,7 +152,7 @@ class DryFireVerdict(SealCompileCache):
         load = dry_fire_hang.wants_load(spec)
         fact = http_probe.fact("answer", node.inv, ["chat", *(["decode_batch"] if load else [])],
                                node.run.inputs.api_key,
-                               dry_fire_hang.load_settings(spec) if load else None)
+                               dry_fire_hang.load_settings(spec) if load and spec else None)
         answer = record(_Asked, node.run.executor.gather(self, node, [fact])).answer
         chat = answer.chat
         if load and spec is not None and not (answer.decode_batch and answer.decode_batch.ok):
@@ -170,7 +172,7 @@ class DryFireVerdict(SealCompileCache):
         log = node.run.executor.gather(self, node, [fact]).get(fact.name) or ""
         raise dry_fire_hang.hang_error(node.name, self.name, spec, str(log), batch, HINT)
 
-    def detail(self, facts: DryFireFacts, node: NodeContext) -> dict | None:
+    def detail(self, facts: DryFireFacts, node: NodeContext) -> dict[str, JSON] | None:
         report = self._reports.get(node.name)
         return report.doc() if report else super().detail(facts, node)
 
@@ -195,7 +197,7 @@ class DryFireStop(Step[StopFacts]):
     name = "dry-fire-stop"
     Facts = StopFacts
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         return [probes.engine_container(node.inv)]
 
     def plan(self, facts: StopFacts, node: NodeContext) -> list[Action]:
@@ -208,6 +210,6 @@ class DryFireStop(Step[StopFacts]):
 def _judged(facts: DryFireFacts) -> str | None:
     """The configuration of the dry-fire running on the node (None: none runs there)."""
     current = facts.container
-    if not (dry_fire.is_dry_fire(current) and current.running):
+    if current is None or not (dry_fire.is_dry_fire(current) and current.running):
         return None
     return current.labels.get(engines.CONFIG_LABEL, "unknown")

@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines import CONFIG_LABEL
 from k3deploy.facts import http
 from k3deploy.facts.docker import Container, Image
 from k3deploy.facts.nccl import NcclTransport
 from k3deploy.facts.nvidia_smi import Gpu
-from k3deploy.node import facts as F
+from k3deploy.steps.base import AnyFact
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
 
@@ -33,7 +35,7 @@ class CertifyFacts:
     endpoint: http.Endpoint | None = None
 
 
-def vision_record(result: http.Answer | None) -> dict | None:
+def vision_record(result: http.Answer | None) -> dict[str, JSON] | None:
     """What the certificate keeps of the image probe: its status and whether a message came
     back (None: not probed in this round trip)."""
     if result is None:
@@ -44,18 +46,18 @@ def vision_record(result: http.Answer | None) -> dict | None:
             else str(result.said or result.error or result.text)[:200]}
 
 
-def node_probes(inv, is_head: bool, key: str | None,
-                checks: tuple[str, ...] = ()) -> list[F.Fact]:
+def node_probes(inv: Inventory, is_head: bool, key: str | None,
+                checks: tuple[str, ...] = ()) -> list[AnyFact]:
     """The same facts the image and launch steps ask for (a batch runs each once); on the head
     one endpoint probe for the engine's version and any further `checks` (verify's)."""
-    found = [probes.engine_container(inv), probes.engine_images(inv),
-             probes.gpus(), probes.nccl_transport(inv, is_head)]
+    found: list[AnyFact] = [probes.engine_container(inv), probes.engine_images(inv),
+                            probes.gpus(), probes.nccl_transport(inv, is_head)]
     return found + ([http_probe.fact("endpoint", inv, [*checks, ENDPOINT_CHECK], key)]
                     if is_head else [])
 
 
-def node_record(found: CertifyFacts) -> dict:
-    out = {**_container_record(found.container, found.images),
+def node_record(found: CertifyFacts) -> dict[str, JSON]:
+    out: dict[str, JSON] = {**_container_record(found.container, found.images),
            "gpus": [dataclasses.asdict(g) for g in found.gpus or ()], "nccl": _nccl(found.nccl)}
     if found.endpoint is not None:
         version = found.endpoint.version
@@ -65,7 +67,7 @@ def node_record(found: CertifyFacts) -> dict:
     return out
 
 
-def _container_record(info: Container | None, images: dict[str, Image]) -> dict:
+def _container_record(info: Container | None, images: dict[str, Image]) -> dict[str, JSON]:
     """The engine container's image (and its registry digest), argv, config and start."""
     if info is None:
         return {"image": None, "argv": [], "config_digest": None, "started_at": None,
@@ -77,7 +79,7 @@ def _container_record(info: Container | None, images: dict[str, Image]) -> dict:
             "image_digest": digest}
 
 
-def _nccl(transport: NcclTransport | None) -> dict | None:
+def _nccl(transport: NcclTransport | None) -> dict[str, JSON] | None:
     """The transport NCCL printed on this rank (facts/nccl.py), for the certificate."""
     if transport is None:
         return None

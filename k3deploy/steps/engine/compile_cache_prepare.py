@@ -25,7 +25,7 @@ from k3deploy.node.context import NodeContext
 from k3deploy.remote import script_text
 from k3deploy.remote.protocol import PeerFiles, WorkPaths
 from k3deploy.steps import node_files, probes
-from k3deploy.steps.base import Action, cmd, upload
+from k3deploy.steps.base import Action, AnyFact, cmd, upload
 
 SCRIPT = "compile_cache_dir.py"
 
@@ -50,13 +50,13 @@ def script_path(inv: Inventory) -> str:
     return f"{WorkPaths(inv.paths.work).work}/{SCRIPT}"
 
 
-def key_probes(inv: Inventory) -> list[F.Fact]:
+def key_probes(inv: Inventory) -> list[AnyFact]:
     """What the key is made of besides the launch's flags (batched with the launch's look)."""
     return [probes.cuda(), probes.driver(), probes.gpus(), probes.engine_images(inv),
             node_files.fact([script_path(inv)], sudo=True)]
 
 
-def keyed(spec: LaunchSpec, found: KeyFacts, inv: Inventory) -> tuple[LaunchSpec, dict]:
+def keyed(spec: LaunchSpec, found: KeyFacts, inv: Inventory) -> tuple[LaunchSpec, cc.CacheInputs]:
     """The spec with its compile-cache dir, and the key's inputs (JSON: sealed with the dir)."""
     image = found.images.get(spec.image)
     gpu = found.gpus[0].name if found.gpus else None
@@ -68,8 +68,10 @@ def keyed(spec: LaunchSpec, found: KeyFacts, inv: Inventory) -> tuple[LaunchSpec
 
 def prepare_actions(node: NodeContext, spec: LaunchSpec, found: KeyFacts) -> list[Action]:
     """Upload the node-side script if it changed, then check / clean / fill the key's dir."""
-    inv = node.inv
-    argv = ["python3", script_path(inv), "prepare", spec.compile_cache_host_dir]
+    inv, cache_dir = node.inv, spec.compile_cache_host_dir
+    if cache_dir is None:   # launch asks only for a spec with the cache
+        return []
+    argv = ["python3", script_path(inv), "prepare", cache_dir]
     if peers_enabled(inv):
         others = [n.self_ip for _, n in inv.ranked() if n.name != node.name]
         argv += ["--peers", ",".join(others), "--port", str(inv.ports.peer),

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+from k3deploy.core.jsonvalue import JSON
 
 from k3deploy.facts import record
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext
 from k3deploy.remote import script_text
 from k3deploy.steps import node_files
-from k3deploy.steps.base import Action, Step, cmd, upload
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, upload
 from k3deploy.steps.engine.compile_cache_prepare import SCRIPT, script_path, sealed_fact
 from k3deploy.steps.engine import launch_look
 from k3deploy.steps.engine.launch_look import LaunchFacts
@@ -24,19 +27,23 @@ class SealFacts(LaunchFacts):
     compile_caches: dict[str, str] = field(default_factory=dict)  # key -> "sealed" | "open"
 
 
-class SealCompileCache(Step[SealFacts]):
-    name = "compile-cache-seal"
-    Facts = SealFacts
+def seal_look(found: F.Found, node: NodeContext) -> SealFacts:
+    """The seal's facts from its probes' values (the dry-fire's verdict records its own
+    fields itself)."""
+    return launch_look.with_spec(record(SealFacts, found), node)
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+
+SealFactsT = TypeVar("SealFactsT", bound=SealFacts)
+
+
+class Sealing(Step[SealFactsT]):
+    """The seal's look and plan, for compile-cache-seal and the dry-fire's verdict."""
+
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         return [*launch_look.probes(node), sealed_fact(node.inv)]
 
-    def observe(self, found: F.Found, node: NodeContext) -> SealFacts:
-        # SealFacts, not self.Facts: the dry-fire's verdict records its own fields itself.
-        return launch_look.with_spec(record(SealFacts, found), node)
-
-    def plan(self, facts: SealFacts, node: NodeContext) -> list[Action]:
-        spec = facts.spec
+    def plan(self, facts: SealFactsT, node: NodeContext) -> list[Action]:
+        spec = facts.launch_spec
         if spec.compile_cache_host_dir is None:
             return []
         key = spec.compile_cache_host_dir.rsplit("/", 1)[-1]
@@ -50,5 +57,13 @@ class SealCompileCache(Step[SealFacts]):
                 spec.compile_cache_host_dir, json.dumps(facts.key_inputs, sort_keys=True),
                 sudo=True)], facts.node_files)
 
-    def detail(self, facts: SealFacts, node: NodeContext) -> dict | None:
-        return {"dir": facts.spec.compile_cache_host_dir}
+    def detail(self, facts: SealFactsT, node: NodeContext) -> dict[str, JSON] | None:
+        return {"dir": facts.launch_spec.compile_cache_host_dir}
+
+
+class SealCompileCache(Sealing[SealFacts]):
+    name = "compile-cache-seal"
+    Facts = SealFacts
+
+    def observe(self, found: F.Found, node: NodeContext) -> SealFacts:
+        return seal_look(found, node)

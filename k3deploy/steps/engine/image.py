@@ -16,12 +16,15 @@ from dataclasses import dataclass, replace
 
 from k3deploy.cluster.fanout import peers_enabled
 from k3deploy.core.errors import CommandError, DiskError
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines import image_ref
 from k3deploy.facts import docker, record
+from k3deploy.node import facts as F
+from k3deploy.node.context import NodeContext
 from k3deploy.remote import script_text
 from k3deploy.remote.protocol import PeerFiles
 from k3deploy.steps import probes
-from k3deploy.steps.base import Step, cmd, upload
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, upload
 from k3deploy.steps.probes import chosen_image
 
 SCRIPT = script_text("image_peers.py")
@@ -51,16 +54,16 @@ class PullImage(Step[ImageFacts]):
     Facts = ImageFacts
     head_first = True   # the head pulls; the others then find it on a peer
 
-    def probes(self, node):
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         # Ask for every tag the driver could pick (cu13, cu12, or the pinned one) together
         # with the driver's CUDA, then keep the answer for the chosen tag.
         return [probes.cuda(), probes.engine_images(node.inv)]
 
-    def observe(self, found, node):
+    def observe(self, found: F.Found, node: NodeContext) -> ImageFacts:
         seen = record(ImageFacts, found)
         return replace(seen, image=chosen_image(seen.cuda, node))
 
-    def plan(self, facts: ImageFacts, node):
+    def plan(self, facts: ImageFacts, node: NodeContext) -> list[Action]:
         if facts.present:
             return []
         peers = [f"{n.name}={n.self_ip}" for _, n in node.inv.ranked() if n.name != node.name]
@@ -78,7 +81,7 @@ class PullImage(Step[ImageFacts]):
         return [cmd(f"pull {facts.image}", "docker", "pull", facts.image, sudo=True,
                     retry=True, timeout=3600)]
 
-    def run_action(self, node, action, *more_uploads):
+    def run_action(self, node: NodeContext, action: Action, *more_uploads: Action) -> object:
         """A pull or load that failed on the node's disk is a DiskError: no retry helps."""
         try:
             return super().run_action(node, action, *more_uploads)
@@ -91,7 +94,7 @@ class PullImage(Step[ImageFacts]):
                             f"({node.inv.paths.docker}) or grow the disk, then re-run `k3deploy up "
                             f"-i {node.inv.source}`: the layers docker stored are kept") from None
 
-    def detail(self, facts: ImageFacts, node):
+    def detail(self, facts: ImageFacts, node: NodeContext) -> dict[str, JSON] | None:
         return {"image": facts.image, "id": facts.id}
 
 

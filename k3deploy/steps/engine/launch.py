@@ -13,13 +13,16 @@ then the failure names the rank and quotes the engine's own error line.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from k3deploy import engines
 from k3deploy.core.digest import sha256_text
 from k3deploy.core.errors import StepFailed
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.engines import dry_fire, startup_log
+from k3deploy.engines.compile_cache_key import CacheInputs
 from k3deploy.engines.spec import LaunchSpec
 from k3deploy.facts import record
 from k3deploy.facts.docker import Container
@@ -29,7 +32,7 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.engine import compile_cache_prepare, launch_look, raylayout, regroup
 from k3deploy.steps.engine.launch_look import LaunchFacts
-from k3deploy.steps.base import Action, Step, cmd, upload, wait
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, upload, wait
 
 
 class LaunchParams(BaseModel):
@@ -45,34 +48,34 @@ def secret_file(spec: LaunchSpec) -> tuple[str, Callable[[str], str]]:
     return engines.vllm_env_host_path(spec), engines.vllm_secret_env
 
 
-class LaunchEngine(Step[LaunchFacts]):
-    name = "launch"
-    Facts = LaunchFacts
+LaunchFactsT = TypeVar("LaunchFactsT", bound=LaunchFacts)
+LaunchParamsT = TypeVar("LaunchParamsT", bound=BaseModel, covariant=True)
+
+
+class Launching(Step[LaunchFactsT, LaunchParamsT]):
+    """The launch's look and plan, for launch, ray-cluster and the dry-fire's two (each names
+    its Facts, a LaunchFacts, and its `with:`)."""
+
     head_first = True
     needs_all_nodes = True
-    Params = LaunchParams
     # Multi-node vLLM: the ray-cluster step starts the containers; launch only execs
     # `vllm serve` on the head (steps/engine/raylayout.py). RayCluster sets this False.
     serves_over_ray = True
     # The container runs the engine itself (RayCluster's run `ray start`: no engine checks).
     runs_engine = True
-    settles = True   # whether the group is relaunched whole, when no step before decided it
+    # launch settles whether the group is relaunched whole (when no step before decided it),
+    # the dry-fire's whether one passed everywhere
+    settles = True
 
     def prepare(self, run: RunContext) -> None:
         run_settle.api_key(run, create=not run.check)
         run_settle.manifest(run)
 
-    def settle(self, all_facts: dict[str, LaunchFacts], run: RunContext) -> regroup.Regroup | None:
-        if run.ledger.decided(regroup.Regroup) is None and self.runs_engine:
-            # guard-stop decides it first
-            return regroup.decide({n: f.container for n, f in all_facts.items()}, run.inv)
-        return None
-
-    def spec(self, facts: LaunchFacts, node: NodeContext) -> LaunchSpec:
+    def spec(self, facts: LaunchFactsT, node: NodeContext) -> LaunchSpec:
         return self.spec_and_cache_key(facts, node)[0]
 
-    def spec_and_cache_key(self, facts: LaunchFacts,
-                           node: NodeContext) -> tuple[LaunchSpec, dict[str, object] | None]:
+    def spec_and_cache_key(self, facts: LaunchFactsT,
+                           node: NodeContext) -> tuple[LaunchSpec, CacheInputs | None]:
         return launch_look.spec_and_cache_key(facts, node, self.adjust_spec)
 
     def adjust_spec(self, spec: LaunchSpec) -> LaunchSpec:
@@ -80,18 +83,18 @@ class LaunchEngine(Step[LaunchFacts]):
         weights, steps/dry_fire/dry_fire.py)."""
         return spec
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         return launch_look.probes(node, serves_over_ray=self.serves_over_ray)
 
-    def observe(self, found: F.Found, node: NodeContext) -> LaunchFacts:
+    def observe(self, found: F.Found, node: NodeContext) -> LaunchFactsT:
         return launch_look.with_spec(record(self.Facts, found), node, self.adjust_spec)
 
-    def _on_ray_head(self, facts: LaunchFacts, node: NodeContext) -> bool:
+    def _on_ray_head(self, facts: LaunchFactsT, node: NodeContext) -> bool:
         """launch over Ray, on the head: it execs the serve there and watches `ray status`."""
-        return self.serves_over_ray and node.is_head and engines.uses_ray(facts.spec)
+        return self.serves_over_ray and node.is_head and engines.uses_ray(facts.launch_spec)
 
-    def plan(self, facts: LaunchFacts, node: NodeContext) -> list[Action]:
-        spec, current = facts.spec, facts.container
+    def plan(self, facts: LaunchFactsT, node: NodeContext) -> list[Action]:
+        spec, current = facts.launch_spec, facts.container
         if self.serves_over_ray and engines.uses_ray(spec):
             return raylayout.launch_plan(facts, node)
         want = spec.labels[engines.CONFIG_LABEL]
@@ -124,9 +127,9 @@ class LaunchEngine(Step[LaunchFacts]):
         return actions + [cmd(f"start rank {spec.node_rank}", *engines.node_launch_argvs(spec)[0],
                               sudo=True)]
 
-    def _secret_actions(self, facts: LaunchFacts, node: NodeContext) -> list[Action]:
-        spec, key = facts.spec, node.run.inputs.api_key
-        if not spec.secrets_host_dir:
+    def _secret_actions(self, facts: LaunchFactsT, node: NodeContext) -> list[Action]:
+        spec, key = facts.launch_spec, node.run.inputs.api_key
+        if not spec.secrets_host_dir or key is None:   # a spec has the dir only with a key
             return []
         path, render = secret_file(spec)
         content = render(key)
@@ -136,14 +139,45 @@ class LaunchEngine(Step[LaunchFacts]):
                     spec.secrets_host_dir, sudo=True, retry=True),
                 upload("write the endpoint key (0600)", path, content, sudo=True)]
 
-    def wait_probes(self, node: NodeContext) -> list[F.Fact]:
+    def wait_probes(self, node: NodeContext) -> list[AnyFact]:
         # While waiting for the start: the engine's log says how far it got, or why it died.
         return [probes.engine_log(node.inv, node.is_head, tail=40)]
 
-    def _start_wait(self, facts: LaunchFacts, node: NodeContext) -> list[Action]:
+    def _start_wait(self, facts: LaunchFactsT, node: NodeContext) -> list[Action]:
+        """What the plan waits for of an engine it left running (StartsEngine's: a step that
+        starts no engine waits for none)."""
+        return []
+
+    def progress(self, facts: LaunchFactsT, node: NodeContext) -> None:
+        if self._on_ray_head(facts, node):   # the detached serve may have exited
+            raylayout.check_serve_running(facts, node.inv, self.name)
+        return None
+
+    def show_progress(self, facts: LaunchFactsT, node: NodeContext) -> None:
+        """Waiting over Ray: each new count `ray status` reports (it lags the cluster)."""
+        line = raylayout.whole_problem(facts.ray, node.inv) \
+            if self._on_ray_head(facts, node) else None
+        if line and line != getattr(self, "_shown", None) and node.run.ui:
+            node.run.ui.say(f"{'':>14}{node.name}: {line}")
+            self._shown = line
+
+    def inputs(self, node: NodeContext) -> dict[str, object]:
+        return {"engine": node.inv.engine.model_dump(), "ports": node.inv.ports.model_dump()}
+
+    def detail(self, facts: LaunchFactsT, node: NodeContext) -> dict[str, JSON] | None:
+        return {"image": facts.launch_spec.image, "rank": node.rank,
+                "config": facts.launch_spec.labels[engines.CONFIG_LABEL]}
+
+
+
+class StartsEngine(Launching[LaunchFactsT, LaunchParams]):
+    """A launch whose containers run the engine (launch, dry-fire-launch): after `docker
+    run`, it waits until each engine is past its start-up checks."""
+
+    def _start_wait(self, facts: LaunchFactsT, node: NodeContext) -> list[Action]:
         """Only while waiting (the log is looked at): the engine has not yet shown it is past
         its own start-up checks."""
-        if not self.runs_engine or facts.log is None or not _logs_its_start(facts.spec):
+        if not self.runs_engine or facts.log is None or not _logs_its_start(facts.launch_spec):
             return []
         if startup_log.started(node.inv.engine.kind, facts.log):
             return []
@@ -160,7 +194,7 @@ class LaunchEngine(Step[LaunchFacts]):
         super().apply(node, actions)
         if self.serves_over_ray and raylayout.in_use(node.inv):
             return   # the plan's own wait saw the serve take the GPUs
-        facts: LaunchFacts = self.run_action(node, self._start_action(node))
+        facts = self.run_wait(node, self._start_action(node))
         state = facts.container
         if not state or not state.running:
             raise _died(node, state, self._final_log(node, facts.log or ""))
@@ -173,26 +207,17 @@ class LaunchEngine(Step[LaunchFacts]):
             return log
         return self.facts(node, waiting=True).log or log
 
-    def progress(self, facts: LaunchFacts, node: NodeContext) -> None:
-        if self._on_ray_head(facts, node):   # the detached serve may have exited
-            raylayout.check_serve_running(facts, node.inv, self.name)
+
+class LaunchEngine(StartsEngine[LaunchFacts]):
+    name = "launch"
+    Facts = LaunchFacts
+    Params = LaunchParams
+
+    def settle(self, all_facts: dict[str, LaunchFacts], run: RunContext) -> regroup.Regroup | None:
+        if run.ledger.decided(regroup.Regroup) is None and self.runs_engine:
+            # guard-stop decides it first
+            return regroup.decide({n: f.container for n, f in all_facts.items()}, run.inv)
         return None
-
-    def show_progress(self, facts: LaunchFacts, node: NodeContext) -> None:
-        """Waiting over Ray: each new count `ray status` reports (it lags the cluster)."""
-        line = raylayout.whole_problem(facts.ray, node.inv) \
-            if self._on_ray_head(facts, node) else None
-        if line and line != getattr(self, "_shown", None) and node.run.ui:
-            node.run.ui.say(f"{'':>14}{node.name}: {line}")
-            self._shown = line
-
-    def inputs(self, node: NodeContext) -> dict:
-        return {"engine": node.inv.engine.model_dump(), "ports": node.inv.ports.model_dump()}
-
-    def detail(self, facts: LaunchFacts, node: NodeContext) -> dict | None:
-        return {"image": facts.spec.image, "rank": node.rank,
-                "config": facts.spec.labels[engines.CONFIG_LABEL]}
-
 
 def _logs_its_start(spec: LaunchSpec) -> bool:
     """The engines log their start-up lines at INFO: with a --log-level above it (SGLang's

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from k3deploy import engines
 from k3deploy.engines import spec_from_inventory
+from k3deploy.engines.compile_cache_key import CacheInputs
 from k3deploy.engines.spec import LaunchSpec
 from k3deploy.facts import docker, http
 from k3deploy.facts.docker import Container
@@ -18,11 +19,17 @@ from k3deploy.facts.fabric import IbPort
 from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.facts.ray import RayStatus
 from k3deploy.node import facts as F
+from k3deploy.steps.base import AnyFact, settled
 from k3deploy.node.context import NodeContext
 from k3deploy.steps import probes as step_probes
 from k3deploy.steps.engine import compile_cache_prepare, raylayout
 from k3deploy.steps.fabric.fabric_topology import node_fabric
 from k3deploy.steps.probes import chosen_image
+
+
+class NotObserved(RuntimeError):
+    """A derived fact read from a record that `observe` did not make (a programming error,
+    never the user's)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,15 @@ class LaunchFacts:
     # derived (observe): what this node's launch runs, and its compile-cache key's inputs
     # (None over Ray: the ray-cluster step starts those containers, with no cache)
     spec: LaunchSpec | None = None
-    key_inputs: dict[str, object] | None = None
+    key_inputs: CacheInputs | None = None
+
+    @property
+    def launch_spec(self) -> LaunchSpec:
+        """`spec`, which `observe` derives on every layout the launch runs on (None only off
+        the Ray layout in ray-cluster's facts, whose plan reads none there)."""
+        if self.spec is None:
+            raise NotObserved(f"{type(self).__name__}.spec read before observe derived it")
+        return self.spec
 
     @property
     def healthy(self) -> bool:
@@ -65,7 +80,7 @@ def _as_is(spec: LaunchSpec) -> LaunchSpec:
     return spec
 
 
-def probes(node: NodeContext, serves_over_ray: bool = True) -> list[F.Fact]:
+def probes(node: NodeContext, serves_over_ray: bool = True) -> list[AnyFact]:
     """The launch's look on `node`; `serves_over_ray` False: the head's Ray look is left out
     (the ray-cluster step starts the containers, the launch serves over them)."""
     # The key file's place depends on the inventory alone, not on facts.
@@ -80,14 +95,14 @@ def probes(node: NodeContext, serves_over_ray: bool = True) -> list[F.Fact]:
 
 def spec_and_cache_key(facts: LaunchFacts, node: NodeContext,
                        adjust: Callable[[LaunchSpec], LaunchSpec] = _as_is,
-                       ) -> tuple[LaunchSpec, dict[str, object] | None]:
+                       ) -> tuple[LaunchSpec, CacheInputs | None]:
     """(the launch spec with its config label, the compile cache key's inputs or None), from
     the probes' values in `facts` (any launch Facts); `adjust` changes the spec before its
     cache key and label (the dry-fire's dummy weights)."""
     run = node.run
     spec = adjust(spec_from_inventory.build(
         node.inv, node.node, node.rank, chosen_image(facts.cuda, node),
-        run.inputs.manifest.sha, with_key=bool(run.inputs.api_key),
+        settled(run.inputs.manifest, "manifest").sha, with_key=bool(run.inputs.api_key),
         node_fabric=node_fabric(facts)))
     inputs = None
     if not engines.uses_ray(spec):  # Ray's containers are started by ray-cluster

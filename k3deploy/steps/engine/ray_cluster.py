@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,8 +24,10 @@ from k3deploy.core.errors import StepFailed
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps.engine import raylayout
-from k3deploy.steps.base import Action, Step, wait
-from k3deploy.steps.engine.launch import LaunchEngine, LaunchFacts
+from k3deploy.core.jsonvalue import JSON
+from k3deploy.steps.base import Action, AnyFact, wait
+from k3deploy.steps.engine.launch import Launching
+from k3deploy.steps.engine.launch_look import LaunchFacts
 
 
 @dataclass(frozen=True)
@@ -43,21 +46,23 @@ class RayParams(BaseModel):
     poll_seconds: float = Field(default=0.5, gt=0)
 
 
-class RayCluster(LaunchEngine):
-    name = "ray-cluster"
-    Facts = RayFacts
-    Params = RayParams
+RayFactsT = TypeVar("RayFactsT", bound=RayFacts)
+
+
+class RayJoining(Launching[RayFactsT, RayParams]):
+    """The Ray cluster's containers (ray-cluster's, and the dry-fire's with its spec)."""
+
     head_first = True
     one_by_one = True
     needs_all_nodes = True
-    serves_over_ray = False   # LaunchEngine.plan: here, start the containers themselves
+    serves_over_ray = False   # Launching.plan: here, start the containers themselves
     runs_engine = False
 
     def prepare(self, run: RunContext) -> None:
         if raylayout.in_use(run.inv):
             super().prepare(run)
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         if not raylayout.in_use(node.inv):
             return []
         name = node.inv.engine.container
@@ -69,16 +74,16 @@ class RayCluster(LaunchEngine):
             F.Fact("joined", joined, F.exit_ok, sudo=True),
             F.command("log", engines.docker_logs_argv(name, tail=40), F.raw, sudo=True)]
 
-    def observe(self, found: F.Found, node: NodeContext) -> RayFacts:
+    def observe(self, found: F.Found, node: NodeContext) -> RayFactsT:
         if not raylayout.in_use(node.inv):
             return self.Facts(cuda=None, container=None)
         return dataclasses.replace(super().observe(found, node), ray_layout=True)
 
-    def plan(self, facts: RayFacts, node: NodeContext) -> list[Action]:
+    def plan(self, facts: RayFactsT, node: NodeContext) -> list[Action]:
         if not facts.ray_layout:
             return []
         actions = super().plan(facts, node)
-        if actions:   # LaunchEngine calls it "start rank N"; say what it is here
+        if actions:   # Launching calls it "start rank N"; say what it is here
             what = "start the Ray head" if node.is_head else f"join the Ray cluster (rank {node.rank})"
             actions[-1] = dataclasses.replace(actions[-1], description=what)
         if actions or not facts.joined:
@@ -88,7 +93,7 @@ class RayCluster(LaunchEngine):
                                 f"{node.inv.head.self_ip}:{node.inv.ports.ray} (k3deploy check)"))
         return actions
 
-    def progress(self, facts: RayFacts, node: NodeContext) -> None:
+    def progress(self, facts: RayFactsT, node: NodeContext) -> None:
         state = facts.container
         if facts.ray_layout and state and not state.running:
             raise StepFailed(node.name, f"the Ray container exited ({state.exit_code}) "
@@ -96,17 +101,22 @@ class RayCluster(LaunchEngine):
                              step=self.name)
         return None
 
-    def _secret_actions(self, facts: RayFacts, node: NodeContext) -> list[Action]:
+    def _secret_actions(self, facts: RayFactsT, node: NodeContext) -> list[Action]:
         # Only the head's container carries the endpoint key (vllm serve runs there).
         return super()._secret_actions(facts, node) if node.is_head else []
 
-    def apply(self, node: NodeContext, actions: list[Action]) -> None:
-        Step.apply(self, node, actions)   # its wait included: the next node starts after it
-
-    def detail(self, facts: RayFacts, node: NodeContext) -> dict | None:
+    def detail(self, facts: RayFactsT, node: NodeContext) -> dict[str, JSON] | None:
         if not facts.ray_layout:
             return None
-        return {**super().detail(facts, node), "role": "head" if node.is_head else "worker"}
+        return {**(super().detail(facts, node) or {}), "role": "head" if node.is_head else "worker"}
+
+
+class RayCluster(RayJoining[RayFacts]):
+    """Its apply is Step's, the wait included: the next node starts after it."""
+
+    name = "ray-cluster"
+    Facts = RayFacts
+    Params = RayParams
 
 
 def _tail(log: str, lines: int = 12) -> str:

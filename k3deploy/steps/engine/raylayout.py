@@ -31,7 +31,7 @@ from k3deploy.node import facts as F
 from k3deploy.node import http_probe
 from k3deploy.node.context import NodeContext
 from k3deploy.steps import probes
-from k3deploy.steps.base import Action, cmd, wait
+from k3deploy.steps.base import Action, AnyFact, cmd, wait
 
 RAY_STARTED = "Ray runtime started"   # printed by `ray start` once the node is registered
 # Several report intervals (5 s each) after the last worker registered: the report then
@@ -53,7 +53,7 @@ class RayLaunchFacts(Protocol):
     """What launch knows on a node of a Ray layout (its Facts' fields of these names)."""
 
     @property
-    def spec(self) -> LaunchSpec: ...
+    def launch_spec(self) -> LaunchSpec: ...
     @property
     def container(self) -> Container | None: ...
     @property
@@ -91,7 +91,7 @@ def serve_running(status: RayStatus | None, healthy: bool) -> bool:
     return healthy or bool(status and status.holds_gpus)
 
 
-def head_probes(node: NodeContext) -> list[F.Fact]:
+def head_probes(node: NodeContext) -> list[AnyFact]:
     """On the head: the cluster (every node joined?) and whether a serve already answers."""
     return [status_fact(node.inv.engine.container),
             http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key)]
@@ -103,7 +103,7 @@ def head_healthy(status: RayStatus | None, health: http.Endpoint | None) -> bool
 
 
 def _runs_this_config(facts: RayLaunchFacts) -> bool:
-    current, want = facts.container, facts.spec.labels[engines.CONFIG_LABEL]
+    current, want = facts.container, facts.launch_spec.labels[engines.CONFIG_LABEL]
     return bool(current and current.running
                 and current.labels.get(engines.CONFIG_LABEL) == want)
 
@@ -111,7 +111,7 @@ def _runs_this_config(facts: RayLaunchFacts) -> bool:
 def launch_plan(facts: RayLaunchFacts, node: NodeContext) -> list[Action]:
     """launch over Ray: the workers run nothing more; the head gets `vllm serve` once the
     cluster is whole, unless a serve already holds the GPUs."""
-    spec = facts.spec
+    spec = facts.launch_spec
     if not _runs_this_config(facts):
         if node.run.check:   # dry run: ray-cluster has not started the containers yet
             return [serve_action(spec)] if node.is_head else []

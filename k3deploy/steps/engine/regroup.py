@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from k3deploy.cluster.inventory import Inventory
 from k3deploy.facts.docker import Container
-from k3deploy.node import facts as F
+from k3deploy.steps.base import AnyFact
 from k3deploy.steps import probes
 from k3deploy.steps.engine import raylayout
 
@@ -47,7 +47,7 @@ class Regroup:
                 "take a new rank: every rank is relaunched, each keeping its rank")
 
 
-def probes_for(inv: Inventory) -> list[F.Fact]:
+def probes_for(inv: Inventory) -> list[AnyFact]:
     return [] if raylayout.in_use(inv) else [probes.engine_container(inv)]
 
 

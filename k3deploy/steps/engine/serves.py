@@ -13,19 +13,20 @@ from collections.abc import Iterable
 
 from k3deploy import engines
 from k3deploy.engines import dry_fire
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.facts.docker import Container
 from k3deploy.facts.http import Endpoint
-from k3deploy.node import facts as F
+from k3deploy.steps.base import AnyFact
 from k3deploy.node import http_probe
 from k3deploy.steps import probes
 
 HEALTH = "serving"  # the head's fact: endpoint_probe's answer to ["health"]
 
 
-def facts(inv, is_head: bool, api_key: str | None) -> list[F.Fact]:
+def facts(inv: Inventory, is_head: bool, api_key: str | None) -> list[AnyFact]:
     """What tells a serving cluster: the engine container (the launch step asks the same) and,
     on the head, /health."""
-    found = [probes.engine_container(inv)]
+    found: list[AnyFact] = [probes.engine_container(inv)]
     if is_head:
         found.append(http_probe.fact(HEALTH, inv, ["health"], api_key))
     return found

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.node import run_settle
 from k3deploy.engines import vision
 from k3deploy.engines.spec import render_flags
@@ -17,11 +19,11 @@ from k3deploy.facts import http
 from k3deploy.facts.fabric import IbPort
 from k3deploy.facts.nvidia_smi import Gpu, LostGpu
 from k3deploy.node import apikey, http_probe
-from k3deploy.node.context import NodeContext
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.engine import certify
 from k3deploy.steps.fabric import fabric_check
-from k3deploy.steps.base import Step
+from k3deploy.steps.base import AnyFact, Step
 
 GIB_MIB = 1024
 SHORT_FRACTION = 0.85  # below this share of the expected memory a rank did not load its shard
@@ -40,7 +42,7 @@ class VerifyFacts(certify.CertifyFacts):
     gpudirect_rdma: bool = False
 
 
-def expected_used_mib(inv, total_mib: int) -> float:
+def expected_used_mib(inv: Inventory, total_mib: int) -> float:
     return inventory_static_fraction(inv) * total_mib
 
 
@@ -65,7 +67,7 @@ def _shown(res: http.Answer | None) -> str:
 
 
 def endpoint_problems(results: http.Endpoint, model: str) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     models = results.models
     ids = list(models.models) if models else []
     if _status(models) != 200 or model not in ids:
@@ -90,13 +92,13 @@ def endpoint_problems(results: http.Endpoint, model: str) -> list[tuple[str, str
     return out
 
 
-def vision_off(inv) -> list[vision.VisionOff]:
+def vision_off(inv: Inventory) -> list[vision.VisionOff]:
     """The inventory's own flags (engine.args) that turn the vision path off; k3deploy's
     defaults never do (tests/unit/test_vision_flags.py checks every reference launch)."""
     return vision.vision_off(inv.engine.kind, render_flags([], inv.engine.args))
 
 
-def vision_problems(res: http.Answer | None, inv) -> list[tuple[str, str]]:
+def vision_problems(res: http.Answer | None, inv: Inventory) -> list[tuple[str, str]]:
     """The image probe must be answered with a message. A launch that turns vision off fails
     even when the engine answers 200: SGLang then drops the image and answers from the text."""
     answer = f"answered {_status(res)}: {_shown(res)}"
@@ -111,7 +113,7 @@ def vision_problems(res: http.Answer | None, inv) -> list[tuple[str, str]]:
     return []
 
 
-def _parser_setting(inv, check: str) -> str:
+def _parser_setting(inv: Inventory, check: str) -> str:
     """Point at the inventory line when it is what overrides the kimi_k3 parser."""
     flag = {"reasoning": "reasoning-parser", "tools": "tool-call-parser"}.get(check)
     args = inv.engine.args
@@ -122,7 +124,8 @@ def _parser_setting(inv, check: str) -> str:
             "then run `k3deploy up --replace`")
 
 
-def memory_problems(gpus: tuple[Gpu, ...] | None, inv, rank: int) -> list[tuple[str, str]]:
+def memory_problems(gpus: tuple[Gpu, ...] | None, inv: Inventory,
+                    rank: int) -> list[tuple[str, str]]:
     if not gpus:
         return [("memory", "nvidia-smi gave no GPUs")]
     short = [(i, g) for i, g in enumerate(gpus)
@@ -140,7 +143,7 @@ def memory_problems(gpus: tuple[Gpu, ...] | None, inv, rank: int) -> list[tuple[
              "`k3deploy up` reload every rank")]
 
 
-def _tunnel_lines(inv) -> list[str]:
+def _tunnel_lines(inv: Inventory) -> list[str]:
     hint = http_probe.tunnel_hint(inv)
     return [f"reach it:  {hint}"] if hint else []
 
@@ -151,17 +154,17 @@ class VerifyEndpoint(Step[VerifyFacts]):
     needs_all_nodes = True
     Facts = VerifyFacts
 
-    def prepare(self, run):
+    def prepare(self, run: RunContext) -> None:
         run_settle.api_key(run)
 
-    def probes(self, node: NodeContext):
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         # What the certificate records, GPUs included; on the head one endpoint probe for
         # both (its checks and the engine's version).
         return certify.node_probes(node.inv, node.is_head, node.run.inputs.api_key,
                                    checks=tuple(CHECKS)) + [probes.lost_gpus(),
                                                             *probes.fabric_facts()]
 
-    def problems(self, facts: VerifyFacts, node: NodeContext):
+    def problems(self, facts: VerifyFacts, node: NodeContext) -> list[tuple[str, str]]:
         out = (probes.lost_gpu_problems(facts.gpus_lost, "memory") if facts.gpus_lost
                else memory_problems(facts.gpus, node.inv, node.rank))
         if node.is_head:
@@ -172,7 +175,7 @@ class VerifyEndpoint(Step[VerifyFacts]):
             out += vision_problems(endpoint.vision, node.inv)
         return out
 
-    def closing_lines(self, run, all_facts: dict[str, VerifyFacts]) -> list[str]:
+    def closing_lines(self, run: RunContext, all_facts: dict[str, VerifyFacts]) -> list[str]:
         key = apikey.key_path(run.session.state_dir)
         auth = f'-H "Authorization: Bearer $(cat {key})" ' if run.inputs.api_key else ""
         head = run.session.states[run.inv.head.name].step(self.label)
@@ -185,8 +188,8 @@ class VerifyEndpoint(Step[VerifyFacts]):
                 "\"reasoning_effort\": \"low\"}'"] + _tunnel_lines(run.inv) \
             + fabric_check.transport_lines(all_facts)
 
-    def detail(self, facts: VerifyFacts, node: NodeContext):
-        out = {"used_gib": [round(g.used_mib / GIB_MIB, 1) for g in facts.gpus or ()],
+    def detail(self, facts: VerifyFacts, node: NodeContext) -> dict[str, JSON] | None:
+        out: dict[str, JSON] = {"used_gib": [round(g.used_mib / GIB_MIB, 1) for g in facts.gpus or ()],
                "certificate": certify.node_record(facts)}
         if facts.endpoint is not None:
             out["reasoning_field"] = reasoning_field(_message(facts.endpoint.chat))

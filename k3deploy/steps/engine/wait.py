@@ -34,7 +34,7 @@ from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.steps import probes
 from k3deploy.steps.engine import raylayout
 from k3deploy.steps.engine.load_watch import LoadWatch
-from k3deploy.steps.base import Action, Step, wait
+from k3deploy.steps.base import Action, AnyFact, Step, wait
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def _finished_key(state: Container | None) -> str:
     return f"{base}.{frac.ljust(9, '0')}"
 
 
-class WaitHealthy(Step[WaitFacts]):
+class WaitHealthy(Step[WaitFacts, WaitParams]):
     name = "wait"
     Facts = WaitFacts
     Params = WaitParams
@@ -112,14 +112,18 @@ class WaitHealthy(Step[WaitFacts]):
 
     def prepare(self, run: RunContext) -> None:
         run_settle.api_key(run)
-        self._formed, self._shown, self._marker = False, None, None
-        self._signals, self._moved_at, self._view, self._shown_view = None, 0.0, None, None
+        self._formed, self._moved_at = False, 0.0
+        self._shown: str | None = None
+        self._marker: str | None = None
+        self._signals: tuple[str | None, tuple[int, ...]] | None = None
+        self._view: str | None = None
+        self._shown_view: str | None = None
         self._lines: dict[str, str] = {}
         self._watch = LoadWatch()
 
-    def probes(self, node: NodeContext) -> list[F.Fact]:
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         name = node.inv.engine.container
-        found = [probes.engine_container(node.inv)]
+        found: list[AnyFact] = [probes.engine_container(node.inv)]
         if not node.is_head:
             return found
         found.append(http_probe.fact("health", node.inv, ["health"], node.run.inputs.api_key))
@@ -127,7 +131,7 @@ class WaitHealthy(Step[WaitFacts]):
             found.append(raylayout.status_fact(name))
         return found
 
-    def wait_probes(self, node: NodeContext) -> list[F.Fact]:
+    def wait_probes(self, node: NodeContext) -> list[AnyFact]:
         # Each rank's log: the loading progress, and why a rank that exited did so; its GPUs'
         # memory in use; its engine processes' CPU time and reads, all a load shows.
         return [probes.engine_log(node.inv, node.is_head, tail=30), probes.gpus(),
@@ -158,7 +162,7 @@ class WaitHealthy(Step[WaitFacts]):
         gone = [n for n, state in states.items() if not state or not state.running]
         if gone:
             raise _exited(run, gone, all_facts)
-        _check_ranks(run, states)
+        _check_ranks(run, {n: state for n, state in states.items() if state})   # every one
         head = all_facts[run.inv.head.name]
         self._note_signals(all_facts, run, looked_at)
         self._formed = self._formed or formed(head)
@@ -244,7 +248,7 @@ def _check_loads(run: RunContext, watch: LoadWatch, stall: float, looked_at: flo
                      f"remove the container (`docker rm -f {name}`) and re-run `k3deploy up`")
 
 
-def _check_ranks(run: RunContext, states: dict[str, Container | None]) -> None:
+def _check_ranks(run: RunContext, states: dict[str, Container]) -> None:
     name = run.inv.engine.container
     cmds = {n: list(state.cmd) for n, state in states.items()}
     found = rank_problem(cmds, {n.name: run.inv.rank_of(n.name) for n in run.inv.nodes})
@@ -261,16 +265,15 @@ def _exited(run: RunContext, gone: list[str], all_facts: dict[str, WaitFacts]) -
     # One rank dying makes the others abort (NCCL): the first to exit is the cause.
     states = {n: f.container for n, f in all_facts.items()}
     first = min(gone, key=lambda n: _finished_key(states[n]))
-    log = all_facts[first].log or ""
+    log, state = all_facts[first].log or "", states[first]
     tail = "\n".join(log.splitlines()[-15:])
-    what = (f"container exited ({states[first].exit_code})" if states[first]
-            else "container is gone")
+    what = f"container exited ({state.exit_code})" if state else "container is gone"
     said = startup_log.error_line(log)
     after = [n for n in gone if n != first]
     also = f" ({', '.join(after)} exited after it: ranks abort when a peer dies)" if after else ""
     also += f"; its error: {said}" if said else ""
     return probes.engine_exit(
         first, f"rank {run.inv.rank_of(first)} {what} before the endpoint was up{also}; the end "
-        f"of its log:\n{tail}", "wait", log, states[first].image if states[first] else None,
+        f"of its log:\n{tail}", "wait", log, state.image if state else None,
         f"`k3deploy logs -i {run.inv.source}` saves every rank's log; fix the cause, then "
         "re-run `k3deploy up` (exited containers are replaced)")

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from k3deploy.cluster.inventory import Inventory, Node
 from k3deploy.engines.fabric import ib_hca_value, sockets_only
 from k3deploy.facts import gpudirect
 from k3deploy.facts.fabric import NodeFabric
 from k3deploy.facts.nccl import NcclTransport
+from k3deploy.facts.topology import Topology
 from k3deploy.node import facts as F
-from k3deploy.node.context import NodeContext
+from k3deploy.steps.base import AnyFact
+from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.host_facts import Route, route_to
 from k3deploy.steps import probes
 from k3deploy.steps.fabric import fabric_topology
@@ -40,7 +43,7 @@ class TransportFound(FabricFound, Protocol):
     def nccl(self) -> NcclTransport | None: ...
 
 
-def facts(node: NodeContext) -> list[F.Fact]:
+def facts(node: NodeContext) -> list[AnyFact]:
     peer = _peer(node)
     return probes.fabric_facts() + [F.from_probe(gpudirect.probe())] + \
         ([route_to("route_to_peer", peer)] if peer else [])
@@ -54,7 +57,7 @@ def _peer(node: NodeContext) -> str | None:
     return node.inv.head.self_ip if not node.is_head else others[0].self_ip
 
 
-def ifnames(inv, n) -> dict[str, str]:
+def ifnames(inv: Inventory, n: Node) -> dict[str, str]:
     """What the engine is told per variable: engine.env wins over nodes[].nic."""
     env = inv.engine.env
     return {var: str(env.get(var, n.nic)) for var in IFNAME_VARS}
@@ -72,7 +75,8 @@ def matches(var: str, value: str, dev: str) -> bool:
 
 
 def problems(facts: RouteFound, node: NodeContext) -> list[tuple[str, str]]:
-    out, fab = [], node_fabric(facts)
+    out: list[tuple[str, str]] = []
+    fab = node_fabric(facts)
     if node.inv.engine.fabric == "ib" and not (fab and fab.usable):
         out.append(("fabric", "engine.fabric is ib but this node has no HCA with an active port "
                     "and a /dev/infiniband/uverbs device; install the RDMA driver (rdma-core, "
@@ -95,19 +99,21 @@ def problems(facts: RouteFound, node: NodeContext) -> list[tuple[str, str]]:
     return out
 
 
-def cluster_problems(all_facts: Mapping[str, FabricFound], run) -> list[tuple[str, str, str]]:
+def cluster_problems(all_facts: Mapping[str, FabricFound],
+                     run: RunContext) -> list[tuple[str, str, str]]:
     if sockets_only(run.inv.engine.fabric) or len(all_facts) < 2:
         return []
     fabs: dict[str, NodeFabric | None] = {n: node_fabric(f) for n, f in all_facts.items()}
     with_ib = sorted(n for n, f in fabs.items() if f and f.usable)
-    out = []
+    out: list[tuple[str, str, str]] = []
     if with_ib and len(with_ib) < len(fabs):
         without = sorted(set(fabs) - set(with_ib))
         out.append(("cluster", "fabric", f"HCAs on {', '.join(with_ib)} only, none usable on "
                     f"{', '.join(without)}: NCCL falls back to sockets for the whole group; "
                     "fix the RDMA driver there or set engine.fabric: socket"))
-    rates = {n: sorted({p.rate_gbps for p in f.ports if p.active}) for n, f in fabs.items()
-             if f and f.usable}
+    # an unread rate (None) sorts first
+    rates = {n: sorted({p.rate_gbps for p in f.ports if p.active}, key=_rate_order)
+             for n, f in fabs.items() if f and f.usable}
     if len({tuple(r) for r in rates.values()}) > 1:
         shown = "; ".join(f"{n}: {'/'.join(f'{r:g}' for r in v)} Gb/s" for n, v in rates.items())
         out.append(("cluster", "fabric", f"HCA rates differ ({shown}): the slowest link paces "
@@ -115,7 +121,11 @@ def cluster_problems(all_facts: Mapping[str, FabricFound], run) -> list[tuple[st
     return out
 
 
-def warnings(all_facts: Mapping[str, fabric_topology.TopologyFound], run) -> list[str]:
+def _rate_order(rate: float | None) -> float:
+    return -1.0 if rate is None else rate
+
+
+def warnings(all_facts: Mapping[str, fabric_topology.TopologyFound], run: RunContext) -> list[str]:
     """GPUDirect RDMA off (or unknown) where HCAs are used: NCCL stages through host memory;
     then mixed link layers and the GPU-to-HCA topology's findings."""
     if sockets_only(run.inv.engine.fabric):
@@ -146,7 +156,7 @@ def layer_warnings(all_facts: Mapping[str, fabric_topology.TopologyFound]) -> li
     front end): NCCL given both fails to connect ("NET/IB : Attempted to connect incompatible
     devices", NVIDIA/nccl src/transport/net_ib/connect.cc:985-990), so the launch names one
     layer's devices exactly (engines/fabric.py ib_hca_value)."""
-    out = []
+    out: list[str] = []
     for name, found in all_facts.items():
         fab = node_fabric(found)
         if not (fab and fab.usable and len(fab.active_by_layer) > 1):
@@ -157,15 +167,16 @@ def layer_warnings(all_facts: Mapping[str, fabric_topology.TopologyFound]) -> li
                 f"devices of one; the launch gives it the {keep} ones, "
                 f"NCCL_IB_HCA={ib_hca_value(fab.nccl_hcas())}")
         topo = fabric_topology.layout(found)
-        near = fab.nccl_layer(near_nics(topo)) if topo else keep
-        if near != keep:
+        nics = near_nics(topo) if topo else None
+        near = keep if nics is None else fab.nccl_layer(nics)
+        if nics is not None and near != keep:
             line += (f"; the HCAs nearest the GPUs (`nvidia-smi topo -m`) are {near}: to use "
-                     f"them set engine.env NCCL_IB_HCA={ib_hca_value(fab.nccl_hcas(near_nics(topo)))}")
+                     f"them set engine.env NCCL_IB_HCA={ib_hca_value(fab.nccl_hcas(nics))}")
         out.append(line)
     return out
 
 
-def near_nics(topo) -> tuple[str, ...]:
+def near_nics(topo: Topology) -> tuple[str, ...]:
     """Each GPU's nearest HCAs in `nvidia-smi topo -m` (facts/topology.py)."""
     return tuple(n for g in topo.nearest for n in g.nics)
 
@@ -176,7 +187,7 @@ SOCKET_COST = ("a multi-node group on TCP sockets runs its all-reduce at a fract
                "HCAs' bandwidth (NVIDIA/nccl#1676: ~180 -> ~10 GB/s)")
 
 
-def group_transport(transports: dict[str, str | None]):
+def group_transport(transports: dict[str, str | None]) -> str | list[str] | None:
     """One value when every rank that printed one agrees; the sorted list when they differ."""
     seen = {t for t in transports.values() if t}
     return seen.pop() if len(seen) == 1 else (sorted(seen) if seen else None)
@@ -189,7 +200,7 @@ def socket_warning(transports: dict[str, str | None], with_hcas: list[str]) -> s
     return None
 
 
-def transport_facts(inv, is_head: bool) -> list[F.Fact]:
+def transport_facts(inv: Inventory, is_head: bool) -> list[AnyFact]:
     return [probes.nccl_transport(inv, is_head), *probes.fabric_facts()]
 
 

@@ -13,21 +13,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict
 
 from k3deploy import engines
+from k3deploy.cluster.inventory import Inventory
 from k3deploy.cluster import mesh_plan
 from k3deploy.core.errors import K3Error
+from k3deploy.core.jsonvalue import JSON
+from k3deploy.core.state import StateDoc
 from k3deploy.facts import record as record_facts
 from k3deploy.facts.fabric_mesh import MeshCount, MeshFailed, parse_answer
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.output_tail import failure_tail
+from k3deploy.node.transport import Result
 from k3deploy.remote import script_text
+from k3deploy.remote.fabric_mesh import Found as MeshFound
 from k3deploy.steps.engine import serves
-from k3deploy.steps.base import ClusterProbe, Step
+from k3deploy.steps.base import AnyFact, ClusterProbe, Step
 from k3deploy.steps.engine import launch_look
 from k3deploy.steps.engine.launch_look import LaunchFacts
 
@@ -40,14 +45,14 @@ FLUSH = 5.0        # after the partner's push: what its socket buffers still hol
 PERFTEST = "ib_write_bw"
 
 
-def round_limit(inv) -> float:
+def round_limit(inv: Inventory) -> float:
     """The longest a round lasts on a node: the partner may start its push up to HANDSHAKE late."""
     return HANDSHAKE + inv.fabric.seconds + FLUSH
 
 
-def schedule_seconds(inv, nodes: int) -> float:
+def schedule_seconds(inv: Inventory, nodes: int) -> float:
     """The longest the node program runs (every round at its limit)."""
-    return len(mesh_plan.rounds(list(range(nodes)))) * round_limit(inv)
+    return len(mesh_plan.rounds([str(i) for i in range(nodes)])) * round_limit(inv)
 
 
 def _plan(run: RunContext, name: str, partners: list[str | None]) -> str:
@@ -58,7 +63,7 @@ def _plan(run: RunContext, name: str, partners: list[str | None]) -> str:
                        "deadline": HANDSHAKE, "round_limit": round_limit(inv)})
 
 
-def _answer(res) -> MeshCount | MeshFailed:
+def _answer(res: Result) -> MeshCount | MeshFailed:
     return parse_answer(res.stdout) or MeshFailed(
         f"the mesh program exited {res.exit_code}: "
         + (" | ".join(failure_tail(f"{res.stdout}\n{res.stderr}".strip(), 4)) or "no output"))
@@ -83,14 +88,14 @@ class FabricMeshParams(BaseModel):
     relative_is_warning: bool = False
 
 
-class FabricMesh(Step[FabricMeshFacts]):
+class FabricMesh(Step[FabricMeshFacts, FabricMeshParams]):
     name = "fabric-mesh"
     read_only = True
     Params = FabricMeshParams
     Facts = FabricMeshFacts
 
-    def probes(self, node: NodeContext):
-        found = [F.command("perftest", ["sh", "-c", f"command -v {PERFTEST} || true"])]
+    def probes(self, node: NodeContext) -> list[AnyFact]:
+        found: list[AnyFact] = [F.command("perftest", ["sh", "-c", f"command -v {PERFTEST} || true"])]
         if self._looks_at_launch(node):
             found += launch_look.probes(node)   # the launch's own look: what it would run
         return found
@@ -116,7 +121,8 @@ class FabricMesh(Step[FabricMeshFacts]):
                     "the fabric it serves over")
         return None
 
-    def cluster_probes(self, all_facts: dict[str, FabricMeshFacts], run: RunContext):
+    def cluster_probes(self, all_facts: dict[str, FabricMeshFacts],
+                       run: RunContext) -> dict[str, ClusterProbe | tuple[ClusterProbe, ...]]:
         names = [n.name for n in run.inv.nodes if n.name in all_facts]
         if len(names) < 2 or self.skipped(all_facts, run):
             return {}
@@ -125,7 +131,8 @@ class FabricMesh(Step[FabricMeshFacts]):
                                 stdin=SCRIPT, timeout=timeout)
                 for n, partners in mesh_plan.partners(names).items()}
 
-    def cluster_problems(self, all_facts: dict[str, FabricMeshFacts], run: RunContext):
+    def cluster_problems(self, all_facts: dict[str, FabricMeshFacts],
+                         run: RunContext) -> list[tuple[str, str, str]]:
         found = {n: f.fabric_mesh for n, f in all_facts.items() if f.fabric_mesh is not None}
         broken = [(n, "fabric", str(v) if isinstance(v, K3Error) else v.error)
                   for n, v in found.items() if isinstance(v, (K3Error, MeshFailed))]
@@ -135,11 +142,12 @@ class FabricMesh(Step[FabricMeshFacts]):
         return [(_owner(lk, verdict.nodes), "fabric", _slow_line(lk, verdict, run.inv))
                 for lk in verdict.slow if not self._warned(lk, run.inv)]
 
-    def _warned(self, link: mesh_plan.Link, inv) -> bool:
+    def _warned(self, link: mesh_plan.Link, inv: Inventory) -> bool:
         """A slow link this run reports as a warning instead of a problem."""
         return self.p.relative_is_warning and link.gbps is not None and not _under_floor(link, inv)
 
-    def cluster_detail(self, all_facts: dict[str, FabricMeshFacts], run: RunContext):
+    def cluster_detail(self, all_facts: dict[str, FabricMeshFacts],
+                       run: RunContext) -> dict[str, JSON] | None:
         found = _measured(all_facts)
         return {"fabric": record(run, found)} if found else None
 
@@ -175,28 +183,30 @@ def _measured(all_facts: Mapping[str, FabricMeshFacts]) -> dict[str, MeshCount]:
     return {n: f.fabric_mesh for n, f in all_facts.items() if isinstance(f.fabric_mesh, MeshCount)}
 
 
-def _docs(found: Mapping[str, MeshCount]) -> dict[str, dict]:
+def _docs(found: Mapping[str, MeshCount]) -> dict[str, MeshFound]:
     """The counts as the program printed them: what cluster/mesh_plan.links reads."""
-    return {n: asdict(c) for n, c in found.items()}
+    return {n: {"received": {s: {"bytes": r.bytes, "seconds": r.seconds}
+                             for s, r in c.received.items()},
+                "sent": dict(c.sent), "errors": dict(c.errors)} for n, c in found.items()}
 
 
-def record(run: RunContext, found: dict[str, MeshCount]) -> dict:
+def record(run: RunContext, found: dict[str, MeshCount]) -> dict[str, JSON]:
     """The figures for the state file, status --json and the certificate. The InfiniBand
     links are never measured here (perftest is not run): ib_measured says so."""
     verdict = verdict_of(run, found)
     names = [n.name for n in run.inv.nodes if n.name in found]
 
-    def one(lk: mesh_plan.Link) -> dict:
+    def one(lk: mesh_plan.Link) -> dict[str, JSON]:
         return {"a": lk.src, "b": lk.dst,
                 "gbps": None if lk.gbps is None else round(lk.gbps, 3),
                 **({"error": lk.error} if lk.gbps is None else {})}
     return {"links": [one(lk) for lk in mesh_plan.links(_docs(found), names)],
-            "slow": [one(lk) for lk in verdict.slow], "slow_nodes": verdict.nodes,
+            "slow": [one(lk) for lk in verdict.slow], "slow_nodes": list(verdict.nodes),
             "median_best_gbps": None if verdict.median_gbps is None
             else round(verdict.median_gbps, 3), "ib_measured": False}
 
 
-def kept(head_state: dict) -> dict | None:
+def kept(head_state: StateDoc) -> JSON:
     """The last figures a mesh recorded, from the head's state file (its data)."""
     rec = (head_state.get("steps") or {}).get(FabricMesh.name) or {}
     return (rec.get("detail") or {}).get("fabric")
@@ -211,12 +221,13 @@ def _owner(link: mesh_plan.Link, slow_nodes: list[str]) -> str:
     return next((n for n in (link.src, link.dst) if n in slow_nodes), link.src)
 
 
-def _under_floor(link: mesh_plan.Link, inv) -> bool:
+def _under_floor(link: mesh_plan.Link, inv: Inventory) -> bool:
     """The measured link is under the floor the user set (fabric.min_gbps)."""
-    return bool(inv.fabric.min_gbps) and link.gbps < inv.fabric.min_gbps
+    floor = inv.fabric.min_gbps   # its callers ask only of a measured link (gbps)
+    return floor is not None and bool(floor) and link.gbps is not None and link.gbps < floor
 
 
-def _slow_line(link: mesh_plan.Link, verdict: mesh_plan.Verdict, inv) -> str:
+def _slow_line(link: mesh_plan.Link, verdict: mesh_plan.Verdict, inv: Inventory) -> str:
     if link.gbps is None:
         return f"link {link.name}: nothing measured ({link.error})"
     floor = f"half the median of the nodes' best links {verdict.median_gbps:.2f} Gbit/s"

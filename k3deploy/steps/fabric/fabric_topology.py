@@ -19,6 +19,7 @@ from k3deploy.engines.fabric import sockets_only
 from k3deploy.facts import topology
 from k3deploy.facts.fabric import IbPort, NodeFabric
 from k3deploy.facts.topology import Topology
+from k3deploy.node.context import RunContext
 from k3deploy.steps.base import ClusterProbe
 from k3deploy.steps.checks.sameness import majority
 
@@ -45,7 +46,7 @@ class TopologyFound(FabricFound, Protocol):
     def gpu_nic_topology(self) -> Topology | K3Error | None: ...
 
 
-def probes_before_launch(run, names: list[str], serving: bool) -> dict[str, ClusterProbe]:
+def probes_before_launch(run: RunContext, names: list[str], serving: bool) -> dict[str, ClusterProbe]:
     """`nvidia-smi topo -m` on every node, unless the cluster serves (its group formed over
     this layout; asked again before the next launch) or engine.fabric is socket (no HCA)."""
     if serving or sockets_only(run.inv.engine.fabric):

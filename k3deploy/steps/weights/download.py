@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from k3deploy.node import run_settle
 from k3deploy.node.output_tail import failure_tail
 from k3deploy.core.errors import StepFailed
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.cluster.fanout import PEER_STALL_SECONDS, peers_enabled
 from k3deploy.core.log import get as get_log
 from k3deploy.facts import download, record
@@ -27,7 +28,7 @@ from k3deploy.steps.weights import download_report, peers, shared_hf
 from k3deploy.steps.weights.hub_restart import START, HeadRestartGrace, restartable, restarts, starts
 from k3deploy.node import detached
 from k3deploy.node import facts as F
-from k3deploy.steps.base import Action, Step, cmd, take_uploads, upload, wait
+from k3deploy.steps.base import Action, AnyFact, Step, cmd, settled, take_uploads, upload, wait
 
 STATUS = bundled("weights_status.py")
 HOLD = bundled("download_hold.py", ("protocol.py", "weights_status.py"))
@@ -76,7 +77,7 @@ class DownloadFacts:
                 f"{seen.age:.0f}s ago, still said {seen.said!r}")
 
 
-class DownloadWeights(Step[DownloadFacts]):
+class DownloadWeights(Step[DownloadFacts, DownloadParams]):
     name = "download"
     Params = DownloadParams
     Facts = DownloadFacts
@@ -84,10 +85,10 @@ class DownloadWeights(Step[DownloadFacts]):
     def default_label(self) -> str:
         return self.name if self.p.wait else "download-start"
 
-    def gate(self, run) -> None:
+    def gate(self, run: RunContext) -> None:
         run_settle.hub_reach(run)
 
-    def prepare(self, run) -> None:
+    def prepare(self, run: RunContext) -> None:
         manifest = run_settle.manifest(run)
         run_settle.hf_token(run)
         for var in NO_OP_VARS:
@@ -107,17 +108,17 @@ class DownloadWeights(Step[DownloadFacts]):
 
     def _manifest_json(self, node: NodeContext) -> str:
         """This node's manifest: with peers, each node's names its own share and its peers."""
-        base = node.run.inputs.manifest_json
+        base = settled(node.run.inputs.manifest_json, "manifest_json")
         if not peers_enabled(node.inv):
             return base
-        return peers.node_manifest(base, node, node.run.inputs.manifest,
+        return peers.node_manifest(base, node, settled(node.run.inputs.manifest, "manifest"),
                                    self.p.peer_stall_seconds)
 
-    def inputs(self, node: NodeContext):
+    def inputs(self, node: NodeContext) -> dict[str, object]:
         m = node.run.inputs.manifest
         return {"params": self.params, "sha": m.sha if m else None}
 
-    def probes(self, node: NodeContext):
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         paths = Paths(node)
         extra = peers.PeerPaths(node.inv).status_args() if peers_enabled(node.inv) else []
         programs = [p for p, _ in downloader_files(paths.work)] + [peers.PeerPaths(node.inv).server]
@@ -128,7 +129,7 @@ class DownloadWeights(Step[DownloadFacts]):
                 F.native("log", "tail", [40, paths.log], F.text),
                 *([] if shared_hf.writer(node.inv, node.name) else shared_hf.marker_fact(node.inv))]
 
-    def wait_probes(self, node: NodeContext):
+    def wait_probes(self, node: NodeContext) -> list[AnyFact]:
         """A wait's look is held on the node until the downloader ends, at most
         progress_seconds (never less than a poll): the end is seen at once, not up to a look
         later (the waiter paces looks by their start, so a held look is the whole pace)."""
@@ -147,7 +148,7 @@ class DownloadWeights(Step[DownloadFacts]):
                              step=self.name, hint="is python3 installed there (k3deploy check)?")
         return seen
 
-    def plan(self, facts: DownloadFacts, node: NodeContext):
+    def plan(self, facts: DownloadFacts, node: NodeContext) -> list[Action]:
         if not shared_hf.writer(node.inv, node.name):
             return self._follower_plan(facts, node)
         actions = self._peer_actions(facts, node)
@@ -240,7 +241,8 @@ class DownloadWeights(Step[DownloadFacts]):
             return []
         return node_files.changed_only(
             peers.server_actions(facts.status.peer, node, self._manifest_json(node),
-                                 node.run.inputs.peer_secret, Paths(node).progress),
+                                 settled(node.run.inputs.peer_secret, "peer_secret"),
+                                 Paths(node).progress),
             facts.node_files)
 
     def _start_actions(self, node: NodeContext) -> list[Action]:
@@ -275,9 +277,10 @@ class DownloadWeights(Step[DownloadFacts]):
                 get_log(step=self.name, node=node.name).warning(
                     "download.restart", attempt=starts(node.run, node.name),
                     msg="the downloader stopped on the Hub's errors; started again")
-            seen = self.run_action(node, action, *uploads)
-            if action.wait is not None:
-                queue = self.plan(seen, node)
+            if action.wait is not None:   # a wait is never one of take_uploads' uploads
+                queue = self.plan(self.run_wait(node, action), node)
+            else:
+                self.run_action(node, action, *uploads)
 
     def _failed(self, node: NodeContext, facts: DownloadFacts) -> None:
         # The log is mostly "verified" lines; the reason is in its error lines or a traceback.
@@ -289,11 +292,11 @@ class DownloadWeights(Step[DownloadFacts]):
                          + "\n".join(tail), step=self.name,
                          hint=download_report.failed_hint(facts.error, node.inv.source))
 
-    def detail(self, facts: DownloadFacts, node: NodeContext):
+    def detail(self, facts: DownloadFacts, node: NodeContext) -> dict[str, JSON] | None:
         m = node.run.inputs.manifest
         return download_report.Detail.of(facts.status, m.sha if m else None).document()
 
-    def closing_lines(self, run: RunContext, all_facts: dict[str, DownloadFacts]):
+    def closing_lines(self, run: RunContext, all_facts: dict[str, DownloadFacts]) -> list[str]:
         if not self.p.wait or run.inputs.manifest is None:
             return []
         return download_report.closing_lines(run, download_report.kept(run, self.label))

@@ -4,12 +4,14 @@ peers that served bad bytes, and the fix for a failed download."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from k3deploy.core import units
 from k3deploy.core.errors import DiskError
+from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts.download import DiskFault, WeightsStatus
 from k3deploy.node.context import RunContext
+from k3deploy.steps.base import settled
 from k3deploy.steps.weights import shared_hf
 
 
@@ -20,9 +22,9 @@ class Detail:
     sha: str | None
     files: int
     verified: int
-    verified_bytes: int
-    hub_bytes: int | None
-    peer_bytes: int | None
+    verified_bytes: float   # byte counts: ints as the downloader reports them, any number read back
+    hub_bytes: float | None
+    peer_bytes: float | None
     bad_peers: tuple[str, ...]
 
     @classmethod
@@ -34,17 +36,35 @@ class Detail:
                    peer_bytes=run.peer_bytes if run else None,
                    bad_peers=run.bad_peers if run else ())
 
-    def document(self) -> dict:
+    def document(self) -> dict[str, JSON]:
         """As the state file keeps it (JSON)."""
-        return {**asdict(self), "bad_peers": list(self.bad_peers)}
+        return {"sha": self.sha, "files": self.files, "verified": self.verified,
+                "verified_bytes": self.verified_bytes, "hub_bytes": self.hub_bytes,
+                "peer_bytes": self.peer_bytes, "bad_peers": list(self.bad_peers)}
 
     @classmethod
-    def from_state(cls, doc: Mapping) -> Detail:
-        """A state file's record; a node without one (the step failed there) counts nothing."""
-        return cls(sha=doc.get("sha"), files=doc.get("files") or 0,
-                   verified=doc.get("verified") or 0, verified_bytes=doc.get("verified_bytes") or 0,
-                   hub_bytes=doc.get("hub_bytes"), peer_bytes=doc.get("peer_bytes"),
-                   bad_peers=tuple(doc.get("bad_peers") or ()))
+    def from_state(cls, doc: Mapping[str, JSON]) -> Detail:
+        """A state file's record (`document`'s); a node without one (the step failed there)
+        counts nothing."""
+        sha, peers = doc.get("sha"), doc.get("bad_peers")
+        return cls(sha=sha if isinstance(sha, str) else None, files=_count(doc, "files") or 0,
+                   verified=_count(doc, "verified") or 0,
+                   verified_bytes=_number(doc, "verified_bytes") or 0,
+                   hub_bytes=_number(doc, "hub_bytes"), peer_bytes=_number(doc, "peer_bytes"),
+                   bad_peers=tuple(p for p in peers if isinstance(p, str))
+                   if isinstance(peers, list) else ())
+
+
+def _count(doc: Mapping[str, JSON], key: str) -> int | None:
+    """A count `document` wrote (a bool is none: JSON's true is not a count)."""
+    value = doc.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(doc: Mapping[str, JSON], key: str) -> float | None:
+    """A byte count `document` wrote, as read back (an int, or any JSON number)."""
+    value = doc.get(key)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def kept(run: RunContext, label: str) -> list[Detail]:
@@ -55,7 +75,7 @@ def kept(run: RunContext, label: str) -> list[Detail]:
 
 def closing_lines(run: RunContext, details: list[Detail]) -> list[str]:
     """After the download: where the bytes came from, the shared copy, peers that served bad bytes."""
-    lines = [hub_summary(details, run.inputs.manifest.total_bytes)]
+    lines = [hub_summary(details, settled(run.inputs.manifest, "manifest").total_bytes)]
     if shared_hf.shared(run.inv):
         lines.append(f"weights: one copy on the shared volume {run.inv.paths.hf}, "
                      f"downloaded by the head {run.inv.head.name}; every node verified it")

@@ -41,7 +41,7 @@ class HeadRestartGrace:
     """One grace per death of the head's downloader (its restart count names the death), timed
     from when a follower first saw it dead."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.dead_since: dict[tuple[str, int], float] = {}
 
     def waiting(self, status: WeightsStatus, run: RunContext) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext
-from k3deploy.steps.base import Step, cmd
+from k3deploy.steps.base import Action, AnyFact, Step, cmd
 from k3deploy.steps.weights.peers import PeerPaths, stop_script
 
 
@@ -21,13 +21,13 @@ class StopPeerServer(Step[StopPeerFacts]):
     runs_after_failures = True
     Facts = StopPeerFacts
 
-    def probes(self, node: NodeContext):
+    def probes(self, node: NodeContext) -> list[AnyFact]:
         paths = PeerPaths(node.inv)
         running = (f"p=$(cat {shlex.quote(paths.pid)}) && grep -q peer_server "
                    "/proc/$p/cmdline")
         return [F.Fact("running", running, F.exit_ok)]
 
-    def plan(self, facts: StopPeerFacts, node: NodeContext):
+    def plan(self, facts: StopPeerFacts, node: NodeContext) -> list[Action]:
         if not facts.running:
             return []
         return [cmd("stop the peer server", "sh", "-c", stop_script(PeerPaths(node.inv)),

@@ -19,7 +19,7 @@ from k3deploy.cluster.inventory import Inventory
 from k3deploy.core.errors import StepFailed
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.steps.base import Action, upload
+from k3deploy.steps.base import Action, AnyFact, upload
 
 MARKER = ".k3deploy-shared-volume"
 FACT = "shared_marker"
@@ -51,7 +51,7 @@ def marker_text(inv: Inventory) -> str:
             f"{inv.head.name}\n")
 
 
-def marker_fact(inv: Inventory) -> list[F.Fact]:
+def marker_fact(inv: Inventory) -> list[AnyFact]:
     """The marker as this node reads it ('' when absent); nothing without a shared cache."""
     if not shared(inv):
         return []
@@ -59,7 +59,7 @@ def marker_fact(inv: Inventory) -> list[F.Fact]:
     return [F.Fact(FACT, f"cat {path} 2>/dev/null || true", F.text)]
 
 
-def volume_free_fact(inv: Inventory) -> list[F.Fact]:
+def volume_free_fact(inv: Inventory) -> list[AnyFact]:
     """On the head: free bytes of the filesystem the cache goes to (its nearest existing
     ancestor: before the first bring-up the cache dir under the mount point is not made yet)."""
     if not shared(inv):
