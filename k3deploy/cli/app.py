@@ -138,11 +138,16 @@ def up(inventory: Inv, check: Check = False,
                                                "private network measured pair by pair in "
                                                "preflight)")] = False,
        accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
-    """Run playbooks/bringup.yaml to a verified endpoint."""
+    """Run playbooks/bringup.yaml to a verified endpoint (a fleet: each group, then its router)."""
     from k3deploy.run.run_steps import playbook_steps
     from k3deploy.cli.up_close import closing_for
-    return _run(inventory, playbook_steps("bringup"), check=check,
-                options={"replace": replace, "no_dry_fire": no_dry_fire, "no_fabric": no_fabric},
+    from k3deploy.cli.fleet_cmd import fleet_of, fleet_up
+    options: dict[str, object] = {"replace": replace, "no_dry_fire": no_dry_fire,
+                                  "no_fabric": no_fabric}
+    if fleet := fleet_of(inventory):
+        return fleet_up(fleet, check=check, options=options, state_dir=state_dir,
+                        accept_new_host_keys=accept_new_host_keys, log_json=_OUTPUT["log_json"])
+    return _run(inventory, playbook_steps("bringup"), check=check, options=options,
                 accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                 after=closing_for())
 
@@ -193,8 +198,14 @@ def down(inventory: Inv,
          out: Annotated[str | None, typer.Option("--out", help="where logs go")] = None,
          check: Check = False, accept_new_host_keys: AcceptNew = False,
          state_dir: StateDir = None) -> int:
-    """Capture logs, remove containers, report unreachable nodes (exit 3)."""
+    """Capture logs, remove containers, report unreachable nodes (exit 3); a fleet: each group
+    out of the router and down, then the router."""
     from k3deploy.run.run_steps import playbook_steps, single
+    from k3deploy.cli.fleet_cmd import fleet_down, fleet_of
+    if fleet := fleet_of(inventory):
+        return fleet_down(fleet, check=check, options={"out_dir": out}, wipe_weights=wipe_weights,
+                          state_dir=state_dir, accept_new_host_keys=accept_new_host_keys,
+                          log_json=_OUTPUT["log_json"])
     steps = playbook_steps("teardown") + (single("wipe-weights") if wipe_weights else [])
     return _run(inventory, steps, check=check, options={"out_dir": out},
                 accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)

@@ -24,7 +24,7 @@ from k3deploy.steps.base import AnyStep
 from k3deploy.run.ui import Ui
 
 
-def run_steps(inv_path: str, steps: list[AnyStep], *, check: bool = False,
+def run_steps(inv_path: str | inventory_mod.Inventory, steps: list[AnyStep], *, check: bool = False,
               options: dict[str, object] | None = None, accept_new_host_keys: bool = False,
               state_dir: str | None = None, ui: Ui | None = None, summary: bool = True,
               log_json: bool = False,
@@ -33,8 +33,9 @@ def run_steps(inv_path: str, steps: list[AnyStep], *, check: bool = False,
     """after(run, report) -> lines: runs inside the session (its connections, no new
     logins) once the steps are done; its lines are shown after the summary. per_node: whether
     the command's goal is per-node work (an unreachable node then makes it partial, exit 3);
-    None decides by the steps (all read-only or run-after-failures: per node)."""
-    inv = inventory_mod.load(inv_path)
+    None decides by the steps (all read-only or run-after-failures: per node). inv_path: the
+    inventory's file, or one already parsed (a fleet's group, cluster/fleet.py split)."""
+    inv = inv_path if isinstance(inv_path, inventory_mod.Inventory) else inventory_mod.load(inv_path)
     # --log-json: stderr carries JSON lines only; the runner's events stand in for the Ui's text.
     ui = ui or Ui(console=Console(stderr=True, quiet=True) if log_json else None)
     options = {**(options or {}), "log_json": log_json}

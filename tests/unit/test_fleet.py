@@ -77,7 +77,8 @@ def test_the_one_group_loader_refuses_a_fleet_naming_what_reads_it():
     assert "`k3deploy check -i f.yaml` validates a fleet" in text
 
 
-ONE_GROUP_COMMANDS = [["up"], ["run", "bringup"], ["status"], ["down"], ["verify"],
+# `up` and `down` run a fleet (run/fleet_run.py; tests/unit/test_fleet_run.py)
+ONE_GROUP_COMMANDS = [["run", "bringup"], ["status"], ["verify"],
                       ["chat", "hello"], ["bench"], ["watch"], ["logs"]]
 
 

@@ -1,0 +1,36 @@
+"""`up` and `down` given a fleet inventory (issue 54): the fleet parsed and handed to
+run/fleet_run.py. Every other one-group command still refuses a fleet (inventory.parse)."""
+
+from __future__ import annotations
+
+from k3deploy.cluster import fleet as fleet_mod
+from k3deploy.cluster import inventory
+from k3deploy.core.errors import InventoryError
+from k3deploy.run.fleet_run import FleetRun
+
+
+def fleet_of(path: str) -> fleet_mod.Fleet | None:
+    """The fleet PATH describes, None for a one-group inventory or a file that does not load
+    (the one-group path says why, as before); InventoryError (exit 2) for an invalid fleet:
+    every problem at once, before any SSH."""
+    try:
+        data = inventory.load_document(path)
+    except InventoryError:
+        return None
+    return fleet_mod.parse(data, path) if fleet_mod.is_fleet(data) else None
+
+
+def fleet_up(fleet: fleet_mod.Fleet, *, check: bool, options: dict[str, object],
+             accept_new_host_keys: bool, state_dir: str | None, log_json: bool) -> int:
+    from k3deploy.cli.up_close import closing_for
+    run = FleetRun(fleet, check=check, accept_new_host_keys=accept_new_host_keys,
+                   state_dir=state_dir, log_json=log_json)
+    return run.up(options, closing_for)
+
+
+def fleet_down(fleet: fleet_mod.Fleet, *, check: bool, options: dict[str, object],
+               wipe_weights: bool, accept_new_host_keys: bool, state_dir: str | None,
+               log_json: bool) -> int:
+    run = FleetRun(fleet, check=check, accept_new_host_keys=accept_new_host_keys,
+                   state_dir=state_dir, log_json=log_json)
+    return run.down(options, wipe_weights)

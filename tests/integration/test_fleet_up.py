@@ -1,0 +1,106 @@
+"""`up` and `down` on a fleet (issue 54): two groups of two nodes behind the real SMG on the first
+group's head. `up` brings both groups up with the one-group machinery, starts the router with its
+keys off argv and registers both; a chat through the router answers with reasoning_content; a
+second `up` changes nothing (no container run or removed on any node, the same worker ids);
+the router removed by hand is started again by the next `up`, which registers both groups and
+relaunches neither; `down` takes the groups out, tears them down and stops the router. Needs root (the testbed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+import pytest
+import yaml
+
+from k3run import k3, out
+from tbfixture import testbed
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
+              pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root")]
+
+
+def secret(tb, name: str) -> str:
+    cluster = yaml.safe_load(tb.inventory.read_text())["cluster"]
+    return (tb.inventory.parent / ".k3deploy" / cluster / "secrets" / name).read_text().strip()
+
+
+def post(url: str, body: dict, key: str | None = None, timeout: float = 60):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          **({"Authorization": f"Bearer {key}"} if key else {})})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def get(url: str, key: str):
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def docker_changes(tb) -> dict[str, int]:
+    """Per node: docker calls that change something (run, rm, stop, start, kill)."""
+    nodes = tb.stats()["nodes"]
+    return {n: sum(1 for c in nodes[n]["calls"] if c["tool"] == "docker"
+                   and any(a in ("run", "rm", "stop", "start", "kill") for a in c["argv"][1:3]))
+            for n in nodes}
+
+
+def test_a_fleet_comes_up_behind_the_router_and_goes_down(tmp_path):
+    with testbed(tmp_path, nodes=4, groups=2, gpu="h200", shard_bytes=100_000) as tb:
+        inv = str(tb.inventory)
+        up = k3("up", "-i", inv, "--no-dry-fire")
+        assert up.returncode == 0, out(up)
+        assert "a chat completion through it answered, with reasoning_content" in out(up)
+        key, admin = secret(tb, "api-key"), secret(tb, "router-admin-key")
+        base = f"http://{tb.address('node0')}:30000"
+        reply = post(base + "/v1/chat/completions",
+                     {"model": "moonshotai/Kimi-K3", "max_tokens": 64, "reasoning_effort": "low",
+                      "messages": [{"role": "user", "content": "Say hello."}]}, key)
+        message = reply["choices"][0]["message"]
+        assert message["content"] and message["reasoning_content"]
+        workers = get(base + "/workers", admin)["workers"]
+        assert sorted(w["url"] for w in workers) == sorted(
+            f"http://{tb.address(n)}:8000" for n in ("node0", "node2"))
+        assert {w["status"] for w in workers} == {"ready"}
+        ps = tb.ssh("node0", "ps -eww -o args").stdout
+        assert "smg::router" in ps   # SMG names its process so (its launcher exec'd no key)
+        assert key not in ps and admin not in ps
+        for node in tb.nodes:   # every group's engine takes the fleet's one key
+            assert key not in tb.ssh(node, "ps -eww -o args").stdout
+        assert key not in out(up) and admin not in out(up)
+        state = tb.inventory.parent / ".k3deploy"
+        for path in state.rglob("*"):   # the keys only in their own 0600 files
+            if path.is_file() and path.parent.name != "secrets":
+                text = path.read_text(errors="replace")
+                assert key not in text and admin not in text, path
+
+        changes = docker_changes(tb)
+        again = k3("up", "-i", inv, "--no-dry-fire")
+        assert again.returncode == 0, out(again)
+        assert "nothing to change" in out(again) and "; started" not in out(again)
+        assert docker_changes(tb) == changes
+        assert sorted(w["id"] for w in get(base + "/workers", admin)["workers"]) == sorted(
+            w["id"] for w in workers)
+
+        # the router removed by hand: the next up starts it and registers both groups again,
+        # relaunching neither (no engine container run or removed)
+        assert tb.ssh("node0", "docker rm -f k3-router").returncode == 0
+        engines = docker_changes(tb)
+        back = k3("up", "-i", inv, "--no-dry-fire")
+        assert back.returncode == 0, out(back)
+        assert "not running; started" in out(back) and "register group g1" in out(back)
+        after = docker_changes(tb)
+        assert after["node0"] == engines["node0"] + 2   # the router's `docker rm -f` and run
+        assert {n: after[n] for n in ("node1", "node2", "node3")} == \
+            {n: engines[n] for n in ("node1", "node2", "node3")}
+        assert {w["status"] for w in get(base + "/workers", admin)["workers"]} == {"ready"}
+
+        down = k3("down", "-i", inv)
+        assert down.returncode == 0, out(down)
+        assert "router: removed group g0" in out(down) and "router: removed group g1" in out(down)
+        for node in tb.nodes:
+            assert tb.ssh(node, "docker ps -aq").stdout.strip() == "", node
+        assert "smg::router" not in tb.ssh("node0", "ps -eww -o args").stdout
