@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from downloader_freeze import PATTERN as FETCH
 from downloader_freeze import Freeze
 from failure_report import run, said
 from hub_bytes import manifest_files
@@ -121,11 +122,16 @@ def test_a_disk_filled_mid_download_then_freed(bare):
     tb = bare
     before = hub_bytes(tb, NODE)
     half_share = tb.stats()["hub"]["repo_bytes"] // 2 // len(tb.nodes)
-    seen = OnNode(tb, NODE, when_dry_fire_runs("true", or_blobs=half_share))
+    # The watcher stops the node's downloader at that moment (SIGSTOP, from the node), the
+    # disk fills, then it goes on into the full disk: on a loaded clean-clone run the fault's
+    # own SSH round trip came after the download had ended.
+    stop = f"pkill -STOP -f '{FETCH}' || true"
+    seen = OnNode(tb, NODE, when_dry_fire_runs(stop, or_blobs=half_share))
     first = k3_bg("up", "-i", str(tb.inventory))
     seen.wait()
     assert first.poll() is None, first.communicate()[0][-3000:]
     tb.fault("fill-disk", NODE)
+    tb.ssh(NODE, f"pkill -CONT -f '{FETCH}'")
     filled = time.monotonic()
     output = first.communicate(timeout=200)[0]
     assert first.returncode == 1, output[-3000:]
