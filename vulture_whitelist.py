@@ -101,6 +101,7 @@ engine_version
 config_digests
 gpu_memory_mib
 started_at
+is_healthy
 # a Protocol's keyword, named as the library's (remote/fetch_hub.py HttpClient.stream: httpx's)
 follow_redirects
 # dataclass fields serialised by `plan --json`

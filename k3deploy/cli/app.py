@@ -168,7 +168,7 @@ def status(inventory: Inv, json_out: Json = False,
                                                "node, and the download's detail")] = False,
            accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
     """The cluster's state, then one line per node; the state files plus live facts."""
-    from k3deploy.cli.status_cmd import run_status
+    from k3deploy.cli.fleet_cmd import run_status   # a fleet's, or status_cmd's for one group
     return run_status(inventory, json_out=json_out, accept_new_host_keys=accept_new_host_keys,
                       state_dir=state_dir, steps=steps)
 

@@ -1,6 +1,6 @@
 """`check -i FLEET`: a fleet inventory validated and its groups listed (no node contacted).
 
-`up` and `down` run a fleet (cli/fleet_cmd.py); every other command refuses one where
+`up`, `status` and `down` run a fleet (cli/fleet_cmd.py); every other command refuses one where
 inventories are parsed (inventory.parse raises FleetNotSupported).
 """
 
@@ -43,6 +43,6 @@ def fleet_lines(fleet: fleet_mod.Fleet) -> list[str]:
         ranks = ", ".join(f"{n.name} (rank {r}{', head' if r == 0 else ''})"
                           for r, n in inv.ranked())
         out.append(f"  group {group.name} (cluster {inv.cluster}): {ranks}")
-    out.append("valid; no node was contacted: the preflight of a fleet's nodes, and status on "
-               "a fleet, are not built yet (`up` and `down` run a fleet)")
+    out.append("valid; no node was contacted: the preflight of a fleet's nodes is not built "
+               "yet (`up`, `status` and `down` run a fleet)")
     return out

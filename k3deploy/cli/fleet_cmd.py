@@ -1,8 +1,12 @@
-"""`up` and `down` given a fleet inventory (issue 54): the fleet parsed and handed to
-run/fleet_run.py. Every other one-group command still refuses a fleet (inventory.parse)."""
+"""`up`, `down` and `status` given a fleet inventory (issue 54): the fleet parsed and handed to
+run/fleet_run.py (up, down) or cli/fleet_status.py. Every other one-group command still
+refuses a fleet (inventory.parse)."""
 
 from __future__ import annotations
 
+import json
+
+from k3deploy.cli import fleet_status, fleet_status_doc, status_cmd
 from k3deploy.cluster import fleet as fleet_mod
 from k3deploy.cluster import inventory
 from k3deploy.core.errors import InventoryError
@@ -34,3 +38,29 @@ def fleet_down(fleet: fleet_mod.Fleet, *, check: bool, options: dict[str, object
     run = FleetRun(fleet, check=check, accept_new_host_keys=accept_new_host_keys,
                    state_dir=state_dir, log_json=log_json)
     return run.down(options, wipe_weights)
+
+
+def run_status(inv_path: str, *, json_out: bool, accept_new_host_keys: bool,
+               state_dir: str | None, steps: bool = False) -> int:
+    """`status`: a fleet's (fleet_status below), or one group's as before (status_cmd)."""
+    if fleet := fleet_of(inv_path):
+        return fleet_status_of(fleet, json_out=json_out, steps=steps, state_dir=state_dir,
+                               accept_new_host_keys=accept_new_host_keys)
+    return status_cmd.run_status(inv_path, json_out=json_out, steps=steps, state_dir=state_dir,
+                                 accept_new_host_keys=accept_new_host_keys)
+
+
+def fleet_status_of(fleet: fleet_mod.Fleet, *, json_out: bool, accept_new_host_keys: bool,
+                    state_dir: str | None, steps: bool = False) -> int:
+    """The fleet's verdict and router, then each group's one-group status (its text as
+    `status` of that group alone prints it); --json: one document (cli/fleet_status_doc.py)."""
+    doc = fleet_status.collect(fleet, accept_new_host_keys, state_dir)
+    if json_out:
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        out = fleet_status_doc.lines(doc)
+        for g in fleet.groups:
+            out += ["", f"group {g.name}:", *status_cmd.text(doc["groups"][g.name], g.inventory,
+                                                            steps)]
+        print("\n".join(out))
+    return fleet_status_doc.exit_code(doc)

@@ -102,9 +102,10 @@ def _live(session: Session, inv: Inventory, name: str, api_key: str | None,
     return live
 
 
-def collect(inv_path: str, accept_new_host_keys: bool, state_dir: str | None,
+def collect(inv_path: str | Inventory, accept_new_host_keys: bool, state_dir: str | None,
             detail: bool = True) -> StatusDoc:
-    inv = inventory_mod.load(inv_path)
+    """inv_path: the inventory's file, or one already parsed (a fleet's group)."""
+    inv = inv_path if isinstance(inv_path, Inventory) else inventory_mod.load(inv_path)
     with Session(inv, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
                  lock=False) as session:
         names = [n.name for n in inv.nodes]
@@ -186,10 +187,17 @@ def run_status(inv_path: str, *, json_out: bool, accept_new_host_keys: bool,
     if json_out:
         print(json.dumps(doc, indent=1, default=str))
     else:
-        # A pipe has no width: the design's 100 columns (COLUMNS still wins, as for any tool).
-        width = shutil.get_terminal_size((100, 24)).columns
-        order = step_order(doc, inventory_mod.load(inv_path))
-        print("\n".join(status_view.render(doc, order, width=width, steps=steps)))
+        print("\n".join(text(doc, inventory_mod.load(inv_path), steps)))
+    return exit_code(doc)
+
+
+def text(doc: StatusDoc, inv: Inventory, steps: bool = False) -> list[str]:
+    # A pipe has no width: the design's 100 columns (COLUMNS still wins, as for any tool).
+    width = shutil.get_terminal_size((100, 24)).columns
+    return status_view.render(doc, step_order(doc, inv), width=width, steps=steps)
+
+
+def exit_code(doc: StatusDoc) -> int:
     unreachable = any(not n["live"].get("reachable") for n in doc["nodes"].values())
     if unreachable:
         return EXIT_PARTIAL

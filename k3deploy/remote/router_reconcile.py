@@ -23,6 +23,7 @@ LEAVING = "draining"
 # a total=False base rather than NotRequired (Python 3.11): this module runs on the node's python3
 class _WorkerState(TypedDict, total=False):
     status: str        # pending, ready, not_ready, failed, draining
+    is_healthy: bool   # what `status` shows besides
 
 
 class Worker(_WorkerState):

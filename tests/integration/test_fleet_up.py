@@ -3,7 +3,9 @@ group's head. `up` brings both groups up with the one-group machinery, starts th
 keys off argv and registers both; a chat through the router answers with reasoning_content; a
 second `up` changes nothing (no container run or removed on any node, the same worker ids);
 the router removed by hand is started again by the next `up`, which registers both groups and
-relaunches neither; `down` takes the groups out, tears them down and stops the router. Needs root (the testbed)."""
+relaunches neither; `status` shows the router holding both groups ready and each group serving
+(exit 0), and after `down` the fleet down (exit 1: every node answered, nothing serves);
+`down` takes the groups out, tears them down and stops the router. Needs root (the testbed)."""
 
 from __future__ import annotations
 
@@ -77,6 +79,21 @@ def test_a_fleet_comes_up_behind_the_router_and_goes_down(tmp_path):
                 text = path.read_text(errors="replace")
                 assert key not in text and admin not in text, path
 
+        status = k3("status", "-i", inv, "--json")
+        assert status.returncode == 0, out(status)
+        doc = json.loads(status.stdout)
+        assert set(doc) == {"fleet", "router", "groups"} and doc["fleet"]["state"] == "serving"
+        assert doc["router"]["running"] and doc["router"]["node"] == "node0"
+        assert {w["group"]: w["status"] for w in doc["router"]["workers"]} == \
+            {"g0": "ready", "g1": "ready"}
+        assert {g: d["cluster"]["state"] for g, d in doc["groups"].items()} == \
+            {"g0": "serving", "g1": "serving"}
+        assert key not in out(status) and admin not in out(status)
+        shown = k3("status", "-i", inv)
+        assert shown.returncode == 0, out(shown)
+        assert shown.stdout.startswith("fleet ") and ": serving: " in shown.stdout.splitlines()[0]
+        assert "group g0:" in shown.stdout and "group g1:" in shown.stdout
+
         changes = docker_changes(tb)
         again = k3("up", "-i", inv, "--no-dry-fire")
         assert again.returncode == 0, out(again)
@@ -104,3 +121,8 @@ def test_a_fleet_comes_up_behind_the_router_and_goes_down(tmp_path):
         for node in tb.nodes:
             assert tb.ssh(node, "docker ps -aq").stdout.strip() == "", node
         assert "smg::router" not in tb.ssh("node0", "ps -eww -o args").stdout
+        gone = k3("status", "-i", inv, "--json")
+        assert gone.returncode == 1, out(gone)   # every node answered; nothing serves
+        doc = json.loads(gone.stdout)
+        assert doc["fleet"]["state"] == "down" and not doc["router"]["running"]
+        assert {d["cluster"]["state"] for d in doc["groups"].values()} == {"down"}

@@ -77,8 +77,9 @@ def test_the_one_group_loader_refuses_a_fleet_naming_what_reads_it():
     assert "`k3deploy check -i f.yaml` validates a fleet" in text
 
 
-# `up` and `down` run a fleet (run/fleet_run.py; tests/unit/test_fleet_run.py)
-ONE_GROUP_COMMANDS = [["run", "bringup"], ["status"], ["verify"],
+# `up` and `down` run a fleet (run/fleet_run.py; tests/unit/test_fleet_run.py), `status` looks at
+# one (cli/fleet_status.py; tests/unit/test_fleet_status.py)
+ONE_GROUP_COMMANDS = [["run", "bringup"], ["verify"],
                       ["chat", "hello"], ["bench"], ["watch"], ["logs"]]
 
 
