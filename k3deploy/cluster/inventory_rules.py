@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from k3deploy.cluster.inventory_engine_args import engine_arg_rules
-from k3deploy.cluster.fanout import peers_enabled
+from k3deploy.cluster.fanout import DownloadView, peers_enabled
 from k3deploy.engines.inventory_view import EngineChoice, PathsView
 from k3deploy.engines.layout import VLLM_MAX_NODES, inventory_runs_over_ray, parallel_layout
 
@@ -78,13 +78,6 @@ class _Enabled(Protocol):
     def enabled(self) -> bool: ...
 
 
-class _Download(Protocol):
-    @property
-    def peers(self) -> bool | None: ...
-    @property
-    def shared(self) -> bool: ...
-
-
 class RulesView(Protocol):
     @property
     def nodes(self) -> Sequence[NodeView]: ...
@@ -101,7 +94,7 @@ class RulesView(Protocol):
     @property
     def guard(self) -> _Enabled: ...
     @property
-    def download(self) -> _Download: ...
+    def download(self) -> DownloadView: ...
     @property
     def total_gpus(self) -> int: ...
     def ranked(self) -> Sequence[tuple[int, NodeView]]: ...
