@@ -16,6 +16,7 @@ node's share takes ~20 s, and the dry-fire starts ~15 s into `up`: a fault lands
 
 from __future__ import annotations
 
+import json
 import shlex
 import threading
 import time
@@ -26,7 +27,7 @@ import yaml
 from downloader_freeze import PATTERN as FETCH
 from downloader_freeze import Freeze
 from failure_report import run, said
-from hub_bytes import manifest_files
+from hub_bytes import WORK, manifest_files
 from tbfixture import testbed
 
 from k3deploy.cluster import fanout
@@ -140,11 +141,22 @@ def test_a_disk_filled_mid_download_then_freed(bare):
     print(f"the first up failed {time.monotonic() - filled:.0f}s after the disk filled, "
           f"{got} of {NODE}'s {mine} bytes from the Hub: {output.strip().splitlines()[-1]}")
     assert got < mine   # mid-download
+    lost = got - written_from_hub(tb, NODE)
     tb.fault("free-disk", NODE)
     second_up_completes(tb)
     sent = hub_bytes(tb, NODE) - before
-    print(f"{NODE}'s Hub bytes over both ups: {sent} for a share of {mine} ({sent / mine:.2f}x)")
-    assert sent <= 1.1 * mine, (sent, mine)
+    print(f"{NODE}'s Hub bytes over both ups: {sent} for a share of {mine} ({sent / mine:.2f}x); "
+          f"{lost} sent in the first never reached its disk")
+    # What the Hub sent while the downloader stood stopped sat in socket buffers and met a full
+    # disk: no downloader can keep it. Everything written is kept, within a record's lag.
+    assert 0 <= lost and sent <= mine + lost + 0.05 * mine, (sent, mine, lost)
+
+
+def written_from_hub(tb, node: str) -> int:
+    """The bytes from the Hub NODE's downloader wrote to its disk (its last progress document's
+    `hub_bytes`, counted after each write: fetch_progress.Progress.received_bytes)."""
+    doc = tb.ssh(node, f"cat {WORK}/download-progress.json").stdout
+    return int(json.loads(doc)["hub_bytes"])
 
 
 def test_a_killed_downloader(bare):
