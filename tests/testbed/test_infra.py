@@ -142,6 +142,10 @@ def test_stats_report_hub_bytes_and_stand_in_calls(tb):
     assert _eventually(lambda: tb.stats()["hub"]["by_node"].get("node0", {}).get("requests", 0) >= 1)
     calls = doc["nodes"]["node2"]["calls"]
     assert any(c["tool"] == "nvidia-smi" and c["argv"][1:] == ["-L"] for c in calls)
+    # The command prints the document tests read in-process (tbfixture.Testbed.stats).
+    printed = json.loads(_ok(run_testbed("stats", "--dir", str(tb.dir), "--json")))
+    assert printed["nodes"]["node2"]["calls"][:len(calls)] == calls
+    assert set(printed) == set(doc) and printed["hub"]["repo_bytes"] == doc["hub"]["repo_bytes"]
 
 
 # --- faults ------------------------------------------------------------------------------------
