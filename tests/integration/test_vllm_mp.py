@@ -5,6 +5,7 @@ no Ray anywhere; a verified endpoint, the guard's fail-stop when the headless no
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -45,9 +46,22 @@ def ray_processes(tb) -> list[str]:
     return found
 
 
+def slow_loads(tb) -> None:
+    """Every node's load 4x vLLM's 600 s VLLM_ENGINE_READY_TIMEOUT_S default, as a ~40-minute
+    K3 load is (vllm-project/vllm#38476), on the stand-ins' clock scaled 1/600: the API node
+    serves only because the launch sets the 3600 s vLLM's K3 recipe uses (engines/docker.py;
+    scripts/tb/standins/engine/ready_clock.py)."""
+    script = ("import json, sys; p='/run/k3tb/node.json'; d=json.load(open(p)); "
+              "d.update(json.loads(sys.argv[1])); json.dump(d, open(p, 'w'))")
+    values = json.dumps({"engine_load_seconds": 4.0, "watchdog_time_scale": 1 / 600})
+    for node in tb.nodes:
+        assert tb.ssh(node, ["python3", "-c", script, values]).returncode == 0, node
+
+
 def test_b200_vllm_mp_serves_without_ray_and_the_headless_node_dying_stops_it(tmp_path):
     with testbed(tmp_path, nodes=2, gpu="b200", gpus_per_node=8, engine="vllm") as tb:
         set_engine(tb, executor="mp")
+        slow_loads(tb)
         inv = inventory.load(tb.inventory)
         up = k3("up", "-i", str(tb.inventory))
         assert up.returncode == 0, out(up)

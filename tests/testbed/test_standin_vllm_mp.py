@@ -4,6 +4,7 @@ for them with no deadline and no line at INFO (vllm/v1/engine/utils.py wait_for_
 every forward step needs both nodes; a headless node that dies leaves the API node's ranks in
 their next collective until the torch timeout, or ends them at once with on_peer_loss abort
 (scripts/tb/standins/engine/vllm_mp.py). No root needed (fixtures in standin_procs.py)."""
+import json
 import os
 import signal
 import time
@@ -76,3 +77,36 @@ def test_a_node_whose_ranks_do_not_fit_exits_naming_it(cluster, tmp_path, extra,
     cmd = vllm_cmd(free_port(), 16, "--data-parallel-address", "127.0.0.1", *extra)
     result = cluster.run(run, cmd, image=VLLM_IMAGE)
     assert result.returncode == 1 and said in result.stderr + result.stdout
+
+
+def _scaled(run, scale):
+    node = json.loads((run / "node.json").read_text())
+    (run / "node.json").write_text(json.dumps({**node, "watchdog_time_scale": scale}))
+    return run
+
+
+# A K3 load of ~40 minutes (vllm-project/vllm#38476) against vLLM's 600 s default is 4x the
+# timeout; with the 3600 s vLLM's K3 recipe (and k3deploy, engines/docker.py) sets, 0.67x.
+# Here: every node loads 4 s on a clock scaled 1/600, so 600 s reads as 1 s and 3600 s as 6 s.
+LOAD, SCALE = 4.0, 1 / 600
+
+
+@pytest.mark.parametrize("ready_timeout", [None, "3600"])
+def test_the_api_node_gives_its_engine_cores_vllm_engine_ready_timeout_s(cluster, tmp_path,
+                                                                        ready_timeout):
+    env = {"VLLM_ENGINE_READY_TIMEOUT_S": ready_timeout} if ready_timeout else {}
+    api_run, other_run = (_scaled(make_node(tmp_path, f"node{i}", gpu="b200", load=LOAD), SCALE)
+                          for i in (0, 1))
+    port, rpc = free_port(), free_port()
+    cluster.start(other_run, headless_cmd(rpc), image=VLLM_IMAGE, env=env)
+    api = cluster.start(api_run, node_cmd(port, rpc), image=VLLM_IMAGE, env=env)
+    if ready_timeout:
+        wait_health(port, api)
+        assert "Timed out waiting" not in log_of(api)
+        return
+    assert wait_exit(api, 30) == 1
+    said = log_of(api)
+    assert ("TimeoutError: Timed out waiting for engine core processes to start. This is often "
+            "caused by slow weight loading for large models. Waited 600s (configured by "
+            "VLLM_ENGINE_READY_TIMEOUT_S).") in said, said[-1500:]
+    assert "Application startup complete" not in said

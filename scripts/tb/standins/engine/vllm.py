@@ -19,6 +19,7 @@ import nccl_init
 import openai_api
 import rankwork
 import ray_job
+import ready_clock
 import startfaults
 import vision
 import vllm_log as log
@@ -74,7 +75,7 @@ class Server:
         self.model = args.model_tag or DEFAULT_MODEL
         self.world = args.data_parallel_size * args.tensor_parallel_size
         self.dummy = args.load_format == "dummy"
-        self.mp, self.serving = None, None
+        self.mp, self.serving, self.own_ready = None, None, False
 
     def run(self):
         args, ctx = self.args, self.ctx
@@ -93,6 +94,7 @@ class Server:
             log.info(f"Started DP Coordinator process (PID: {os.getpid() + 1})", "coordinator")
         if self.mp is not None:   # every engine core joins the API node before any loads
             self.mp.form()
+        clock = None if self.mp is not None and self.mp.headless else self.ready_clock()
         self.load(snap, local_gpus)
         kernels.warm_or_compile(ctx, "vllm", self.kernel_shape(), say)  # the stand-in's own line, no vLLM prefix
         if job is not None:
@@ -100,12 +102,28 @@ class Server:
         if self.mp is not None and self.mp.headless:
             self.serve_headless(local_gpus)
             block_forever()
+        self.own_ready = True
         if self.mp is not None:
             self.mp.group.wait_all_loaded()
+        clock.stop()   # the API node's (a headless node serves no API and never gets here)
         self.serve(snap, max_len, local_gpus)
         if job is not None:
             job.watch()
         block_forever()
+
+    def ready_clock(self):
+        """The API server's wait for its engine cores' ready messages (ready_clock.py): this
+        node's own, then each headless node's (rendezvous: a node reports once loaded)."""
+        self.own_ready = False
+        needed = self.mp.group.nnodes if self.mp is not None else 1
+        return ready_clock.ReadyClock(self.ctx, self.ready_count, needed)
+
+    def ready_count(self):
+        remote = 0
+        if self.mp is not None:
+            with self.mp.group.lock:
+                remote = len(self.mp.group.loaded - {0})
+        return int(self.own_ready) + remote
 
     def kernel_shape(self):
         """The flags that change which kernels get compiled."""
