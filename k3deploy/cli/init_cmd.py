@@ -20,7 +20,8 @@ from k3deploy.core import group
 from k3deploy.core.errors import EXIT_OK, EXIT_STEP_FAILED, BadInputError, K3Error, NodeError
 from k3deploy.node import facts as F
 from k3deploy.node import host_facts, private_net
-from k3deploy.node.transport import Endpoint, NodeConnection
+from k3deploy.node.ssh_types import Endpoint
+from k3deploy.node.transport import NodeConnection
 from k3deploy.steps import probes
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")             # the inventory's Name pattern

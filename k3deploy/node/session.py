@@ -9,7 +9,8 @@ from types import TracebackType
 from k3deploy.cluster.inventory import Inventory, Node
 from k3deploy.node.keyfiles import check_key_files
 from k3deploy.core.state import ClusterLock, NodeState, state_dir_for
-from k3deploy.node.transport import Endpoint, NodeConnection
+from k3deploy.node.ssh_types import Endpoint
+from k3deploy.node.transport import NodeConnection
 
 
 def endpoint_for(inv: Inventory, node: Node) -> Endpoint:

@@ -13,9 +13,8 @@ import shlex
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypedDict
+from typing import Protocol
 
 import fabric
 import paramiko
@@ -26,6 +25,8 @@ from k3deploy.core import interrupt
 from k3deploy.core.errors import CommandError, HostKeyError, UnreachableError
 from k3deploy.core.redact import redact
 from k3deploy.node import ssh_io
+from k3deploy.node.ssh_types import (ConnectionStats, Endpoint, Result, known_hosts_name,
+                                     program_of, quote)
 
 # put_texts' node side: put_text's `umask 077; cat > tmp; chmod; mv -f` for each file.
 # UTF-8 both ways, whatever the node's locale: put_text's `cat` writes the bytes it is sent.
@@ -55,55 +56,6 @@ class _Fabric(Protocol):
     def close(self) -> None: ...
 
 
-class ConnectionStats(TypedDict):
-    """What a run cost one node (NodeConnection.stats), logged as run.ssh."""
-    logins: int
-    round_trips: int
-    programs: list[str]
-
-
-@dataclass(frozen=True)
-class Result:
-    command: str
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @property
-    def output(self) -> str:
-        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where and how to reach one node; built from the inventory by `endpoint_for`."""
-
-    name: str
-    host: str
-    user: str | None
-    port: int | None
-    key: str | None
-    known_hosts: str
-    connect_timeout: float
-    command_timeout: float
-    use_ssh_config: bool = True
-
-
-def known_hosts_name(host: str, port: int | None) -> str:
-    """How known_hosts names an SSH endpoint, as OpenSSH writes and looks it up: the plain
-    host on port 22, `[host]:port` on any other (openssh-portable misc.c put_host_port; sshd(8)
-    "SSH_KNOWN_HOSTS FILE FORMAT": "A hostname or address may optionally be enclosed within
-    `[' and `]' brackets then followed by `:' and a non-standard port number"). Paramiko's
-    SSHClient.connect names the server key the same way (paramiko 4.0 client.py,
-    server_hostkey_name), so nodes behind one gateway, one port each, have a line each."""
-    port = port or 22
-    return host if port == 22 else f"[{host}]:{port}"
-
-
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
     """Trust a first-seen key and record it; a changed key still fails (BadHostKeyException
     is raised by Paramiko before any policy is consulted). `hostname` is Paramiko's
@@ -123,19 +75,6 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
 
 _KNOWN_HOSTS_LOCK = threading.Lock()
-
-
-def _program(command: str) -> str:
-    """The program a remote command runs, for the run's count of round trips per program:
-    `sh -s` is a script on stdin (the batched look)."""
-    words = command.split()
-    skip = {"sudo", "-n", "--", "sh", "-c", "-s"}
-    return next((w.strip("'\"") for w in words if w not in skip),
-                "sh -s (script on stdin)" if "-s" in words else command)[:40]
-
-
-def quote(argv: list[str] | str) -> str:
-    return argv if isinstance(argv, str) else shlex.join([str(a) for a in argv])
 
 
 class NodeConnection:
@@ -266,7 +205,7 @@ class NodeConnection:
         """One command on a fresh channel of the persistent connection. Invoke's runner is
         not used: it feeds stdin one byte per 10 ms and polls with threads per command."""
         conn = self._opened()
-        self.round_trips.append(_program(command))
+        self.round_trips.append(program_of(command))
         try:
             chan = self._transport(conn).open_session(timeout=self.ep.connect_timeout)
             chan.settimeout(timeout)

@@ -28,7 +28,7 @@ from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts import record
 from k3deploy.node import facts as F
 from k3deploy.node.context import InputsSettled
-from k3deploy.node.transport import Result, quote
+from k3deploy.node.ssh_types import Result, quote
 
 if TYPE_CHECKING:
     from k3deploy.node.context import NodeContext, RunContext

@@ -9,7 +9,7 @@ from pathlib import Path
 from k3deploy.core.errors import CommandError, UnreachableError
 from k3deploy.node.facts import MARK
 from k3deploy.core.state import NodeState
-from k3deploy.node.transport import Result, quote
+from k3deploy.node.ssh_types import Result, quote
 
 
 def section(command: str, short: str, body: str, code: int = 0) -> str:

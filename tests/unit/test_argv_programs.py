@@ -70,7 +70,7 @@ def test_for_argv_parses_one_program_at_a_time_across_threads(monkeypatch):
 
 
 def test_the_round_trip_count_names_each_program_and_the_batched_look():
-    from k3deploy.node.transport import _program
+    from k3deploy.node.ssh_types import program_of as _program
     assert _program("sudo -n -- sh -s") == "sh -s (script on stdin)"
     assert _program("sh -c 'docker info'") == "docker"
     assert _program("python3 -c x") == "python3"

@@ -10,7 +10,8 @@ import paramiko
 import pytest
 
 from k3deploy.core.errors import HostKeyError
-from k3deploy.node.transport import Endpoint, NodeConnection, _AcceptNewPolicy, known_hosts_name
+from k3deploy.node.ssh_types import Endpoint, known_hosts_name
+from k3deploy.node.transport import NodeConnection, _AcceptNewPolicy
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "openssh" / "9.2p1"
 GATEWAY_FILE = REAL / "known_hosts-gateway.txt"

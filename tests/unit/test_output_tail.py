@@ -11,7 +11,7 @@ import pytest
 
 from k3deploy.core.errors import StepFailed
 from k3deploy.node.output_tail import failure_tail
-from k3deploy.node.transport import Result
+from k3deploy.node.ssh_types import Result
 from k3deploy.steps.weights.download import DownloadWeights
 from tests.unit.download_facts import facts as download_facts
 from tests.unit.test_reachability_serving import MeshConn, facts, reachability_problems, run_ctx

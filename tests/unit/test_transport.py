@@ -6,7 +6,8 @@ import pytest
 from types import SimpleNamespace
 from k3deploy.core import interrupt
 from k3deploy.core.errors import UnreachableError
-from k3deploy.node.transport import Endpoint, NodeConnection
+from k3deploy.node.ssh_types import Endpoint
+from k3deploy.node.transport import NodeConnection
 
 
 def endpoint():

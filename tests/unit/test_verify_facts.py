@@ -18,7 +18,7 @@ from k3deploy.facts import http
 from k3deploy.facts.docker import Image
 from k3deploy.facts.nvidia_smi import Gpu
 from k3deploy.facts.reach import Listener, Mesh, NotRun, Reach, parse_hub_reach, parse_mesh
-from k3deploy.node.transport import Result
+from k3deploy.node.ssh_types import Result
 from k3deploy.remote import endpoint_probe, hub_reach, portcheck
 from k3deploy.steps.engine import certify
 from k3deploy.steps.checks import reachability

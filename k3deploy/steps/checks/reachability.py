@@ -22,7 +22,7 @@ from k3deploy.facts.docker import Container
 from k3deploy.facts.http import Endpoint
 from k3deploy.facts.reach import Mesh, NotRun, parse_mesh
 from k3deploy.node.context import NodeContext, RunContext
-from k3deploy.node.transport import Result
+from k3deploy.node.ssh_types import Result
 from k3deploy.remote import script_text
 from k3deploy.steps.engine import raylayout, serves
 from k3deploy.steps.base import AnyFact, ClusterProbe

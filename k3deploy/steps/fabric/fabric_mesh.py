@@ -28,7 +28,7 @@ from k3deploy.facts.fabric_mesh import MeshCount, MeshFailed, parse_answer
 from k3deploy.node import facts as F
 from k3deploy.node.context import NodeContext, RunContext
 from k3deploy.node.output_tail import failure_tail
-from k3deploy.node.transport import Result
+from k3deploy.node.ssh_types import Result
 from k3deploy.remote import script_text
 from k3deploy.remote.fabric_mesh import Found as MeshFound
 from k3deploy.steps.engine import serves
