@@ -38,6 +38,7 @@ AcceptNew = Annotated[bool, typer.Option("--accept-new-host-keys",
                                          help="trust and record unknown host keys (changed keys are still refused)")]
 StateDir = Annotated[str | None, typer.Option("--state-dir", help="where per-node state files live")]
 Json = Annotated[bool, typer.Option("--json", help="one JSON document on stdout")]
+Group = Annotated[str | None, typer.Option("--group", help="a fleet: this group alone, not the router")]
 
 
 @app.callback()
@@ -225,12 +226,11 @@ def chat(inventory: Inv,
              "--effort", help="reasoning_effort (default: low)")] = None,
          tools: Annotated[bool, typer.Option("--tools", help="offer the model local read-only "
                                              "tools (utc_now, cluster_info)")] = False,
-         json_out: Json = False, state_dir: StateDir = None) -> int:
-    """Talk to the endpoint; every assistant message goes back whole (reasoning_content too)."""
+         json_out: Json = False, state_dir: StateDir = None, group: Group = None) -> int:
+    """Talk to the endpoint (a fleet's router); every assistant message goes back whole."""
     from k3deploy.cli.chat_cmd import run_chat
     return run_chat(inventory, message, effort=effort and effort.value, json_out=json_out,
-                    tools=tools,
-                    state_dir=state_dir)
+                    tools=tools, state_dir=state_dir, group=group)
 
 
 @app.command()
@@ -242,12 +242,12 @@ def bench(inventory: Inv,
           effort: Annotated[Effort, typer.Option("--effort", help="reasoning_effort")] = Effort.low,
           max_tokens: Annotated[int, typer.Option("--max-tokens", min=1)] = 512,
           json_out: Json = False, accept_new_host_keys: AcceptNew = False,
-          state_dir: StateDir = None) -> int:
+          state_dir: StateDir = None, group: Group = None) -> int:
     """Short bounded load test from this laptop; writes a bring-up certificate."""
     from k3deploy.cli.bench_cmd import run_bench_cmd
     return run_bench_cmd(inventory, levels=concurrency, seconds=seconds, effort=effort.value,
                          max_tokens=max_tokens, json_out=json_out, state_dir=state_dir,
-                         accept_new_host_keys=accept_new_host_keys)
+                         accept_new_host_keys=accept_new_host_keys, group=group)
 
 
 certificate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,

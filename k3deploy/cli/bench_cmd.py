@@ -13,11 +13,10 @@ from typing import NotRequired, TypedDict, cast
 from rich.console import Console
 from rich.table import Table
 
-from k3deploy.serving import bench_run, bench_stats, openai_client
+from k3deploy.serving import bench_run, bench_stats
 from k3deploy.serving.chat_session import effort_of
 from k3deploy.cli import speed_figures
 from k3deploy.cli.speed_figures import VsGuide
-from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.cluster.inventory import Inventory
 from k3deploy.core.errors import EXIT_OK, EXIT_STEP_FAILED, BadInputError
 from k3deploy.core.jsonvalue import JSON
@@ -48,9 +47,10 @@ def parse_levels(text: str) -> list[int]:
 
 
 def run_bench_cmd(inv_path: str, *, levels: str, seconds: float, effort: str, max_tokens: int,
-                  json_out: bool, state_dir: str | None, accept_new_host_keys: bool) -> int:
-    inv = inventory_mod.load(inv_path)
-    target = openai_client.target(inv, state_dir)
+                  json_out: bool, state_dir: str | None, accept_new_host_keys: bool,
+                  group: str | None = None) -> int:
+    from k3deploy.cli.fleet_cmd import endpoint_of
+    target, inv, router = endpoint_of(inv_path, state_dir, group)
     chosen = parse_levels(levels)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     err.print(f"bench {target.base_url}: concurrency {', '.join(map(str, chosen))}, "
@@ -62,8 +62,16 @@ def run_bench_cmd(inv_path: str, *, levels: str, seconds: float, effort: str, ma
     doc: BenchDoc = {"endpoint": target.base_url, "model": target.model, "effort": effort,
            "max_tokens": max_tokens, "seconds_per_level": seconds, "levels": results,
            "single_stream_decode_tok_s": single,
-           "guide": speed_figures.compare(speed_figures.for_inventory(inv), single, results)}
-    doc["certificate"] = _certify(inv, doc, state_dir, accept_new_host_keys, err)
+           # through a fleet's router every stream goes to one group, and the concurrent ones
+           # to several: the guide's one-group figure compares with the single stream only
+           "guide": speed_figures.compare(speed_figures.for_inventory(inv), single,
+                                          None if router else results)}
+    if router:   # a certificate is one group's bring-up: `--group NAME` benches and certifies it
+        err.print("through the router: no certificate (a certificate is one group's; "
+                  "--group NAME benches that group alone and certifies it)", style="dim")
+        doc["certificate"] = None
+    else:
+        doc["certificate"] = _certify(inv, doc, state_dir, accept_new_host_keys, err)
     if json_out:
         print(json.dumps(doc, indent=1))
     else:

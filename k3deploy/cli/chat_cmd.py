@@ -12,7 +12,6 @@ from collections.abc import Iterator
 
 from rich.console import Console
 
-from k3deploy.cluster import inventory as inventory_mod
 from k3deploy.core.jsonvalue import JSONable
 from k3deploy.serving import openai_client
 from k3deploy.serving.chat_session import DEFAULT_EFFORT, Conversation, effort_of
@@ -54,10 +53,11 @@ class Display:
 
 
 def run_chat(inv_path: str, message: str | None, *, effort: str | None, json_out: bool,
-             tools: bool, state_dir: str | None) -> int:
+             tools: bool, state_dir: str | None, group: str | None = None) -> int:
     import openai
-    inv = inventory_mod.load(inv_path)
-    target = openai_client.target(inv, state_dir)
+
+    from k3deploy.cli.fleet_cmd import endpoint_of
+    target, inv, _router = endpoint_of(inv_path, state_dir, group)
     chosen = effort_of(effort) if effort else DEFAULT_EFFORT
     if effort is None:
         Console(stderr=True, highlight=False, soft_wrap=True).print(EFFORT_NOTE.format(effort=chosen),

@@ -1,6 +1,7 @@
 """`up`, `down` and `status` given a fleet inventory (issue 54): the fleet parsed and handed to
-run/fleet_run.py (up, down) or cli/fleet_status.py. Every other one-group command still
-refuses a fleet (inventory.parse)."""
+run/fleet_run.py (up, down) or cli/fleet_status.py; `chat` and `bench` find their endpoint
+here (the router, or one group). Every other one-group command still refuses a fleet
+(inventory.parse)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import json
 from k3deploy.cli import fleet_status, fleet_status_doc, status_cmd
 from k3deploy.cluster import fleet as fleet_mod
 from k3deploy.cluster import inventory
-from k3deploy.core.errors import InventoryError
+from k3deploy.cluster.inventory import Inventory
+from k3deploy.core.errors import BadInputError, InventoryError
 from k3deploy.run.fleet_run import FleetRun
+from k3deploy.serving import openai_client
+from k3deploy.serving.fleet_target import fleet_target
+from k3deploy.serving.openai_client import Target
 
 
 def fleet_of(path: str) -> fleet_mod.Fleet | None:
@@ -22,6 +27,20 @@ def fleet_of(path: str) -> fleet_mod.Fleet | None:
     except InventoryError:
         return None
     return fleet_mod.parse(data, path) if fleet_mod.is_fleet(data) else None
+
+
+def endpoint_of(inv_path: str, state_dir: str | None,
+                group: str | None = None) -> tuple[Target, Inventory, bool]:
+    """Where `chat` and `bench` send requests: a one-group inventory's head, a fleet's router,
+    or (group) that group of the fleet; and whether it is a fleet's router."""
+    if fleet := fleet_of(inv_path):
+        found, inv = fleet_target(fleet, state_dir, group)
+        return found, inv, group is None
+    if group is not None:
+        raise BadInputError(f"--group {group}: {inv_path} is a one-group inventory",
+                            hint="--group names a group of a fleet inventory (its `groups:`)")
+    inv = inventory.load(inv_path)
+    return openai_client.target(inv, state_dir), inv, False
 
 
 def fleet_up(fleet: fleet_mod.Fleet, *, check: bool, options: dict[str, object],

@@ -10,7 +10,7 @@ import json
 import shlex
 from dataclasses import replace
 
-from k3deploy.cluster.inventory import Inventory
+from k3deploy.cluster.inventory import Inventory, Node
 from k3deploy.cluster.inventory_rules import ssh_port
 from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts import http
@@ -86,14 +86,16 @@ def url(inv: Inventory) -> str:
     return f"http://{head.self_ip if inv.behind_gateway(head) else head.address}:{inv.ports.serve}/v1"
 
 
-def tunnel_hint(inv: Inventory) -> str | None:
-    """How a laptop outside the private network reaches an endpoint behind an SSH gateway."""
-    head = inv.head
-    if not inv.behind_gateway(head):
+def tunnel_hint(inv: Inventory, node: Node | None = None, port: int | None = None,
+                what: str = "the head") -> str | None:
+    """How a laptop outside the private network reaches an endpoint behind an SSH gateway:
+    the head's engine by default, or PORT on NODE (a fleet's router)."""
+    node = node or inv.head
+    if not inv.behind_gateway(node):
         return None
-    user = head.user or inv.ssh.user
-    serve = inv.ports.serve
-    forward = ["ssh", "-p", str(ssh_port(inv, head)), "-N", "-L", f"{serve}:127.0.0.1:{serve}",
-               f"{user}@{head.address}" if user else head.address]
-    return (f"the head is behind the SSH gateway {head.address}; from outside its private "
+    user = node.user or inv.ssh.user
+    serve = port or inv.ports.serve
+    forward = ["ssh", "-p", str(ssh_port(inv, node)), "-N", "-L", f"{serve}:127.0.0.1:{serve}",
+               f"{user}@{node.address}" if user else node.address]
+    return (f"{what} is behind the SSH gateway {node.address}; from outside its private "
             f"network: {shlex.join(forward)}, then http://127.0.0.1:{serve}/v1")

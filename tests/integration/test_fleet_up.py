@@ -3,7 +3,8 @@ group's head. `up` brings both groups up with the one-group machinery, starts th
 keys off argv and registers both; a chat through the router answers with reasoning_content; a
 second `up` changes nothing (no container run or removed on any node, the same worker ids);
 the router removed by hand is started again by the next `up`, which registers both groups and
-relaunches neither; `status` shows the router holding both groups ready and each group serving
+relaunches neither; `chat` and `bench` go through the router (`--group` to one group's
+head); `status` shows the router holding both groups ready and each group serving
 (exit 0), and after `down` the fleet down (exit 1: every node answered, nothing serves);
 `down` takes the groups out, tears them down and stops the router. Needs root (the testbed)."""
 
@@ -93,6 +94,20 @@ def test_a_fleet_comes_up_behind_the_router_and_goes_down(tmp_path):
         assert shown.returncode == 0, out(shown)
         assert shown.stdout.startswith("fleet ") and ": serving: " in shown.stdout.splitlines()[0]
         assert "group g0:" in shown.stdout and "group g1:" in shown.stdout
+
+        # chat and bench go through the router; --group points them at one group's head
+        said = k3("chat", "-i", inv, "Say hello.", "--json")
+        assert said.returncode == 0, out(said)
+        chat = json.loads(said.stdout)
+        assert chat["endpoint"] == base + "/v1" and chat["content"] and chat["reasoning_content"]
+        alone = k3("chat", "-i", inv, "Say hello.", "--json", "--group", "g1")
+        assert alone.returncode == 0, out(alone)
+        assert json.loads(alone.stdout)["endpoint"] == f"http://{tb.address('node2')}:8000/v1"
+        bench = k3("bench", "-i", inv, "--concurrency", "1", "--seconds", "2", "--json")
+        assert bench.returncode == 0, out(bench)
+        figures = json.loads(bench.stdout)
+        assert figures["endpoint"] == base + "/v1" and figures["levels"][0]["completed"] >= 1
+        assert figures["certificate"] is None and key not in out(bench)
 
         changes = docker_changes(tb)
         again = k3("up", "-i", inv, "--no-dry-fire")
