@@ -2,8 +2,8 @@
 
 With --restart N, an incident (the guards stopped the group) is answered by running the
 bring-up again, at most N times, with a growing pause between attempts; past that, watch
-exits 1 naming every incident it saw. Ctrl-C ends watch at once; the guards keep running on
-the nodes (they never needed the laptop).
+exits 1 naming every incident it saw (a fleet: cli/fleet_watch.py). Ctrl-C ends watch at
+once; the guards keep running on the nodes (they never needed the laptop).
 
 Pauses are interrupt.sleep, the one stop mechanism: it ends at once on a stop request (raised
 as Interrupted, as during a bring-up, whose run installs the handlers) and on a plain Ctrl-C
@@ -21,8 +21,9 @@ from typing import TypedDict, Unpack
 
 from rich.console import Console
 
-from k3deploy.cli import cluster_state
+from k3deploy.cli import cluster_state, fleet_watch
 from k3deploy.cli.status_doc import Observed
+from k3deploy.cluster.fleet import Fleet
 from k3deploy.core.jsonvalue import JSON
 from k3deploy.core import interrupt
 from k3deploy.core.errors import EXIT_STEP_FAILED, Interrupted, K3Error
@@ -133,12 +134,40 @@ class Watch:
         return EXIT_STEP_FAILED
 
 
+class FleetWatch(Watch):
+    """watch on a fleet (cli/fleet_watch.py): a look is the fleet's status, a restart its `up`."""
+
+    def __init__(self, fleet: Fleet, restart: int | None, interval: float,
+                 **session: Unpack[SessionOptions]):
+        super().__init__(fleet.source, restart, interval, **session)
+        self.fleet, self.text = fleet, ""
+
+    def observe(self) -> Observed:
+        seen, self.text = fleet_watch.observe(
+            self.fleet, self.session.get("accept_new_host_keys", False), self.session.get("state_dir"))
+        return seen
+
+    def show(self, cluster: Observed) -> None:
+        if self.text != self.last_line:
+            say(self.text)
+            self.last_line = self.text
+
+    def bring_up(self) -> int:
+        code, line = fleet_watch.bring_up(self.fleet, self.session.get("accept_new_host_keys", False),
+                                          self.session.get("state_dir"))
+        say(line)
+        return code
+
+
 def refuse_bad_input(inv_path: str) -> None:
     """Bad input is refused once, at the start (exit 2), not watched as "unknown" forever; an
     inventory broken later, while watching, is shown as a state like any other."""
+    from k3deploy.cli.fleet_cmd import fleet_of
     from k3deploy.cluster import inventory as inventory_mod
     from k3deploy.node.keyfiles import check_key_files
-    check_key_files(inventory_mod.load(inv_path))
+    fleet = fleet_of(inv_path)   # a fleet: each group's (an invalid fleet: InventoryError here)
+    for inv in [g.inventory for g in fleet.groups] if fleet else [inventory_mod.load(inv_path)]:
+        check_key_files(inv)
 
 
 def run_watch(inv_path: str, *, restart: int | None, interval: float,
@@ -146,7 +175,11 @@ def run_watch(inv_path: str, *, restart: int | None, interval: float,
     # Explicitly, as a run's handlers are (interrupt.handling): a shell starts background jobs
     # with SIGINT ignored, and Python then installs no KeyboardInterrupt of its own.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    from k3deploy.cli.fleet_cmd import fleet_of
+    fleet = fleet_of(inv_path)
     try:
+        if fleet is not None:
+            return FleetWatch(fleet, restart, interval, **session).run()
         return Watch(inv_path, restart, interval, **session).run()
     except (KeyboardInterrupt, Interrupted) as err:
         say("watch ended; the guards keep running on the nodes")

@@ -247,12 +247,22 @@ class Guard:
                  "stopping the local engine")
         path = os.path.join(self.dir, "incident.json")
         rec.atomic_write_json(path, found)  # on record before the slow stop
-        found = {**found, "local_engine": self.stop_engine()}
+        found = {**found, **self.leave_router(), "local_engine": self.stop_engine()}
         with self.lock:
             self.incident = found
         self.published.changed()
         rec.atomic_write_json(path, found)
         self.write_state()
+
+    def leave_router(self) -> Doc:
+        """A fleet's group: out of the router before its ranks stop (guard_router.py)."""
+        link = self.cfg.get("router")
+        if not link:
+            return {}
+        import guard_router   # shipped for a fleet's groups only (node/guard_config.py)
+        said = guard_router.leave(link)
+        self.log(said)
+        return {"router": said}
 
     # -- main --------------------------------------------------------------------------
     def start(self) -> None:

@@ -50,7 +50,18 @@ class ProbeConfig(TypedDict):
     key_file: str
 
 
-class Config(Names):
+class RouterLink(TypedDict):
+    """A fleet group's router, as guard_router.py reads it (node/guard_config.py router_section)."""
+    base: str
+    worker: str
+    key_file: str
+
+
+class _InFleet(TypedDict, total=False):
+    router: RouterLink           # only in a fleet's groups: leave the router before stopping
+
+
+class Config(Names, _InFleet):
     """The guard's CONFIG.json as the laptop writes it (node/guard_config.py config, with_digest)."""
     rank: int
     container: str

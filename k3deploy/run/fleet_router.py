@@ -21,6 +21,7 @@ from k3deploy.node.fleet_keys import FleetKeys
 from k3deploy.node.router_host import STEP, RouterHost, files_sha
 from k3deploy.node.session import endpoint_for
 from k3deploy.node.transport import NodeConnection
+from k3deploy.remote.router_reconcile import Worker
 from k3deploy.steps.engine.verify import reasoning_field
 
 LIVE_WITHIN = 60.0       # SMG answers its admin API within seconds of its start
@@ -64,12 +65,13 @@ class FleetRouter:
         self._wait_live()
         return [f"{self.where}: {why}; started"]
 
-    def _wait_live(self) -> None:
+    def _wait_live(self) -> list[Worker]:
+        """Its worker list once its admin API answers: just started by us, or by docker's
+        restart policy after its process died (running again, not answering yet)."""
         deadline = time.monotonic() + LIVE_WITHIN
         while True:
             try:
-                self.host.workers(self.keys.admin)
-                return
+                return self.host.workers(self.keys.admin)
             except StepFailed as err:
                 if time.monotonic() > deadline:
                     raise StepFailed(self.host.node, f"the router did not answer within "
@@ -80,7 +82,7 @@ class FleetRouter:
 
     def reconcile(self, verified: set[str], check: bool = False) -> list[str]:
         """Register the verified groups, remove every other entry; what it did, by group."""
-        workers = self.host.workers(self.keys.admin)
+        workers = self._wait_live()
         p = reg.register_plan(workers, self.groups, verified, self.keys.serving)
         if reg.is_noop(p):
             return [f"{self.where}: its workers are the verified groups already "

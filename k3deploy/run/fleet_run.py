@@ -19,9 +19,10 @@ from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_STEP_FAILED, K3Error, UnreachableError
 from k3deploy.core.state import ClusterLock, state_dir_for
-from k3deploy.node import fleet_keys
+from k3deploy.node import fleet_keys, guard_config
 from k3deploy.node.context import RunContext
 from k3deploy.node.fleet_keys import FleetKeys
+from k3deploy.node.secretfile import cluster_secret
 from k3deploy.run.fleet_router import FleetRouter
 from k3deploy.run.report import RunReport
 from k3deploy.run.run_steps import playbook_steps, run_steps, single
@@ -50,13 +51,23 @@ class FleetRun:
                 for g in self.fleet.groups} if groups else {}
         return fleet_keys.load_or_create(self.fleet.groups[0].inventory, self.dir, dirs, create)
 
-    def _group(self, name: str, what: str, steps: list[AnyStep], options: dict[str, object],
-               after: Closing | None = None) -> int:
+    def router_link(self, group: str) -> dict[str, object]:
+        """The run option by which the guard step tells a fleet's group's guards where the router
+        is, to take the group out of it first on an incident (steps/guard.py): once the fleet's
+        admin key exists (the first `up` makes it before any group runs)."""
+        admin = cluster_secret(self.dir, fleet_keys.ADMIN_SECRET, create=False)
+        return {} if admin is None else {
+            guard_config.ROUTER_OPTION: guard_config.router_link(self.fleet, group, admin)}
+
+    def group_run(self, name: str, what: str, steps: list[AnyStep], options: dict[str, object],
+                  after: Closing | None = None) -> int:
+        """One group's run of `steps` by the one-group machinery (up, down, roll); its exit code."""
         interrupt.check()
         group = next(g for g in self.fleet.groups if g.name == name)
         self.say(f"fleet {self.fleet.cluster}: {what} of group {name} "
                  f"({', '.join(n.name for n in group.inventory.nodes)})")
-        report = run_steps(group.inventory, steps, check=self.check, options=options,
+        report = run_steps(group.inventory, steps, check=self.check,
+                           options={**options, **self.router_link(name)},
                            accept_new_host_keys=self.accept, state_dir=self.state_dir,
                            log_json=self.log_json, after=after() if after else None)
         return report.exit_code()
@@ -67,7 +78,7 @@ class FleetRun:
         # group's (Interrupted, 130): every group is then up and verified, or named by its run.
         with interrupt.handling(), ClusterLock(self.dir):
             keys = self.keys(create=not self.check)
-            codes = {g.name: self._group(g.name, "bring-up", playbook_steps("bringup"),
+            codes = {g.name: self.group_run(g.name, "bring-up", playbook_steps("bringup"),
                                          dict(options), closing)
                      for g in self.fleet.groups}
             verified = {name for name, code in codes.items() if code == EXIT_OK}
@@ -126,7 +137,7 @@ class FleetRun:
                 reachable = self._out_of_router(router, group.name)
             # each run its own step objects (a step keeps what it saw during its run)
             steps = playbook_steps("teardown") + (single("wipe-weights") if wipe_weights else [])
-            codes.append(self._group(group.name, "teardown", steps, dict(options)))
+            codes.append(self.group_run(group.name, "teardown", steps, dict(options)))
         if router is not None:
             codes.append(self._stop_router(router) if reachable else EXIT_PARTIAL)
         return codes

@@ -139,12 +139,13 @@ class StartGuard(Step[GuardFacts]):
         run_settle.guard_secret(run)
 
     def config(self, node: NodeContext) -> dict[str, JSON]:
-        return guard_config.with_digest(guard_config.config(node.inv, node.name),
-                                    node.run.inputs.guard_secret or "")
+        link = router_link(node)
+        return guard_config.with_digest(guard_config.config(node.inv, node.name, link),
+                                        node.run.inputs.guard_secret or "", link)
 
     def probes(self, node: NodeContext) -> list[AnyFact]:
         paths = guard_config.node_paths(node.inv)
-        scripts = [f"{paths.dir}/{name}" for name in guard_config.SCRIPTS]
+        scripts = [f"{paths.dir}/{name}" for name in guard_config.scripts(self.config(node))]
         return guard_facts(node.inv) + [node_files.fact(scripts, sudo=True)]
 
     def plan(self, facts: GuardFacts, node: NodeContext) -> list[Action]:
@@ -159,11 +160,14 @@ class StartGuard(Step[GuardFacts]):
                 + node_files.changed_only(self._start_actions(node), facts.node_files))
 
     def _start_actions(self, node: NodeContext) -> list[Action]:
-        paths, cfg = guard_config.node_paths(node.inv), self.config(node)
+        paths, cfg, link = guard_config.node_paths(node.inv), self.config(node), router_link(node)
         argv = ["python3", paths.script, paths.config]
         started = detached.start(argv, paths.log, paths.state, tenths=START_WAIT)
         uploads = [upload(f"upload {name}", f"{paths.dir}/{name}", script_text(name),
-                          mode=0o644, sudo=True) for name in guard_config.SCRIPTS]
+                          mode=0o644, sudo=True) for name in guard_config.scripts(cfg)]
+        if link is not None:   # a fleet's group: its guard takes it out of the router first
+            uploads.append(upload("write the router's admin key (0600)", paths.router_key,
+                                  f"{link.admin_key}\n", sudo=True))
         return [cmd("create the guard dir (0700)", "install", "-d", "-m", "700", paths.dir,
                     sudo=True, retry=True),
                 *uploads,
@@ -173,7 +177,9 @@ class StartGuard(Step[GuardFacts]):
                 cmd("start the guard, detached", "sh", "-c", started, sudo=True)]
 
     def inputs(self, node: NodeContext) -> dict[str, object]:
-        return {"guard": node.inv.guard.model_dump(), "port": node.inv.ports.guard}
+        link = router_link(node)
+        return {"guard": node.inv.guard.model_dump(), "port": node.inv.ports.guard,
+                **({"router": [link.base, link.worker]} if link else {})}
 
     def detail(self, facts: GuardFacts, node: NodeContext) -> dict[str, JSON] | None:
         state = facts.guard_state
@@ -228,6 +234,13 @@ class StopGuard(Step[GuardFacts, StopGuardParams]):
         if not facts.incident and not racing:
             return []
         return stop_actions(facts) + [archive_action(node.inv, if_there=racing)]
+
+
+def router_link(node: NodeContext) -> guard_config.RouterLink | None:
+    """A fleet's group's router, as the fleet's run hands it over (run/fleet_run.py); None for a
+    one-group inventory."""
+    link = node.run.option(guard_config.ROUTER_OPTION)
+    return link if isinstance(link, guard_config.RouterLink) else None
 
 
 def _json(doc: dict[str, JSON]) -> str:
