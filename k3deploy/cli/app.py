@@ -24,6 +24,8 @@ else:
     except ImportError:  # pragma: no cover - older typer uses the click package
         from click import exceptions as click_exc
 
+from k3deploy.cli import roll_cmd
+from k3deploy.cli.options import AcceptNew, Check, Group, Inv, Json, StateDir
 from k3deploy.core import interrupt
 from k3deploy.core import log as klog
 from k3deploy.core.errors import EXIT_BAD_INPUT, K3Error
@@ -31,15 +33,6 @@ from k3deploy.core.redact import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Bring Kimi K3 up on multi-node GPU clusters over SSH, verify it, tear it down.")
-
-Inv = Annotated[str, typer.Option("-i", "--inventory", help="inventory YAML file")]
-Check = Annotated[bool, typer.Option("--check", help="plan and print; change nothing")]
-AcceptNew = Annotated[bool, typer.Option("--accept-new-host-keys",
-                                         help="trust and record unknown host keys (changed keys are still refused)")]
-StateDir = Annotated[str | None, typer.Option("--state-dir", help="where per-node state files live")]
-Json = Annotated[bool, typer.Option("--json", help="one JSON document on stdout")]
-Group = Annotated[str | None, typer.Option("--group", help="a fleet: this group alone, not the router")]
-
 
 @app.callback()
 def _global(log_json: Annotated[bool, typer.Option("--log-json", help="log as JSON lines")] = False,
@@ -275,6 +268,9 @@ def watch(inventory: Inv,
     refuse_bad_input(inventory)
     return run_watch(inventory, restart=restart, interval=interval,
                      accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
+
+
+app.command()(roll_cmd.roll)   # `roll` on a fleet: its own module (cli/roll_cmd.py)
 
 
 def _print_error(err: K3Error) -> None:

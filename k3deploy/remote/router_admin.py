@@ -48,8 +48,8 @@ class ServingEntry(_ServingKey):
 class _ConfigOptions(TypedDict, total=False):
     admin_key: str | None
     timeout: float
-    url: str                        # add
-    api_key: str | None             # add
+    url: str                        # add, load
+    api_key: str | None             # add, load
     worker_id: str                  # remove
     serving: list[ServingEntry]     # reconcile
 
@@ -57,7 +57,7 @@ class _ConfigOptions(TypedDict, total=False):
 class Config(_ConfigOptions):
     """main's stdin."""
     base: str
-    op: str                         # workers, add, remove or reconcile
+    op: str                         # workers, add, remove, reconcile or load
 
 
 class Applied(TypedDict):
@@ -146,6 +146,26 @@ def _detail(answer: "JSON") -> str:
     return str(answer or "(empty body)")
 
 
+def engine_load(url: str, api_key: "str | None", timeout: float = 10.0) -> "int | None":
+    """Requests running or waiting on one SGLang engine (a group's head, as the router
+    registered it): `GET /v1/loads?include=core`, num_running_reqs + num_waiting_reqs summed
+    over its DP ranks (SGLang 0.5.16 srt/entrypoints/v1_loads.py, the core keys of
+    srt/managers/load_snapshot.py; SMG polls the same endpoint, smg-project/smg@f8daa883
+    model_gateway/src/worker/monitor.rs). None when the engine has no such endpoint (404:
+    an older SGLang) or says nothing readable. The engine's key as the bearer token."""
+    status, answer = RouterAdmin(url, api_key, timeout)._send("GET", "/v1/loads?include=core")
+    if status == 404:
+        return None
+    if status != 200:
+        raise RouterAdminError("GET", url + "/v1/loads", status, _detail(answer))
+    loads = answer.get("loads") if isinstance(answer, dict) else None
+    if not isinstance(loads, list):
+        return None
+    counts = [r.get(k) for r in loads if isinstance(r, dict)
+              for k in ("num_running_reqs", "num_waiting_reqs")]
+    return sum(c for c in counts if isinstance(c, int))
+
+
 def apply(admin: RouterAdmin, plan: "Plan", gone_within: float = 30.0) -> Applied:
     """Removes first; adds once the removed ids left the list (SMG answers 409 to a URL it still
     holds). Returns {"added": {url: id}, "removed": [ids], "held": [urls]}: held are adds not
@@ -169,7 +189,7 @@ def apply(admin: RouterAdmin, plan: "Plan", gone_within: float = 30.0) -> Applie
 
 
 def main(stdin: IO[str]) -> int:
-    """{"base", "admin_key", "op": workers|add|remove|reconcile, "url", "api_key", "worker_id",
+    """{"base", "admin_key", "op": workers|add|remove|reconcile|load, "url", "api_key", "worker_id",
     "serving": [{"url", "api_key"}]} on stdin; one JSON line out."""
     cfg: Config = json.load(stdin)   # the caller's own document (json.load returns Any)
     admin = RouterAdmin(cfg["base"], cfg.get("admin_key"), cfg.get("timeout", 10.0))
@@ -181,6 +201,9 @@ def main(stdin: IO[str]) -> int:
             out = json.dumps({"worker_id": admin.add(cfg["url"], cfg.get("api_key"))})
         elif op == "remove":
             out = json.dumps({"removed": admin.remove(cfg["worker_id"])})
+        elif op == "load":   # a worker's engine, not the router (engine_load)
+            out = json.dumps({"load": engine_load(cfg["url"], cfg.get("api_key"),
+                                                  cfg.get("timeout", 10.0))})
         else:
             import router_reconcile as rr   # shipped next to this file
             serving = [rr.Serving(s["url"], s.get("api_key")) for s in cfg["serving"]]

@@ -45,9 +45,12 @@ def model_info(state):
 
 def _snapshot(state):
     """One DP rank's LoadSnapshot: the stand-in runs dp 1, every running request in one batch
-    (collective.py: continuous batching, nothing waits)."""
+    (collective.py: continuous batching, nothing waits). A request still being paced out to
+    its client (pacing.py: node.json decode_tok_s) is decoding, so running too, as in SGLang,
+    where a request stays in the running batch until its last token (srt/managers/scheduler.py
+    update_running_batch: running_batch.filter_batch() drops only finished requests)."""
     forward, progress = state.forward, state.progress
-    running = forward.running if forward is not None else 0
+    running = (forward.running if forward is not None else 0) + state.pacer.active
     return {"timestamp": time.time(), "dp_rank": 0, "num_running_reqs": running,
             "num_waiting_reqs": 0, "num_waiting_uncached_tokens": 0,
             "num_used_tokens": progress.kv_tokens if progress is not None else 0,
