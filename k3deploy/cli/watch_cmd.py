@@ -143,8 +143,10 @@ class FleetWatch(Watch):
         self.fleet, self.text = fleet, ""
 
     def observe(self) -> Observed:
-        seen, self.text = fleet_watch.observe(
-            self.fleet, self.session.get("accept_new_host_keys", False), self.session.get("state_dir"))
+        accept, state_dir = self.session.get("accept_new_host_keys", False), self.session.get("state_dir")
+        seen, self.text, doc = fleet_watch.observe(self.fleet, accept, state_dir)
+        for line in fleet_watch.mend(self.fleet, doc, accept, state_dir) if doc else []:
+            say(line)
         return seen
 
     def show(self, cluster: Observed) -> None:

@@ -189,6 +189,26 @@ def test_the_router_killed_by_hand_is_mended_by_up_without_relaunching_a_group(f
     assert engines(tb) == before
 
 
+def test_a_watch_tick_mends_a_router_restarted_by_hand(fleet, wait_for):
+    """No `up`: the router comes back empty (docker's restart policy), and the next watch tick
+    registers the two serving groups again (cli/fleet_watch.mend), relaunching neither."""
+    tb = fleet
+    g0, g1 = url(tb, "node0"), url(tb, "node2")
+    wait_for(lambda: workers(tb) == {g0: "ready", g1: "ready"}, 60, "both groups ready")
+    before = engines(tb)
+    watch = Follow(tb)
+    try:
+        watch.wait("fleet ", 60)   # its first look said the fleet's state
+        pid = tb.ssh("node0", "docker inspect -f '{{.State.Pid}}' k3-router").stdout.strip()
+        assert pid.isdigit() and pid != "0", pid
+        assert tb.ssh("node0", f"kill -9 {pid}").returncode == 0
+        watch.wait("register group g1", 90)
+        wait_for(lambda: workers(tb) == {g0: "ready", g1: "ready"}, 60, "both groups ready again")
+    finally:
+        watch.stop()
+    assert engines(tb) == before
+
+
 def test_no_key_in_argv_logs_or_state_files_on_any_node(fleet):
     tb = fleet
     keys = {"api-key": secret(tb, "api-key"), "router-admin-key": secret(tb, "router-admin-key")}

@@ -198,8 +198,8 @@ def test_watch_restart_on_a_fleet_runs_the_fleets_up_once(tmp_path, monkeypatch)
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(two_groups()))
     incident = {"failure": {"cause": "c", "at": "t", "node": "node3", "kind": "exited"}}
-    looks = iter([(group_doc("fl-b", "stopped-by-guard", incident)["cluster"], "b stopped"),
-                  ({"name": "fl", "state": "serving", "incident": None, "error": ""}, "ok")])
+    looks = iter([(group_doc("fl-b", "stopped-by-guard", incident)["cluster"], "b stopped", None),
+                  ({"name": "fl", "state": "serving", "incident": None, "error": ""}, "ok", None)])
     lines: list[str] = []
     monkeypatch.setattr(watch_cmd.interrupt, "sleep", lambda s: None)
     monkeypatch.setattr(watch_cmd, "say", lines.append)
