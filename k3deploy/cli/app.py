@@ -169,8 +169,12 @@ def status(inventory: Inv, json_out: Json = False,
 
 @app.command()
 def verify(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
-    """Endpoint and memory checks on a running cluster."""
+    """Endpoint and memory checks on a running cluster (a fleet: each group's, then its router)."""
+    from k3deploy.cli.fleet_cmd import fleet_of, fleet_verify
     from k3deploy.run.run_steps import single
+    if fleet := fleet_of(inventory):
+        return fleet_verify(fleet, accept_new_host_keys=accept_new_host_keys, state_dir=state_dir,
+                            log_json=_OUTPUT["log_json"])
     # Its goal is the cluster's endpoint: a node out of reach fails it (1), not partial (3).
     return _run(inventory, single("verify"), accept_new_host_keys=accept_new_host_keys,
                 state_dir=state_dir, per_node=False)

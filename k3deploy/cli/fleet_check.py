@@ -1,6 +1,6 @@
 """`check -i FLEET`: a fleet inventory validated and its groups listed (no node contacted).
 
-`up`, `status`, `watch`, `roll` and `down` run a fleet (cli/fleet_cmd.py, cli/fleet_watch.py,
+`up`, `status`, `verify`, `watch`, `roll` and `down` run a fleet (cli/fleet_cmd.py, cli/fleet_watch.py,
 cli/roll_cmd.py), `chat` and `bench` go through its router; every other command refuses one
 where inventories are parsed (inventory.parse raises FleetNotSupported).
 """

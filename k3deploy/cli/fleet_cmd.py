@@ -51,6 +51,13 @@ def fleet_up(fleet: fleet_mod.Fleet, *, check: bool, options: dict[str, object],
     return run.up(options, closing_for)
 
 
+def fleet_verify(fleet: fleet_mod.Fleet, *, accept_new_host_keys: bool,
+                 state_dir: str | None, log_json: bool) -> int:
+    from k3deploy.run import fleet_verify as verify_mod
+    return verify_mod.verify(FleetRun(fleet, check=False, accept_new_host_keys=accept_new_host_keys,
+                                      state_dir=state_dir, log_json=log_json))
+
+
 def fleet_down(fleet: fleet_mod.Fleet, *, check: bool, options: dict[str, object],
                wipe_weights: bool, accept_new_host_keys: bool, state_dir: str | None,
                log_json: bool) -> int:

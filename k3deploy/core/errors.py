@@ -54,11 +54,11 @@ class FleetNotSupported(BadInputError):
             if isinstance(groups, list) else []
         super().__init__(
             f"{path} describes a fleet ({len(names)} groups: {', '.join(names) or '-'}, "
-            "behind one router); this command runs one group only (run, verify and logs take "
-            "an inventory with nodes: at the top level)",
+            "behind one router); this command runs one group only (run and logs take an "
+            "inventory with nodes: at the top level)",
             hint=f"`k3deploy check -i {path}` validates a fleet and lists its groups; `up`, "
-                 "`status`, `watch`, `roll` and `down` run a fleet, `chat` and `bench` go "
-                 "through its router; run, verify and logs on a fleet are not built yet "
+                 "`status`, `verify`, `watch`, `roll` and `down` run a fleet, `chat` and "
+                 "`bench` go through its router; run and logs on a fleet are not built yet "
                  "(issue 54)")
 
 

@@ -4,9 +4,10 @@ keys off argv and registers both; a chat through the router answers with reasoni
 second `up` changes nothing (no container run or removed on any node, the same worker ids);
 the router removed by hand is started again by the next `up`, which registers both groups and
 relaunches neither; `chat` and `bench` go through the router (`--group` to one group's
-head); `status` shows the router holding both groups ready and each group serving
-(exit 0), and after `down` the fleet down (exit 1: every node answered, nothing serves);
-`down` takes the groups out, tears them down and stops the router. Needs root (the testbed)."""
+head), `verify` checks each group and the router; `status` shows the router holding both
+groups ready and each group serving (exit 0), and after `down` the fleet down (exit 1: every
+node answered, nothing serves); `down` takes the groups out, tears them down and stops the
+router. Needs root (the testbed)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,10 @@ def test_a_fleet_comes_up_behind_the_router_and_goes_down(tmp_path):
         figures = json.loads(bench.stdout)
         assert figures["endpoint"] == base + "/v1" and figures["levels"][0]["completed"] >= 1
         assert figures["certificate"] is None and key not in out(bench)
+        checked = k3("verify", "-i", inv)   # each group's verify, then the router's
+        assert checked.returncode == 0, out(checked)
+        assert out(checked).count("verify of group") == 2, out(checked)
+        assert "a chat completion through it answered" in out(checked)
 
         changes = docker_changes(tb)
         again = k3("up", "-i", inv, "--no-dry-fire")
