@@ -41,6 +41,7 @@ class WorkerView(TypedDict):
     group: str | None                      # the group whose worker URL it is; None: no group's
     status: str | None                     # SMG's: pending, ready, not_ready, failed, draining
     healthy: bool | None                   # SMG's is_healthy
+    in_flight: int | None                  # SMG's load: its requests in flight on the worker
 
 
 class RouterDoc(TypedDict):
@@ -75,7 +76,7 @@ def router_doc(node: str, url: str, groups: list[GroupEndpoint], look: RouterLoo
     names = {norm_url(g.url): g.name for g in groups}
     workers = None if look["workers"] is None else [
         WorkerView(id=w["id"], url=w["url"], group=names.get(norm_url(w["url"])),
-                   status=w.get("status"), healthy=w.get("is_healthy"))
+                   status=w.get("status"), healthy=w.get("is_healthy"), in_flight=w.get("load"))
         for w in look["workers"]]
     container = look["container"]
     return {"node": node, "url": url, "reachable": look["reachable"],
@@ -145,12 +146,14 @@ def lines(doc: FleetStatusDoc) -> list[str]:
     running = "running" if router["running"] else \
         f"not running (container: {(router['container'] or {}).get('status') or 'none'})"
     workers = router["workers"]
-    held = "" if workers is None else f", {len(workers)} worker(s)"
+    held = "" if workers is None else f", {len(workers)} worker(s), " \
+        f"{sum(w['in_flight'] or 0 for w in workers)} request(s) in flight"
     out.append(f"{where}: {running}{held}")
     for w in workers or []:
         healthy = {True: "healthy", False: "unhealthy", None: "health unknown"}[w["healthy"]]
         who = f"group {w['group']}" if w["group"] else "no group of this fleet"
-        out.append(f"  {who}: {w['status']}, {healthy} ({w['url']})")
+        flight = "" if w["in_flight"] is None else f", {w['in_flight']} in flight"
+        out.append(f"  {who}: {w['status']}, {healthy}{flight} ({w['url']})")
     for g, v in fleet["groups"].items():
         # why a group does not count, unless its worker line above says it already
         said = {w["status"] for w in workers or [] if w["group"] == g}

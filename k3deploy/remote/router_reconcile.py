@@ -24,6 +24,9 @@ LEAVING = "draining"
 class _WorkerState(TypedDict, total=False):
     status: str        # pending, ready, not_ready, failed, draining
     is_healthy: bool   # what `status` shows besides
+    # requests this router has in flight on the worker (smg-project/smg@f8daa883
+    # crates/protocols/src/worker.rs WorkerInfo.load, "Current load on the worker")
+    load: int
 
 
 class Worker(_WorkerState):

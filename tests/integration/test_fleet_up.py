@@ -88,6 +88,7 @@ def test_a_fleet_comes_up_behind_the_router_and_goes_down(tmp_path):
         assert doc["router"]["running"] and doc["router"]["node"] == "node0"
         assert {w["group"]: w["status"] for w in doc["router"]["workers"]} == \
             {"g0": "ready", "g1": "ready"}
+        assert all(w["in_flight"] == 0 for w in doc["router"]["workers"])   # SMG's `load`, idle
         assert {g: d["cluster"]["state"] for g, d in doc["groups"].items()} == \
             {"g0": "serving", "g1": "serving"}
         assert key not in out(status) and admin not in out(status)

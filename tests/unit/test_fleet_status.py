@@ -49,8 +49,19 @@ def test_both_groups_ready_behind_a_running_router_serve():
     assert fdoc.exit_code(d) == 0
     text = fdoc.lines(d)
     assert text[0] == "fleet fl: serving: the router reports every group ready (a, b)"
-    assert "router on node0 (http://10.0.0.10:30000/v1): running, 2 worker(s)" in text
+    # no `load` in these entries (an SMG that does not say): nothing counted for them
+    assert "router on node0 (http://10.0.0.10:30000/v1): running, 2 worker(s), 0 request(s) " \
+        "in flight" in text
     assert "  group a: ready, healthy (http://10.0.0.10:8000)" in text
+
+
+def test_the_routers_requests_in_flight_per_group_and_in_all():
+    d = doc(look([{**BOTH[0], "load": 3}, {**BOTH[1], "load": 1}]))
+    assert [w["in_flight"] for w in d["router"]["workers"]] == [3, 1]
+    text = fdoc.lines(d)
+    assert "router on node0 (http://10.0.0.10:30000/v1): running, 2 worker(s), 4 request(s) " \
+        "in flight" in text
+    assert "  group a: ready, healthy, 3 in flight (http://10.0.0.10:8000)" in text
 
 
 def test_one_group_out_of_the_router_is_degraded_and_names_why():
