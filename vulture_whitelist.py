@@ -88,6 +88,7 @@ run_active
 incident_at
 relaunch_seconds
 incident_to_serving_seconds
+in_flight
 option_strings
 takes_value
 deprecated
