@@ -183,8 +183,12 @@ def verify(inventory: Inv, accept_new_host_keys: AcceptNew = False, state_dir: S
 @app.command()
 def logs(inventory: Inv, out: Annotated[str | None, typer.Option("--out")] = None,
          accept_new_host_keys: AcceptNew = False, state_dir: StateDir = None) -> int:
-    """Collect each node's engine log, named by node and rank."""
+    """Collect each node's engine log, named by node and rank (a fleet: by group, and the router's)."""
+    from k3deploy.cli.fleet_cmd import fleet_logs, fleet_of
     from k3deploy.run.run_steps import single
+    if fleet := fleet_of(inventory):
+        return fleet_logs(fleet, out=out, accept_new_host_keys=accept_new_host_keys,
+                          state_dir=state_dir, log_json=_OUTPUT["log_json"])
     return _run(inventory, single("collect-logs"), options={"out_dir": out},
                 accept_new_host_keys=accept_new_host_keys, state_dir=state_dir)
 

@@ -1,6 +1,6 @@
 """`check -i FLEET`: a fleet inventory validated and its groups listed (no node contacted).
 
-`up`, `status`, `verify`, `watch`, `roll` and `down` run a fleet (cli/fleet_cmd.py, cli/fleet_watch.py,
+`up`, `status`, `verify`, `watch`, `roll`, `logs` and `down` run a fleet (cli/fleet_cmd.py, cli/fleet_watch.py,
 cli/roll_cmd.py), `chat` and `bench` go through its router; every other command refuses one
 where inventories are parsed (inventory.parse raises FleetNotSupported).
 """
@@ -45,5 +45,5 @@ def fleet_lines(fleet: fleet_mod.Fleet) -> list[str]:
                           for r, n in inv.ranked())
         out.append(f"  group {group.name} (cluster {inv.cluster}): {ranks}")
     out.append("valid; no node was contacted: the preflight of a fleet's nodes is not built "
-               "yet (`up`, `status`, `watch`, `roll` and `down` run a fleet)")
+               "yet (`up`, `status`, `verify`, `watch`, `roll`, `logs` and `down` run a fleet)")
     return out

@@ -58,6 +58,13 @@ def fleet_verify(fleet: fleet_mod.Fleet, *, accept_new_host_keys: bool,
                                       state_dir=state_dir, log_json=log_json))
 
 
+def fleet_logs(fleet: fleet_mod.Fleet, *, out: str | None, accept_new_host_keys: bool,
+               state_dir: str | None, log_json: bool) -> int:
+    from k3deploy.run import fleet_logs as logs_mod
+    return logs_mod.collect(FleetRun(fleet, check=False, accept_new_host_keys=accept_new_host_keys,
+                                     state_dir=state_dir, log_json=log_json), out)
+
+
 def fleet_down(fleet: fleet_mod.Fleet, *, check: bool, options: dict[str, object],
                wipe_weights: bool, accept_new_host_keys: bool, state_dir: str | None,
                log_json: bool) -> int:

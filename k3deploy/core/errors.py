@@ -54,12 +54,12 @@ class FleetNotSupported(BadInputError):
             if isinstance(groups, list) else []
         super().__init__(
             f"{path} describes a fleet ({len(names)} groups: {', '.join(names) or '-'}, "
-            "behind one router); this command runs one group only (run and logs take an "
-            "inventory with nodes: at the top level)",
+            "behind one router); `run` runs a playbook on one group (an inventory with "
+            "nodes: at the top level)",
             hint=f"`k3deploy check -i {path}` validates a fleet and lists its groups; `up`, "
-                 "`status`, `verify`, `watch`, `roll` and `down` run a fleet, `chat` and "
-                 "`bench` go through its router; run and logs on a fleet are not built yet "
-                 "(issue 54)")
+                 "`status`, `verify`, `watch`, `roll`, `logs` and `down` run a fleet, `chat` "
+                 "and `bench` go through its router; to run a playbook on one group, write "
+                 "that group's own inventory")
 
 
 class PlaybookError(BadInputError):

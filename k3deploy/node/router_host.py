@@ -16,6 +16,7 @@ from k3deploy.cluster import router_service as svc
 from k3deploy.cluster.fleet_router import RouterSpec
 from k3deploy.core.digest import sha256_text
 from k3deploy.core.errors import StepFailed
+from k3deploy.core.redact import redact
 from k3deploy.core.jsonvalue import JSON
 from k3deploy.facts import http
 from k3deploy.facts.docker import Container, inspect_script, parse_inspect
@@ -82,6 +83,13 @@ class RouterHost:
                   f"rm -rf {shlex.quote(self.dir)}; true")
         out = self.conn.run(["sh", "-c", script], sudo=True, retry=True, step=STEP).stdout
         return "removed" in out
+
+    def logs(self) -> str | None:
+        """The router container's output (`docker logs`, both streams), redacted; None when
+        there is no container."""
+        res = self.conn.run(["sh", "-c", f"docker logs {svc.CONTAINER} 2>&1"], sudo=True,
+                            check=False, retry=True, step=STEP)
+        return redact(res.stdout) if res.exit_code == 0 else None
 
     def admin(self, admin_key: str, op: str, **cfg: JSON) -> dict[str, JSON]:
         """One admin call through remote/router_admin.py on the node; its JSON answer.

@@ -110,6 +110,13 @@ def test_a_fleet_comes_up_behind_the_router_and_goes_down(tmp_path):
         figures = json.loads(bench.stdout)
         assert figures["endpoint"] == base + "/v1" and figures["levels"][0]["completed"] >= 1
         assert figures["certificate"] is None and key not in out(bench)
+        saved = k3("logs", "-i", inv, "--out", str(tmp_path / "logs"))
+        assert saved.returncode == 0, out(saved)
+        for group, head in (("g0", "node0"), ("g1", "node2")):
+            engine = (tmp_path / "logs" / group / f"{head}-rank0-engine.log").read_text()
+            assert "The server is fired up and ready to roll!" in engine, group
+        router_log = (tmp_path / "logs" / "router.log").read_text()
+        assert router_log.strip() and key not in router_log and admin not in router_log
         checked = k3("verify", "-i", inv)   # each group's verify, then the router's
         assert checked.returncode == 0, out(checked)
         assert out(checked).count("verify of group") == 2, out(checked)

@@ -81,8 +81,9 @@ def test_the_one_group_loader_refuses_a_fleet_naming_what_reads_it():
 # one (cli/fleet_status.py; tests/unit/test_fleet_status.py), `watch` follows one
 # (cli/fleet_watch.py; tests/unit/test_guard_router.py), `chat` and `bench` go through its
 # router (cli/fleet_cmd.endpoint_of; tests/unit/test_fleet_endpoint.py), `verify` checks each
-# group and the router (run/fleet_verify.py; tests/unit/test_fleet_verify.py)
-ONE_GROUP_COMMANDS = [["run", "bringup"], ["logs"]]
+# group and the router (run/fleet_verify.py; tests/unit/test_fleet_verify.py), `logs` collects
+# each group's and the router's (run/fleet_logs.py; test_fleet_up.py)
+ONE_GROUP_COMMANDS = [["run", "bringup"]]
 
 
 @pytest.mark.parametrize("argv", ONE_GROUP_COMMANDS, ids=lambda a: a[0])
