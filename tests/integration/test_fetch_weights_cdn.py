@@ -58,8 +58,12 @@ def test_lottery_under_a_node_link_fills_the_link_and_never_sends_the_cdn_a_toke
     # A replaced or split connection's bytes in flight were sent for nothing: 1.01x-1.16x seen
     # here on 1.2 MB shards (in-flight is large against them), 1.04x in the bench's 2 MB ones.
     assert cdn["bytes"] <= 1.25 * shards
-    assert took < 2.0 * floor + 3, result.stdout  # one slow stream per file would take 15 s
-    assert node.read_progress()["state"] == "done" and node.leftovers() == []
+    # On the downloader's own clock (its progress document's start to its last write): the
+    # wall time above adds an interpreter's start, seconds on a loaded 2-core machine (7.7 s of
+    # wall for 5.5 s of download in a clean-clone run). One slow stream per file: 15 s on either.
+    doc = node.read_progress()
+    assert doc["updated"] - doc["started"] < 2.0 * floor + 3, result.stdout
+    assert doc["state"] == "done" and node.leftovers() == []
 
 
 def test_outage_and_cdn_refusals_mid_download_are_waited_out(tmp_path):

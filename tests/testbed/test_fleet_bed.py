@@ -34,12 +34,14 @@ def test_two_groups_make_a_fleet_inventory_that_validates(tmp_path, capsys):
         assert app.exit_code(["check", "-i", str(tb.inventory)]) == 0
         out = capsys.readouterr().out
         assert "group g0 (cluster" in out and "group g1 (cluster" in out, out
-        # Nothing is up yet: status reads the fleet as down (exit 1, as one group's status);
-        # a command that runs one group only still refuses it.
+        # Nothing is up yet: status reads the fleet as down (exit 1, as one group's status),
+        # verify says it was never brought up; `run` (one group's playbook) still refuses it.
         assert app.exit_code(["status", "-i", str(tb.inventory)]) == 1
         assert f"fleet tb{tb.idx}: down: the router is not running on node0" in \
             capsys.readouterr().out
-        assert app.exit_code(["verify", "-i", str(tb.inventory)]) == 2
+        assert app.exit_code(["verify", "-i", str(tb.inventory)]) == 1
+        assert "was never brought up from this laptop" in capsys.readouterr().err
+        assert app.exit_code(["run", "bringup", "-i", str(tb.inventory)]) == 2
         assert "describes a fleet (2 groups: g0, g1" in capsys.readouterr().err
 
 
