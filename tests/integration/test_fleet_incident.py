@@ -1,8 +1,9 @@
 """A fleet's incidents (issue 54), on two groups of two nodes behind the real SMG on node0:
-- a node of group g1 killed under a steady load through the router: g1's guard takes g1 out of
-  the router (SMG's admin API, from the node, no laptop) before it stops g1's ranks, within
-  10 s of the kill; no request fails that was not in flight at the kill; the node revived,
-  `watch --restart 1` relaunches g1, verifies it and registers it again, ready;
+- a node of group g1 killed under a steady load through the router (streaming and not, several
+  clients: scripts/fleetload.py): g1's guard takes g1 out of the router (SMG's admin API, from
+  the node, no laptop) before it stops g1's ranks, within 10 s of the kill; no request fails
+  that was not in flight at the kill; the node revived, `watch --restart 1` relaunches g1,
+  verifies it and registers it again, ready;
 - the router's process killed by hand (docker's restart policy brings it back empty, as
   dockerd does): `up` registers both groups again and relaunches neither;
 - no serving or admin key in any process's argv, any log or any state file on the nodes (the
@@ -23,6 +24,7 @@ import urllib.request
 
 import pytest
 import yaml
+from fleetload import Load
 from guard_probe import Follow, incident
 from tbfixture import testbed
 
@@ -76,43 +78,6 @@ def engines(tb) -> dict[str, str]:
             for n in tb.nodes}
 
 
-class Load:
-    """A few clients sending chat completions through the router, each after the last answered;
-    every request kept as (sent, ended, error or None) on the test's monotonic clock."""
-
-    def __init__(self, tb, clients: int = 3):
-        self.url, self.key = base(tb) + "/v1/chat/completions", secret(tb, "api-key")
-        self.done: list[tuple[float, float, str | None]] = []
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True)
-                        for i in range(clients)]
-        for t in self.threads:
-            t.start()
-
-    def client(self, i: int) -> None:
-        n = 0
-        while not self.stopping.is_set():
-            n += 1
-            body = {"model": MODEL, "max_tokens": 64, "reasoning_effort": "low",
-                    "messages": [{"role": "user", "content": f"client {i} question {n}"}]}
-            req = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json",
-                                                  "Authorization": f"Bearer {self.key}"})
-            sent, error = time.monotonic(), None
-            try:
-                with urllib.request.urlopen(req, timeout=120) as resp:
-                    if not json.loads(resp.read())["choices"][0]["message"]:
-                        error = "no message"
-            except (urllib.error.URLError, OSError, ValueError, KeyError) as err:
-                error = str(err)
-            self.done.append((sent, time.monotonic(), error))
-
-    def stop(self) -> None:
-        self.stopping.set()
-        for t in self.threads:
-            t.join(timeout=150)
-
-
 def sample_router(tb, stop: threading.Event, every: float = 0.5) -> list[tuple[float, dict]]:
     """GET /workers every `every` seconds in a thread until `stop`; the samples so far."""
     samples: list[tuple[float, dict]] = []
@@ -120,9 +85,9 @@ def sample_router(tb, stop: threading.Event, every: float = 0.5) -> list[tuple[f
     def run():
         while not stop.is_set():
             try:
-                samples.append((time.monotonic(), workers(tb)))
+                samples.append((time.time(), workers(tb)))
             except OSError as err:
-                samples.append((time.monotonic(), {"error": str(err)}))
+                samples.append((time.time(), {"error": str(err)}))
             stop.wait(every)
 
     threading.Thread(target=run, daemon=True).start()
@@ -133,13 +98,17 @@ def test_a_killed_node_takes_its_group_out_of_the_router_and_watch_brings_it_bac
     tb = fleet
     g0, g1 = url(tb, "node0"), url(tb, "node2")
     assert workers(tb) == {g0: "ready", g1: "ready"}
-    load, stop = Load(tb), threading.Event()
+    # streaming and non-streaming in turn, several clients, no client retries (fleetload.py,
+    # the load the roll's test and `scripts/bench --fleet` send); times on the wall clock
+    load = Load(base=base(tb), key=secret(tb, "api-key"), model=MODEL, clients=3,
+                max_tokens=64).__enter__()
+    stop = threading.Event()
     samples = sample_router(tb, stop)
     try:
-        wait_for(lambda: sum(1 for *_, e in load.done if e is None) >= 6, 60, "answers")
-        killing = time.monotonic()
+        wait_for(lambda: sum(1 for r in load.done() if r.error is None) >= 6, 60, "answers")
+        killing = time.time()
         tb.fault("kill-node", "node3")
-        killed = time.monotonic()
+        killed = time.time()
         wait_for(lambda: workers(tb).get(g1) in (None, "draining"), 30, "g1 out of the router")
         time.sleep(8)   # the load goes on through g0 alone
     finally:
@@ -147,15 +116,17 @@ def test_a_killed_node_takes_its_group_out_of_the_router_and_watch_brings_it_bac
         stop.set()
     out_at = next(t for t, seen in samples if t > killing and "error" not in seen
                   and seen.get(g1) in (None, "draining"))
+    done = load.done()
     print(f"g1 out of the router {out_at - killing:.1f}s after the kill began; requests: "
-          f"{len(load.done)} sent, {sum(1 for r in load.done if r[2])} failed, "
-          f"{sum(1 for r in load.done if r[0] < killed < r[1])} in flight at the kill")
+          f"{len(done)} sent ({sum(1 for r in done if r.stream)} streaming), "
+          f"{len(load.failed())} failed, "
+          f"{sum(1 for r in done if r.started < killed < r.ended)} in flight at the kill")
     assert out_at - killing <= 10, samples
     assert all(seen.get(g0) == "ready" for t, seen in samples if "error" not in seen), samples
-    in_flight = [r for r in load.done if r[0] < killed]
-    failed = [r for r in load.done if r[2] is not None]
-    assert all(r in in_flight for r in failed), (failed, killing, killed)
-    assert sum(1 for sent, _, e in load.done if sent > out_at and e is None) >= 3, load.done
+    assert {r.stream for r in done} == {True, False}
+    failed = load.failed()
+    assert all(r.started < killed for r in failed), (failed, killing, killed)
+    assert sum(1 for r in done if r.started > out_at and r.error is None) >= 3, done
     record = incident(tb, "node2")
     assert record and record["failure"]["node"] == "node3", record
     assert record["router"].startswith(f"router: removed {g1}"), record
