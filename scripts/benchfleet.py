@@ -1,6 +1,7 @@
 """`scripts/bench --fleet`: a steady client load through the fleet's router (the real SMG) during
 a `k3deploy roll` on a testbed of two groups of two nodes; requests sent, failed and retried,
-per group's window (the seconds the router's worker list showed that group not ready).
+per group's window (the seconds the router's worker list showed that group not ready); then
+the same load during a `kill-node` of one group's node (_kill).
 
 Sent/failed/served are the client's own (scripts/fleetload.py: no client retries); retried is
 the router's (SMG's smg_worker_retries_total over the roll, from its Prometheus port; SMG does
@@ -45,8 +46,9 @@ def _heads(inv: Path) -> dict[str, str]:
 
 
 def roll(clients: int = 4, decode_tok_s: float = 4.0, max_tokens: int = 24) -> dict:
-    """The heads decode at decode_tok_s per stream (the stand-in's pacing), so a request of
-    max_tokens outlasts SMG's 5 s drain settle and a group goes out with requests in flight."""
+    """{"roll": ..., "kill": ...} on one testbed: the roll first, then a kill. The heads decode
+    at decode_tok_s per stream (the stand-in's pacing), so a request of max_tokens outlasts
+    SMG's 5 s drain settle and a group goes out with requests in flight."""
     with tempfile.TemporaryDirectory(prefix="k3bench-fleet-") as tmp:
         tb = Path(tmp) / "tb"
         inv = tb / "inventory.yaml"
@@ -55,8 +57,9 @@ def roll(clients: int = 4, decode_tok_s: float = 4.0, max_tokens: int = 24) -> d
                 "--gpu", "h200", "--shard-bytes", "100000",
                 *[a for n in ("node0", "node2") for a in ("--node", f"{n}:decode_tok_s={decode_tok_s}")])
             _sh("-m", "k3deploy", "up", "-i", str(inv), "--no-dry-fire")
-            return {**_measure(inv, clients, max_tokens), "decode_tok_s": decode_tok_s,
-                    "max_tokens": max_tokens}
+            rolled = {**_measure(inv, clients, max_tokens), "decode_tok_s": decode_tok_s,
+                      "max_tokens": max_tokens}
+            return {"roll": rolled, "kill": _kill(tb, inv, clients, max_tokens)}
         finally:
             subprocess.run([sys.executable, "scripts/testbed", "down", "--dir", str(tb)],
                            cwd=REPO, capture_output=True)
@@ -97,4 +100,39 @@ def _measure(inv: Path, clients: int, max_tokens: int) -> dict:
             "samples": len(sampler.samples), "samples_both_out": both_out, "per_group": groups,
             "drain": [line for line in proc.stdout.splitlines() + proc.stderr.splitlines()
                       if ": drained (" in line or "in flight after" in line],
+            "errors": sorted({r.error for r in done if r.error})[:5]}
+
+
+def _kill(tb: Path, inv: Path, clients: int, max_tokens: int) -> dict:
+    """The same load, then `testbed fault kill-node` on g1's second node (the inventory's guard
+    settings: peer_timeout 20 s by default): how long until the router no longer holds g1
+    ready, requests sent, failed and in flight at the kill; then the node revived and the
+    fleet's `up` (what `watch --restart` runs) until both groups serve again."""
+    doc = yaml.safe_load(inv.read_text())
+    node0, victim = doc["groups"][0]["nodes"][0]["address"], doc["groups"][1]["nodes"][1]["name"]
+    base = f"http://{node0}:{(doc.get('router') or {}).get('port', 30000)}"
+    g1 = _heads(inv)[doc["groups"][1]["name"]]
+    load = Load(base=base, key=_secret(inv, "api-key"), model=MODEL, clients=clients,
+                max_tokens=max_tokens)
+    sampler = Sampler(base=base, admin_key=_secret(inv, "router-admin-key"), every=0.5)
+    with sampler, load:
+        time.sleep(3)
+        killed = time.time()
+        _sh("scripts/testbed", "fault", "--dir", str(tb), "kill-node", victim)
+        deadline = time.time() + 120
+        while time.time() < deadline and not [w for w in sampler.out_windows(g1) if w[0] >= killed]:
+            time.sleep(0.5)
+        time.sleep(5)
+    out = [w for w in sampler.out_windows(g1) if w[0] >= killed]
+    done = [r for r in load.done() if r.ended >= killed]
+    _sh("scripts/testbed", "fault", "--dir", str(tb), "revive-node", victim)
+    began = time.time()
+    _sh("-m", "k3deploy", "up", "-i", str(inv), "--no-dry-fire")
+    return {"bench": "fleet-kill", "killed": victim,
+            "guard_peer_timeout_s": (doc.get("guard") or {}).get("peer_timeout", 20),
+            "out_of_router_after_s": round(out[0][0] - killed, 1) if out else None,
+            "sent": len(done), "failed": sum(1 for r in done if r.error),
+            "in_flight_at_kill": sum(1 for r in load.done() if r.started < killed < r.ended),
+            "streams": sum(1 for r in done if r.stream),
+            "back_serving_s": round(time.time() - began, 1),
             "errors": sorted({r.error for r in done if r.error})[:5]}

@@ -15,11 +15,13 @@ The phases share the testbed: each engine start reads the node's node.json afres
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import shlex
 import subprocess
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
@@ -111,27 +113,68 @@ def finished(proc: subprocess.Popen, timeout: float = 400) -> tuple[int, str]:
     return proc.returncode, out
 
 
+# A sampler that runs on the node itself, every ~0.2 s, until the worker's load ends: from the
+# laptop, each sample was an SSH login, and on a loaded 2-core CI machine those took so long
+# that the 30 s load got one sample (two SSH round trips one after the other, then at once:
+# both failed so). Each sample: the node's clock, the engine's GPU memory on node1, and its
+# log, base64 on one line. WORKER waits for a real (not dummy) engine's `Load weight begin.`.
+SAMPLER = r"""
+end=$(( $(date +%s) + 400 ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  cmd=$(docker inspect -f '{{json .Config.Cmd}}' k3 2>/dev/null)
+  log=$(docker logs k3 2>&1)
+  case "$cmd" in ''|*dummy*) sleep 0.1; continue;; esac
+  case "$log" in *"Load weight begin."*) ;; *) [ -n "$HEAD" ] || { sleep 0.1; continue; };; esac
+  mem=$( [ -n "$HEAD" ] || nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
+  echo "#S $(date +%s.%N) $(printf '%s' "$mem" | tr '\n' ' ') $(printf '%s' "$log" | base64 -w0)"
+  [ -e /tmp/k3-load-ended ] && exit 0
+  case "$log" in *"Load weight end."*) [ -n "$HEAD" ] || { touch /tmp/k3-load-ended; exit 0; };; esac
+  sleep 0.2
+done
+exit 3
+"""
+
+
+def _samples(text: str) -> list[tuple[float, str, str]]:
+    """(time, memory, log) of each #S line a node's sampler printed."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#S "):
+            parts = line.split(" ")
+            stamp, encoded, memory = float(parts[1]), parts[-1], " ".join(parts[2:-1]).strip()
+            out.append((stamp, memory, base64.b64decode(encoded).decode(errors="replace")))
+    return out
+
+
 def watch_the_load(tb) -> list[tuple[str, str, str]]:
-    """(head's log, worker's log, worker's GPU memory) as often as the machine allows through
-    the real load, from the worker's `Load weight begin.` to its `Load weight end.`."""
-    look = ("docker inspect -f '{{json .Config.Cmd}}' k3 2>/dev/null; echo '#--'; "
-            "docker logs k3 2>&1; echo '#--'; "
-            "nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits")
-    samples, deadline = [], time.monotonic() + 400
-    # Both nodes are looked at at once: on a loaded 2-core CI machine two SSH round trips one
-    # after the other left one sample in the 30 s load.
-    with ThreadPoolExecutor(2) as both:
-        while time.monotonic() < deadline:
-            head = both.submit(engine_log, tb, "node0")
-            worker = tb.ssh("node1", look).stdout
-            cmd, log, memory = (worker.split("#--\n") + ["", ""])[:3]
-            if cmd.strip() and "dummy" not in cmd and "Load weight begin." in log:
-                samples.append((head.result(), log, memory.strip()))
-                if "Load weight end." in log:
-                    return samples
-            head.result()
-            time.sleep(0.1)
-    raise AssertionError(f"node1 never finished its load; {len(samples)} samples")
+    """(head's log, worker's log, worker's GPU memory) through the real load, from the
+    worker's `Load weight begin.` to its `Load weight end.`, sampled on the nodes themselves;
+    each worker sample paired with the head's latest sample taken no later than it."""
+    for node in tb.nodes:
+        tb.ssh(node, "rm -f /tmp/k3-load-ended")
+    results: dict[str, str] = {}
+
+    def sample(node: str, head: bool) -> None:
+        env = "HEAD=1 " if head else ""
+        results[node] = tb.ssh(node, f"{env}sh -c {shlex.quote(SAMPLER)}", timeout=460).stdout
+
+    # node0's sampler ends when node1's does: their /tmp differ (each node its own), so node1
+    # tells node0 over SSH once its load ended
+    threads = [threading.Thread(target=sample, args=("node0", True), daemon=True),
+               threading.Thread(target=sample, args=("node1", False), daemon=True)]
+    for t in threads:
+        t.start()
+    threads[1].join(460)
+    tb.ssh("node0", "touch /tmp/k3-load-ended")
+    threads[0].join(60)
+    heads, workers = _samples(results.get("node0", "")), _samples(results.get("node1", ""))
+    if not workers or "Load weight end." not in workers[-1][2]:
+        raise AssertionError(f"node1 never finished its load; {len(workers)} samples")
+    paired = []
+    for stamp, memory, log in workers:
+        before = [h for h in heads if h[0] <= stamp]
+        paired.append((before[-1][2] if before else "", log, memory))
+    return paired
 
 
 @pytest.mark.timeout(600)   # a bring-up with a 30 s load, up again, verify, down
