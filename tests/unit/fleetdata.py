@@ -21,3 +21,17 @@ def two_groups(**overrides) -> dict:
     }
     doc.update(copy.deepcopy(overrides))
     return doc
+
+
+def fleet_on_disk(tmp_path, **overrides):
+    """two_groups() written to tmp_path/fleet.yaml, with the fleet's keys in their 0600 files as
+    a first `up` leaves them (.k3deploy/fl/secrets/): the file's path."""
+    import yaml
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(two_groups(**overrides)))
+    secrets = tmp_path / ".k3deploy" / "fl" / "secrets"
+    secrets.mkdir(parents=True, exist_ok=True)
+    for name in ("api-key", "router-admin-key"):
+        (secrets / name).write_text("k3-" + name)
+        (secrets / name).chmod(0o600)
+    return path

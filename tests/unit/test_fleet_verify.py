@@ -12,7 +12,7 @@ from k3deploy.cli import fleet_cmd
 from k3deploy.cluster import fleet_registry as reg
 from k3deploy.core.errors import EndpointError
 from k3deploy.run import fleet_run, fleet_verify
-from tests.unit.fleetdata import two_groups
+from tests.unit.fleetdata import fleet_on_disk, two_groups
 
 
 class Router:
@@ -40,13 +40,7 @@ class Router:
 
 @pytest.fixture
 def fleet_with_keys(tmp_path, monkeypatch):
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(two_groups()))
-    secrets = tmp_path / ".k3deploy" / "fl" / "secrets"
-    secrets.mkdir(parents=True)
-    for name in ("api-key", "router-admin-key"):
-        (secrets / name).write_text("k3-" + name)
-        (secrets / name).chmod(0o600)
+    path = fleet_on_disk(tmp_path)
     ran: list[tuple[str, str]] = []
     codes = {"fl-a": 0, "fl-b": 0}
 

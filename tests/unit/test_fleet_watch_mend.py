@@ -3,13 +3,11 @@ serve, as `up` makes it, and left alone while another run holds the fleet."""
 
 from __future__ import annotations
 
-import yaml
-
 from k3deploy.cli import fleet_watch
 from k3deploy.cluster import fleet
 from k3deploy.core.state import ClusterLock, state_dir_for
 from k3deploy.run import fleet_router
-from tests.unit.fleetdata import two_groups
+from tests.unit.fleetdata import fleet_on_disk, two_groups
 
 
 def doc(states: dict[str, str], workers: list[tuple[str | None, str]] | None,
@@ -61,14 +59,7 @@ class Router:
 
 
 def parsed(tmp_path):
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(two_groups()))
-    secrets = tmp_path / ".k3deploy" / "fl" / "secrets"
-    secrets.mkdir(parents=True)
-    for name in ("api-key", "router-admin-key"):
-        (secrets / name).write_text("k3-" + name)
-        (secrets / name).chmod(0o600)
-    return fleet.parse(two_groups(), str(path))
+    return fleet.parse(two_groups(), str(fleet_on_disk(tmp_path)))
 
 
 def test_a_tick_registers_the_serving_groups_unless_a_run_holds_the_fleet(tmp_path, monkeypatch):
